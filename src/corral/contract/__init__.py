@@ -1,0 +1,24 @@
+"""The contract layer: models, wire safety, schemas, fingerprints and versions."""
+
+from corral.contract.environment import Environment
+from corral.contract.models import Action, Observation, State, StepResult, WireModel
+from corral.contract.schema import Contract, compatible, fingerprint, model_schemas, parse_semver
+from corral.contract.wiresafe import WireProblem, WireSafetyError, check_model, make_wire_safe
+
+__all__ = [
+    "Action",
+    "Contract",
+    "Environment",
+    "Observation",
+    "State",
+    "StepResult",
+    "WireModel",
+    "WireProblem",
+    "WireSafetyError",
+    "check_model",
+    "compatible",
+    "fingerprint",
+    "make_wire_safe",
+    "model_schemas",
+    "parse_semver",
+]

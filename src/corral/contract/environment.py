@@ -1,0 +1,115 @@
+"""The one class an environment author writes.
+
+    class Echo(Environment[EchoAction, EchoObservation, State]):
+        def reset(self, seed=None, **options): ...
+        def step(self, action): ...
+        def state(self): ...
+
+The generic parameters declare the contract; ``reset``, ``step`` and ``state`` may be
+plain methods (run off the server's event loop) or ``async def`` (awaited on it).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any, ClassVar, Generic, TypeVar, get_args, get_origin
+
+from corral.contract.models import Action, Observation, State
+from corral.contract.schema import Contract, parse_semver
+from corral.contract.wiresafe import make_wire_safe
+
+ActT = TypeVar("ActT", bound=Action)
+ObsT = TypeVar("ObsT", bound=Observation)
+StateT = TypeVar("StateT", bound=State)
+
+ActionMigration = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+class Environment(Generic[ActT, ObsT, StateT]):
+    """Base class of every corral environment. One instance serves one session.
+
+    Class attributes (all optional but the models, which the generic parameters give):
+        action_type / observation_type / state_type: the contract models.
+        name: the environment's name (default: the class name).
+        description: one paragraph shown in ``/metadata`` and the web UI.
+        contract_version: semantic version of the contract (default ``"1.0.0"``).
+        auto_reset: a ``step`` after the episode ended resets the env and returns the
+            first observation of the new episode, instead of ``EPISODE_ENDED``.
+        thread_affinity: run every call of a session on one dedicated thread (for envs
+            wrapping libraries that must stay on the thread that created them).
+        action_migrations: ``{old_major: fn}`` turning an action dict of an older contract
+            major version into one of the current version; clients of those majors are
+            then accepted at the handshake.
+    """
+
+    action_type: ClassVar[type[Action]]
+    observation_type: ClassVar[type[Observation]]
+    state_type: ClassVar[type[State]] = State
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    contract_version: ClassVar[str] = "1.0.0"
+    auto_reset: ClassVar[bool] = False
+    thread_affinity: ClassVar[bool] = False
+    action_migrations: ClassVar[dict[int, ActionMigration]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for base in getattr(cls, "__orig_bases__", ()):
+            origin = get_origin(base)
+            if isinstance(origin, type) and issubclass(origin, Environment):
+                _adopt_generic_args(cls, get_args(base))
+        if "name" not in cls.__dict__ or not cls.name:
+            cls.name = cls.__name__
+        parse_semver(cls.contract_version)
+        for attr in ("action_type", "observation_type", "state_type"):
+            model = cls.__dict__.get(attr)
+            if isinstance(model, type):
+                make_wire_safe(model)
+
+    def reset(self, seed: int | None = None, **options: Any) -> ObsT:
+        """Start a new episode and return its first observation."""
+        raise NotImplementedError
+
+    def step(self, action: ActT) -> ObsT:
+        """Apply ``action`` and return the resulting observation."""
+        raise NotImplementedError
+
+    def state(self) -> StateT:
+        """Return the environment's current state."""
+        raise NotImplementedError
+
+    def close(self) -> None:  # noqa: B027 - optional hook, nothing to do by default
+        """Release the environment's resources; called once when its session ends."""
+
+    @classmethod
+    def contract(cls) -> Contract:
+        """The contract this environment publishes.
+
+        Raises:
+            TypeError: if the action or observation model was never declared.
+        """
+        for attr in ("action_type", "observation_type"):
+            if not isinstance(getattr(cls, attr, None), type):
+                raise TypeError(
+                    f"{cls.__name__} declares no {attr}: subclass "
+                    f"Environment[MyAction, MyObservation, MyState] or set {attr} = ..."
+                )
+        return Contract(
+            name=cls.name or cls.__name__,
+            version=cls.contract_version,
+            action=cls.action_type,
+            observation=cls.observation_type,
+            state=cls.state_type,
+        )
+
+    @classmethod
+    def is_async(cls, method: str) -> bool:
+        """True when ``method`` (``reset``/``step``/``state``/``close``) is ``async def``."""
+        return inspect.iscoroutinefunction(getattr(cls, method))
+
+
+def _adopt_generic_args(cls: type[Environment[Any, Any, Any]], args: tuple[Any, ...]) -> None:
+    for attr, arg in zip(("action_type", "observation_type", "state_type"), args, strict=False):
+        if isinstance(arg, type) and attr not in cls.__dict__:
+            setattr(cls, attr, arg)

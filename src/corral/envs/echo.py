@@ -1,0 +1,66 @@
+"""The smallest useful environment: it echoes the message back.
+
+Used by the benchmarks and tests, and as the reference for wire compatibility (it has
+the same shape as OpenEnv's echo env). The reward is ``0.1 * len(message)``; the episode
+ends after ``max_steps`` steps (a truncation) or when the message is ``"bye"``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from pydantic import Field
+
+from corral.contract import Action, Environment, Observation, State
+
+
+class EchoAction(Action):
+    """A message to echo."""
+
+    message: str = Field(min_length=1, max_length=1_000_000)
+
+
+class EchoObservation(Observation):
+    """The echoed message and its length."""
+
+    echoed_message: str = ""
+    message_length: int = 0
+
+
+class EchoState(State):
+    """How many characters were echoed in this episode."""
+
+    total_length: int = 0
+
+
+class EchoEnv(Environment[EchoAction, EchoObservation, EchoState]):
+    """Echo each message; ``"bye"`` terminates, ``max_steps`` truncates."""
+
+    name = "echo"
+    description = "Echoes each message back; reward 0.1 per character."
+    contract_version = "1.0.0"
+
+    def __init__(self, max_steps: int = 1_000_000) -> None:
+        self.max_steps = max_steps
+        self._state = EchoState()
+
+    def reset(self, seed: int | None = None, **options: Any) -> EchoObservation:
+        episode_id = options.get("episode_id")
+        self._state = EchoState(episode_id=str(episode_id or uuid.uuid4()))
+        return EchoObservation(echoed_message="ready", metadata={"seed": seed})
+
+    def step(self, action: EchoAction) -> EchoObservation:
+        state = self._state
+        state.step_count += 1
+        state.total_length += len(action.message)
+        return EchoObservation(
+            echoed_message=action.message,
+            message_length=len(action.message),
+            reward=0.1 * len(action.message),
+            done=action.message == "bye" or state.step_count >= self.max_steps,
+            truncated=action.message != "bye" and state.step_count >= self.max_steps,
+        )
+
+    def state(self) -> EchoState:
+        return self._state

@@ -1,0 +1,261 @@
+"""The stable error codes of corral and the exception raised for each.
+
+Errors cross the wire as data: ``{"code", "message", "details", "request_id"}``. The
+server builds them from :class:`ErrorCode`; the client turns each back into the
+exception class registered for its code, so ``except StepTimeout:`` works the same
+whether the step ran in-process or on a server across the world.
+
+Codes are part of the protocol: once published, a code keeps its name and meaning.
+New codes may be added; a client that meets a code it does not know raises the
+plain :class:`CorralError` with that code.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, ClassVar
+
+
+class ErrorCode(StrEnum):
+    """Every error code corral sends or raises, with what it means."""
+
+    # The frame or message itself.
+    BAD_FRAME = "BAD_FRAME"
+    """The frame could not be decoded by the negotiated codec (not JSON / not msgpack)."""
+    BAD_MESSAGE = "BAD_MESSAGE"
+    """The frame decoded, but is not a valid message (missing or mistyped field)."""
+    UNKNOWN_TYPE = "UNKNOWN_TYPE"
+    """The message ``type`` is not one this protocol version knows."""
+    FRAME_TOO_LARGE = "FRAME_TOO_LARGE"
+    """The frame is larger than the server's ``max_frame_bytes``."""
+    BATCH_TOO_LARGE = "BATCH_TOO_LARGE"
+    """A batch message carries more items than the server's ``max_batch``."""
+
+    # The connection and handshake.
+    HANDSHAKE_REQUIRED = "HANDSHAKE_REQUIRED"
+    """A request arrived before the ``hello`` handshake completed."""
+    UNSUPPORTED_PROTOCOL = "UNSUPPORTED_PROTOCOL"
+    """The peer speaks a protocol version this side cannot."""
+    CONTRACT_MISMATCH = "CONTRACT_MISMATCH"
+    """Client and server models are incompatible (contract version or fingerprint)."""
+    UNAUTHORIZED = "UNAUTHORIZED"
+    """A bearer token is required and was missing or wrong."""
+
+    # Sessions and their lifecycle.
+    CAPACITY_REACHED = "CAPACITY_REACHED"
+    """The server holds its maximum number of sessions; retry later or elsewhere."""
+    TOO_MANY_SESSIONS = "TOO_MANY_SESSIONS"
+    """This connection already carries its maximum number of sessions."""
+    UNKNOWN_SESSION = "UNKNOWN_SESSION"
+    """No session with that id exists on this connection."""
+    SESSION_LOST = "SESSION_LOST"
+    """The session existed but is gone (reaped, timed out, server restarted)."""
+    RESET_REQUIRED = "RESET_REQUIRED"
+    """``step`` or ``state`` before the first ``reset`` of the session."""
+    EPISODE_ENDED = "EPISODE_ENDED"
+    """``step`` after the episode ended; call ``reset`` (or enable auto-reset)."""
+    SESSION_BUSY = "SESSION_BUSY"
+    """Another request of this session is still running (e.g. reset during a step)."""
+
+    # The environment.
+    INVALID_ACTION = "INVALID_ACTION"
+    """The action failed validation against the environment's Action model."""
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    """A reset argument (seed, options) is invalid."""
+    ENV_ERROR = "ENV_ERROR"
+    """The environment raised while handling the request; the session stays usable."""
+    FACTORY_ERROR = "FACTORY_ERROR"
+    """The environment could not be created for a new session."""
+    BAD_OBSERVATION = "BAD_OBSERVATION"
+    """The environment returned something that is not its declared model."""
+    STEP_TIMEOUT = "STEP_TIMEOUT"
+    """The environment overran the per-step timeout; the session is closed."""
+
+    # Everything else.
+    INTERNAL_ERROR = "INTERNAL_ERROR"
+    """A bug in corral itself; the server stays up."""
+    REQUEST_TIMEOUT = "REQUEST_TIMEOUT"
+    """Client side: no reply arrived within the request timeout."""
+    CONNECTION_LOST = "CONNECTION_LOST"
+    """Client side: the connection to the server failed or closed."""
+    CLIENT_CLOSED = "CLIENT_CLOSED"
+    """Client side: the client was used after ``close()``."""
+
+
+class CorralError(Exception):
+    """Base of every error corral raises; carries a stable ``code``.
+
+    Attributes:
+        code: the stable :class:`ErrorCode` value (a plain string if unknown).
+        message: a human-readable explanation.
+        details: structured extra data (validation errors, limits, ...).
+        request_id: the request this error answers, when there is one.
+    """
+
+    code: ClassVar[str] = ErrorCode.INTERNAL_ERROR
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        details: dict[str, Any] | None = None,
+        request_id: int | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details: dict[str, Any] = details or {}
+        self.request_id = request_id
+        if code is not None:
+            self.code = code
+
+    def __str__(self) -> str:
+        return f"[{self.code}] {self.message}"
+
+    def to_wire(self) -> dict[str, Any]:
+        """Return the error as the wire-level dict ``{code, message, details}``."""
+        return {"code": str(self.code), "message": self.message, "details": self.details}
+
+
+class ProtocolError(CorralError):
+    """The peer sent something that breaks the protocol."""
+
+
+class BadFrame(ProtocolError):
+    code = ErrorCode.BAD_FRAME
+
+
+class BadMessage(ProtocolError):
+    code = ErrorCode.BAD_MESSAGE
+
+
+class UnknownType(ProtocolError):
+    code = ErrorCode.UNKNOWN_TYPE
+
+
+class FrameTooLarge(ProtocolError):
+    code = ErrorCode.FRAME_TOO_LARGE
+
+
+class BatchTooLarge(ProtocolError):
+    code = ErrorCode.BATCH_TOO_LARGE
+
+
+class HandshakeRequired(ProtocolError):
+    code = ErrorCode.HANDSHAKE_REQUIRED
+
+
+class UnsupportedProtocol(ProtocolError):
+    code = ErrorCode.UNSUPPORTED_PROTOCOL
+
+
+class ContractMismatch(CorralError):
+    code = ErrorCode.CONTRACT_MISMATCH
+
+
+class Unauthorized(CorralError):
+    code = ErrorCode.UNAUTHORIZED
+
+
+class SessionError(CorralError):
+    """A request that the session's lifecycle does not allow now."""
+
+
+class CapacityReached(SessionError):
+    code = ErrorCode.CAPACITY_REACHED
+
+
+class TooManySessions(SessionError):
+    code = ErrorCode.TOO_MANY_SESSIONS
+
+
+class UnknownSession(SessionError):
+    code = ErrorCode.UNKNOWN_SESSION
+
+
+class SessionLost(SessionError):
+    code = ErrorCode.SESSION_LOST
+
+
+class ResetRequired(SessionError):
+    code = ErrorCode.RESET_REQUIRED
+
+
+class EpisodeEnded(SessionError):
+    code = ErrorCode.EPISODE_ENDED
+
+
+class SessionBusy(SessionError):
+    code = ErrorCode.SESSION_BUSY
+
+
+class EnvFailure(CorralError):
+    """Errors raised by or about the environment's own code."""
+
+
+class InvalidAction(EnvFailure):
+    code = ErrorCode.INVALID_ACTION
+
+
+class InvalidArgument(EnvFailure):
+    code = ErrorCode.INVALID_ARGUMENT
+
+
+class EnvError(EnvFailure):
+    code = ErrorCode.ENV_ERROR
+
+
+class FactoryError(EnvFailure):
+    code = ErrorCode.FACTORY_ERROR
+
+
+class BadObservation(EnvFailure):
+    code = ErrorCode.BAD_OBSERVATION
+
+
+class StepTimeout(EnvFailure):
+    code = ErrorCode.STEP_TIMEOUT
+
+
+class InternalError(CorralError):
+    code = ErrorCode.INTERNAL_ERROR
+
+
+class RequestTimeout(CorralError, TimeoutError):
+    code = ErrorCode.REQUEST_TIMEOUT
+
+
+class ConnectionLost(CorralError, ConnectionError):
+    code = ErrorCode.CONNECTION_LOST
+
+
+class ClientClosed(CorralError):
+    code = ErrorCode.CLIENT_CLOSED
+
+
+def _exception_classes() -> dict[str, type[CorralError]]:
+    table: dict[str, type[CorralError]] = {}
+    pending: list[type[CorralError]] = [CorralError]
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        if "code" in cls.__dict__:
+            table[str(cls.code)] = cls
+    return table
+
+
+EXCEPTIONS: dict[str, type[CorralError]] = _exception_classes()
+"""Map from error code to the exception class raised for it."""
+
+
+def error_from_wire(payload: dict[str, Any], request_id: int | None = None) -> CorralError:
+    """Build the exception for a wire-level error dict ``{code, message, details}``."""
+    code = str(payload.get("code", ErrorCode.INTERNAL_ERROR))
+    cls = EXCEPTIONS.get(code, CorralError)
+    details = payload.get("details")
+    return cls(
+        str(payload.get("message", code)),
+        details=details if isinstance(details, dict) else {},
+        request_id=request_id,
+        code=None if cls.__dict__.get("code") == code else code,
+    )
