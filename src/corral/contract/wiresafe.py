@@ -157,20 +157,22 @@ class _Checker:
         if origin is Annotated:
             base, *meta = get_args(tp)
             has_ser = any(isinstance(m, _SERIALIZERS) for m in meta)
-            has_val = any(isinstance(m, (PlainValidator, WrapValidator, BeforeValidator)) for m in meta)
+            has_val = any(
+                isinstance(m, (PlainValidator, WrapValidator, BeforeValidator)) for m in meta
+            )
             if has_ser and has_val:
                 return tp
             new_base = self.walk(base, path)
-            return tp if new_base is base else Annotated[(new_base, *meta)]  # type: ignore[valid-type]
+            return tp if new_base is base else Annotated[(new_base, *meta)]
         if origin is Literal:
             return tp
         if origin in (typing.Union, types.UnionType):
             return self._rebuild(tp, path, origin)
         if origin in _CONTAINERS or origin in _ABC_CONTAINERS or _abc_origin(origin):
             args = get_args(tp)
-            if origin in (dict, typing.Mapping, typing.MutableMapping) or _is_mapping(origin):
-                if args:
-                    self._check_key(args[0], path)
+            mapping = origin in (dict, typing.Mapping, typing.MutableMapping) or _is_mapping(origin)
+            if mapping and args:
+                self._check_key(args[0], path)
             return self._rebuild(tp, path, origin)
         if origin is not None and isinstance(origin, type) and issubclass(origin, BaseModel):
             return tp  # parametrized generic model: checked when it was defined
@@ -267,7 +269,11 @@ def _is_callable_type(tp: Any) -> bool:
 
 def _type_name(tp: Any) -> str:
     if isinstance(tp, type):
-        return f"`{tp.__module__}.{tp.__qualname__}`" if tp.__module__ != "builtins" else f"`{tp.__name__}`"
+        return (
+            f"`{tp.__module__}.{tp.__qualname__}`"
+            if tp.__module__ != "builtins"
+            else f"`{tp.__name__}`"
+        )
     return f"`{tp!r}`"
 
 
