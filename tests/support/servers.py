@@ -76,3 +76,8 @@ def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.02) ->
             return True
         time.sleep(interval)
     return bool(predicate())
+
+
+def port_of(url: str) -> int:
+    """The port of an ``http://127.0.0.1:<port>`` URL."""
+    return int(url.rsplit(":", 1)[1].split("/", 1)[0])

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
+from corral.auth import read_token_file
 from corral.server.config import ServerConfig
 from corral.server.serve import serve
 from corral.server.target import load_target
@@ -37,14 +38,45 @@ def serve_command(
     resume_window: Annotated[
         float, typer.Option(help="Keep a dropped connection's sessions this long for resume.")
     ] = 30.0,
+    ping_interval: Annotated[
+        float, typer.Option(help="Send a WebSocket keepalive ping this often, seconds (0: off).")
+    ] = 20.0,
+    ping_timeout: Annotated[
+        float,
+        typer.Option(help="Drop a connection whose pong is this late, seconds (0: never)."),
+    ] = 20.0,
+    max_connections_per_client: Annotated[
+        int, typer.Option(help="WebSocket connections one client address may hold (0: any).")
+    ] = 1024,
+    executor_threads: Annotated[
+        int, typer.Option(help="Threads running sync environments' calls.")
+    ] = 32,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="Require 'Authorization: Bearer <token>' with the token in this file "
+            "(default: $CORRAL_TOKEN or $CORRAL_TOKEN_FILE if set)."
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
     """Serve an environment over WebSocket and HTTP (loopback by default)."""
     env = resolve_serve_target(target)
+    token = None
+    if token_file is not None:
+        try:
+            token = read_token_file(token_file)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--token-file") from None
     config = ServerConfig(
         max_sessions=max_sessions,
         idle_timeout_s=idle_timeout or None,
         step_timeout_s=step_timeout or None,
         resume_window_s=resume_window,
+        ping_interval_s=ping_interval or None,
+        ping_timeout_s=ping_timeout or None,
+        max_connections_per_client=max_connections_per_client or None,
+        executor_threads=executor_threads,
+        token=token,
     )
     serve(env, host=host, port=port, port_file=port_file, log_level=log_level, config=config)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import httpx
 
+from corral.auth import TOKEN_ENV, bearer_header, resolve_token
 from corral.errors import ConnectionLost
 
 _live: weakref.WeakSet[LocalServer] = weakref.WeakSet()
@@ -51,6 +52,8 @@ class LocalServer:
         env: extra environment variables for the child.
         cwd: the child's working directory.
         startup_timeout: seconds to wait for ``/ready``.
+        token: bearer token the server must require (passed to it as ``$CORRAL_TOKEN``);
+            by default the server and this launcher use ``$CORRAL_TOKEN`` if set.
     """
 
     def __init__(
@@ -63,12 +66,16 @@ class LocalServer:
         env: dict[str, str] | None = None,
         cwd: str | Path | None = None,
         startup_timeout: float = 60.0,
+        token: str | None = None,
     ) -> None:
         self.target = target
         self.host = host
         self.server_args = list(server_args or [])
         self.python = python or sys.executable
-        self.env = env or {}
+        self.env = dict(env or {})
+        if token is not None:
+            self.env[TOKEN_ENV] = token
+        self.token = resolve_token(self.env.get(TOKEN_ENV))
         self.cwd = cwd
         self.startup_timeout = startup_timeout
         self.url: str | None = None
@@ -138,7 +145,8 @@ class LocalServer:
             return self.url
         port_file = self._spawn()
         deadline = time.monotonic() + self.startup_timeout
-        async with httpx.AsyncClient(timeout=2.0, trust_env=False) as http:
+        headers = bearer_header(self.token) if self.token is not None else {}
+        async with httpx.AsyncClient(timeout=2.0, trust_env=False, headers=headers) as http:
             while time.monotonic() < deadline:
                 assert self.process is not None
                 code = self.process.poll()

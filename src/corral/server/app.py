@@ -8,6 +8,7 @@ from typing import Any
 
 from fastapi import FastAPI, WebSocket
 
+from corral.server.auth import BearerAuth
 from corral.server.config import ServerConfig
 from corral.server.http import info_router
 from corral.server.service import EnvService
@@ -29,7 +30,8 @@ def create_app(
         fallback: handler for WebSockets that ask for no corral subprotocol.
 
     The app is run by uvicorn (see :func:`corral.server.serve`); the service it wraps is
-    reachable as ``app.state.service``.
+    reachable as ``app.state.service``. With ``config.token`` set, every route and the
+    WebSocket require ``Authorization: Bearer <token>``.
     """
     cfg = config or ServerConfig()
     if overrides:
@@ -52,6 +54,8 @@ def create_app(
     )
     app.state.service = service
     app.include_router(info_router(service))
+    if cfg.token is not None:
+        app.add_middleware(BearerAuth, token=cfg.token)
 
     @app.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:

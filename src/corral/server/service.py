@@ -31,6 +31,7 @@ from corral.errors import (
     InvalidAction,
     InvalidArgument,
     StepTimeout,
+    TooManySessions,
 )
 from corral.protocol import messages as m
 from corral.protocol.codecs import Codec
@@ -104,6 +105,8 @@ class EnvService:
             thread_affinity=env_type.thread_affinity,
         )
         self._reset_params = _accepted_options(env_type.reset)
+        self.connections: dict[str, int] = {}
+        """Open WebSocket connections by client address (for the per-client limit)."""
 
     # -- descriptions -------------------------------------------------------------
 
@@ -182,8 +185,21 @@ class EnvService:
         channel.send(m.opened(request.id, session.id, session.token))
 
     def _attach(self, channel: Channel, request: m.Attach) -> None:
+        live = self.manager.sessions.get(request.session)
+        previous = live.owner if live is not None else None
+        if previous is not channel and channel.owned >= self.config.max_sessions_per_connection:
+            raise TooManySessions(
+                f"this connection already holds {channel.owned} sessions",
+                details={"limit": self.config.max_sessions_per_connection},
+            )
         session = self.manager.attach(request.session, request.token, channel)
-        channel.owned += 1
+        if previous is not channel:
+            # The session moves here from a dead (or not yet detected dead) connection:
+            # the count of each connection must follow it, or a re-attach twice over
+            # would wrongly exhaust the per-connection limit.
+            channel.owned += 1
+            if isinstance(previous, Channel):
+                previous.owned -= 1
         channel.send(m.opened(request.id, session.id, session.token, kind="attached"))
 
     async def _close(self, channel: Channel, request: m.Close) -> None:
