@@ -48,6 +48,9 @@ def serve_command(
     max_connections_per_client: Annotated[
         int, typer.Option(help="WebSocket connections one client address may hold (0: any).")
     ] = 1024,
+    max_frame_bytes: Annotated[
+        int, typer.Option(help="Larger frames get FRAME_TOO_LARGE (the session lives on).")
+    ] = 16 * 1024 * 1024,
     executor_threads: Annotated[
         int, typer.Option(help="Threads running sync environments' calls.")
     ] = 32,
@@ -76,6 +79,7 @@ def serve_command(
         ping_interval_s=ping_interval or None,
         ping_timeout_s=ping_timeout or None,
         max_connections_per_client=max_connections_per_client or None,
+        max_frame_bytes=max_frame_bytes,
         executor_threads=executor_threads,
         token=token,
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import reprlib
 import time
 import uuid
 from collections.abc import Callable
@@ -295,6 +296,13 @@ class EnvService:
                 f"invalid {self.contract.action.__name__}: {exc.error_count()} error(s)",
                 details={"errors": _errors(exc)},
             ) from None
+        except (TypeError, ValueError, RecursionError) as exc:
+            # The value could not even be handed to validation (e.g. nested deeper than
+            # the JSON encoder goes): the client's action is at fault, not the env.
+            raise InvalidAction(
+                f"invalid {self.contract.action.__name__}: {type(exc).__name__}: {exc}",
+                details={"errors": [{"type": "unreadable", "loc": [], "msg": str(exc)}]},
+            ) from None
 
     def _check_options(self, options: dict[str, Any]) -> None:
         if self._reset_params is None:
@@ -334,10 +342,26 @@ class EnvService:
         else:
             self.manager.detach_all(channel)
 
-    def internal_error(self, channel: Channel, exc: BaseException) -> None:
-        """Report a bug in corral to the client without dropping the connection."""
+    def internal_error(
+        self, channel: Channel, exc: BaseException, request_id: int | None = None
+    ) -> None:
+        """Report a bug in corral to the client without dropping the connection.
+
+        The reply answers ``request_id`` when given, so the caller is not left waiting.
+        """
         log.exception("internal error handling a request", exc_info=exc)
-        self.send_error(channel, InternalError(f"internal server error: {type(exc).__name__}"))
+        error = InternalError(f"internal server error: {type(exc).__name__}", request_id=request_id)
+        self.send_error(channel, error)
+
+
+def _short_repr() -> reprlib.Repr:
+    """A bounded repr for offending inputs: nesting or size cannot blow up an error reply."""
+    short = reprlib.Repr()
+    short.maxlevel, short.maxstring, short.maxother = 4, 160, 160
+    return short
+
+
+_SHORT = _short_repr()
 
 
 def _errors(exc: ValidationError) -> list[dict[str, Any]]:
@@ -346,7 +370,7 @@ def _errors(exc: ValidationError) -> list[dict[str, Any]]:
     for err in exc.errors(include_url=False):
         item = {"type": err["type"], "loc": list(err["loc"]), "msg": err["msg"]}
         if "input" in err:
-            item["input"] = repr(err["input"])[:200]
+            item["input"] = _SHORT.repr(err["input"])[:200]
         out.append(item)
     return out
 

@@ -209,7 +209,8 @@ class SessionManager:
                 f"no session {session_id!r} on this server (it may have restarted)",
                 details={"session": session_id},
             )
-        if not secrets.compare_digest(session.token, token):
+        # As bytes: compare_digest refuses non-ASCII str, and a token is whatever was sent.
+        if not secrets.compare_digest(session.token.encode(), token.encode()):
             raise Unauthorized("wrong resume token for this session")
         session.owner = owner
         session.detached_at = None

@@ -82,7 +82,7 @@ async def serve_native(websocket: WebSocket, service: EnvService, codec: Codec) 
             try:
                 await service.handle(channel, request)
             except Exception as exc:  # a bug must not take the connection down
-                service.internal_error(channel, exc)
+                service.internal_error(channel, exc, request.id)
     except WebSocketDisconnect as exc:
         clean = exc.code in _CLEAN_CLOSE
     finally:
