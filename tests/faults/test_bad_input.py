@@ -141,7 +141,10 @@ class Bystander(threading.Thread):
 
     def run(self) -> None:
         try:
-            with AsyncEnvClient(self.url, env=CounterEnv).sync() as env:
+            # No keepalive: websockets draws ping payloads from the global random module,
+            # which hypothesis (generating inputs in the main thread) would object to.
+            client = AsyncEnvClient(self.url, env=CounterEnv, ping_interval=None)
+            with client.sync() as env:
                 env.reset(limit=10**9)
                 while not self.stop.is_set():
                     result = env.step(CountAction(amount=1))
