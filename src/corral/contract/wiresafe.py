@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Annotated, Any, Literal, get_args, get_origin
 
+import typing_extensions
 from pydantic import BaseModel, PlainSerializer, PlainValidator, WrapSerializer
 from pydantic.functional_validators import BeforeValidator, WrapValidator
 
@@ -268,7 +269,7 @@ class _Checker:
             if issubclass(origin, BaseModel):
                 return tp  # parametrized generic model: checked when it was defined
             before = len(self.problems)
-            new_origin = self._leaf(origin, path)
+            new_origin = self._leaf(origin, path, shown=tp)
             if len(self.problems) > before:
                 return tp
             if new_origin is not origin:
@@ -287,7 +288,9 @@ class _Checker:
             )
         return tp
 
-    def _leaf(self, tp: type, path: str) -> Any:
+    def _leaf(self, tp: type, path: str, shown: Any = None) -> Any:
+        """Check the class ``tp``; problems name ``shown`` (the annotation as written)."""
+        shown = tp if shown is None else shown
         if issubclass(tp, _LEAVES) or issubclass(tp, enum.Enum) or tp in _CONTAINERS:
             return tp
         if issubclass(tp, BaseModel):
@@ -297,13 +300,13 @@ class _Checker:
             return tp
         kind = _is_handle(tp)
         if kind is not None:
-            self.problem(path, tp, f"{kind} and cannot cross the wire", _fix_for(kind))
+            self.problem(path, shown, f"{kind} and cannot cross the wire", _fix_for(kind))
             return tp
         if _has_json_methods(tp):
             return _json_method_annotation(tp)
         if (
             dataclasses.is_dataclass(tp)
-            or typing.is_typeddict(tp)
+            or typing_extensions.is_typeddict(tp)
             or (issubclass(tp, tuple) and hasattr(tp, "_fields"))
         ):
             self._nested(tp, path)
@@ -313,14 +316,14 @@ class _Checker:
         if tp.__module__ == "numpy" and tp.__name__ == "ndarray":
             self.problem(
                 path,
-                tp,
+                shown,
                 "has no declared dtype/shape form on the wire",
                 "annotate the field with corral.contract.arrays.NDArray (or Array(dtype, shape))",
             )
             return tp
         self.problem(
             path,
-            tp,
+            shown,
             "is an arbitrary class with no JSON form",
             f"give {tp.__name__} to_json(self) and a from_json(cls, data) classmethod, "
             "use a pydantic model, or annotate it with a PlainSerializer+PlainValidator pair",
@@ -388,6 +391,8 @@ def _type_name(tp: Any) -> str:
     if isinstance(tp, type):
         if tp.__module__ == "builtins":
             return f"`{tp.__name__}`"
+        return f"`{tp.__module__}.{tp.__qualname__}`"
+    if isinstance(tp, _FUNCTIONS) and hasattr(tp, "__qualname__"):
         return f"`{tp.__module__}.{tp.__qualname__}`"
     return f"`{tp!r}`"
 
