@@ -6,8 +6,9 @@ import re
 import types
 from pathlib import Path
 
-from corral.client import AsyncEnvClient
 from tests.support.servers import running
+
+from corral.client import AsyncEnvClient
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -15,7 +16,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 def readme_module() -> types.ModuleType:
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
     module = types.ModuleType("readme_example")
-    exec(compile(blocks[0], "README.md", "exec"), module.__dict__)  # noqa: S102 - our own README
+    exec(compile(blocks[0], "README.md", "exec"), module.__dict__)
     return module
 
 
