@@ -18,7 +18,15 @@ from rich.console import Console
 from rich.table import Table
 
 from corral.client import AsyncEnvClient
-from corral.envs.wordle import SimplePolicy, WordleEnv
+from corral.envs.wordle import (
+    SimplePolicy,
+    WordleAction,
+    WordleEnv,
+    WordleObservation,
+    WordleState,
+)
+
+WordleClient = AsyncEnvClient[WordleAction, WordleObservation, WordleState]
 
 
 @dataclass
@@ -33,13 +41,13 @@ class Episode:
     secret: str
 
 
-async def play(client: AsyncEnvClient[object, object, object], seed: int) -> Episode:
+async def play(client: WordleClient, seed: int) -> Episode:
     """Play one seeded episode to its end with :class:`SimplePolicy`."""
     policy = SimplePolicy(seed=seed)
     result = await client.reset(seed=seed)
     total, steps = 0.0, 0
     while not result.done:
-        result = await client.step(policy.act(result.observation))  # type: ignore[arg-type]
+        result = await client.step(policy.act(result.observation))
         total += result.reward or 0.0
         steps += 1
     state = await client.state()
@@ -47,9 +55,9 @@ async def play(client: AsyncEnvClient[object, object, object], seed: int) -> Epi
         seed=seed,
         reward=total,
         steps=steps,
-        solved=bool(getattr(state, "solved", False)),
+        solved=state.solved,
         truncated=result.truncated,
-        secret=str(getattr(result.observation, "secret", "")),
+        secret=result.observation.secret or "",
     )
 
 
@@ -77,13 +85,13 @@ async def run(
         queue.put_nowait(seed)
     done: list[Episode] = []
 
-    async def worker(client: AsyncEnvClient[object, object, object]) -> None:
+    async def worker(client: WordleClient) -> None:
         while not queue.empty():
             done.append(await play(client, queue.get_nowait()))
 
     playing = time.perf_counter()
     try:
-        await asyncio.gather(*(worker(c) for c in clients))  # type: ignore[arg-type]
+        await asyncio.gather(*(worker(c) for c in clients))
         seconds = time.perf_counter() - playing
     finally:
         for client in reversed(clients):  # the first client owns the server process
