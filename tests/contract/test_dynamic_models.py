@@ -799,3 +799,26 @@ def test_the_property_holds_for_typing_optional_spellings() -> None:
     dumped = Old(a=[{"k": 1}]).model_dump(mode="json")
     assert d.model_validate(dumped).model_dump(mode="json") == dumped
     assert same_fingerprint(Old, d)
+
+
+def test_ndarray_fields_come_back_as_arrays() -> None:
+    import numpy as np
+
+    from corral.contract.arrays import Array, NDArray
+
+    class Frame(Observation):
+        pixels: NDArray
+        board: Array(dtype="int8", shape=(2, None)) | None = None  # type: ignore[valid-type]
+
+    d = rebuilt(Frame, base=Observation)
+    frame = Frame(pixels=np.arange(6.0).reshape(2, 3), board=[[1, 2, 3], [4, 5, 6]])
+    copy = d.model_validate(frame.model_dump(mode="json"))
+    assert isinstance(copy.pixels, np.ndarray)  # type: ignore[attr-defined]
+    assert np.array_equal(copy.pixels, frame.pixels)  # type: ignore[attr-defined]
+    assert copy.board.dtype == np.int8  # type: ignore[attr-defined]
+    assert copy.model_dump(mode="json") == frame.model_dump(mode="json")
+    # Python mode keeps the arrays (the binary codec packs them as raw bytes).
+    assert d.model_validate(frame.model_dump()).board.shape == (2, 3)  # type: ignore[attr-defined]
+    with pytest.raises(ValidationError, match="shape"):
+        d.model_validate({"pixels": frame.pixels, "board": [[1, 2, 3]] * 3})
+    assert same_fingerprint(Frame, d)
