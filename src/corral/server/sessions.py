@@ -236,8 +236,9 @@ class SessionManager:
         while len(self._tombstones) > _TOMBSTONES:
             self._tombstones.popitem(last=False)
         self.stats.closed += 1
-        if session.task is not None and not session.task.done():
-            session.task.cancel()
+        task = session.task
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            task.cancel()
         if self._on_close is not None:
             self._on_close(session, reason)
         await session.runner.close()
