@@ -17,7 +17,7 @@ def resolve_serve_target(target: str) -> Any:
     ``create_app`` takes."""
     try:
         if target.startswith("gym:"):
-            from corral.adapters.gymnasium.serving import serve_target
+            from corral.adapters.gymnasium import serve_target
 
             return serve_target(target, search_path=Path.cwd())
         return load_target(target, search_path=Path.cwd())

@@ -500,6 +500,10 @@ class _Translator:
             return Any
         if isinstance(node.get("$ref"), str):
             return self.ref(node["$ref"])
+        if isinstance(node.get("x-corral-ndarray"), dict):
+            array = _ndarray_type(node["x-corral-ndarray"])
+            if array is not None:
+                return array
         if "const" in node:
             return Literal[node["const"]] if _literal_value(node["const"]) else Any
         if isinstance(node.get("enum"), list) and node["enum"]:
@@ -734,6 +738,16 @@ def _inherited(base: type[BaseModel], properties: dict[str, Any], required: set[
         ):
             same.add(prop)
     return same
+
+
+def _ndarray_type(spec: dict[str, Any]) -> Any:
+    """``Array(dtype, shape)`` for an ``x-corral-ndarray`` field; None without numpy."""
+    try:
+        from corral.contract.arrays import Array
+    except ImportError:
+        return None  # without numpy the field stays its {dtype, shape, data} object form
+    shape = spec.get("shape")
+    return Array(spec.get("dtype"), shape if isinstance(shape, list) else None)
 
 
 def _field(node: dict[str, Any], *, required: bool, alias: str | None) -> Any:

@@ -63,7 +63,7 @@ def _serialize_info(value: dict[str, Any], info: core_schema.SerializationInfo) 
 InfoDict = Annotated[
     dict[str, Any],
     PlainValidator(_validate_info, json_schema_input_type=dict[str, Any]),
-    PlainSerializer(_serialize_info, info_arg=True),
+    PlainSerializer(_serialize_info),
 ]
 """A Gymnasium ``info`` dict whose numpy arrays cross both codecs."""
 
