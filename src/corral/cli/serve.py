@@ -27,7 +27,8 @@ def resolve_serve_target(target: str) -> Any:
 
 def serve_command(
     target: Annotated[
-        str, typer.Argument(help="The environment: 'package.module:ClassName' or 'gym:CartPole-v1'.")
+        str,
+        typer.Argument(help="The environment: 'package.module:ClassName' or 'gym:CartPole-v1'."),
     ],
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port; 0 picks a free one and prints it.")] = 8000,

@@ -142,14 +142,18 @@ class RemoteEnv(gymnasium.Env[Any, Any]):
     def from_url(cls, url: str, **kwargs: Any) -> RemoteEnv:
         """Connect to the server at ``url``; ``kwargs`` go to :class:`AsyncEnvClient`
         except ``observation_fields``/``max_text_length``, which go to the adapter."""
-        adapter = {k: kwargs.pop(k) for k in ("observation_fields", "max_text_length") if k in kwargs}
+        adapter = {
+            k: kwargs.pop(k) for k in ("observation_fields", "max_text_length") if k in kwargs
+        }
         return cls(AsyncEnvClient(url, **kwargs), **adapter)
 
     @classmethod
     def from_env(cls, target: str, **kwargs: Any) -> RemoteEnv:
         """Start ``target`` (``module:Class`` or ``gym:ENV_ID``) in a local server and
         connect; the server stops when the environment closes."""
-        adapter = {k: kwargs.pop(k) for k in ("observation_fields", "max_text_length") if k in kwargs}
+        adapter = {
+            k: kwargs.pop(k) for k in ("observation_fields", "max_text_length") if k in kwargs
+        }
         return cls(SyncEnvClient.from_env(target, **kwargs), **adapter)
 
     def reset(

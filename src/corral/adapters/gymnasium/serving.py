@@ -224,7 +224,10 @@ def _class_stem(name: str) -> str:
 
 
 def _describe(
-    name: str, spec: Any, action_space: gymnasium.Space[Any], observation_space: gymnasium.Space[Any]
+    name: str,
+    spec: Any,
+    action_space: gymnasium.Space[Any],
+    observation_space: gymnasium.Space[Any],
 ) -> str:
     limit = getattr(spec, "max_episode_steps", None)
     text = f"Gymnasium {name}: actions {action_space}, observations {observation_space}"

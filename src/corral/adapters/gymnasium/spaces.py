@@ -22,7 +22,8 @@ derived from the JSON Schema alone, so it works for any corral environment. Fiel
 carry ``x-gym-space`` (a served Gymnasium environment) give back exactly the original
 space. Other schemas are mapped as follows: ``boolean`` → ``Discrete(2)``; an ``enum`` →
 ``Discrete(len(enum))`` (the sample is the index of the value); ``integer`` with both
-bounds → ``Discrete``, otherwise a scalar ``int64`` ``Box``; ``number`` → a scalar
+bounds → ``Discrete``, otherwise a scalar ``int64`` ``Box`` (open ends: :data:`INT_MIN`,
+:data:`INT_MAX`); ``number`` → a scalar
 ``float64`` ``Box``; ``string`` → ``Text`` (a ``^[class]{m,n}$`` pattern gives its charset
 and lengths, otherwise printable ASCII up to ``max_text_length``); an array field →
 ``Box``; a list → ``Sequence``; a tuple → ``Tuple``; an object with properties → ``Dict``;
@@ -62,6 +63,11 @@ DEFAULT_MAX_TEXT_LENGTH = 4096
 
 DEFAULT_CHARSET = string.printable
 """``Text`` charset for string fields whose schema pattern gives no character class."""
+
+INT_MIN = int(np.iinfo(np.int64).min)
+INT_MAX = int(np.iinfo(np.int64).max) - 1
+"""The bounds of an integer field without ``minimum``/``maximum``: the widest int64 range
+``Box.sample`` handles (it computes ``high + 1``)."""
 
 _MAX_DISCRETE = 2**62
 """Bounded integers wider than this stay a ``Box``: ``Discrete.n`` must fit in int64."""
@@ -226,7 +232,9 @@ class TupleBinding(Binding):
     def to_gym(self, value: Any) -> Any:
         values = list(value)
         if len(values) != len(self.items):
-            raise SpaceError(f"expected {len(self.items)} items for {self.space}, got {len(values)}")
+            raise SpaceError(
+                f"expected {len(self.items)} items for {self.space}, got {len(values)}"
+            )
         return tuple(binding.to_gym(v) for binding, v in zip(self.items, values, strict=True))
 
     def from_gym(self, sample: Any) -> Any:
@@ -589,7 +597,11 @@ def _resolve(schema: Mapping[str, Any], ctx: _Context, path: str) -> Mapping[str
     while "$ref" in schema:
         ref = schema["$ref"]
         prefix = "#/$defs/"
-        if not isinstance(ref, str) or not ref.startswith(prefix) or ref[len(prefix) :] not in ctx.defs:
+        if (
+            not isinstance(ref, str)
+            or not ref.startswith(prefix)
+            or ref[len(prefix) :] not in ctx.defs
+        ):
             raise SpaceError(f"{path}: cannot resolve schema reference {ref!r}")
         siblings = {k: v for k, v in schema.items() if k != "$ref"}
         schema = {**ctx.defs[ref[len(prefix) :]], **siblings}
@@ -629,7 +641,7 @@ def _binding(schema: Mapping[str, Any], ctx: _Context, path: str) -> Binding:
         high = schema.get("maximum", schema.get("exclusiveMaximum", np.inf))
         return ScalarBinding(spaces.Box(float(low), float(high), shape=(), dtype=np.float64))
     if kind == "string":
-        if schema.get("format") in ("binary", "base64") or "contentEncoding" in schema:
+        if schema.get("format") in ("binary", "base64", "base64url") or "contentEncoding" in schema:
             raise SpaceError(f"{path}: bytes fields have no Gymnasium space; send text or an array")
         return TextBinding(_text(schema, ctx.max_text_length))
     if kind == "array":
@@ -648,11 +660,10 @@ def _integer(schema: Mapping[str, Any]) -> Binding:
         high = int(schema["exclusiveMaximum"]) - 1
     if low is not None and high is not None and 0 <= high - low < _MAX_DISCRETE:
         return DiscreteBinding(spaces.Discrete(int(high - low + 1), start=int(low)))
-    info = np.iinfo(np.int64)
     return ScalarBinding(
         spaces.Box(
-            info.min if low is None else int(low),
-            info.max if high is None else int(high),
+            INT_MIN if low is None else int(low),
+            INT_MAX if high is None else int(high),
             shape=(),
             dtype=np.int64,
         )
@@ -719,7 +730,7 @@ def _box_from_ndarray(info: Mapping[str, Any], path: str) -> Binding:
     dtype = np.dtype(dtype_str)
     dims = tuple(int(n) for n in shape)
     if dtype.kind == "b":
-        return ArrayBinding(spaces.Box(False, True, shape=dims, dtype=dtype))
+        return ArrayBinding(spaces.Box(0, 1, shape=dims, dtype=dtype))
     if dtype.kind in "iu":
         info_ = np.iinfo(dtype)
         return ArrayBinding(spaces.Box(info_.min, info_.max, shape=dims, dtype=dtype))
@@ -728,11 +739,14 @@ def _box_from_ndarray(info: Mapping[str, Any], path: str) -> Binding:
     raise SpaceError(f"{path}: arrays of dtype {dtype} have no Gymnasium space")
 
 
-def _exact(
-    schema: Mapping[str, Any], gym: Mapping[str, Any], ctx: _Context, path: str
-) -> Binding:
+_EXACT_KINDS = frozenset({"Discrete", "Text", "Sequence", "Box", "MultiDiscrete", "MultiBinary"})
+
+
+def _exact(schema: Mapping[str, Any], gym: Mapping[str, Any], ctx: _Context, path: str) -> Binding:
     """Rebuild the space a served Gymnasium environment described."""
     kind = gym.get("type")
+    if kind not in _EXACT_KINDS:
+        raise SpaceError(f"{path}: unknown {GYM_SPACE_KEY} type {kind!r}")
     try:
         if kind == "Discrete":
             return DiscreteBinding(spaces.Discrete(int(gym["n"]), start=int(gym.get("start", 0))))
@@ -763,7 +777,7 @@ def _exact(
             return ArrayBinding(spaces.MultiBinary(n[0] if len(n) == 1 else n))
     except (KeyError, TypeError, ValueError) as exc:
         raise SpaceError(f"{path}: malformed {GYM_SPACE_KEY} {dict(gym)!r}: {exc}") from None
-    raise SpaceError(f"{path}: unknown {GYM_SPACE_KEY} type {kind!r}")
+    raise AssertionError(f"unhandled {GYM_SPACE_KEY} type {kind!r}")  # pragma: no cover
 
 
 def _union(options: list[Mapping[str, Any]], ctx: _Context, path: str) -> Binding:

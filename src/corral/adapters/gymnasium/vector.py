@@ -293,9 +293,11 @@ class RemoteVectorEnv(VectorEnv[Any, Any, Any]):
             )
         resets = ended if self.autoreset_mode is AutoresetMode.NEXT_STEP else []
         steps = [i for i in range(self.num_envs) if i not in resets]
-        step_results = self.sessions.step(
-            [(i, self.spaces.action_of(samples[i])) for i in steps]
-        ) if steps else []
+        step_results = (
+            self.sessions.step([(i, self.spaces.action_of(samples[i])) for i in steps])
+            if steps
+            else []
+        )
         reset_results = self.sessions.reset([(i, None, {}) for i in resets]) if resets else []
         outcome: dict[int, tuple[StepResult[Any], bool]] = {
             **{i: (r, True) for i, r in zip(steps, step_results, strict=True)},
@@ -304,7 +306,9 @@ class RemoteVectorEnv(VectorEnv[Any, Any, Any]):
         finals: dict[int, StepResult[Any]] = {}
         if self.autoreset_mode is AutoresetMode.SAME_STEP:
             done = [i for i in steps if outcome[i][0].done]
-            for i, result in zip(done, self.sessions.reset([(i, None, {}) for i in done]), strict=True):
+            for i, result in zip(
+                done, self.sessions.reset([(i, None, {}) for i in done]), strict=True
+            ):
                 finals[i] = outcome[i][0]
                 outcome[i] = (result, True)
         infos: dict[str, Any] = {}
