@@ -132,7 +132,7 @@ def test_dynamic_client_models_decode_served_spaces() -> None:
 
 
 def test_array_samples_are_fresh_and_writable() -> None:
-    model, binding = _model(spaces.Box(0, 255, (2, 2), np.uint8))
+    model, _binding = _model(spaces.Box(0, 255, (2, 2), np.uint8))
     client = _client_space(model)
     frozen = np.frombuffer(bytes(4), dtype=np.uint8).reshape(2, 2)
     assert not frozen.flags.writeable
@@ -142,7 +142,7 @@ def test_array_samples_are_fresh_and_writable() -> None:
 
 
 def test_zero_dimensional_arrays_keep_their_shape() -> None:
-    model, binding = _model(spaces.Box(-1.0, 1.0, (), np.float32))
+    model, _binding = _model(spaces.Box(-1.0, 1.0, (), np.float32))
     for codec in CODECS:
         value = np.array(0.5, dtype=np.float32)
         decoded = _round_trip(model, model(value=value), codec)

@@ -97,8 +97,9 @@ class ContractSpaces:
 
 
 def info_of(result: StepResult[Any]) -> dict[str, Any]:
-    """A step result's ``info``: its metadata, with array wire dicts decoded, copied."""
-    info: dict[str, Any] = copy.deepcopy(array_value(dict(result.info)))
+    """A step result's ``info``: its metadata with arrays and numpy scalars restored
+    (see :mod:`corral.adapters.gymnasium.info`), as a fresh copy."""
+    info: dict[str, Any] = copy.deepcopy(array_value(dict(result.info), scalars=True))
     return info
 
 

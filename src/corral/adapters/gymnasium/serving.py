@@ -13,6 +13,7 @@ observation's ``metadata`` (numpy values included, see :mod:`.info`).
 from __future__ import annotations
 
 import functools
+import importlib
 import re
 import sys
 import uuid
@@ -141,14 +142,15 @@ class GymEnvironment(Environment[Action, GymObservation, GymState]):
         terminated: bool,
         truncated: bool,
     ) -> GymObservation:
-        model: type[GymObservation] = type(self).observation_type  # type: ignore[assignment]
-        return model(
+        model: Any = type(self).observation_type
+        observation: GymObservation = model(
             observation=type(self).observation_binding.from_gym(obs),
             reward=None if reward is None else float(reward),
             done=bool(terminated or truncated),
             truncated=bool(truncated),
             metadata=wire_value(info),
         )
+        return observation
 
     @classmethod
     def for_id(cls, env_id: str, **make_kwargs: Any) -> type[GymEnvironment]:
@@ -158,15 +160,18 @@ class GymEnvironment(Environment[Action, GymObservation, GymState]):
             ValueError: ``env_id`` is not registered (the message lists close matches).
             SpaceError: a space has no contract counterpart.
         """
-        try:
-            gymnasium.spec(env_id)
-        except gymnasium.error.Error as exc:
-            if ":" in env_id:
-                module = env_id.partition(":")[0]
+        module, sep, registered = env_id.rpartition(":")
+        if sep:
+            try:
+                importlib.import_module(module)
+            except ImportError as exc:
                 raise ValueError(
-                    f"cannot load Gymnasium environment {env_id!r}: {exc}; check that module "
-                    f"{module!r} is importable and registers it"
+                    f"cannot load Gymnasium environment {env_id!r}: importing {module!r} "
+                    f"failed ({exc}); check that it is importable and registers {registered!r}"
                 ) from None
+        try:
+            gymnasium.spec(registered)
+        except gymnasium.error.Error as exc:
             raise ValueError(f"unknown Gymnasium environment {env_id!r}: {exc}") from None
         make = functools.partial(gymnasium.make, env_id, **make_kwargs)
         return cls.for_factory(make, name=env_id)

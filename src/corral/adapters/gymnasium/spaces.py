@@ -226,7 +226,7 @@ class DictBinding(Binding):
 class TupleBinding(Binding):
     """``Tuple``: a fixed-length sequence, one binding per position."""
 
-    space: spaces.Tuple
+    space: spaces.Tuple[Any]
     items: tuple[Binding, ...]
 
     def to_gym(self, value: Any) -> Any:
@@ -256,7 +256,8 @@ class SequenceBinding(Binding):
         if not self.space.stack:
             return tuple(items)
         feature = self.space.feature_space
-        return concatenate(feature, items, create_empty_array(feature, n=len(items)))
+        out: Any = create_empty_array(feature, n=len(items))
+        return concatenate(feature, items, out)
 
     def from_gym(self, sample: Any) -> Any:
         if self.space.stack:
@@ -271,7 +272,7 @@ class SequenceBinding(Binding):
 class OneOfBinding(Binding):
     """``OneOf``: a union; the sample is ``(branch index, branch sample)``."""
 
-    space: spaces.OneOf
+    space: spaces.OneOf[Any]
     branches: tuple[Binding, ...]
 
     def to_gym(self, value: Any) -> Any:

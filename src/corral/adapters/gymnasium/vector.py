@@ -185,7 +185,7 @@ class RemoteVectorEnv(VectorEnv[Any, Any, Any]):
         self.single_observation_space = self.spaces.observation.space
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self._env_obs: list[Any] = [None] * self.num_envs
-        self._observations = create_empty_array(
+        self._observations: Any = create_empty_array(
             self.single_observation_space, n=self.num_envs, fn=np.zeros
         )
         self._rewards = np.zeros((self.num_envs,), dtype=np.float64)
