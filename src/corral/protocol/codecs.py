@@ -17,7 +17,6 @@ import enum
 import ipaddress
 import pathlib
 import uuid
-from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 import msgpack
@@ -25,6 +24,13 @@ import orjson
 from pydantic import BaseModel
 
 from corral.errors import BadFrame, BadMessage
+from corral.protocol.arrays import (
+    NDARRAY_EXT,
+    decode_ndarray,
+    encode_ndarray,
+    is_ndarray,
+    is_numpy_scalar,
+)
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -58,27 +64,24 @@ class Codec(Protocol):
         ...
 
 
-_EXT_HOOKS: dict[type, Callable[[Any], Any]] = {}
-"""Extra msgpack encoders for types outside msgpack's native set (e.g. numpy arrays)."""
-_EXT_DECODERS: dict[int, Callable[[bytes], Any]] = {}
-
-
-def register_msgpack_ext(
-    tp: type, code: int, encode: Callable[[Any], bytes], decode: Callable[[bytes], Any]
-) -> None:
-    """Teach the msgpack codec a binary form for ``tp`` as ext type ``code``.
-
-    Used for numpy arrays (dtype + shape + raw bytes) so that large arrays never go
-    through Python lists.
-    """
-    _EXT_HOOKS[tp] = lambda value: msgpack.ExtType(code, encode(value))
-    _EXT_DECODERS[code] = decode
-
-
 def _msgpack_default(value: Any) -> Any:
-    hook = _EXT_HOOKS.get(type(value))
-    if hook is not None:
-        return hook(value)
+    if is_ndarray(value):
+        return msgpack.ExtType(NDARRAY_EXT, encode_ndarray(value))
+    return _plain_default(value)
+
+
+def _json_default(value: Any) -> Any:
+    if is_ndarray(value):
+        from corral.contract.arrays import to_wire_dict
+
+        return to_wire_dict(value)
+    return _plain_default(value)
+
+
+def _plain_default(value: Any) -> Any:
+    """Encode the non-JSON, non-msgpack values a python-mode dump may contain."""
+    if is_numpy_scalar(value):
+        return value.item()
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, (dt.datetime, dt.date, dt.time)):
@@ -97,10 +100,9 @@ def _msgpack_default(value: Any) -> Any:
 
 
 def _msgpack_ext(code: int, data: bytes) -> Any:
-    decoder = _EXT_DECODERS.get(code)
-    if decoder is None:
-        raise BadFrame(f"unknown msgpack extension type {code}")
-    return decoder(data)
+    if code == NDARRAY_EXT:
+        return decode_ndarray(data)
+    raise BadFrame(f"unknown msgpack extension type {code}")
 
 
 def _require_map(obj: Any) -> dict[str, Any]:
@@ -159,7 +161,7 @@ class JsonCodec:
 
     def encode(self, message: dict[str, Any]) -> str:
         """Encode ``message`` as one JSON object."""
-        return orjson.dumps(message, default=_msgpack_default).decode()
+        return orjson.dumps(message, default=_json_default).decode()
 
     def decode(self, frame: Frame) -> dict[str, Any]:
         """Decode a JSON text (or UTF-8 binary) frame."""
@@ -175,7 +177,7 @@ class JsonCodec:
 
     def load(self, model_type: type[M], obj: Any) -> M:
         """Validate with pydantic's JSON semantics, so base64 bytes decode correctly."""
-        return model_type.model_validate_json(orjson.dumps(obj))
+        return model_type.model_validate_json(orjson.dumps(obj, default=_json_default))
 
 
 CODECS: dict[str, type[MsgpackCodec] | type[JsonCodec]] = {

@@ -10,6 +10,7 @@ from fastapi import FastAPI, WebSocket
 
 from corral.server.config import ServerConfig
 from corral.server.http import info_router
+from corral.server.metrics import metrics_router
 from corral.server.openenv_http import openenv_router
 from corral.server.openenv_ws import openenv_fallback
 from corral.server.service import EnvService
@@ -59,6 +60,7 @@ def create_app(
     )
     app.state.service = service
     app.include_router(info_router(service))
+    app.include_router(metrics_router(service))
     if openenv:
         app.include_router(openenv_router(service))
         fallback = fallback or openenv_fallback(service)
