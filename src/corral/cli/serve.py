@@ -7,17 +7,27 @@ from typing import Annotated, Any
 
 import typer
 
+from corral.adapters.openenv_env import from_openenv, is_openenv_environment
 from corral.server.config import ServerConfig
 from corral.server.serve import serve
 from corral.server.target import load_target
 
 
 def resolve_serve_target(target: str) -> Any:
-    """Turn ``corral serve``'s TARGET (``module:Class``) into what ``create_app`` takes."""
+    """Turn ``corral serve``'s TARGET (``module:Class``) into what ``create_app`` takes.
+
+    An OpenEnv environment class is wrapped by :func:`corral.adapters.openenv_env.from_openenv`.
+    """
     try:
-        return load_target(target, search_path=Path.cwd())
+        obj = load_target(target, search_path=Path.cwd())
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="TARGET") from None
+    if is_openenv_environment(obj):
+        try:
+            return from_openenv(obj)
+        except (TypeError, ImportError) as exc:
+            raise typer.BadParameter(str(exc), param_hint="TARGET") from None
+    return obj
 
 
 def serve_command(

@@ -175,8 +175,7 @@ class OpenEnvConnection:
             )
         except InvalidStatus as exc:
             raise ConnectionLost(
-                f"{self.url} refused the WebSocket handshake with HTTP "
-                f"{exc.response.status_code}",
+                f"{self.url} refused the WebSocket handshake with HTTP {exc.response.status_code}",
                 details={"status": exc.response.status_code},
             ) from None
         except (OSError, TimeoutError, WebSocketException) as exc:

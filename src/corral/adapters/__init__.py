@@ -1,0 +1,1 @@
+"""Adapters to the libraries and frameworks trainers and authors already use."""
