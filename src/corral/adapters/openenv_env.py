@@ -190,24 +190,28 @@ def from_openenv(
     accepted = _accepted(
         getattr(env, "reset_async" if _overrides(env, "reset_async", base) else "reset")
     )
-    is_async = _overrides(env, "reset_async", base) or _overrides(env, "step_async", base)
     return _adapter_class(
-        env, make, act, obs, st, meta_name, meta_description, contract_version, accepted, is_async
+        env,
+        make,
+        (act, obs, st),
+        (meta_name, meta_description, contract_version),
+        accepted,
+        (_overrides(env, "reset_async", base), _overrides(env, "step_async", base)),
     )
 
 
 def _adapter_class(
-    env: type,
+    env: Any,
     make: Callable[[], Any],
-    act: type[Action],
-    obs: type[Observation],
-    st: type[State],
-    env_name: str,
-    env_description: str,
-    version: str,
+    models: tuple[type[Action], type[Observation], type[State]],
+    identity: tuple[str, str, str],
     accepted: frozenset[str] | None,
-    is_async: bool,
+    asyncs: tuple[bool, bool],
 ) -> type[Environment[Any, Any, Any]]:
+    act, obs, st = models
+    env_name, env_description, version = identity
+    reset_is_async, step_is_async = asyncs
+
     def check_options(options: dict[str, Any]) -> dict[str, Any]:
         if accepted is None:
             return options
@@ -250,27 +254,33 @@ def _adapter_class(
         def close(self) -> None:
             self.inner.close()
 
-    if is_async:
+    # Each method is async exactly when the OpenEnv class overrides its *_async twin,
+    # which is when OpenEnv itself awaits it instead of running the sync one on a thread.
+    if reset_is_async:
 
         async def reset_async(self: Any, seed: int | None = None, **options: Any) -> Observation:
             kwargs = check_options(options)
             return to_observation(await self.inner.reset_async(seed=seed, **kwargs))
 
-        async def step_async(self: Any, action: Action) -> Observation:
-            return to_observation(await self.inner.step_async(action))
-
         OpenEnvAdapter.reset = reset_async  # type: ignore[method-assign]
-        OpenEnvAdapter.step = step_async  # type: ignore[method-assign]
     else:
 
         def reset_sync(self: Any, seed: int | None = None, **options: Any) -> Observation:
             kwargs = check_options(options)
             return to_observation(self.inner.reset(seed=seed, **kwargs))
 
+        OpenEnvAdapter.reset = reset_sync  # type: ignore[method-assign]
+    if step_is_async:
+
+        async def step_async(self: Any, action: Action) -> Observation:
+            return to_observation(await self.inner.step_async(action))
+
+        OpenEnvAdapter.step = step_async  # type: ignore[method-assign]
+    else:
+
         def step_sync(self: Any, action: Action) -> Observation:
             return to_observation(self.inner.step(action))
 
-        OpenEnvAdapter.reset = reset_sync  # type: ignore[method-assign]
         OpenEnvAdapter.step = step_sync  # type: ignore[method-assign]
 
     OpenEnvAdapter.__name__ = OpenEnvAdapter.__qualname__ = f"{env.__name__}Adapter"
