@@ -226,7 +226,13 @@ class OpenEnvConnection:
             frame = client_frame(message)
             ws = self._socket()
             try:
-                await ws.send(self.codec.encode(frame))
+                try:
+                    await ws.send(self.codec.encode(frame))
+                except ConnectionClosed:
+                    if kind == "close":
+                        return m.closed(request_id, self.session)
+                    # The server may have closed right after an error frame (OpenEnv does
+                    # after CAPACITY_REACHED): recv() still returns it, else raises.
                 if kind == "close":
                     return m.closed(request_id, self.session)
                 raw = await asyncio.wait_for(ws.recv(), timeout)

@@ -30,6 +30,7 @@ from corral.contract.tools import Tool, tools_of
 from corral.errors import CorralError, SessionLost, StepTimeout
 from corral.protocol import messages as m
 from corral.protocol.codecs import JsonCodec
+from corral.protocol.handshake import Compat
 from corral.protocol.openenv import (
     CallTool,
     CloseSession,
@@ -92,7 +93,11 @@ class LockstepLink:
         self.tools = tools
         self.lock = asyncio.Lock()
         self._replies: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self.channel = Channel(codec=JsonCodec(), sender=self._replies.put_nowait)
+        # OpenEnv has no handshake and no contract to negotiate: the channel starts out
+        # greeted, unchecked (as a corral client that sends no contract).
+        self.channel = Channel(
+            codec=JsonCodec(), sender=self._replies.put_nowait, compat=Compat.UNCHECKED
+        )
         self.session: Session | None = None
         self._translator: ServerTranslator | None = None
 
