@@ -48,6 +48,7 @@ async def serve_native(websocket: WebSocket, service: EnvService, codec: Codec) 
     writer = asyncio.create_task(_write(websocket, codec, outbox), name="corral-ws-writer")
     reader = FrameReader(codec, service.config.max_frame_bytes)
     clean = False
+    service.manager.stats.connections += 1
     try:
         while True:
             message = await websocket.receive()
@@ -69,6 +70,7 @@ async def serve_native(websocket: WebSocket, service: EnvService, codec: Codec) 
     except WebSocketDisconnect as exc:
         clean = exc.code in _CLEAN_CLOSE
     finally:
+        service.manager.stats.connections -= 1
         await service.disconnect(channel, clean)
         outbox.put_nowait(None)
         with contextlib.suppress(Exception):
@@ -101,13 +103,16 @@ async def ws_endpoint(
     """Route a WebSocket to the native protocol or, without a corral subprotocol, the fallback."""
     offered = list(websocket.scope.get("subprotocols", []))
     codec = codec_for_subprotocols(offered)
+    if codec is None and fallback is not None:
+        # The fallback speaks another protocol and reports a full server in its own way
+        # (OpenEnv: an error frame after accepting, then close 1000).
+        await fallback(websocket)
+        return
     if not service.manager.has_capacity():
         await refuse_capacity(websocket, service)
         return
     if codec is not None:
         await serve_native(websocket, service, codec)
-    elif fallback is not None:
-        await fallback(websocket)
     else:
         response = JSONResponse(
             {
