@@ -315,7 +315,9 @@ def _episode_parameters(request: Request) -> tuple[int | None, dict[str, Any]]:
         try:
             seed = int(query["seed"])
         except ValueError:
-            raise ValueError(f"the seed query parameter must be an integer, got {query['seed']!r}")
+            raise ValueError(
+                f"the seed query parameter must be an integer, got {query['seed']!r}"
+            ) from None
     options: dict[str, Any] = {}
     if "options" in query:
         try:
