@@ -8,11 +8,11 @@ root, or the mapped root of a new user namespace otherwise.
 It mounts a small tmpfs as the new root, bind-mounts the entries of ``config["mounts"]``
 into it (read-only unless marked writable; ``empty`` entries hide a path behind an empty
 read-only directory or file), adds ``/proc`` (of the new pid namespace) and a minimal
-``/dev``, makes the new root read-only and ``chroot``s into it. It then forks: the child
-drops to ``config["uid"]`` (real root) or sheds every capability (user namespace), sets
-``no_new_privs`` and ``exec``s the worker; pid 1 stays behind to reap orphans, and exits
-with the worker's status (``128 + signal`` when the worker was killed by a signal). When
-pid 1 exits the kernel kills every process left in the namespace.
+``/dev``, makes the new root read-only, ``chroot``s into it and names the host ``sandbox``.
+It then forks: the child drops to ``config["uid"]`` (real root) or sheds every capability
+(user namespace), sets ``no_new_privs`` and ``exec``s the worker; pid 1 stays behind to
+reap orphans, and exits with the worker's status (``128 + signal`` when the worker was
+killed by a signal). When pid 1 exits the kernel kills every process left in the namespace.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import socket
 import sys
 from typing import Any
 
@@ -175,6 +176,7 @@ def main(argv: list[str]) -> int:
     """Entry point: ``argv[1]`` is the JSON config written by the parent."""
     config = json.loads(argv[1])
     os.umask(0o022)
+    socket.sethostname("sandbox")
     build_root(config["root"], config["mounts"], config["empty_dir"], config["empty_file"])
     os.chroot(config["root"])
     os.chdir(config["cwd"])

@@ -513,7 +513,8 @@ def main(argv: list[str]) -> int:
     if config.get("no_new_privs"):
         set_no_new_privs()
     for stream in (sys.stdout, sys.stderr):
-        stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+        # Line buffering, as on a terminal: what was printed before a kill is not lost.
+        stream.reconfigure(errors="backslashreplace", line_buffering=True)  # type: ignore[union-attr]
     workdir = str(config["workdir"])
     os.chdir(workdir)
     sys.path.insert(0, workdir)

@@ -229,7 +229,7 @@ def probe(mode: SandboxMode, python: str, uid_range: range | None) -> SandboxPro
     try:
         info = python_info(python)
     except SandboxError as exc:
-        return str(exc)
+        return f"{mode}: {exc}"
     tool = {
         SandboxMode.BWRAP: shutil.which("bwrap"),
         SandboxMode.UNSHARE: shutil.which("unshare"),
