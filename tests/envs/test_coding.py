@@ -7,6 +7,7 @@ Limits are small (1 CPU second, 2 s wall clock) so that every test stays short.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import shutil
@@ -22,7 +23,9 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from tests.support.servers import running, wait_until
 
+from corral.client import AsyncEnvClient
 from corral.envs.coding import (
     TASKS,
     CodeAction,
@@ -858,3 +861,39 @@ def test_a_sandbox_does_not_outlive_a_killed_server(mode: SandboxMode, tmp_path:
         server.wait()
     # The sleepers escaped with setsid(); the pid namespace takes them down with the worker.
     assert survivors(None, marker, wait=5) == []
+
+
+# --- through a real server ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("codec", ["msgpack", "json"])
+async def test_served_sessions_each_get_their_own_sandbox(codec: str, tmp_path: Path) -> None:
+    factory = functools.partial(CodingEnv, limits=FAST, workdir_root=str(tmp_path))
+    with running(factory) as srv:
+
+        async def play(name: str) -> Any:
+            async with AsyncEnvClient(srv.url, env=CodingEnv, codec=codec) as env:
+                first = await env.reset(task=name, persistent=True)
+                assert first.observation.task == name and name in first.observation.prompt
+                assert first.info["sandbox_mode"] == str(first.info["sandbox_mode"])
+                await env.step(CodeAction(code="import time\ntime.sleep(0.2)\nhelper = 1"))
+                wrong = await env.step(CodeAction(code="print(helper)\n1 / 0"))
+                assert wrong.observation.stdout == "1\n" and wrong.reward == 0.0
+                assert wrong.observation.error == "ZeroDivisionError: division by zero"
+                assert not wrong.done
+                right = await env.step(CodeAction(code=SOLUTIONS[name]))
+                assert right.terminated and right.reward == 1.0
+                state = await env.state()
+                assert state.solved and state.step_count == 3 and state.task == name
+                return state
+
+        states = await asyncio.gather(*(play(n) for n in ("fizzbuzz", "is_prime", "flatten")))
+        async with AsyncEnvClient(srv.url, env=CodingEnv, codec=codec) as env:
+            with pytest.raises(InvalidArgument, match="unknown task 'nope'"):
+                await env.reset(task="nope")
+        # Closing a session closes its environment: workspace and processes go away.
+        assert wait_until(lambda: not list(tmp_path.iterdir()))
+    uids = [state.sandbox_uid for state in states]
+    if uids[0] is not None:
+        assert len(set(uids)) == 3
+        assert all(survivors(uid) == [] for uid in uids)
