@@ -843,24 +843,28 @@ def test_a_sandbox_does_not_outlive_a_killed_server(mode: SandboxMode, tmp_path:
         pytest.skip(f"sandbox mode {mode} unavailable here: {found}")
     marker = f"corral-test-{uuid.uuid4()}"
     script = tmp_path / "server.py"
+    workdirs = tmp_path / "workdirs"
+    workdirs.mkdir()
     script.write_text(
         "from corral.envs.coding import CodeAction, CodingEnv, SandboxLimits\n"
-        f"env = CodingEnv(limits=SandboxLimits(wall_seconds=60), sandbox={str(mode)!r})\n"
+        f"env = CodingEnv(limits=SandboxLimits(wall_seconds=60), sandbox={str(mode)!r},\n"
+        f"                workdir_root={str(workdirs)!r})\n"
         "env.reset(task='fizzbuzz', persistent=True)\n"
         f"env.step(CodeAction(code={background_sleepers(marker)!r}))\n"
-        "print('ready', flush=True)\n"
+        "print(env.state().sandbox_uid, flush=True)\n"
         "env.step(CodeAction(code='import time\\ntime.sleep(60)'))\n"
     )
     server = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None
-        assert server.stdout.readline().strip() == "ready"
+        printed = server.stdout.readline().strip()
         assert survivors(None, marker, wait=0) != []
     finally:
         server.kill()
         server.wait()
+    uid = None if printed == "None" else int(printed)
     # The sleepers escaped with setsid(); the pid namespace takes them down with the worker.
-    assert survivors(None, marker, wait=5) == []
+    assert survivors(uid, marker, wait=5) == []
 
 
 # --- through a real server ---------------------------------------------------------
