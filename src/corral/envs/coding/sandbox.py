@@ -329,20 +329,26 @@ class UidLease:
 
     The lease is an ``flock`` on ``<tmp>/corral-sandbox-uids/<uid>``; the kernel drops it
     if this process dies, so a crashed server never strands a uid. A fresh lease starts
-    by killing whatever still runs under the uid (left over by such a crash).
+    by killing whatever still runs under the uid (left over by such a crash). The lock
+    file is deleted on release; a locker re-checks that the file it locked is still the
+    one at the path, so deleting it cannot let two holders in.
     """
 
     def __init__(self, uid_range: range, kill: str | None) -> None:
         directory = _lock_directory()
         for _ in range(64):
             uid = random.SystemRandom().choice(uid_range)
-            fd = os.open(directory / str(uid), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            path = directory / str(uid)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+                if os.fstat(fd).st_ino != os.stat(path, follow_symlinks=False).st_ino:
+                    raise BlockingIOError  # released and deleted while we were locking
+            except (BlockingIOError, FileNotFoundError):
                 os.close(fd)
                 continue
             self.uid = uid
+            self._path = path
             self._fd: int | None = fd
             kill_uid(uid, kill)
             return
@@ -351,6 +357,8 @@ class UidLease:
     def release(self) -> None:
         """Give the uid back (the caller has killed its processes)."""
         if self._fd is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self._path.unlink()
             os.close(self._fd)
             self._fd = None
 
