@@ -57,6 +57,7 @@ _ETC_ENTRIES = (
 _PATH = "/usr/local/bin:/usr/bin:/bin"
 _PYTHON_FLAGS = ("-I", "-S", "-B", "-X", "utf8")
 _PROBE_TIMEOUT = 20.0
+_KILL_TIMEOUT = 30.0
 
 
 class SandboxMode(enum.StrEnum):
@@ -725,9 +726,9 @@ class SandboxProcess:
             _source("_worker.py"),
             json.dumps(config),
         ]
-        argv, user = self._command(worker_argv, child_fds, extra_ro_paths)
         rlimits = profile.mode is SandboxMode.RLIMITS
         try:
+            argv, user = self._command(worker_argv, child_fds, extra_ro_paths)
             self._proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
@@ -744,7 +745,10 @@ class SandboxProcess:
             )
         except OSError as exc:
             self._close_fds()
-            raise SandboxError(f"cannot start the sandbox ({argv[0]}): {exc}") from exc
+            raise SandboxError(f"cannot start the {profile.mode} sandbox: {exc}") from exc
+        except BaseException:
+            self._close_fds()
+            raise
         finally:
             for fd in (request_r, reply_w, lifeline_r, out_w, err_w):
                 os.close(fd)
@@ -873,6 +877,9 @@ class SandboxProcess:
         """Kill the sandbox and everything it started. Any thread; idempotent.
 
         ``reason`` is recorded unless an earlier one was.
+
+        Raises:
+            SandboxError: the sandbox's processes did not die (stuck in the kernel).
         """
         with self._lock:
             if self._killed_by is None:
@@ -881,7 +888,12 @@ class SandboxProcess:
                 # The leader is not reaped yet, so its pid (and group) cannot be reused.
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(self._proc.pid, signal.SIGKILL)
-        self._proc.wait()
+        try:
+            self._proc.wait(timeout=_KILL_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise SandboxError(
+                f"sandbox process {self._proc.pid} survived SIGKILL for {_KILL_TIMEOUT:g} s"
+            ) from None
         with self._lock:
             self._reaped = True
         if self.workspace.uid is not None and not self.workspace.closed:
