@@ -18,6 +18,13 @@ UNSAFE_BUILTINS = {"eval", "exec", "compile", "__import__"}
 UNSAFE_YAML = {"load", "load_all", "unsafe_load", "unsafe_load_all", "full_load", "full_load_all"}
 UNSAFE_LOADERS = {"Loader", "UnsafeLoader", "FullLoader"}
 
+# Running code is the point of these files; nothing here deserializes anything.
+RUNS_AGENT_CODE = {
+    # The coding environment's worker: it execs the agent's action inside the sandbox
+    # process (started as ``python -c``), never in the server.
+    "corral/envs/coding/_worker.py": {"compile()", "exec()"},
+}
+
 
 def findings(path: Path, root: Path) -> list[str]:
     """Every unsafe use in one source file, as ``file:line: what`` (relative to ``root``)."""
@@ -72,5 +79,10 @@ def test_scanner_catches_what_it_looks_for(tmp_path):
 def test_no_unsafe_deserialization_in_src():
     sources = sorted(SRC.rglob("*.py"))
     assert len(sources) > 20
-    problems = [line for path in sources for line in findings(path, SRC.parent)]
+    problems = [
+        line
+        for path in sources
+        for line in findings(path, SRC.parent)
+        if line.split(": ", 1)[1] not in RUNS_AGENT_CODE.get(line.split(":", 1)[0], set())
+    ]
     assert problems == [], "unsafe deserialization or code evaluation:\n" + "\n".join(problems)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from corral.cli.serve import serve_command
+from corral.cli.validate import validate_command
 
 app = typer.Typer(
     name="corral",
@@ -27,6 +28,7 @@ def root(
 
 
 app.command("serve")(serve_command)
+app.command("validate")(validate_command)
 
 
 def main() -> None:

@@ -132,8 +132,11 @@ class EnvRunner:
             StepTimeout: the call overran ``timeout``; this runner is then unusable.
         """
         fn = getattr(self.env, method)
+        is_async = self._async.get(method)
+        if is_async is None:  # a tool method, looked up on first use
+            is_async = self._async[method] = inspect.iscoroutinefunction(fn)
         job: concurrent.futures.Future[Any] | None = None
-        if self._async[method]:
+        if is_async:
             future: asyncio.Future[Any] = asyncio.ensure_future(
                 _guarded_async(method, fn(*args, **kwargs))
             )

@@ -224,6 +224,7 @@ class EnvService:
         self, channel: Channel, session: Session, request: m.SessionRequest, op: Op
     ) -> None:
         timeout = self.config.step_timeout_s
+        started = time.perf_counter()
         try:
             if op is Op.STATE:
                 state = await session.runner.call("state", timeout=timeout)
@@ -256,6 +257,7 @@ class EnvService:
             )
             self._deliver_error(session, error)
             return
+        self.manager.stats.observe(str(op), time.perf_counter() - started)
         session.deliver(reply)
 
     async def _episode_call(

@@ -31,6 +31,7 @@ from corral.errors import (
 from corral.protocol.session import ReplyCache, SessionMachine
 from corral.server.config import ServerConfig
 from corral.server.runner import EnvFactory, EnvRunner, EnvThreads
+from corral.server.stats import Stats
 
 log = logging.getLogger("corral.server")
 
@@ -71,23 +72,6 @@ class Session:
             self.cache.put(request_id, message)
         if self.owner is not None:
             self.owner.send(message)
-
-
-@dataclass
-class Stats:
-    """Counters a server exposes in ``/ready`` and ``/metrics``."""
-
-    opened: int = 0
-    closed: int = 0
-    reaped: int = 0
-    refused: int = 0
-    steps: int = 0
-    resets: int = 0
-    errors: dict[str, int] = field(default_factory=dict)
-
-    def error(self, code: str) -> None:
-        """Count one error reply of ``code``."""
-        self.errors[code] = self.errors.get(code, 0) + 1
 
 
 class SessionManager:

@@ -65,6 +65,7 @@ async def serve_native(websocket: WebSocket, service: EnvService, codec: Codec) 
     writer = asyncio.create_task(_write(websocket, codec, outbox), name="corral-ws-writer")
     reader = FrameReader(codec, service.config.max_frame_bytes)
     clean = False
+    service.manager.stats.connections += 1
     try:
         while True:
             message = await websocket.receive()
@@ -86,6 +87,7 @@ async def serve_native(websocket: WebSocket, service: EnvService, codec: Codec) 
     except WebSocketDisconnect as exc:
         clean = exc.code in _CLEAN_CLOSE
     finally:
+        service.manager.stats.connections -= 1
         await service.disconnect(channel, clean)
         outbox.put_nowait(None)
         with contextlib.suppress(Exception):
@@ -129,9 +131,6 @@ async def ws_endpoint(
         service.manager.stats.error(str(error.code))
         await refuse(websocket, error, 429, "too many connections")
         return
-    if not service.manager.has_capacity() and not resumes_live_session(websocket, service):
-        await refuse_capacity(websocket, service)
-        return
     service.connections[address] = held + 1
     try:
         await _serve(websocket, service, codec, fallback)
@@ -146,10 +145,14 @@ async def ws_endpoint(
 async def _serve(
     websocket: WebSocket, service: EnvService, codec: Codec | None, fallback: FallbackHandler | None
 ) -> None:
-    if codec is not None:
-        await serve_native(websocket, service, codec)
-    elif fallback is not None:
+    if codec is None and fallback is not None:
+        # The fallback speaks another protocol and reports a full server in its own way
+        # (OpenEnv: an error frame after accepting, then close 1000).
         await fallback(websocket)
+    elif not service.manager.has_capacity() and not resumes_live_session(websocket, service):
+        await refuse_capacity(websocket, service)
+    elif codec is not None:
+        await serve_native(websocket, service, codec)
     else:
         response = JSONResponse(
             {
