@@ -19,6 +19,7 @@ import httpx
 import uvicorn
 
 from corral.client.launcher import LocalServer
+from corral.client.loop import run_blocking
 from corral.server.serve import bind_socket
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,7 +75,8 @@ def corral_server(
 ) -> Iterator[str]:
     """``corral serve target`` in a child process (corral's own launcher); yields its URL."""
     server = LocalServer(target, server_args=list(args), cwd=cwd or REPO, env=env)
-    url = asyncio.run(server.start())
+    # The background loop works from sync tests and from inside a running loop alike.
+    url = run_blocking(server.start(), 90.0)
     try:
         yield url
     finally:
