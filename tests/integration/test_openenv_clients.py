@@ -206,9 +206,8 @@ async def test_openenv_mcp_client_over_http():
             await client.close()
 
 
-@pytest.mark.parametrize("fixture", ["echo_url", "wordle_url"])
-def test_openenv_validate_passes(fixture, request):
-    url = request.getfixturevalue(fixture)
+def test_openenv_validate_passes(echo_url):
+    url = echo_url
     run = subprocess.run(
         [sys.executable, "-m", "openenv.cli", "validate", "--url", url, "--timeout", "10"],
         capture_output=True,
