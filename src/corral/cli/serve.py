@@ -14,13 +14,20 @@ from corral.server.target import load_target
 
 
 def resolve_serve_target(target: str) -> Any:
-    """Turn ``corral serve``'s TARGET (``module:Class``) into what ``create_app`` takes.
+    """Turn ``corral serve``'s TARGET (``module:Class`` or ``gym:ENV_ID``) into what
+    ``create_app`` takes.
 
-    An OpenEnv environment class is wrapped by :func:`corral.adapters.openenv_env.from_openenv`.
+    An OpenEnv environment class is wrapped by :func:`corral.adapters.openenv_env.from_openenv`;
+    ``gym:ENV_ID`` serves a registered Gymnasium environment
+    (:func:`corral.adapters.gymnasium.serve_target`).
     """
     try:
+        if target.startswith("gym:"):
+            from corral.adapters.gymnasium import serve_target
+
+            return serve_target(target, search_path=Path.cwd())
         obj = load_target(target, search_path=Path.cwd())
-    except ValueError as exc:
+    except (ValueError, ImportError) as exc:
         raise typer.BadParameter(str(exc), param_hint="TARGET") from None
     if is_openenv_environment(obj):
         try:
@@ -31,7 +38,10 @@ def resolve_serve_target(target: str) -> Any:
 
 
 def serve_command(
-    target: Annotated[str, typer.Argument(help="The environment: 'package.module:ClassName'.")],
+    target: Annotated[
+        str,
+        typer.Argument(help="The environment: 'package.module:ClassName' or 'gym:CartPole-v1'."),
+    ],
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port; 0 picks a free one and prints it.")] = 8000,
     port_file: Annotated[
