@@ -107,7 +107,7 @@ class CorralError(Exception):
         self.details: dict[str, Any] = details or {}
         self.request_id = request_id
         if code is not None:
-            self.code = code
+            self.code = code  # type: ignore[misc]  # an unknown code keeps its own name
 
     def __str__(self) -> str:
         return f"[{self.code}] {self.message}"

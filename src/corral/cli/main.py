@@ -4,12 +4,29 @@ from __future__ import annotations
 
 import typer
 
+from corral.cli.serve import serve_command
+
 app = typer.Typer(
     name="corral",
     help="Isolated, typed, remote environments for agentic RL.",
     no_args_is_help=True,
     add_completion=False,
 )
+
+
+@app.callback()
+def root(
+    version: bool = typer.Option(False, "--version", help="Print corral's version and exit."),
+) -> None:
+    """Isolated, typed, remote environments for agentic RL."""
+    if version:
+        from corral import __version__
+
+        typer.echo(__version__)
+        raise typer.Exit()
+
+
+app.command("serve")(serve_command)
 
 
 def main() -> None:

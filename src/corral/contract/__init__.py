@@ -1,5 +1,6 @@
 """The contract layer: models, wire safety, schemas, fingerprints and versions."""
 
+from corral.contract.dynamic import contract_models, model_from_schema
 from corral.contract.environment import Environment
 from corral.contract.models import Action, Observation, State, StepResult, WireModel
 from corral.contract.schema import Contract, compatible, fingerprint, model_schemas, parse_semver
@@ -17,8 +18,10 @@ __all__ = [
     "WireSafetyError",
     "check_model",
     "compatible",
+    "contract_models",
     "fingerprint",
     "make_wire_safe",
+    "model_from_schema",
     "model_schemas",
     "parse_semver",
 ]

@@ -79,7 +79,7 @@ class Environment(Generic[ActT, ObsT, StateT]):
         """Return the environment's current state."""
         raise NotImplementedError
 
-    def close(self) -> None:  # noqa: B027 - optional hook, nothing to do by default
+    def close(self) -> None:
         """Release the environment's resources; called once when its session ends."""
 
     @classmethod

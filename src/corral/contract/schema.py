@@ -8,6 +8,7 @@ docstring does not change it, adding, removing or retyping a field does.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -72,7 +73,16 @@ def _strip(node: Any) -> Any:
 
 def canonical_schema(schema: dict[str, Any]) -> bytes:
     """Canonical bytes of a schema: annotations removed, keys sorted."""
-    return orjson.dumps(_strip(schema), option=orjson.OPT_SORT_KEYS)
+    stripped = _strip(schema)
+    try:
+        return orjson.dumps(stripped, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        # orjson stops at 64-bit integers; a default or bound may be larger. The stdlib
+        # encoder writes the same compact form for every value orjson would have taken
+        # but floats, and a schema always takes the same branch, so hashes stay stable.
+        return json.dumps(
+            stripped, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        ).encode()
 
 
 def fingerprint(schemas: dict[str, dict[str, Any]]) -> str:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, PlainSerializer, PlainValidator, WrapSerializer
+from pydantic.fields import FieldInfo
 from pydantic.functional_validators import AfterValidator, BeforeValidator, WrapValidator
 
 
@@ -157,20 +158,23 @@ class _Checker:
         if origin is Annotated:
             base, *meta = get_args(tp)
             has_ser = any(isinstance(m, _SERIALIZERS) for m in meta)
-            has_val = any(isinstance(m, (PlainValidator, WrapValidator, BeforeValidator)) for m in meta)
-            if has_ser and has_val:
+            has_val = any(
+                isinstance(m, (PlainValidator, WrapValidator, BeforeValidator)) for m in meta
+            )
+            own_schema = any(hasattr(m, "__get_pydantic_core_schema__") for m in meta)
+            if (has_ser and has_val) or own_schema:
                 return tp
             new_base = self.walk(base, path)
-            return tp if new_base is base else Annotated[(new_base, *meta)]  # type: ignore[valid-type]
+            return tp if new_base is base else Annotated[(new_base, *meta)]
         if origin is Literal:
             return tp
         if origin in (typing.Union, types.UnionType):
             return self._rebuild(tp, path, origin)
         if origin in _CONTAINERS or origin in _ABC_CONTAINERS or _abc_origin(origin):
             args = get_args(tp)
-            if origin in (dict, typing.Mapping, typing.MutableMapping) or _is_mapping(origin):
-                if args:
-                    self._check_key(args[0], path)
+            mapping = origin in (dict, typing.Mapping, typing.MutableMapping) or _is_mapping(origin)
+            if mapping and args:
+                self._check_key(args[0], path)
             return self._rebuild(tp, path, origin)
         if origin is not None and isinstance(origin, type) and issubclass(origin, BaseModel):
             return tp  # parametrized generic model: checked when it was defined
@@ -206,7 +210,7 @@ class _Checker:
                 path,
                 tp,
                 "has no declared dtype/shape form on the wire",
-                "annotate the field with corral.contract.NDArray",
+                "annotate the field with corral.contract.arrays.NDArray (or Array(dtype, shape))",
             )
             return tp
         self.problem(
@@ -267,20 +271,31 @@ def _is_callable_type(tp: Any) -> bool:
 
 def _type_name(tp: Any) -> str:
     if isinstance(tp, type):
-        return f"`{tp.__module__}.{tp.__qualname__}`" if tp.__module__ != "builtins" else f"`{tp.__name__}`"
+        return (
+            f"`{tp.__module__}.{tp.__qualname__}`"
+            if tp.__module__ != "builtins"
+            else f"`{tp.__name__}`"
+        )
     return f"`{tp!r}`"
 
 
 def _field_hints(tp: type) -> Iterator[tuple[str, Any]]:
     if issubclass(tp, BaseModel):
         for name, info in tp.model_fields.items():
-            yield name, info.annotation
+            yield name, _full_annotation(info)
     elif dataclasses.is_dataclass(tp):
         hints = typing.get_type_hints(tp)
         for f in dataclasses.fields(tp):
             yield f.name, hints.get(f.name, f.type)
     else:
         yield from typing.get_type_hints(tp).items()
+
+
+def _full_annotation(info: FieldInfo) -> Any:
+    """The field's type with the ``Annotated`` metadata pydantic split off it."""
+    if info.metadata:
+        return Annotated[(info.annotation, *info.metadata)]
+    return info.annotation
 
 
 def check_model(model: type[BaseModel]) -> dict[str, Any]:
@@ -293,9 +308,9 @@ def check_model(model: type[BaseModel]) -> dict[str, Any]:
     checker._seen.add(model)
     rewrites: dict[str, Any] = {}
     for name, info in model.model_fields.items():
-        new = checker.walk(info.annotation, name)
-        if new is not info.annotation:
-            rewrites[name] = new
+        full = _full_annotation(info)
+        if checker.walk(full, name) is not full:
+            rewrites[name] = checker.walk(info.annotation, name)
     if checker.problems:
         raise WireSafetyError(checker.problems)
     return rewrites

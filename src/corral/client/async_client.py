@@ -1,0 +1,251 @@
+"""``AsyncEnvClient``: one environment session on a corral server, async-first.
+
+    async with AsyncEnvClient("http://127.0.0.1:8000", env=EchoEnv) as env:
+        result = await env.reset(seed=1)
+        result = await env.step(EchoAction(message="hi"))
+
+Replies are decoded into the environment's typed models: the classes you pass (``env=``
+or ``action_type=``/``observation_type=``/``state_type=``), or, when you pass none,
+models built from the server's published schemas. No per-environment parsing code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from corral.client.connection import Connection, http_url
+from corral.contract import Action, Environment, Observation, State, StepResult
+from corral.contract.schema import fingerprint, model_schemas
+from corral.errors import BadObservation, ClientClosed, InvalidAction
+from corral.protocol.messages import ContractRef
+
+if TYPE_CHECKING:
+    from corral.client.launcher import LocalServer
+    from corral.client.sync_client import SyncEnvClient
+
+ActT = TypeVar("ActT", bound=Action)
+ObsT = TypeVar("ObsT", bound=Observation)
+StateT = TypeVar("StateT", bound=State)
+
+
+class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
+    """A typed session with a remote environment (see module docstring).
+
+    Args:
+        url: the server (``http://host:port`` or ``ws://host:port/ws``).
+        env: the environment class, to take the models (and contract) from it.
+        action_type / observation_type / state_type: the models, given one by one.
+        codec: ``"msgpack"`` (default) or ``"json"``.
+        timeout: seconds to wait for each reply (None: no limit).
+        connect_timeout: seconds to connect and complete the handshake.
+        check_contract: send the local contract so that an incompatible server is
+            refused at connect time (``CONTRACT_MISMATCH``).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        env: type[Environment[ActT, ObsT, StateT]] | None = None,
+        action_type: type[ActT] | None = None,
+        observation_type: type[ObsT] | None = None,
+        state_type: type[StateT] | None = None,
+        codec: str = "msgpack",
+        timeout: float | None = 60.0,
+        connect_timeout: float = 10.0,
+        check_contract: bool = True,
+        ping_interval: float | None = 20.0,
+        ping_timeout: float | None = 20.0,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.url = http_url(url)
+        self.timeout = timeout
+        self.check_contract = check_contract
+        self._contract_version = "1.0.0"
+        if env is not None:
+            action_type = action_type or env.action_type  # type: ignore[assignment]
+            observation_type = observation_type or env.observation_type  # type: ignore[assignment]
+            state_type = state_type or env.state_type  # type: ignore[assignment]
+            self._contract_version = env.contract_version
+        self.action_type: type[ActT] | None = action_type
+        self.observation_type: type[ObsT] | None = observation_type
+        self.state_type: type[StateT] | None = state_type
+        self.connection = Connection(
+            url,
+            codec=codec,
+            connect_timeout=connect_timeout,
+            ping_interval=ping_interval,
+            ping_timeout=ping_timeout,
+            headers=dict(headers or {}),
+        )
+        self.session_id: str | None = None
+        self.resume_token: str | None = None
+        self._server: LocalServer | None = None
+        self._closed = False
+
+    # -- construction helpers -----------------------------------------------------
+
+    @classmethod
+    async def from_env(
+        cls,
+        target: str,
+        *,
+        env: type[Environment[Any, Any, Any]] | None = None,
+        server_args: list[str] | None = None,
+        startup_timeout: float = 60.0,
+        **client_kwargs: Any,
+    ) -> AsyncEnvClient[Any, Any, Any]:
+        """Start ``target`` (``"module:Class"``) in a local server process and connect.
+
+        The server process is stopped when the client closes (and at interpreter exit).
+        """
+        from corral.client.launcher import LocalServer
+
+        server = LocalServer(target, server_args=server_args, startup_timeout=startup_timeout)
+        url = await server.start()
+        try:
+            client: AsyncEnvClient[Any, Any, Any] = cls(url, env=env, **client_kwargs)
+            client._server = server
+            await client.connect()
+        except BaseException:
+            await server.stop()
+            raise
+        return client
+
+    @property
+    def server(self) -> LocalServer | None:
+        """The local server process this client started, if any."""
+        return self._server
+
+    def sync(self) -> SyncEnvClient[ActT, ObsT, StateT]:
+        """A blocking twin of this client: same methods, same errors."""
+        from corral.client.sync_client import SyncEnvClient
+
+        return SyncEnvClient(self)
+
+    # -- connection and session ---------------------------------------------------
+
+    def _local_contract(self) -> ContractRef | None:
+        if not self.check_contract or None in (
+            self.action_type,
+            self.observation_type,
+            self.state_type,
+        ):
+            return None
+        assert self.action_type and self.observation_type and self.state_type
+        schemas = model_schemas(self.action_type, self.observation_type, self.state_type)
+        return ContractRef(version=self._contract_version, fingerprint=fingerprint(schemas))
+
+    async def connect(self) -> Self:
+        """Connect, handshake and open the session (done lazily by the first call)."""
+        if self._closed:
+            raise ClientClosed("this client was closed")
+        if self.session_id is not None:
+            return self
+        need_schemas = None in (self.action_type, self.observation_type, self.state_type)
+        welcome = await self.connection.connect(self._local_contract(), want_schemas=need_schemas)
+        if need_schemas:
+            self._adopt_schemas(welcome.get("schemas") or {})
+        opened = await self.connection.request({"type": "open"}, timeout=self.timeout)
+        self.session_id = opened["session"]
+        self.resume_token = opened["token"]
+        return self
+
+    def _adopt_schemas(self, schemas: dict[str, Any]) -> None:
+        from corral.contract.dynamic import contract_models
+
+        action, observation, state = contract_models(schemas)
+        self.action_type = self.action_type or action  # type: ignore[assignment]
+        self.observation_type = self.observation_type or observation  # type: ignore[assignment]
+        self.state_type = self.state_type or state  # type: ignore[assignment]
+
+    @property
+    def server_info(self) -> dict[str, Any]:
+        """The server's ``welcome``: env name, contract version, fingerprint, limits."""
+        return self.connection.welcome
+
+    async def _call(self, message: dict[str, Any]) -> dict[str, Any]:
+        await self.connect()
+        message["session"] = self.session_id
+        return await self.connection.request(message, timeout=self.timeout)
+
+    # -- the environment API ------------------------------------------------------
+
+    async def reset(self, seed: int | None = None, **options: Any) -> StepResult[ObsT]:
+        """Start a new episode; returns its first observation as a :class:`StepResult`."""
+        reply = await self._call({"type": "reset", "seed": seed, "options": options})
+        return self._result(reply)
+
+    async def step(self, action: ActT | Mapping[str, Any]) -> StepResult[ObsT]:
+        """Apply ``action`` (a model or a dict validated locally) and return the result."""
+        await self.connect()
+        payload = self.connection.codec.dump(self._action(action))
+        reply = await self._call({"type": "step", "action": payload})
+        return self._result(reply)
+
+    async def state(self) -> StateT:
+        """The environment's current state, typed."""
+        reply = await self._call({"type": "state"})
+        assert self.state_type is not None
+        state: StateT = self._load(self.state_type, reply["state"])
+        return state
+
+    async def close(self) -> None:
+        """Close the session, the connection and any server this client started."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self.session_id is not None and self.connection.connected:
+                with contextlib.suppress(Exception):
+                    await self.connection.request(
+                        {"type": "close", "session": self.session_id}, timeout=5.0
+                    )
+        finally:
+            await self.connection.close()
+            if self._server is not None:
+                await self._server.stop()
+
+    async def __aenter__(self) -> Self:
+        return await self.connect()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- typed decoding -----------------------------------------------------------
+
+    def _action(self, action: ActT | Mapping[str, Any]) -> BaseModel:
+        assert self.action_type is not None
+        if isinstance(action, self.action_type):
+            return action
+        raw = action.model_dump() if isinstance(action, BaseModel) else dict(action)
+        try:
+            return self.action_type.model_validate(raw)
+        except ValidationError as exc:
+            raise InvalidAction(
+                f"invalid {self.action_type.__name__}: {exc.error_count()} error(s)",
+                details={"errors": exc.errors(include_url=False, include_context=False)},
+            ) from None
+
+    def _load(self, model: type[Any], obj: Any) -> Any:
+        try:
+            return self.connection.codec.load(model, obj)
+        except ValidationError as exc:
+            raise BadObservation(
+                f"the server sent a {model.__name__} that does not match the contract: {exc}"
+            ) from None
+
+    def _result(self, reply: dict[str, Any]) -> StepResult[ObsT]:
+        assert self.observation_type is not None
+        obs: ObsT = self._load(self.observation_type, reply["observation"])
+        return StepResult.of(obs)

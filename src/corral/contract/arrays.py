@@ -1,0 +1,158 @@
+"""numpy arrays as first-class contract fields.
+
+    class Frame(Observation):
+        pixels: NDArray                        # any dtype and shape
+        board: Array(dtype="int8", shape=(8, 8))  # checked dtype and shape
+
+On the binary (msgpack) codec an array crosses as dtype + shape + raw bytes and is
+decoded without a copy (the array is then read-only: ``.copy()`` it to write). On the
+JSON codec it crosses as ``{"dtype", "shape", "data": <base64>}``. Never as lists of
+floats. A dimension of ``None`` in ``shape`` accepts any length; ``dtype=None`` any dtype.
+Validation accepts an ndarray, the wire dict, or nested lists (converted with the dtype).
+Object and structured dtypes are refused: they cannot cross the wire without pickle.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+import numpy as np
+from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import core_schema
+
+WIRE_KINDS = frozenset("biufc")
+"""numpy dtype kinds that cross the wire: bool, signed, unsigned, float, complex."""
+
+
+def check_dtype(dtype: np.dtype[Any]) -> None:
+    """Raise ``ValueError`` for a dtype that cannot cross the wire."""
+    if dtype.kind not in WIRE_KINDS:
+        raise ValueError(
+            f"arrays of dtype {dtype} cannot cross the wire; use a numeric or bool dtype"
+        )
+
+
+class ArraySpec:
+    """The pydantic schema of an array field with an optional dtype and shape."""
+
+    def __init__(self, dtype: str | None = None, shape: Sequence[int | None] | None = None):
+        self.dtype = np.dtype(dtype) if dtype is not None else None
+        if self.dtype is not None:
+            check_dtype(self.dtype)
+        self.shape = tuple(shape) if shape is not None else None
+
+    def __repr__(self) -> str:
+        return f"Array(dtype={self.dtype and self.dtype.str!r}, shape={self.shape!r})"
+
+    def validate(self, value: Any) -> np.ndarray[Any, Any]:
+        """Turn an ndarray, a wire dict or nested lists into a checked ndarray."""
+        if isinstance(value, dict):
+            array = _from_wire_dict(value)
+        elif isinstance(value, np.ndarray):
+            array = value
+        else:
+            try:
+                array = np.asarray(value, dtype=self.dtype)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(
+                    f"cannot make an array from {type(value).__name__}: {exc}"
+                ) from None
+        check_dtype(array.dtype)
+        if self.dtype is not None and array.dtype != self.dtype:
+            if not np.can_cast(array.dtype, self.dtype, casting="same_kind"):
+                raise ValueError(f"expected dtype {self.dtype}, got {array.dtype}")
+            array = array.astype(self.dtype)
+        if self.shape is not None and (
+            array.ndim != len(self.shape)
+            or any(
+                want is not None and want != got
+                for want, got in zip(self.shape, array.shape, strict=True)
+            )
+        ):
+            raise ValueError(f"expected shape {self.shape}, got {array.shape}")
+        return array
+
+    @staticmethod
+    def serialize(value: np.ndarray[Any, Any], info: core_schema.SerializationInfo) -> Any:
+        """Python mode keeps the array (the binary codec packs it); JSON mode base64s it."""
+        if info.mode == "json":
+            return to_wire_dict(value)
+        return value
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_plain_validator_function(
+            self.validate,
+            serialization=core_schema.plain_serializer_function_ser_schema(
+                self.serialize, info_arg=True
+            ),
+        )
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        dtype: dict[str, Any] = {"type": "string"}
+        if self.dtype is not None:
+            dtype["const"] = self.dtype.str
+        shape: dict[str, Any] = {"type": "array", "items": {"type": ["integer", "null"]}}
+        if self.shape is not None:
+            shape = {
+                "type": "array",
+                "prefixItems": [
+                    {"type": "integer"} if n is None else {"const": n} for n in self.shape
+                ],
+                "minItems": len(self.shape),
+                "maxItems": len(self.shape),
+            }
+        return {
+            "type": "object",
+            "title": "NDArray",
+            "properties": {
+                "dtype": dtype,
+                "shape": shape,
+                "data": {"type": "string", "contentEncoding": "base64"},
+            },
+            "required": ["dtype", "shape", "data"],
+            "x-corral-ndarray": {
+                "dtype": self.dtype.str if self.dtype is not None else None,
+                "shape": list(self.shape) if self.shape is not None else None,
+            },
+        }
+
+
+def to_wire_dict(array: np.ndarray[Any, Any]) -> dict[str, Any]:
+    """The JSON form of an array: dtype string, shape list, base64 of C-order bytes."""
+    contiguous = np.ascontiguousarray(array)
+    return {
+        "dtype": contiguous.dtype.str,
+        "shape": list(contiguous.shape),
+        "data": base64.b64encode(contiguous.data).decode("ascii"),
+    }
+
+
+def _from_wire_dict(value: dict[str, Any]) -> np.ndarray[Any, Any]:
+    try:
+        dtype = np.dtype(value["dtype"])
+        shape = tuple(int(n) for n in value["shape"])
+        data = value["data"]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"an array must be {{dtype, shape, data}}: {exc}") from None
+    check_dtype(dtype)
+    raw = base64.b64decode(data, validate=True) if isinstance(data, str) else bytes(data)
+    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if len(raw) != expected:
+        raise ValueError(f"array data has {len(raw)} bytes, shape {shape} needs {expected}")
+    return np.frombuffer(raw, dtype=dtype).reshape(shape)
+
+
+def Array(dtype: str | None = None, shape: Sequence[int | None] | None = None) -> Any:
+    """An ndarray field type with a checked dtype and/or shape (see module docstring)."""
+    return Annotated[np.ndarray, ArraySpec(dtype, shape)]
+
+
+NDArray = Annotated[np.ndarray, ArraySpec()]
+"""An ndarray field of any dtype and shape."""

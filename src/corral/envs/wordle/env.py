@@ -1,0 +1,351 @@
+"""A Wordle-style word-guessing game as a corral environment.
+
+The secret is a 5-letter word drawn from the shipped list (:func:`load_words`) by
+``random.Random(seed)``, so one seed always gives the same secret and, for the same
+guesses, the same observations. Each guess gets one mark per letter: ``G`` (right spot),
+``Y`` (elsewhere in the word), ``.`` (not in the word, or no more copies of it).
+
+Rewards (shaped so a simple policy has something to climb):
+
+* solving: ``1.0 + 0.1 * guesses_left`` (so fewer guesses pay more);
+* any other accepted guess: ``0.1`` per position that turns green for the first time in
+  the episode, plus ``0.05`` per letter marked green or yellow for the first time;
+* a word that is not in the list: ``0.0``; it does not use a guess and ``message`` says so.
+
+The episode *terminates* (``done=True, truncated=False``) when the word is solved or the
+guesses run out; it is *truncated* (``done=True, truncated=True``) when ``max_turns`` steps
+(rejected words included) have been taken without either. The secret appears in the
+observation only once the episode is over.
+
+Reset options: ``max_guesses`` (int >= 1, default 6), ``max_turns`` (int >= 1 or ``None``
+for no limit, default 20), ``word`` (force the secret; must be in the list) and
+``episode_id`` (str).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import uuid
+from collections.abc import Iterable
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from corral.contract import Action, Environment, Observation, State, WireModel
+from corral.envs.wordle.game import (
+    CORRECT,
+    PRESENT,
+    WORD_LENGTH,
+    LetterScore,
+    load_words,
+    parse_word_list,
+    pattern_scores,
+    score_guess,
+)
+
+SOLVE_REWARD = 1.0
+"""Reward for the guess that solves the word, before the bonus."""
+SOLVE_BONUS_PER_GUESS_LEFT = 0.1
+"""Extra reward on solving, per guess still unused."""
+NEW_GREEN_REWARD = 0.1
+"""Reward per position that turns green for the first time in the episode."""
+NEW_LETTER_REWARD = 0.05
+"""Reward per letter marked green or yellow for the first time in the episode."""
+
+DEFAULT_MAX_GUESSES = 6
+DEFAULT_MAX_TURNS = 20
+MAX_GUESSES_LIMIT = 100
+"""Upper bound on ``max_guesses``; more would make the game meaningless."""
+
+_GUESS_RE = re.compile(r"[A-Za-z]{5}")
+_SOLVED_PATTERN = CORRECT * WORD_LENGTH
+_OPTIONS_HELP = (
+    f"max_guesses (int 1..{MAX_GUESSES_LIMIT}, default {DEFAULT_MAX_GUESSES}), "
+    f"max_turns (int >= 1, or None for no limit; default {DEFAULT_MAX_TURNS}), "
+    "word (a word from the list, to force the secret), episode_id (str)"
+)
+
+
+class WordleAction(Action):
+    """One guess: exactly five ASCII letters in any case, normalised to lowercase."""
+
+    guess: str = Field(
+        description="Five ASCII letters (any case); lowercased before scoring.",
+        json_schema_extra={"pattern": "^[A-Za-z]{5}$"},
+        examples=["crane"],
+    )
+
+    @field_validator("guess")
+    @classmethod
+    def _five_letters(cls, value: str) -> str:
+        if _GUESS_RE.fullmatch(value) is None:
+            raise ValueError(
+                f"guess must be exactly 5 ASCII letters (a-z, any case), got {value!r} "
+                f"({len(value)} characters)"
+            )
+        return value.lower()
+
+
+class GuessRecord(WireModel):
+    """One accepted guess and its pattern (``G`` right spot, ``Y`` elsewhere, ``.`` absent)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    guess: str
+    pattern: str
+
+
+class WordleObservation(Observation):
+    """What the player sees after ``reset`` or a guess.
+
+    Attributes:
+        guess: the word this step submitted (``""`` after reset).
+        accepted: the word was in the list and used a guess.
+        pattern: the guess's marks, e.g. ``"GY..G"`` (``""`` when nothing was scored).
+        feedback: the same marks spelled out, one per letter.
+        history: every accepted guess of the episode with its pattern, oldest first.
+        guesses_left: guesses still available.
+        turns_left: steps left before truncation, or ``None`` without a turn limit.
+        message: a short human-readable account of the step.
+        secret: the secret word, revealed only once the episode is over.
+    """
+
+    guess: str = ""
+    accepted: bool = False
+    pattern: str = ""
+    feedback: list[LetterScore] = Field(default_factory=list)
+    history: list[GuessRecord] = Field(default_factory=list)
+    guesses_left: int = 0
+    turns_left: int | None = None
+    message: str = ""
+    secret: str | None = None
+
+
+class WordleState(State):
+    """The game as a trainer may inspect it, secret included.
+
+    ``step_count`` counts every step, rejected words included (the turn counter).
+
+    Attributes:
+        secret: the word to guess (``None`` before the first reset).
+        max_guesses: guesses allowed this episode.
+        max_turns: steps allowed before truncation, or ``None`` for no limit.
+        guesses: accepted guesses, oldest first.
+        guesses_made: ``len(guesses)``.
+        rejected: how many submitted words were not in the list.
+        solved: the secret was guessed.
+        done: the episode is over (solved, out of guesses, or truncated).
+        seed: the seed the episode was reset with.
+    """
+
+    secret: str | None = None
+    max_guesses: int = DEFAULT_MAX_GUESSES
+    max_turns: int | None = DEFAULT_MAX_TURNS
+    guesses: list[str] = Field(default_factory=list)
+    guesses_made: int = 0
+    rejected: int = 0
+    solved: bool = False
+    done: bool = False
+    seed: int | None = None
+
+
+_StrictPositive = Annotated[int, Field(strict=True, ge=1)]
+
+
+class _ResetOptions(BaseModel):
+    """Validates ``reset`` options so a typo or bad value fails loudly."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_guesses: Annotated[int, Field(strict=True, ge=1, le=MAX_GUESSES_LIMIT)]
+    max_turns: _StrictPositive | None
+    word: str | None = None
+    episode_id: str | None = None
+
+
+def _parse_options(values: dict[str, Any]) -> _ResetOptions:
+    try:
+        return _ResetOptions.model_validate(values)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in err['loc']) or 'options'}: {err['msg']} "
+            f"(got {err['input']!r})"
+            for err in exc.errors()
+        )
+        raise ValueError(
+            f"invalid wordle options: {problems}. Accepted options: {_OPTIONS_HELP}"
+        ) from None
+
+
+class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
+    """Guess the secret 5-letter word within ``max_guesses`` guesses.
+
+    Args:
+        words: the word list to use instead of the shipped one (each a 5-letter word);
+            every word is both a possible secret and an allowed guess.
+        max_guesses: default for the ``max_guesses`` reset option.
+        max_turns: default for the ``max_turns`` reset option (``None``: no limit).
+
+    Raises:
+        ValueError: if ``words`` holds a non-word or nothing, or a default is out of range.
+    """
+
+    name = "wordle"
+    description = (
+        "Wordle: guess the secret 5-letter word (6 guesses by default). Each guess is marked "
+        "per letter G (right spot), Y (in the word elsewhere) or . (absent). Reward 1 + 0.1 "
+        "per unused guess on solving, small rewards for new greens/yellows; a word not in "
+        "the list costs a turn but not a guess."
+    )
+    contract_version = "1.0.0"
+
+    def __init__(
+        self,
+        words: Iterable[str] | None = None,
+        *,
+        max_guesses: int = DEFAULT_MAX_GUESSES,
+        max_turns: int | None = DEFAULT_MAX_TURNS,
+    ) -> None:
+        self._words = load_words() if words is None else parse_word_list(words, source="words")
+        self._allowed = frozenset(self._words)
+        defaults = _parse_options({"max_guesses": max_guesses, "max_turns": max_turns})
+        self._max_guesses = defaults.max_guesses
+        self._max_turns = defaults.max_turns
+        self._state = WordleState()
+        self._history: list[GuessRecord] = []
+
+    @property
+    def words(self) -> tuple[str, ...]:
+        """The sorted word list: the possible secrets and the allowed guesses."""
+        return self._words
+
+    def reset(self, seed: int | None = None, **options: Any) -> WordleObservation:
+        """Draw a secret from ``seed`` (or use ``options["word"]``) and start an episode.
+
+        Raises:
+            ValueError: for an unknown option, a value out of range, or a ``word`` that is
+                not in the list.
+        """
+        opts = _parse_options(
+            {"max_guesses": self._max_guesses, "max_turns": self._max_turns, **options}
+        )
+        if opts.word is None:
+            secret = random.Random(seed).choice(self._words)
+        else:
+            secret = opts.word.lower()
+            if secret not in self._allowed:
+                raise ValueError(
+                    f"reset option word={opts.word!r} is not in the word list "
+                    f"({len(self._words)} words); pass one of WordleEnv().words or omit "
+                    "`word` to draw the secret from the seed"
+                )
+        self._state = WordleState(
+            episode_id=opts.episode_id or str(uuid.uuid4()),
+            secret=secret,
+            max_guesses=opts.max_guesses,
+            max_turns=opts.max_turns,
+            seed=seed,
+        )
+        self._history = []
+        return WordleObservation(
+            guesses_left=opts.max_guesses,
+            turns_left=opts.max_turns,
+            message=(
+                f"Guess the 5-letter word in {opts.max_guesses} guesses. Each letter is marked "
+                "G (right spot), Y (in the word, elsewhere) or . (not in the word)."
+            ),
+        )
+
+    def step(self, action: WordleAction) -> WordleObservation:
+        """Score one guess, or reject a word that is not in the list.
+
+        Raises:
+            RuntimeError: before the first ``reset`` or after the episode ended.
+        """
+        state = self._state
+        if state.secret is None:
+            raise RuntimeError("wordle: call reset() before step()")
+        if state.done:
+            raise RuntimeError("wordle: the episode is over; call reset() to start a new one")
+        state.step_count += 1
+        guess = action.guess
+        pattern = ""
+        if guess in self._allowed:
+            pattern = score_guess(guess, state.secret)
+            reward = self._reward(guess, pattern)
+            self._history.append(GuessRecord(guess=guess, pattern=pattern))
+            state.guesses.append(guess)
+            state.guesses_made += 1
+            state.solved = pattern == _SOLVED_PATTERN
+        else:
+            reward = 0.0
+            state.rejected += 1
+        guesses_left = state.max_guesses - state.guesses_made
+        terminated = state.solved or guesses_left == 0
+        truncated = (
+            not terminated and state.max_turns is not None and state.step_count >= state.max_turns
+        )
+        state.done = terminated or truncated
+        return WordleObservation(
+            guess=guess,
+            accepted=bool(pattern),
+            pattern=pattern,
+            feedback=pattern_scores(pattern) if pattern else [],
+            history=list(self._history),
+            guesses_left=guesses_left,
+            turns_left=None if state.max_turns is None else state.max_turns - state.step_count,
+            message=self._message(guess, pattern, guesses_left, truncated),
+            secret=state.secret if state.done else None,
+            reward=round(reward, 6),
+            done=state.done,
+            truncated=truncated,
+        )
+
+    def state(self) -> WordleState:
+        """A copy of the current state, secret included."""
+        return self._state.model_copy(deep=True)
+
+    def _reward(self, guess: str, pattern: str) -> float:
+        """The reward of an accepted guess, given the guesses before it."""
+        if pattern == _SOLVED_PATTERN:
+            guesses_left = self._state.max_guesses - self._state.guesses_made - 1
+            return SOLVE_REWARD + SOLVE_BONUS_PER_GUESS_LEFT * guesses_left
+        known_greens = {
+            i
+            for record in self._history
+            for i, mark in enumerate(record.pattern)
+            if mark == CORRECT
+        }
+        known_letters = {
+            letter
+            for record in self._history
+            for letter, mark in zip(record.guess, record.pattern, strict=True)
+            if mark in (CORRECT, PRESENT)
+        }
+        new_greens = {i for i, mark in enumerate(pattern) if mark == CORRECT} - known_greens
+        new_letters = {
+            letter
+            for letter, mark in zip(guess, pattern, strict=True)
+            if mark in (CORRECT, PRESENT)
+        } - known_letters
+        return NEW_GREEN_REWARD * len(new_greens) + NEW_LETTER_REWARD * len(new_letters)
+
+    def _message(self, guess: str, pattern: str, guesses_left: int, truncated: bool) -> str:
+        state = self._state
+        if state.solved:
+            n = state.guesses_made
+            return f"{guess} {pattern}: solved in {n} guess{'es' if n != 1 else ''}!"
+        plural = "es" if guesses_left != 1 else ""
+        if pattern:
+            text = f"{guess} {pattern}: {guesses_left} guess{plural} left."
+        else:
+            text = (
+                f"{guess!r} is not in the word list, so it did not use a guess; "
+                f"{guesses_left} guess{plural} left."
+            )
+        if guesses_left == 0:
+            text += f" Out of guesses: the word was {state.secret!r}."
+        elif truncated:
+            text += f" Turn limit ({state.max_turns}) reached: the word was {state.secret!r}."
+        return text

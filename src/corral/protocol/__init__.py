@@ -1,0 +1,26 @@
+"""The sans-I/O core of ``corral/1``: codecs, messages, handshake, lifecycle.
+
+Nothing here touches a socket, an event loop or a web framework; the server, the
+client and any third-party transport all drive these pure functions and classes.
+"""
+
+from corral.protocol.client import Reply, RequestTracker
+from corral.protocol.codecs import PROTOCOL, Codec, JsonCodec, MsgpackCodec, get_codec
+from corral.protocol.handshake import Compat, negotiate
+from corral.protocol.session import Op, Phase, ReplyCache, SessionMachine
+
+__all__ = [
+    "PROTOCOL",
+    "Codec",
+    "Compat",
+    "JsonCodec",
+    "MsgpackCodec",
+    "Op",
+    "Phase",
+    "Reply",
+    "ReplyCache",
+    "RequestTracker",
+    "SessionMachine",
+    "get_codec",
+    "negotiate",
+]

@@ -1,0 +1,78 @@
+"""The msgpack extension for numpy arrays: dtype + shape + raw bytes, zero-copy decode.
+
+Layout of the extension payload (type code :data:`NDARRAY_EXT`)::
+
+    u8 len(dtype.str) | dtype.str (ASCII) | u8 ndim | ndim x u64 LE shape | raw C-order bytes
+
+numpy is imported only when an array is actually encoded or decoded, so the protocol
+core does not require it.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from corral.errors import BadFrame
+
+NDARRAY_EXT = 1
+"""msgpack extension type code for numpy arrays."""
+
+_WIRE_KINDS = frozenset("biufc")
+
+
+def is_ndarray(value: Any) -> bool:
+    """True for a numpy ndarray (checked without importing numpy)."""
+    return type(value).__module__ == "numpy" and type(value).__name__ == "ndarray"
+
+
+def is_numpy_scalar(value: Any) -> bool:
+    """True for a numpy scalar such as ``np.float32(1.0)``."""
+    return type(value).__module__ == "numpy" and hasattr(value, "item")
+
+
+def encode_ndarray(array: Any) -> bytes:
+    """The extension payload for ``array``.
+
+    Raises:
+        TypeError: for object or structured dtypes, which need pickle.
+    """
+    import numpy as np
+
+    if array.dtype.kind not in _WIRE_KINDS:
+        raise TypeError(f"arrays of dtype {array.dtype} cannot cross the wire")
+    contiguous = np.ascontiguousarray(array)
+    dtype = contiguous.dtype.str.encode("ascii")
+    header = struct.pack(
+        f"<B{len(dtype)}sB{contiguous.ndim}Q", len(dtype), dtype, contiguous.ndim, *contiguous.shape
+    )
+    return header + contiguous.tobytes()
+
+
+def decode_ndarray(payload: bytes) -> Any:
+    """Rebuild an array from its payload without copying the data (read-only result).
+
+    Raises:
+        BadFrame: the payload is malformed.
+    """
+    import numpy as np
+
+    try:
+        (dlen,) = struct.unpack_from("<B", payload, 0)
+        dtype = np.dtype(payload[1 : 1 + dlen].decode("ascii"))
+        (ndim,) = struct.unpack_from("<B", payload, 1 + dlen)
+        shape = struct.unpack_from(f"<{ndim}Q", payload, 2 + dlen)
+        offset = 2 + dlen + 8 * ndim
+    except (struct.error, TypeError, ValueError, UnicodeDecodeError) as exc:
+        raise BadFrame(f"malformed array extension: {exc}") from None
+    if dtype.kind not in _WIRE_KINDS:
+        raise BadFrame(f"array dtype {dtype} is not allowed on the wire")
+    count = 1
+    for n in shape:
+        count *= n
+    if len(payload) - offset != count * dtype.itemsize:
+        raise BadFrame(
+            f"array extension has {len(payload) - offset} data bytes, shape {shape} "
+            f"of {dtype} needs {count * dtype.itemsize}"
+        )
+    return np.frombuffer(payload, dtype=dtype, offset=offset, count=count).reshape(shape)

@@ -1,0 +1,73 @@
+"""The ``hello``/``welcome`` handshake: protocol version and contract negotiation.
+
+The client states the contract it was built for (version + fingerprint). The server
+answers with how it will treat that client:
+
+* ``exact``: same fingerprint;
+* ``compatible``: same contract major version (semver), schemas differ compatibly;
+* ``migrated``: an older major the server has an action migration for;
+* ``unchecked``: the client sent no contract (it decodes from the server's schemas);
+
+or refuses with ``CONTRACT_MISMATCH`` at connect time, before any episode starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import StrEnum
+
+from corral.contract.schema import parse_semver
+from corral.errors import ContractMismatch, UnsupportedProtocol
+from corral.protocol.codecs import PROTOCOL
+from corral.protocol.messages import ContractRef, Hello
+
+
+class Compat(StrEnum):
+    """How the server treats a client's contract."""
+
+    EXACT = "exact"
+    COMPATIBLE = "compatible"
+    MIGRATED = "migrated"
+    UNCHECKED = "unchecked"
+
+
+def check_protocol(hello: Hello) -> None:
+    """Raise ``UnsupportedProtocol`` unless the client speaks ``corral/1``."""
+    if hello.protocol != PROTOCOL:
+        raise UnsupportedProtocol(
+            f"client speaks {hello.protocol!r}; this server speaks {PROTOCOL!r}",
+            details={"server": PROTOCOL, "client": hello.protocol},
+        )
+
+
+def negotiate(
+    client: ContractRef | None,
+    server_version: str,
+    server_fingerprint: str,
+    migrations: Iterable[int] = (),
+) -> Compat:
+    """Decide how to treat a client's contract, or raise ``ContractMismatch``."""
+    if client is None:
+        return Compat.UNCHECKED
+    details = {
+        "client_version": client.version,
+        "client_fingerprint": client.fingerprint,
+        "server_version": server_version,
+        "server_fingerprint": server_fingerprint,
+    }
+    if client.fingerprint is not None and client.fingerprint == server_fingerprint:
+        return Compat.EXACT
+    try:
+        client_major = parse_semver(client.version)[0]
+    except ValueError as exc:
+        raise ContractMismatch(str(exc), details=details) from None
+    server_major = parse_semver(server_version)[0]
+    if client_major == server_major:
+        return Compat.COMPATIBLE
+    if client_major in set(migrations):
+        return Compat.MIGRATED
+    raise ContractMismatch(
+        f"client contract {client.version} is incompatible with server contract "
+        f"{server_version} (major versions differ and no migration is registered)",
+        details=details,
+    )

@@ -1,0 +1,55 @@
+"""Server settings, with defaults a demanding user can leave alone."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Limits and timers of a corral server.
+
+    Attributes:
+        max_sessions: sessions the server holds at once; more are refused with
+            ``CAPACITY_REACHED`` (at the WebSocket handshake when already full).
+        max_sessions_per_connection: sessions one connection may multiplex.
+        idle_timeout_s: a session with no request for this long is reaped (None: never).
+        resume_window_s: how long a session whose connection dropped waits to be
+            re-attached before it is closed.
+        step_timeout_s: a reset/step/state overrunning this is abandoned with
+            ``STEP_TIMEOUT`` and its session closed (None: no limit).
+        max_frame_bytes: larger frames get ``FRAME_TOO_LARGE`` (the session lives on).
+        max_batch: items in one batch message.
+        ping_interval_s / ping_timeout_s: WebSocket keepalive; a peer that does not
+            answer a ping within the timeout is disconnected, freeing its slot.
+        executor_threads: threads running sync environments' calls.
+        reply_cache: replies remembered per session for at-most-once retries.
+    """
+
+    max_sessions: int = 1024
+    max_sessions_per_connection: int = 1024
+    idle_timeout_s: float | None = 600.0
+    resume_window_s: float = 30.0
+    step_timeout_s: float | None = 300.0
+    max_frame_bytes: int = 16 * 1024 * 1024
+    max_batch: int = 1024
+    ping_interval_s: float | None = 20.0
+    ping_timeout_s: float | None = 20.0
+    executor_threads: int = 32
+    reply_cache: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("max_sessions", "max_sessions_per_connection", "max_frame_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ServerConfig.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("idle_timeout_s", "step_timeout_s", "ping_interval_s", "ping_timeout_s"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"ServerConfig.{name} must be > 0 or None, got {value}")
+
+    def limits(self) -> dict[str, Any]:
+        """The limits a client is told in the handshake."""
+        data = asdict(self)
+        data.pop("executor_threads")
+        return data

@@ -1,0 +1,60 @@
+"""Plain HTTP routes: liveness, readiness, schema and metadata."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from corral.server.service import EnvService
+
+
+def info_router(service: EnvService) -> APIRouter:
+    """``/health``, ``/ready``, ``/schema`` and ``/metadata`` for ``service``."""
+    router = APIRouter()
+
+    @router.get("/health")
+    async def health() -> dict[str, str]:
+        """Liveness: the process serves requests."""
+        return {"status": "healthy"}
+
+    @router.get("/ready")
+    async def ready() -> JSONResponse:
+        """Readiness: 200 while a new session can be accepted now, else 503."""
+        manager = service.manager
+        body: dict[str, Any] = {
+            "ready": manager.has_capacity(),
+            "active_sessions": manager.active,
+            "max_sessions": service.config.max_sessions,
+            "instance": service.instance,
+        }
+        headers = {} if body["ready"] else {"Retry-After": "1"}
+        return JSONResponse(body, status_code=200 if body["ready"] else 503, headers=headers)
+
+    @router.get("/schema")
+    async def schema() -> dict[str, Any]:
+        """The JSON Schemas of Action, Observation and the environment's real State."""
+        return {
+            **service.contract.schemas,
+            "contract_version": service.contract.version,
+            "fingerprint": service.fingerprint,
+        }
+
+    @router.get("/metadata")
+    async def metadata() -> dict[str, Any]:
+        """The environment's name, description, version and contract."""
+        env = service.env_type
+        return {
+            "name": service.contract.name,
+            "description": env.description,
+            "readme_content": getattr(env, "readme", None),
+            "version": service.contract.version,
+            "author": getattr(env, "author", None),
+            "documentation_url": getattr(env, "documentation_url", None),
+            "contract_version": service.contract.version,
+            "fingerprint": service.fingerprint,
+            "auto_reset": env.auto_reset,
+        }
+
+    return router

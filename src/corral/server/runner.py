@@ -1,0 +1,124 @@
+"""Running one environment instance's methods without blocking the event loop.
+
+``async def`` methods are awaited on the loop; plain methods run in a thread pool (a
+dedicated single thread when the environment asks for thread affinity). Every call has
+an optional timeout; a call that overruns is abandoned, and the instance is closed once
+its thread lets go of it, so a stuck environment never wedges the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from corral.contract import Environment
+from corral.errors import FactoryError, StepTimeout
+
+EnvFactory = Callable[[], Environment[Any, Any, Any]]
+
+
+class EnvRunner:
+    """Owns one environment instance and runs its methods."""
+
+    def __init__(
+        self,
+        env: Environment[Any, Any, Any],
+        executor: concurrent.futures.Executor,
+        own_executor: bool,
+    ) -> None:
+        self.env = env
+        self._executor = executor
+        self._own_executor = own_executor
+        self._async = {m: inspect.iscoroutinefunction(getattr(env, m)) for m in _METHODS}
+        self._stuck: asyncio.Future[Any] | None = None
+        self.closed = False
+
+    @classmethod
+    async def create(
+        cls,
+        factory: EnvFactory,
+        shared: concurrent.futures.Executor,
+        *,
+        thread_affinity: bool,
+        timeout: float | None,
+    ) -> EnvRunner:
+        """Build an environment with ``factory`` off the loop.
+
+        Raises:
+            FactoryError: the factory raised or overran ``timeout``.
+        """
+        executor: concurrent.futures.Executor = (
+            concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="corral-env")
+            if thread_affinity
+            else shared
+        )
+        loop = asyncio.get_running_loop()
+        try:
+            env = await asyncio.wait_for(loop.run_in_executor(executor, factory), timeout)
+        except Exception as exc:
+            if thread_affinity:
+                executor.shutdown(wait=False)
+            kind = "timed out" if isinstance(exc, TimeoutError) else f"raised {exc!r}"
+            raise FactoryError(
+                f"the environment factory {kind}",
+                details={"factory": getattr(factory, "__qualname__", repr(factory))},
+            ) from exc
+        return cls(env, executor, own_executor=thread_affinity)
+
+    async def call(self, method: str, *args: Any, timeout: float | None, **kwargs: Any) -> Any:
+        """Run ``env.<method>(*args, **kwargs)``; exceptions of the env propagate.
+
+        Raises:
+            StepTimeout: the call overran ``timeout``; this runner is then unusable.
+        """
+        fn = getattr(self.env, method)
+        if self._async[method]:
+            future: asyncio.Future[Any] = asyncio.ensure_future(fn(*args, **kwargs))
+        else:
+            loop = asyncio.get_running_loop()
+            future = loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+        if timeout is None:
+            return await future
+        done, _ = await asyncio.wait({future}, timeout=timeout)
+        if not done:
+            self._stuck = future
+            future.cancel()
+            raise StepTimeout(
+                f"{method}() did not return within {timeout:g} s; the session was closed",
+                details={"method": method, "timeout_s": timeout, "session": "closed"},
+            )
+        return future.result()
+
+    async def close(self) -> None:
+        """Call ``env.close()`` once; after a timeout, once the stuck call has returned."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._stuck is not None and not self._stuck.done():
+            # The stuck thread still uses the env: close it when the thread lets go.
+            self._stuck.add_done_callback(lambda _: self._close_sync())
+            return
+        if self._async["close"]:
+            with contextlib.suppress(Exception):
+                await self.env.close()  # type: ignore[func-returns-value,misc]
+        else:
+            loop = asyncio.get_running_loop()
+            with contextlib.suppress(Exception):
+                await loop.run_in_executor(self._executor, self.env.close)
+        if self._own_executor:
+            self._executor.shutdown(wait=False)
+
+    def _close_sync(self) -> None:
+        with contextlib.suppress(Exception):
+            if not self._async["close"]:
+                self._executor.submit(self.env.close)
+        if self._own_executor:
+            self._executor.shutdown(wait=False)
+
+
+_METHODS = ("reset", "step", "state", "close")
