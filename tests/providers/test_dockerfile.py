@@ -55,16 +55,17 @@ def test_render_dockerfile(tmp_path: Path) -> None:
     steps = instructions(text)
     words = [w for w, _ in steps]
     assert words == [
-        "FROM", "ENV", "RUN", "COPY", "COPY", "RUN",
+        "FROM", "LABEL", "ENV", "RUN", "COPY", "COPY", "RUN",
         "FROM", "LABEL", "ENV", "RUN", "COPY", "COPY", "WORKDIR", "USER", "EXPOSE",
         "HEALTHCHECK", "CMD",
     ]  # fmt: skip
     assert steps[0] == ("FROM", "corral-base:bookworm AS install")
-    assert steps[6] == ("FROM", "corral-base:bookworm")
-    assert "--no-index --find-links /tmp/wheels -r /tmp/wheels/requirements.lock" in steps[5][1]
+    assert steps[1] == ("LABEL", 'org.corral.stage="install"')
+    assert steps[7] == ("FROM", "corral-base:bookworm")
+    assert "--no-index --find-links /tmp/wheels -r /tmp/wheels/requirements.lock" in steps[6][1]
     assert ("COPY", "--from=install /opt/venv /opt/venv") in steps
     assert ("USER", "corral") in steps and ("EXPOSE", "8100") in steps
-    label_args = dict(steps)["LABEL"]
+    label_args = steps[8][1]
     for key, value in labels.items():
         assert f"{key}={json.dumps(value)}" in label_args
     health = dict(steps)["HEALTHCHECK"]

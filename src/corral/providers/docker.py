@@ -39,6 +39,7 @@ import httpx
 from corral.client.launcher import ServerStartError
 from corral.providers.dockerfile import (
     LABEL_PREFIX,
+    STAGE_LABEL,
     URL_FILE,
     BuildContext,
     BuildError,
@@ -510,6 +511,7 @@ def build_image(
     context_dir: str | Path | None = None,
     client: docker.DockerClient | None = None,
     pip: Sequence[str] | None = None,
+    prune: bool = True,
 ) -> BuiltImage:
     """Prepare the build context of ``env_dir`` and build its image with the engine.
 
@@ -522,6 +524,7 @@ def build_image(
         context_dir: where to write the build context (default ``<env>/.corral/build``).
         client: a Docker client (default: :func:`docker_client`).
         pip: the pip command used on the host.
+        prune: remove the intermediate install stage's image afterwards.
 
     Raises:
         ManifestError: the manifest is missing or invalid.
@@ -569,6 +572,10 @@ def build_image(
         raise
     if not image_id:
         image_id = engine.images.get(name).id or ""
+    if prune:
+        # The install stage's image holds the wheels; nothing but this build uses it.
+        with contextlib.suppress(docker.errors.APIError):
+            engine.images.prune(filters={"dangling": True, "label": f"{STAGE_LABEL}=install"})
     return BuiltImage(
         tag=name, image_id=image_id, context=context, seconds=time.monotonic() - started
     )

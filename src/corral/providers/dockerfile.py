@@ -40,6 +40,8 @@ Progress = Callable[[str], None]
 """Receives one line of build output at a time."""
 
 LABEL_PREFIX = "org.corral"
+STAGE_LABEL = f"{LABEL_PREFIX}.stage"
+"""Marks the throw-away install stage, so that its image can be pruned after a build."""
 IMAGE_USER = "corral"
 IMAGE_UID = 10001
 VENV = "/opt/venv"
@@ -227,6 +229,7 @@ def render_dockerfile(
 # Stage 1 installs the pinned wheels into a virtualenv (distribution Pythons refuse
 # system-wide pip installs, PEP 668); only the virtualenv reaches the final image.
 FROM {base} AS install
+LABEL {STAGE_LABEL}="install"
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 RUN python3 -m venv {VENV}
 COPY wheels/ /tmp/wheels/
