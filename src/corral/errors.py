@@ -197,7 +197,9 @@ class InvalidAction(EnvFailure):
     code = ErrorCode.INVALID_ACTION
 
 
-class InvalidArgument(EnvFailure):
+class InvalidArgument(EnvFailure, ValueError):
+    """Also a ``ValueError``: environments raise it for bad reset options."""
+
     code = ErrorCode.INVALID_ARGUMENT
 
 

@@ -23,6 +23,7 @@ from corral.errors import (
     ClientClosed,
     ConnectionLost,
     CorralError,
+    FrameTooLarge,
     RequestTimeout,
     UnsupportedProtocol,
     error_from_wire,
@@ -167,10 +168,20 @@ class Connection:
         if self._lost is not None or self._ws is None:
             raise self._lost or ConnectionLost("not connected")
         request_id = message["id"]
+        frame = self.codec.encode(message)
+        limit = self.welcome.get("limits", {}).get("max_frame_bytes")
+        if isinstance(limit, int) and len(frame) > limit:
+            self.tracker.forget(request_id)
+            raise FrameTooLarge(
+                f"{message.get('type')!r} message of {len(frame)} bytes exceeds the server's "
+                f"frame limit of {limit} bytes",
+                details={"size": len(frame), "limit": limit},
+                request_id=request_id,
+            )
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._waiters[request_id] = future
         try:
-            await self._ws.send(self.codec.encode(message))
+            await self._ws.send(frame)
         except ConnectionClosed as exc:
             self._waiters.pop(request_id, None)
             self.tracker.forget(request_id)

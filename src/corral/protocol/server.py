@@ -1,4 +1,4 @@
-"""Server-side reading of frames, sans I/O: size limit, decoding, validation, gating.
+"""Server-side reading of frames, sans I/O: size limit, decoding, validation.
 
 :meth:`FrameReader.read` turns one frame into a typed request or raises the
 :class:`~corral.errors.ProtocolError` to answer with; the error carries the request's id
@@ -7,18 +7,19 @@
 
 from __future__ import annotations
 
-from corral.errors import CorralError, FrameTooLarge, HandshakeRequired
+import contextlib
+
+from corral.errors import CorralError, FrameTooLarge
 from corral.protocol.codecs import Codec, Frame
-from corral.protocol.messages import Hello, Request, parse_request, peek_id, peek_session
+from corral.protocol.messages import Request, parse_request, peek_id, peek_session
 
 
 class FrameReader:
-    """Reads the frames of one connection; the first request must be ``hello``."""
+    """Reads the frames of one connection into typed requests."""
 
     def __init__(self, codec: Codec, max_frame_bytes: int) -> None:
         self.codec = codec
         self.max_frame_bytes = max_frame_bytes
-        self.greeted = False
         self.session_hint: str | None = None
         """Session id of the last frame read, even if it failed to parse."""
 
@@ -31,10 +32,18 @@ class FrameReader:
         self.session_hint = None
         size = len(frame)
         if size > self.max_frame_bytes:
-            raise FrameTooLarge(
+            # The transport caps frames at twice the limit, so decoding one to find its
+            # id is bounded; the reply then matches the request instead of leaving the
+            # client waiting.
+            error = FrameTooLarge(
                 f"frame of {size} bytes exceeds the limit of {self.max_frame_bytes}",
                 details={"size": size, "limit": self.max_frame_bytes},
             )
+            with contextlib.suppress(CorralError):
+                message = self.codec.decode(frame)
+                error.request_id = peek_id(message)
+                self.session_hint = peek_session(message)
+            raise error
         message = self.codec.decode(frame)
         self.session_hint = peek_session(message)
         try:
@@ -42,10 +51,4 @@ class FrameReader:
         except CorralError as exc:
             exc.request_id = peek_id(message)
             raise
-        if not self.greeted and not isinstance(request, Hello):
-            raise HandshakeRequired(
-                "send 'hello' first", details={"type": request.type}, request_id=request.id
-            )
-        if isinstance(request, Hello):
-            self.greeted = True
         return request

@@ -10,6 +10,7 @@ from fastapi import FastAPI, WebSocket
 
 from corral.server.config import ServerConfig
 from corral.server.http import info_router
+from corral.server.metrics import metrics_router
 from corral.server.service import EnvService
 from corral.server.ws import FallbackHandler, ws_endpoint
 
@@ -52,6 +53,7 @@ def create_app(
     )
     app.state.service = service
     app.include_router(info_router(service))
+    app.include_router(metrics_router(service))
 
     @app.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:

@@ -26,6 +26,7 @@ from corral.errors import (
     CorralError,
     EnvError,
     ErrorCode,
+    HandshakeRequired,
     InternalError,
     InvalidAction,
     InvalidArgument,
@@ -136,6 +137,10 @@ class EnvService:
         try:
             if isinstance(request, m.Hello):
                 self._hello(channel, request)
+            elif channel.compat is None:
+                raise HandshakeRequired(
+                    "send 'hello' (and get 'welcome') first", details={"type": request.type}
+                )
             elif isinstance(request, m.Open):
                 await self._open(channel, request)
             elif isinstance(request, m.Attach):
@@ -202,6 +207,7 @@ class EnvService:
         self, channel: Channel, session: Session, request: m.SessionRequest, op: Op
     ) -> None:
         timeout = self.config.step_timeout_s
+        started = time.perf_counter()
         try:
             if op is Op.STATE:
                 state = await session.runner.call("state", timeout=timeout)
@@ -215,8 +221,8 @@ class EnvService:
                 reply = m.result(request.id, session.id, payload)
         except StepTimeout as exc:
             exc.request_id = request.id
-            await self.manager.close(session, "a call overran the step timeout")
             self._deliver_error(session, exc)
+            await self.manager.close(session, "a call overran the step timeout")
             return
         except CorralError as exc:
             session.machine.abort()
@@ -234,6 +240,7 @@ class EnvService:
             )
             self._deliver_error(session, error)
             return
+        self.manager.stats.observe(str(op), time.perf_counter() - started)
         session.deliver(reply)
 
     async def _episode_call(

@@ -32,6 +32,7 @@ from corral.errors import (
 from corral.protocol.session import ReplyCache, SessionMachine
 from corral.server.config import ServerConfig
 from corral.server.runner import EnvFactory, EnvRunner
+from corral.server.stats import Stats
 
 log = logging.getLogger("corral.server")
 
@@ -72,23 +73,6 @@ class Session:
             self.cache.put(request_id, message)
         if self.owner is not None:
             self.owner.send(message)
-
-
-@dataclass
-class Stats:
-    """Counters a server exposes in ``/ready`` and ``/metrics``."""
-
-    opened: int = 0
-    closed: int = 0
-    reaped: int = 0
-    refused: int = 0
-    steps: int = 0
-    resets: int = 0
-    errors: dict[str, int] = field(default_factory=dict)
-
-    def error(self, code: str) -> None:
-        """Count one error reply of ``code``."""
-        self.errors[code] = self.errors.get(code, 0) + 1
 
 
 class SessionManager:
@@ -236,8 +220,9 @@ class SessionManager:
         while len(self._tombstones) > _TOMBSTONES:
             self._tombstones.popitem(last=False)
         self.stats.closed += 1
-        if session.task is not None and not session.task.done():
-            session.task.cancel()
+        task = session.task
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            task.cancel()
         if self._on_close is not None:
             self._on_close(session, reason)
         await session.runner.close()

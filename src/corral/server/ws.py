@@ -48,6 +48,7 @@ async def serve_native(websocket: WebSocket, service: EnvService, codec: Codec) 
     writer = asyncio.create_task(_write(websocket, codec, outbox), name="corral-ws-writer")
     reader = FrameReader(codec, service.config.max_frame_bytes)
     clean = False
+    service.manager.stats.connections += 1
     try:
         while True:
             message = await websocket.receive()
@@ -69,6 +70,7 @@ async def serve_native(websocket: WebSocket, service: EnvService, codec: Codec) 
     except WebSocketDisconnect as exc:
         clean = exc.code in _CLEAN_CLOSE
     finally:
+        service.manager.stats.connections -= 1
         await service.disconnect(channel, clean)
         outbox.put_nowait(None)
         with contextlib.suppress(Exception):

@@ -1,0 +1,78 @@
+"""Real corral servers on 127.0.0.1 for tests: uvicorn in a thread, real sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import uvicorn
+
+from corral.server import ServerConfig, create_app
+from corral.server.serve import bind_socket, uvicorn_config
+
+
+class ThreadServer:
+    """A uvicorn server for ``env`` running in a background thread."""
+
+    def __init__(self, env: Any, **config: Any) -> None:
+        self.app = create_app(env, ServerConfig(**config))
+        self.service = self.app.state.service
+        cfg = uvicorn_config(self.app, self.service.config, "warning")
+        self.server = uvicorn.Server(cfg)
+        self.server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+        self.sock = bind_socket("127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_until_complete(self.server.serve(sockets=[self.sock]))
+
+    def start(self) -> ThreadServer:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("test server did not start")
+            time.sleep(0.01)
+        return self
+
+    def call(self, coro: Any, timeout: float = 10.0) -> Any:
+        """Run a coroutine on the server's loop (to inspect or poke its state)."""
+        assert self.loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    @property
+    def manager(self) -> Any:
+        return self.service.manager
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(15)
+        self.sock.close()
+
+
+@contextlib.contextmanager
+def running(env: Any, **config: Any) -> Iterator[ThreadServer]:
+    """Serve ``env`` on a free 127.0.0.1 port for the duration of the block."""
+    server = ThreadServer(env, **config).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.02) -> bool:
+    """Poll ``predicate`` until true or ``timeout``; return its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return bool(predicate())
