@@ -178,7 +178,8 @@ def test_context_directory_must_not_swallow_the_environment(tmp_path: Path, wher
     assert (env / "corral.yaml").is_file()
 
 
-def test_a_failing_step_reports_its_output(tmp_path: Path) -> None:
+def test_a_failing_step_reports_its_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     echo_manifest(tmp_path)
     failing_pip = [sys.executable, "-c", "import sys; print('no wheel for thing'); sys.exit(2)"]
     lines: list[str] = []
@@ -192,8 +193,9 @@ def test_a_failing_step_reports_its_output(tmp_path: Path) -> None:
 
 
 @pytest.mark.network
-def test_prepare_context_for_a_project(tmp_path: Path) -> None:
+def test_prepare_context_for_a_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A Python project environment: its wheel, corral's wheel, pinned dependencies."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     env = tmp_path / "guess"
     (env / "guess_env").mkdir(parents=True)
     (env / "guess_env" / "__init__.py").write_text(
@@ -234,3 +236,11 @@ def test_prepare_context_for_a_project(tmp_path: Path) -> None:
     assert ctx.labels["org.corral.fingerprint"] == EchoEnv.contract().fingerprint
     assert (ctx.directory / "requirements.lock").read_text().splitlines()[1:] == ctx.requirements
     assert any("resolving dependencies" in line for line in lines)
+    assert any("building corral's wheel" in line for line in lines)
+    # corral's wheel is cached by the hash of its sources: the next build reuses it and
+    # goes on to the environment's own wheel (made to fail here, to stop early).
+    failing_pip = [sys.executable, "-c", "import sys; print('stop'); sys.exit(2)"]
+    again: list[str] = []
+    with pytest.raises(BuildError, match="building the wheel of guess-env failed"):
+        prepare_context(env, env / ".corral" / "build", pip=failing_pip, progress=again.append)
+    assert any(line.startswith("reusing corral's wheel corral-") for line in again)

@@ -1,28 +1,18 @@
-"""Hugging Face Space staging, and uploads by huggingface_hub's real client to a fake Hub.
-
-The fake Hub is an HTTP server on 127.0.0.1 that answers the routes the client uses to
-create a repo and commit a folder, validates README front matter as the Hub does for
-Spaces, and records every request so that the tests can check what the client sent.
-"""
+"""Hugging Face Space staging, and uploads by huggingface_hub's real client to a fake Hub."""
 
 from __future__ import annotations
 
 import base64
-import json
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
+from tests.support.fakehub import FakeHub, running_fake_hub, space_front_matter_errors
 
 import corral
 from corral.envs.echo import EchoEnv
 from corral.providers.hfspace import (
-    SPACE_COLORS,
     SpaceError,
     StagedSpace,
     check_repo_id,
@@ -32,112 +22,10 @@ from corral.providers.hfspace import (
 )
 
 
-@dataclass
-class Recorded:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-    def ndjson(self) -> list[Any]:
-        return [json.loads(line) for line in self.body.splitlines() if line.strip()]
-
-
-def space_front_matter_errors(readme: str) -> list[str]:
-    """What the Hub checks in a Docker Space's README metadata."""
-    if not readme.startswith("---\n"):
-        return ["README.md has no YAML front matter"]
-    meta = yaml.safe_load(readme.split("---\n", 2)[1])
-    errors = []
-    if meta.get("sdk") not in ("gradio", "streamlit", "docker", "static"):
-        errors.append(f'"sdk" must be one of gradio, streamlit, docker, static: {meta.get("sdk")}')
-    if "app_port" in meta and not isinstance(meta["app_port"], int):
-        errors.append('"app_port" must be a number')
-    for key in ("colorFrom", "colorTo"):
-        if key in meta and meta[key] not in SPACE_COLORS:
-            errors.append(f'"{key}" must be one of {SPACE_COLORS}')
-    if not isinstance(meta.get("title", ""), str) or not isinstance(meta.get("tags", []), list):
-        errors.append('"title" must be a string and "tags" a list')
-    return errors
-
-
-@dataclass
-class FakeHub:
-    url: str
-    requests: list[Recorded] = field(default_factory=list)
-    existing: set[str] = field(default_factory=set)
-
-    def of(self, suffix: str) -> list[Recorded]:
-        return [r for r in self.requests if r.path.endswith(suffix) or suffix in r.path]
-
-
 @pytest.fixture
 def fake_hub() -> Iterator[FakeHub]:
-    hub = FakeHub(url="")
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length)
-            hub.requests.append(
-                Recorded("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body)
-            )
-            status, reply = self.route(body)
-            data = json.dumps(reply).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def route(self, body: bytes) -> tuple[int, Any]:
-            if self.headers.get("Authorization") != "Bearer hf_test_token":
-                return 401, {"error": "Invalid credentials in Authorization header"}
-            if self.path == "/api/repos/create":
-                payload = json.loads(body)
-                repo = f"{payload['organization']}/{payload['name']}"
-                if repo in hub.existing:
-                    return 409, {
-                        "error": "You already created this space repo",
-                        "url": f"{hub.url}/spaces/{repo}",
-                    }
-                hub.existing.add(repo)
-                return 200, {"url": f"{hub.url}/spaces/{repo}"}
-            if self.path == "/api/validate-yaml":
-                errors = space_front_matter_errors(json.loads(body)["content"])
-                if errors:
-                    return 400, {"errors": [{"message": e} for e in errors]}
-                return 200, {}
-            if self.path.startswith("/api/spaces/") and "/preupload/" in self.path:
-                files = json.loads(body)["files"]
-                return 200, {
-                    "files": [
-                        {"path": f["path"], "uploadMode": "regular", "shouldIgnore": False}
-                        for f in files
-                    ]
-                }
-            if self.path.startswith("/api/spaces/") and "/commit/" in self.path:
-                repo = self.path.split("/api/spaces/", 1)[1].split("/commit/", 1)[0]
-                return 200, {
-                    "commitUrl": f"{hub.url}/spaces/{repo}/commit/c0ffee",
-                    "commitOid": "c0ffee" * 6 + "c0ff",
-                    "pullRequestUrl": None,
-                }
-            return 404, {"error": f"no route {self.path}"}
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    hub.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield hub
-    server.shutdown()
-    server.server_close()
+    with running_fake_hub() as hub:
+        yield hub
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from corral.cli.build import build_command
+from corral.cli.push import push_command
+from corral.cli.schema import schema_app
 from corral.cli.serve import serve_command
 
 app = typer.Typer(
@@ -27,6 +30,9 @@ def root(
 
 
 app.command("serve")(serve_command)
+app.command("build")(build_command)
+app.command("push")(push_command)
+app.add_typer(schema_app)
 
 
 def main() -> None:

@@ -21,7 +21,9 @@ contract.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
+import os
 import platform
 import re
 import shutil
@@ -266,8 +268,12 @@ def _run(command: Sequence[str], step: str, progress: Progress | None, hint: str
     """Run ``command``, streaming its output; raise BuildError with its tail on failure."""
     _emit(progress, f"$ {' '.join(command)}")
     tail: list[str] = []
+    # Build backends that honour SOURCE_DATE_EPOCH then produce byte-identical wheels from
+    # the same sources, so an unchanged environment yields an identical build context.
+    env = {**os.environ, "SOURCE_DATE_EPOCH": os.environ.get("SOURCE_DATE_EPOCH", "315532800")}
     with subprocess.Popen(
         command,
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -294,6 +300,57 @@ def corral_source() -> Path | None:
     ):
         return root
     return None
+
+
+def wheel_cache_dir() -> Path:
+    """Where wheels of corral's own source tree are cached (``$XDG_CACHE_HOME/corral``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "corral" / "wheels"
+
+
+def _source_digest(source: Path) -> str:
+    """A hash of everything corral's wheel is built from."""
+    digest = hashlib.sha256()
+    files = [source / "pyproject.toml", source / "README.md"]
+    files += sorted(
+        p for p in (source / "src").rglob("*") if p.is_file() and "__pycache__" not in p.parts
+    )
+    for path in files:
+        if path.is_file():
+            digest.update(path.relative_to(source).as_posix().encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:20]
+
+
+def _corral_wheel(
+    source: Path, wheels: Path, pip: Sequence[str], progress: Progress | None
+) -> Path:
+    """corral's wheel in ``wheels``: built from ``source``, or reused when unchanged."""
+    cache = wheel_cache_dir() / _source_digest(source)
+    cached = sorted(cache.glob("corral-*.whl")) if cache.is_dir() else []
+    if cached:
+        _emit(progress, f"reusing corral's wheel {cached[0].name} (source unchanged)")
+    else:
+        _emit(progress, f"building corral's wheel from {source}")
+        staging = Path(tempfile.mkdtemp(prefix="corral-wheel-"))
+        try:
+            _run(
+                [*pip, "wheel", "--no-deps", "-q", "-w", str(staging), str(source)],
+                "building corral's wheel",
+                progress,
+            )
+            built = _wheel_of(staging, "corral")
+            cache.mkdir(parents=True, exist_ok=True)
+            # Rename within the cache directory: a concurrent build never sees half a file.
+            partial = cache / (built.name + ".partial")
+            shutil.copyfile(built, partial)
+            partial.replace(cache / built.name)
+            cached = [cache / built.name]
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    target = wheels / cached[0].name
+    shutil.copyfile(cached[0], target)
+    return target
 
 
 def _wheel_of(directory: Path, name: str) -> Path:
@@ -416,13 +473,7 @@ def prepare_context(
     requirements: list[str] = []
     source = corral_source()
     if source is not None:
-        _emit(progress, f"building corral's wheel from {source}")
-        _run(
-            [*pip_cmd, "wheel", "--no-deps", "-q", "-w", str(wheels), str(source)],
-            "building corral's wheel",
-            progress,
-        )
-        local.append(_wheel_of(wheels, "corral"))
+        local.append(_corral_wheel(source, wheels, pip_cmd, progress))
     else:
         requirements.append(f"corral=={corral.__version__}")
     project = _project_name(env_path)
