@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -230,18 +230,26 @@ def test_bad_network(docker_client: Any) -> None:
         DockerProvider(docker_client, network="overlay")  # type: ignore[arg-type]
 
 
+# A stand-in server that answers 200 on every path: the provider's lifecycle does not
+# depend on corral's server.
+TINY_SERVER = [
+    "python3",
+    "-c",
+    "from http.server import BaseHTTPRequestHandler, HTTPServer\n"
+    "class H(BaseHTTPRequestHandler):\n"
+    "    def do_GET(self):\n"
+    "        self.send_response(200)\n"
+    "        self.end_headers()\n"
+    "HTTPServer(('0.0.0.0', 8000), H).serve_forever()\n",
+]
+
 CHILD = """
 import os, signal, sys
 from corral.providers.docker import DockerProvider
 
 provider = DockerProvider(reap=False)
-container = provider.client.containers.run(
-    {image!r}, ["sleep", "300"], detach=True,
-    labels={{"org.corral.managed": "true", "org.corral.owner_pid": str(os.getpid()),
-            "org.corral.owner_boot": open("/proc/sys/kernel/random/boot_id").read().strip()}},
-)
-provider._containers[container.id] = container
-print(container.id, flush=True)
+endpoint = provider.start({image!r}, command={command!r})
+print(endpoint.container_id, flush=True)
 if sys.argv[1] == "kill":
     os.kill(os.getpid(), signal.SIGKILL)
 """
@@ -254,19 +262,31 @@ def test_no_orphans_after_exit_or_kill(
     import docker.errors
 
     script = tmp_path / "child.py"
-    script.write_text(textwrap.dedent(CHILD.format(image=base_image)))
+    script.write_text(CHILD.format(image=base_image, command=TINY_SERVER))
     done = subprocess.run(
-        [sys.executable, str(script), how], capture_output=True, text=True, timeout=60
+        [sys.executable, str(script), how], capture_output=True, text=True, timeout=120
     )
     container_id = done.stdout.strip()
     assert container_id, done.stderr
     if how == "exit":
-        # atexit removed it.
+        # Removed at interpreter exit.
         with pytest.raises(docker.errors.NotFound):
             docker_client.containers.get(container_id)
         return
     # SIGKILL ran no cleanup: the container is left, and the next provider reaps it.
-    assert docker_client.containers.get(container_id).status in ("running", "created")
+    assert docker_client.containers.get(container_id).status == "running"
     assert container_id in reap_orphans(docker_client)
     with pytest.raises(docker.errors.NotFound):
         docker_client.containers.get(container_id)
+
+
+def test_a_forgotten_provider_removes_its_containers(docker_client: Any, base_image: str) -> None:
+    import docker.errors
+
+    provider = DockerProvider(docker_client)
+    endpoint = provider.start(base_image, command=TINY_SERVER)
+    assert httpx.get(endpoint.url, timeout=5).status_code == 200
+    del provider
+    gc.collect()
+    with pytest.raises(docker.errors.NotFound):
+        docker_client.containers.get(endpoint.container_id)

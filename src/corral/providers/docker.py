@@ -13,7 +13,8 @@ The host port is never guessed:
 A container that exits before it is ready produces a :class:`ServerStartError` carrying
 its exit code and last log lines as soon as the exit is seen, not after a timeout.
 Containers a provider started are removed on :meth:`DockerProvider.stop`, on
-:meth:`~DockerProvider.close`, on context exit and at interpreter exit; containers left
+:meth:`~DockerProvider.close`, on context exit, when the provider is garbage-collected and at
+interpreter exit; containers left
 by a process that was killed outright are reaped by the next provider on the machine.
 
 Needs the ``docker`` extra (``pip install corral[docker]``).
@@ -21,7 +22,6 @@ Needs the ``docker`` extra (``pip install corral[docker]``).
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import re
@@ -63,9 +63,6 @@ OWNER_BOOT = f"{LABEL_PREFIX}.owner_boot"
 LISTENING = re.compile(r"CORRAL_LISTENING (http://\S+)")
 
 Network = Literal["bridge", "host"]
-
-_providers: weakref.WeakSet[DockerProvider] = weakref.WeakSet()
-_providers_lock = threading.Lock()
 
 
 def _boot_id() -> str:
@@ -208,8 +205,9 @@ class DockerProvider:
         self._closed = False
         if reap:
             reap_orphans(self.client)
-        with _providers_lock:
-            _providers.add(self)
+        # Runs on close(), when the provider is garbage-collected, or at interpreter exit,
+        # whichever comes first; it holds the container table, not the provider.
+        self._finalizer = weakref.finalize(self, _remove_all, self._containers, self._lock)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -432,10 +430,7 @@ class DockerProvider:
     def close(self) -> None:
         """Remove every container this provider started; later starts are refused."""
         self._closed = True
-        with self._lock:
-            containers = list(self._containers.values())
-        for container in containers:
-            self._remove(container)
+        self._finalizer()
 
     def __enter__(self) -> DockerProvider:
         return self
@@ -449,13 +444,14 @@ class DockerProvider:
         self.close()
 
 
-@atexit.register
-def _close_all() -> None:
-    with _providers_lock:
-        providers = list(_providers)
-    for provider in providers:
+def _remove_all(containers: dict[str, Container], lock: threading.Lock) -> None:
+    """Force-remove every container in ``containers`` (the provider's cleanup)."""
+    with lock:
+        pending = list(containers.values())
+        containers.clear()
+    for container in pending:
         with contextlib.suppress(Exception):
-            provider.close()
+            container.remove(force=True)
 
 
 # --------------------------------------------------------------------------- building
