@@ -25,7 +25,8 @@ mkdir -p "$CACHE"
 
 need_packages=()
 command -v dockerd >/dev/null 2>&1 || need_packages+=(docker.io containerd runc)
-command -v debootstrap >/dev/null 2>&1 || need_packages+=(debootstrap)
+# debootstrap verifies the mirror's signatures with the archive keyring and gpgv.
+command -v debootstrap >/dev/null 2>&1 || need_packages+=(debootstrap debian-archive-keyring gpgv)
 if ((${#need_packages[@]})); then
     say "installing ${need_packages[*]}"
     export DEBIAN_FRONTEND=noninteractive
