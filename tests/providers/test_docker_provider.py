@@ -125,6 +125,17 @@ def test_build_errors_carry_the_output(docker_client: Any, base_image: str, tmp_
         build_image(tmp_path, base_image=base_image, client=docker_client, pip=bad_pip)
 
 
+def test_a_missing_base_image_fails_before_any_work(docker_client: Any, tmp_path: Path) -> None:
+    (tmp_path / "corral.yaml").write_text("name: echo\nentry_point: corral.envs.echo:EchoEnv\n")
+    lines: list[str] = []
+    # A registry address where nothing listens: the pull fails at once, on loopback.
+    missing = "127.0.0.1:9/corral-no-such-base:1"
+    with pytest.raises(BuildError, match=r"is not present and cannot be pulled.*--base-image"):
+        build_image(tmp_path, base_image=missing, client=docker_client, progress=lines.append)
+    assert lines == [f"base image {missing} is not present; pulling it"]
+    assert not (tmp_path / ".corral").exists()
+
+
 # ----------------------------------------------------------------------- running
 
 

@@ -47,6 +47,7 @@ from corral.providers.dockerfile import (
     healthcheck_command,
     prepare_context,
 )
+from corral.providers.manifest import load_manifest
 
 try:
     import docker
@@ -497,6 +498,32 @@ def _build_lines(
     return image_id, tail
 
 
+def _ensure_base_image(
+    engine: docker.DockerClient, base_image: str, progress: Progress | None
+) -> None:
+    """Pull ``base_image`` unless present, with a clear error where no registry answers."""
+    try:
+        engine.images.get(base_image)
+        return
+    except docker.errors.ImageNotFound:
+        pass
+    if progress is not None:
+        progress(f"base image {base_image} is not present; pulling it")
+    repository, _, tag = base_image.rpartition(":") if ":" in base_image else (base_image, "", "")
+    try:
+        events = engine.api.pull(
+            repository or base_image, tag=tag or None, stream=True, decode=True
+        )
+        _build_lines(events, progress)
+    except (docker.errors.APIError, BuildError) as exc:
+        reason = exc.explanation if isinstance(exc, docker.errors.APIError) else str(exc)
+        raise BuildError(
+            f"base image {base_image!r} is not present and cannot be pulled ({reason}); "
+            "build one locally (.ci/docker-setup.sh makes corral-base:bookworm) and pass "
+            "--base-image, or set base_image in corral.yaml"
+        ) from None
+
+
 def build_image(
     env_dir: str | Path,
     tag: str | None = None,
@@ -529,6 +556,8 @@ def build_image(
     started = time.monotonic()
     env_path = Path(env_dir).resolve()
     engine = client or docker_client()
+    # The base image first: a missing one fails in a second, not after resolving wheels.
+    _ensure_base_image(engine, base_image or load_manifest(env_path).image_base, progress)
     context = prepare_context(
         env_path,
         Path(context_dir) if context_dir is not None else env_path / ".corral" / "build",
@@ -538,11 +567,6 @@ def build_image(
         pip=pip,
     )
     name = tag or f"corral-{context.manifest.name}:{context.manifest.version}"
-    try:
-        engine.images.get(context.base_image)
-    except docker.errors.ImageNotFound:
-        if progress is not None:
-            progress(f"base image {context.base_image} is not present; the engine will pull it")
     try:
         events = engine.api.build(
             path=str(context.directory),
@@ -554,18 +578,7 @@ def build_image(
         )
         image_id, _ = _build_lines(events, progress)
     except docker.errors.APIError as exc:
-        raise BuildError(
-            f"docker build failed: {exc.explanation or exc}; if the base image "
-            f"{context.base_image!r} cannot be pulled here, build one locally "
-            "(.ci/docker-setup.sh) and pass --base-image"
-        ) from None
-    except BuildError as exc:
-        if "pull" in str(exc) or "not found" in str(exc) or "manifest" in str(exc):
-            raise BuildError(
-                f"{exc}\nThe base image {context.base_image!r} is neither present nor "
-                "pullable; build one locally (.ci/docker-setup.sh) and pass --base-image"
-            ) from None
-        raise
+        raise BuildError(f"docker build failed: {exc.explanation or exc}") from None
     if not image_id:
         image_id = engine.images.get(name).id or ""
     if prune:
