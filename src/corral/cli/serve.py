@@ -7,21 +7,41 @@ from typing import Annotated, Any
 
 import typer
 
+from corral.adapters.openenv_env import from_openenv, is_openenv_environment
 from corral.server.config import ServerConfig
 from corral.server.serve import serve
 from corral.server.target import load_target
 
 
 def resolve_serve_target(target: str) -> Any:
-    """Turn ``corral serve``'s TARGET (``module:Class``) into what ``create_app`` takes."""
+    """Turn ``corral serve``'s TARGET (``module:Class`` or ``gym:ENV_ID``) into what
+    ``create_app`` takes.
+
+    An OpenEnv environment class is wrapped by :func:`corral.adapters.openenv_env.from_openenv`;
+    ``gym:ENV_ID`` serves a registered Gymnasium environment
+    (:func:`corral.adapters.gymnasium.serve_target`).
+    """
     try:
-        return load_target(target, search_path=Path.cwd())
-    except ValueError as exc:
+        if target.startswith("gym:"):
+            from corral.adapters.gymnasium import serve_target
+
+            return serve_target(target, search_path=Path.cwd())
+        obj = load_target(target, search_path=Path.cwd())
+    except (ValueError, ImportError) as exc:
         raise typer.BadParameter(str(exc), param_hint="TARGET") from None
+    if is_openenv_environment(obj):
+        try:
+            return from_openenv(obj)
+        except (TypeError, ImportError) as exc:
+            raise typer.BadParameter(str(exc), param_hint="TARGET") from None
+    return obj
 
 
 def serve_command(
-    target: Annotated[str, typer.Argument(help="The environment: 'package.module:ClassName'.")],
+    target: Annotated[
+        str,
+        typer.Argument(help="The environment: 'package.module:ClassName' or 'gym:CartPole-v1'."),
+    ],
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port; 0 picks a free one and prints it.")] = 8000,
     port_file: Annotated[

@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from corral.client.connection import Connection, http_url
+from corral.client.openenv_connection import OpenEnvConnection, is_openenv_refusal
 from corral.contract import Action, Environment, Observation, State, StepResult
 from corral.contract.schema import fingerprint, model_schemas
-from corral.errors import BadObservation, ClientClosed, InvalidAction
+from corral.errors import BadObservation, ClientClosed, InvalidAction, UnsupportedProtocol
 from corral.protocol.messages import ContractRef
 
 if TYPE_CHECKING:
@@ -45,6 +46,9 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
         connect_timeout: seconds to connect and complete the handshake.
         check_contract: send the local contract so that an incompatible server is
             refused at connect time (``CONTRACT_MISMATCH``).
+        openenv_fallback: if the server accepts the WebSocket without corral's
+            subprotocol (an OpenEnv server), speak OpenEnv's envelope instead (see
+            :mod:`corral.client.openenv_connection` for its limits).
     """
 
     def __init__(
@@ -62,6 +66,7 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
         ping_interval: float | None = 20.0,
         ping_timeout: float | None = 20.0,
         headers: Mapping[str, str] | None = None,
+        openenv_fallback: bool = True,
     ) -> None:
         self.url = http_url(url)
         self.timeout = timeout
@@ -75,7 +80,8 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
         self.action_type: type[ActT] | None = action_type
         self.observation_type: type[ObsT] | None = observation_type
         self.state_type: type[StateT] | None = state_type
-        self.connection = Connection(
+        self.openenv_fallback = openenv_fallback
+        self.connection: Connection | OpenEnvConnection = Connection(
             url,
             codec=codec,
             connect_timeout=connect_timeout,
@@ -148,7 +154,19 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
         if self.session_id is not None:
             return self
         need_schemas = None in (self.action_type, self.observation_type, self.state_type)
-        welcome = await self.connection.connect(self._local_contract(), want_schemas=need_schemas)
+        try:
+            welcome = await self.connection.connect(
+                self._local_contract(), want_schemas=need_schemas
+            )
+        except UnsupportedProtocol as exc:
+            if not (
+                self.openenv_fallback
+                and isinstance(self.connection, Connection)
+                and is_openenv_refusal(exc)
+            ):
+                raise
+            self.connection = OpenEnvConnection.replacing(self.connection)
+            welcome = await self.connection.connect(want_schemas=need_schemas)
         if need_schemas:
             self._adopt_schemas(welcome.get("schemas") or {})
         opened = await self.connection.request({"type": "open"}, timeout=self.timeout)

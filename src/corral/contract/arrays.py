@@ -126,7 +126,8 @@ class ArraySpec:
 
 def to_wire_dict(array: np.ndarray[Any, Any]) -> dict[str, Any]:
     """The JSON form of an array: dtype string, shape list, base64 of C-order bytes."""
-    contiguous = np.ascontiguousarray(array)
+    # ascontiguousarray makes 0-d arrays 1-d; the reshape keeps the shape.
+    contiguous = np.ascontiguousarray(array).reshape(array.shape)
     return {
         "dtype": contiguous.dtype.str,
         "shape": list(contiguous.shape),

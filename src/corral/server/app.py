@@ -11,6 +11,8 @@ from fastapi import FastAPI, WebSocket
 from corral.server.config import ServerConfig
 from corral.server.http import info_router
 from corral.server.metrics import metrics_router
+from corral.server.openenv_http import openenv_router
+from corral.server.openenv_ws import openenv_fallback
 from corral.server.service import EnvService
 from corral.server.ws import FallbackHandler, ws_endpoint
 
@@ -20,6 +22,7 @@ def create_app(
     config: ServerConfig | None = None,
     *,
     fallback: FallbackHandler | None = None,
+    openenv: bool = True,
     **overrides: Any,
 ) -> FastAPI:
     """Build the ASGI app serving ``env`` (an Environment subclass or a factory).
@@ -27,7 +30,11 @@ def create_app(
     Args:
         env: the environment class, or a zero-argument factory returning an instance.
         config: limits and timers; keyword ``overrides`` replace single fields.
-        fallback: handler for WebSockets that ask for no corral subprotocol.
+        fallback: handler for WebSockets that ask for no corral subprotocol (default:
+            OpenEnv's envelope, when ``openenv`` is on).
+        openenv: serve OpenEnv clients too: the ``/ws`` envelope for connections
+            without a corral subprotocol, and ``/reset`` ``/step`` ``/state`` ``/mcp``
+            ``/sessions`` over HTTP (see :mod:`corral.server.openenv_http`).
 
     The app is run by uvicorn (see :func:`corral.server.serve`); the service it wraps is
     reachable as ``app.state.service``.
@@ -54,6 +61,9 @@ def create_app(
     app.state.service = service
     app.include_router(info_router(service))
     app.include_router(metrics_router(service))
+    if openenv:
+        app.include_router(openenv_router(service))
+        fallback = fallback or openenv_fallback(service)
 
     @app.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:

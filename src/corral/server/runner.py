@@ -77,7 +77,10 @@ class EnvRunner:
             StepTimeout: the call overran ``timeout``; this runner is then unusable.
         """
         fn = getattr(self.env, method)
-        if self._async[method]:
+        is_async = self._async.get(method)
+        if is_async is None:  # a tool method, looked up on first use
+            is_async = self._async[method] = inspect.iscoroutinefunction(fn)
+        if is_async:
             future: asyncio.Future[Any] = asyncio.ensure_future(fn(*args, **kwargs))
         else:
             loop = asyncio.get_running_loop()

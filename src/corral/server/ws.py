@@ -103,13 +103,16 @@ async def ws_endpoint(
     """Route a WebSocket to the native protocol or, without a corral subprotocol, the fallback."""
     offered = list(websocket.scope.get("subprotocols", []))
     codec = codec_for_subprotocols(offered)
+    if codec is None and fallback is not None:
+        # The fallback speaks another protocol and reports a full server in its own way
+        # (OpenEnv: an error frame after accepting, then close 1000).
+        await fallback(websocket)
+        return
     if not service.manager.has_capacity():
         await refuse_capacity(websocket, service)
         return
     if codec is not None:
         await serve_native(websocket, service, codec)
-    elif fallback is not None:
-        await fallback(websocket)
     else:
         response = JSONResponse(
             {
