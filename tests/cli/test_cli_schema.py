@@ -30,6 +30,7 @@ class GuessAction(Action):
 
 class GuessObservation(Observation):
     hint: Literal[{hints}] | None = None
+{extra_observation}
 
 
 class GuessEnv(Environment[GuessAction, GuessObservation, State]):
@@ -63,9 +64,14 @@ class GuessProject:
         hints: str = '"higher", "lower", "correct"',
         version: str = "1.0.0",
         extra_action: str = "",
+        extra_observation: str = "",
     ) -> None:
         source = MODULE.format(
-            maximum=maximum, hints=hints, version=version, extra_action=extra_action
+            maximum=maximum,
+            hints=hints,
+            version=version,
+            extra_action=extra_action,
+            extra_observation=extra_observation,
         )
         (self.root / self.package / "__init__.py").write_text(textwrap.dedent(source))
         # Each command imports the module afresh, as a new process would.
@@ -127,6 +133,17 @@ def test_compatible_changes_pass_and_suggest_relocking(project: GuessProject) ->
     assert code == 0, out
     assert "constraint_loosened" in out
     assert "ok (compatible changes); run 'corral schema lock' to update the lock file." in out
+
+
+def test_an_added_observation_field_and_tolerant_readers(project: GuessProject) -> None:
+    project.run("schema", "lock")
+    project.write(extra_observation="    distance: int = 0")
+    code, out = project.run("schema", "check")
+    assert code == 1, out
+    assert "observation.distance" in out and "forbid unknown keys" in out
+    code, out = project.run("schema", "check", "--tolerant-readers")
+    assert code == 0, out
+    assert "readers ignore keys they do not know" in out
 
 
 def test_a_major_bump_acknowledges_breaking_changes(project: GuessProject) -> None:

@@ -70,8 +70,9 @@ class PointRenamedClass(BaseModel):
 
 # Each row: old fields, new fields, expected (kind, action severity, observation severity).
 RULES: list[tuple[str, dict[str, Any], dict[str, Any], str, Severity, Severity]] = [
-    ("optional added", {}, {"f": (int, 0)}, "field_added", C, C),
-    ("required added", {}, {"f": (int, ...)}, "required_field_added", B, C),
+    # An observation model forbidding unknown keys rejects a field it does not know.
+    ("optional added", {}, {"f": (int, 0)}, "field_added", C, B),
+    ("required added", {}, {"f": (int, ...)}, "required_field_added", B, B),
     ("removed", {"f": (int, 0)}, {}, "field_removed", B, B),
     ("optional->required", {"f": (int, 0)}, {"f": (int, ...)}, "made_required", B, C),
     ("required->optional", {"f": (int, ...)}, {"f": (int, 0)}, "made_optional", C, C),
@@ -266,15 +267,21 @@ def test_removed_field_message_says_whether_the_server_rejects_or_ignores() -> N
     assert "rejects" in rejects.message and "ignores" in ignores.message
 
 
-def test_strict_readers_make_added_observation_fields_breaking() -> None:
+def test_tolerant_readers_make_added_observation_fields_compatible() -> None:
     old, new = model("M"), model("M", f=(int, 0))
-    old_s, new_s = (
-        {"observation": old.model_json_schema()},
-        {"observation": new.model_json_schema()},
+    old_s = {"observation": old.model_json_schema()}
+    new_s = {"observation": new.model_json_schema()}
+    (strict,) = diff_schemas(old_s, new_s)
+    assert strict.breaking and strict.fails_at == "client"
+    assert "forbid unknown keys" in strict.message
+    (tolerant,) = diff_schemas(old_s, new_s, tolerant_readers=True)
+    assert not tolerant.breaking and tolerant.fails_at is None
+    # Where the locked model allows unknown keys (State does), adding is compatible anyway.
+    (state,) = diff_schemas(
+        {"state": State.model_json_schema()},
+        {"state": GuessState.model_json_schema()},
     )
-    assert not diff_schemas(old_s, new_s)[0].breaking
-    (change,) = diff_schemas(old_s, new_s, tolerant_readers=False)
-    assert change.breaking and change.fails_at == "client"
+    assert state.kind is ChangeKind.FIELD_ADDED and not state.breaking
 
 
 def test_recursive_models_terminate() -> None:
@@ -407,7 +414,7 @@ def test_check_lock() -> None:
 # Soundness against pydantic itself: when the diff calls a change compatible, every
 # payload valid for the old model must validate against the new one (actions), or every
 # payload the new model produces must validate against the old one (observations, read
-# by tolerant clients that ignore unknown keys).
+# by strict clients, or with tolerant_readers by clients that ignore unknown keys).
 
 FIELD_TYPES: list[tuple[Any, st.SearchStrategy[Any]]] = [
     (int, st.integers(-1000, 1000)),
@@ -498,19 +505,24 @@ def test_compatible_actions_are_accepted_by_the_new_server(
         assert accepts(new_m, payload), (payload, result)
 
 
+@pytest.mark.parametrize("tolerant", [False, True])
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(old=model_specs(), data=st.data())
 def test_compatible_observations_are_decoded_by_old_clients(
-    old: dict[str, tuple[int, bool]], data: st.DataObject
+    tolerant: bool, old: dict[str, tuple[int, bool]], data: st.DataObject
 ) -> None:
     new = data.draw(variants(old))
     old_m, new_m = build(old, forbid=True), build(new, forbid=True)
     result = diff_schemas(
-        {"observation": old_m.model_json_schema()}, {"observation": new_m.model_json_schema()}
+        {"observation": old_m.model_json_schema()},
+        {"observation": new_m.model_json_schema()},
+        tolerant_readers=tolerant,
     )
     if any(c.breaking for c in result):
         return
-    reader = build(old, forbid=False)
+    # A strict reader validates with the locked model as is; a tolerant one ignores
+    # unknown keys.
+    reader = build(old, forbid=not tolerant)
     for _ in range(5):
         payload = data.draw(payloads(new))
         # The server serializes every field of its model, defaults included.

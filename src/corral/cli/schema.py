@@ -39,6 +39,15 @@ LockOpt = Annotated[
     typer.Option("--lock", help="The lock file (default: the manifest's schema_lock)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
+TolerantOpt = Annotated[
+    bool,
+    typer.Option(
+        "--tolerant-readers",
+        help="Every client ignores unknown keys in observations and state, so fields added "
+        "to them are compatible (by default they are breaking where the locked model "
+        "forbids unknown keys).",
+    ),
+]
 
 
 def _console() -> Console:
@@ -130,7 +139,9 @@ def _report(result: LockCheck, as_json: bool) -> None:
 
 
 @schema_app.command("lock")
-def lock_command(path: PathArg = Path("."), lock: LockOpt = None) -> None:
+def lock_command(
+    path: PathArg = Path("."), lock: LockOpt = None, tolerant_readers: TolerantOpt = False
+) -> None:
     """Write the schema lock file from the current models."""
     manifest, contract = _load(path)
     target = lock or manifest.lock_path
@@ -141,7 +152,7 @@ def lock_command(path: PathArg = Path("."), lock: LockOpt = None) -> None:
         except LockError:
             previous = None
         if previous is not None:
-            result = check_lock(previous, contract)
+            result = check_lock(previous, contract, tolerant_readers=tolerant_readers)
             if result.breaking and not result.major_bumped:
                 console.print(
                     f"[yellow]warning:[/yellow] {len(result.breaking)} breaking change(s) "
@@ -157,7 +168,10 @@ def lock_command(path: PathArg = Path("."), lock: LockOpt = None) -> None:
 
 @schema_app.command("check")
 def check_command(
-    path: PathArg = Path("."), lock: LockOpt = None, as_json: JsonOpt = False
+    path: PathArg = Path("."),
+    lock: LockOpt = None,
+    as_json: JsonOpt = False,
+    tolerant_readers: TolerantOpt = False,
 ) -> None:
     """Compare the current models against the lock; exit 1 on a breaking change.
 
@@ -165,7 +179,9 @@ def check_command(
     (or after compatible changes) run 'corral schema lock' to record the new contract.
     """
     manifest, contract = _load(path)
-    result = check_lock(_read(lock or manifest.lock_path), contract)
+    result = check_lock(
+        _read(lock or manifest.lock_path), contract, tolerant_readers=tolerant_readers
+    )
     _report(result, as_json)
     if as_json:
         raise typer.Exit(0 if result.ok else 1)
@@ -193,12 +209,13 @@ def diff_command(
         typer.Option(help="Compare the lock with this other lock file instead of the models."),
     ] = None,
     as_json: JsonOpt = False,
+    tolerant_readers: TolerantOpt = False,
 ) -> None:
     """Print every change between the lock and the current models, classified."""
     if against is not None:
         old = _read(lock or _manifest(path).lock_path)
         new = _read(against)
-        changes = diff_schemas(old.schemas, new.schemas)
+        changes = diff_schemas(old.schemas, new.schemas, tolerant_readers=tolerant_readers)
         if as_json:
             typer.echo(json.dumps([_change_json(c) for c in changes], indent=2))
         elif changes:
@@ -210,5 +227,5 @@ def diff_command(
         return
     manifest, contract = _load(path)
     old = _read(lock or manifest.lock_path)
-    result = check_lock(old, contract)
+    result = check_lock(old, contract, tolerant_readers=tolerant_readers)
     _report(result, as_json)

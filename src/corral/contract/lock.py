@@ -13,10 +13,11 @@ Direction decides. An *action* travels client → server: the current server mus
 everything an old client may send, so the schema may only widen (new optional fields,
 wider types, more enum values, looser constraints). An *observation* or *state* travels
 server → client: an old client must be able to read everything the current server
-sends, so the schema may only narrow. Readers are assumed tolerant of unknown object
-keys (they ignore them), as corral's client is; pass ``tolerant_readers=False`` to
-treat an added field as breaking wherever the locked schema forbids unknown keys.
-Removing or renaming a field is breaking in both directions.
+sends, so the schema may only narrow. A field added to an observation is breaking where
+the locked model forbids unknown keys (``Observation`` does), because a client validating
+with the locked model rejects it; pass ``tolerant_readers=True`` when every client
+ignores unknown keys, and such additions become compatible. Removing or renaming a field
+is breaking in both directions.
 """
 
 from __future__ import annotations
@@ -676,8 +677,13 @@ def _severity(
                 return Severity.BREAKING, "server", "old clients do not send it"
             return Severity.COMPATIBLE, None, "old clients omit it and get the default"
         if old_closed and not tolerant_readers:
-            return Severity.BREAKING, "client", "old clients reject unknown keys"
-        return Severity.COMPATIBLE, None, "old clients ignore keys they do not know"
+            return (
+                Severity.BREAKING,
+                "client",
+                "old clients' models forbid unknown keys and reject it",
+            )
+        why = "readers ignore keys they do not know" if old_closed else "unknown keys are allowed"
+        return Severity.COMPATIBLE, None, why
     if kind is ChangeKind.MADE_REQUIRED:
         if to_server:
             return Severity.BREAKING, "server", "old clients may omit it"
@@ -704,7 +710,7 @@ def diff_schemas(
     old: Mapping[str, Mapping[str, Any]],
     new: Mapping[str, Mapping[str, Any]],
     *,
-    tolerant_readers: bool = True,
+    tolerant_readers: bool = False,
 ) -> list[Change]:
     """Classify every difference between two sets of contract schemas.
 
@@ -712,9 +718,10 @@ def diff_schemas(
         old: the locked schemas, keyed ``action``/``observation``/``state`` (other keys
             are compared as server→client models).
         new: the current schemas, same keys.
-        tolerant_readers: clients ignore object keys they do not know (corral's client
-            does). When False, a field added to a server→client model whose locked
-            schema forbids unknown keys is breaking.
+        tolerant_readers: clients ignore object keys they do not know. When False (the
+            safe default: a client validating with the locked models rejects unknown keys
+            wherever they forbid them), a field added to a server→client model whose
+            locked schema forbids unknown keys is breaking.
 
     Returns:
         The changes, in a stable order (by model, then in schema order). An empty list
@@ -790,10 +797,12 @@ class LockCheck:
         return iter(self.changes)
 
 
-def check_lock(lock: SchemaLock, contract: Contract) -> LockCheck:
+def check_lock(
+    lock: SchemaLock, contract: Contract, *, tolerant_readers: bool = False
+) -> LockCheck:
     """Compare ``contract`` against ``lock`` (see :func:`diff_schemas`)."""
     current = lock_of(contract)
-    changes = diff_schemas(lock.schemas, current.schemas)
+    changes = diff_schemas(lock.schemas, current.schemas, tolerant_readers=tolerant_readers)
     try:
         bumped = parse_semver(current.contract_version)[0] > parse_semver(lock.contract_version)[0]
     except ValueError:
