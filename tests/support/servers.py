@@ -32,7 +32,12 @@ class ThreadServer:
     def _run(self) -> None:
         self.loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self.loop)
-        self.loop.run_until_complete(self.server.serve(sockets=[self.sock]))
+        try:
+            self.loop.run_until_complete(self.server.serve(sockets=[self.sock]))
+        finally:
+            # An unclosed loop is a ResourceWarning whenever it is collected, which can
+            # land inside another test's warning checks.
+            self.loop.close()
 
     def start(self) -> ThreadServer:
         self.thread.start()

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from corral.cli.build import build_command
+from corral.cli.push import push_command
+from corral.cli.schema import schema_app
 from corral.cli.serve import serve_command
 from corral.cli.validate import validate_command
 
@@ -29,6 +32,9 @@ def root(
 
 app.command("serve")(serve_command)
 app.command("validate")(validate_command)
+app.command("build")(build_command)
+app.command("push")(push_command)
+app.add_typer(schema_app)
 
 
 def main() -> None:

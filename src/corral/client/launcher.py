@@ -80,8 +80,8 @@ class LocalServer:
         self.startup_timeout = startup_timeout
         self.url: str | None = None
         self.process: subprocess.Popen[bytes] | None = None
-        self._tmp = tempfile.TemporaryDirectory(prefix="corral-server-")
-        self._log_path = Path(self._tmp.name) / "server.log"
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._last_output = ""
 
     def command(self, port_file: Path) -> list[str]:
         """The argv that starts the server."""
@@ -101,16 +101,17 @@ class LocalServer:
         ]
 
     def output(self, lines: int = 40) -> str:
-        """The last ``lines`` lines the server printed."""
-        try:
-            text = self._log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
+        """The last ``lines`` lines the server printed (kept after it stopped)."""
+        text = self._last_output
+        if self._tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                text = (Path(self._tmp.name) / "server.log").read_text(errors="replace")
         return "\n".join(text.splitlines()[-lines:])
 
     def _spawn(self) -> Path:
+        self._tmp = tempfile.TemporaryDirectory(prefix="corral-server-")
         port_file = Path(self._tmp.name) / "url"
-        log = open(self._log_path, "wb")  # noqa: SIM115 - handed to the child
+        log = open(Path(self._tmp.name) / "server.log", "wb")  # noqa: SIM115 - handed to the child
         child_env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
         self.process = subprocess.Popen(
             self.command(port_file),
@@ -178,6 +179,10 @@ class LocalServer:
         with _live_lock:
             _live.discard(self)
         self.url = None
+        if self._tmp is not None:
+            self._last_output = self.output(1000)
+            self._tmp.cleanup()
+            self._tmp = None
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop the server without blocking the event loop."""
