@@ -89,8 +89,9 @@ async def test_client_detects_a_server_that_stops_answering_pings(quiet_server, 
         figures["client_detection_s"] = round(detected, 2)
         figures["ping_interval_s"] = INTERVAL
         figures["pings_dropped"] = proxy.stats["pings_dropped_up"]
-        # ping_interval + ping_timeout is the worst case; allow scheduling slack.
-        assert detected <= 2 * INTERVAL + 0.5
+        # ping_interval + ping_timeout is the worst case; the rest is slack for a loaded
+        # machine (a broken keepalive takes the 10 s close timeout, or never notices).
+        assert detected <= 2 * INTERVAL + 1.0
         await c.close()
 
 
@@ -106,7 +107,7 @@ async def test_server_detects_a_client_that_stops_answering_pings(pinging_server
         assert (await c.state()).applied == [0, 1]
         figures["server_detection_s"] = round(detected, 2)
         figures["pings_dropped"] = proxy.stats["pings_dropped_down"]
-        assert detected <= 2 * INTERVAL + 0.5
+        assert detected <= 2 * INTERVAL + 1.0
         await c.close()
 
 
@@ -130,7 +131,7 @@ async def test_half_open_link_is_detected_and_the_session_resumed(pinging_server
         assert (await c.state()).applied == [0, 1]
         assert link.stalled  # the old link is still half-open; the session moved on
         figures["half_open_detection_s"] = round(detected, 2)
-        assert detected <= 2 * INTERVAL + 0.5
+        assert detected <= 2 * INTERVAL + 1.0
         await c.close()
         async with httpx.AsyncClient(trust_env=False) as http:
             assert (await http.get(f"{pinging_server.url}/health")).status_code == 200
