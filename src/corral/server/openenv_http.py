@@ -95,7 +95,8 @@ _NOBODY = Channel(codec=JsonCodec(), sender=lambda _: None)
 class ResetBody(BaseModel):
     """``POST /reset``: OpenEnv's reset request (extra keys are reset options)."""
 
-    model_config = ConfigDict(extra="allow")
+    # Strict: the OpenAPI document says "integer", so ``false`` is not a seed of 0.
+    model_config = ConfigDict(extra="allow", strict=True)
 
     seed: int | None = Field(
         default=None, ge=0, le=2**63 - 1, description="Random seed for the episode."
@@ -108,7 +109,7 @@ class ResetBody(BaseModel):
 class StepBody(BaseModel):
     """``POST /step``: OpenEnv's step request."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     action: dict[str, Any] = Field(description="The action, as the /schema action schema says.")
     timeout_s: float | None = Field(
