@@ -155,6 +155,11 @@ def image_labels(manifest: Manifest, fingerprint: str) -> dict[str, str]:
     }
 
 
+def image_tag(manifest: Manifest) -> str:
+    """The tag ``corral build`` gives an environment's image: ``corral-<name>:<version>``."""
+    return f"corral-{manifest.name}:{manifest.version}"
+
+
 URL_FILE = "/tmp/corral-url"
 """Where the server in an image writes the URL it is bound to (``--port-file``)."""
 
@@ -264,7 +269,7 @@ def _emit(progress: Progress | None, line: str) -> None:
         progress(line)
 
 
-def _run(command: Sequence[str], step: str, progress: Progress | None, hint: str = "") -> None:
+def run_step(command: Sequence[str], step: str, progress: Progress | None, hint: str = "") -> None:
     """Run ``command``, streaming its output; raise BuildError with its tail on failure."""
     _emit(progress, f"$ {' '.join(command)}")
     tail: list[str] = []
@@ -322,35 +327,45 @@ def _source_digest(source: Path) -> str:
     return digest.hexdigest()[:20]
 
 
-def _corral_wheel(
-    source: Path, wheels: Path, pip: Sequence[str], progress: Progress | None
-) -> Path:
-    """corral's wheel in ``wheels``: built from ``source``, or reused when unchanged."""
+def corral_wheel(pip: Sequence[str] | None = None, progress: Progress | None = None) -> Path | None:
+    """The wheel of the corral source tree this corral runs from, built once per source.
+
+    Wheels are cached under :func:`wheel_cache_dir` by a hash of the sources, so an
+    unchanged tree is never rebuilt.
+
+    Returns:
+        The cached wheel, or None when corral is installed from a distribution (then
+        ``corral==VERSION`` is what an environment requires).
+
+    Raises:
+        BuildError: building the wheel failed.
+    """
+    source = corral_source()
+    if source is None:
+        return None
+    pip_cmd = list(pip) if pip is not None else [sys.executable, "-m", "pip"]
     cache = wheel_cache_dir() / _source_digest(source)
     cached = sorted(cache.glob("corral-*.whl")) if cache.is_dir() else []
     if cached:
         _emit(progress, f"reusing corral's wheel {cached[0].name} (source unchanged)")
-    else:
-        _emit(progress, f"building corral's wheel from {source}")
-        staging = Path(tempfile.mkdtemp(prefix="corral-wheel-"))
-        try:
-            _run(
-                [*pip, "wheel", "--no-deps", "-q", "-w", str(staging), str(source)],
-                "building corral's wheel",
-                progress,
-            )
-            built = _wheel_of(staging, "corral")
-            cache.mkdir(parents=True, exist_ok=True)
-            # Rename within the cache directory: a concurrent build never sees half a file.
-            partial = cache / (built.name + ".partial")
-            shutil.copyfile(built, partial)
-            partial.replace(cache / built.name)
-            cached = [cache / built.name]
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    target = wheels / cached[0].name
-    shutil.copyfile(cached[0], target)
-    return target
+        return cached[0]
+    _emit(progress, f"building corral's wheel from {source}")
+    staging = Path(tempfile.mkdtemp(prefix="corral-wheel-"))
+    try:
+        run_step(
+            [*pip_cmd, "wheel", "--no-deps", "-q", "-w", str(staging), str(source)],
+            "building corral's wheel",
+            progress,
+        )
+        built = _wheel_of(staging, "corral")
+        cache.mkdir(parents=True, exist_ok=True)
+        # Rename within the cache directory: a concurrent build never sees half a file.
+        partial = cache / (built.name + ".partial")
+        shutil.copyfile(built, partial)
+        partial.replace(cache / built.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return cache / built.name
 
 
 def _wheel_of(directory: Path, name: str) -> Path:
@@ -383,7 +398,7 @@ def _resolve(
     """Resolve ``requirements`` for ``target``; returns (name, version) of every distribution."""
     with tempfile.TemporaryDirectory(prefix="corral-resolve-") as tmp:
         report = Path(tmp) / "report.json"
-        _run(
+        run_step(
             [
                 *pip,
                 "install",
@@ -471,15 +486,16 @@ def prepare_context(
 
     local: list[Path] = []
     requirements: list[str] = []
-    source = corral_source()
-    if source is not None:
-        local.append(_corral_wheel(source, wheels, pip_cmd, progress))
+    wheel = corral_wheel(pip_cmd, progress)
+    if wheel is not None:
+        local.append(wheels / wheel.name)
+        shutil.copyfile(wheel, local[-1])
     else:
         requirements.append(f"corral=={corral.__version__}")
     project = _project_name(env_path)
     if project is not None:
         _emit(progress, f"building the wheel of {project}")
-        _run(
+        run_step(
             [*pip_cmd, "wheel", "--no-deps", "-q", "-w", str(wheels), str(env_path)],
             f"building the wheel of {project}",
             progress,
@@ -502,7 +518,7 @@ def prepare_context(
         _emit(progress, f"downloading {len(lines)} wheels")
         pinned = out / "pins.txt"
         pinned.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        _run(
+        run_step(
             [
                 *pip_cmd,
                 "download",

@@ -3,6 +3,11 @@
 The server binds the socket itself (port 0 lets the OS pick a free port) before uvicorn
 starts, then announces the bound address: on stdout as ``CORRAL_LISTENING <url>`` and,
 if asked, in a file written atomically. A launcher reads that instead of guessing a port.
+
+A launcher may also bind the socket and hand it over as an inherited file descriptor
+(``fd``, as systemd's socket activation does): the server then accepts on a socket of the
+launcher's network namespace, which is how a server in a sandbox without network is still
+reachable on the host's 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -75,6 +80,25 @@ def _has_sansio() -> bool:
     return False
 
 
+def inherited_socket(fd: int) -> socket.socket:
+    """The listening TCP socket a launcher passed as file descriptor ``fd``.
+
+    Raises:
+        ValueError: ``fd`` is not open, not a TCP socket, or not listening.
+    """
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError as exc:
+        raise ValueError(f"file descriptor {fd} is not an open socket ({exc})") from None
+    if sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        sock.detach()
+        raise ValueError(f"file descriptor {fd} is not a TCP socket")
+    if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+        sock.detach()
+        raise ValueError(f"socket {fd} is not listening; call listen() before passing it")
+    return sock
+
+
 def serve(
     env: Any,
     *,
@@ -83,13 +107,27 @@ def serve(
     port_file: str | Path | None = None,
     log_level: str = "warning",
     config: ServerConfig | None = None,
+    sock: socket.socket | None = None,
 ) -> None:
-    """Serve ``env`` until interrupted (blocking). Binds 127.0.0.1 by default."""
+    """Serve ``env`` until interrupted (blocking). Binds 127.0.0.1 by default.
+
+    Args:
+        env: what :func:`~corral.server.app.create_app` takes.
+        host / port: where to bind (port 0: a free port, announced once listening).
+        port_file: write the bound URL to this file once listening.
+        log_level: uvicorn's log level.
+        config: the server's limits and timeouts.
+        sock: accept on this listening socket (e.g. :func:`inherited_socket`) instead of
+            binding ``host:port``.
+    """
     cfg = config or ServerConfig()
+    if sock is not None:
+        host = sock.getsockname()[0]
+    else:
+        sock = bind_socket(host, port)
     if host not in _LOOPBACK:
         log.warning("binding %s: the server is reachable from other machines", host)
     app = create_app(env, cfg)
-    sock = bind_socket(host, port)
     bound_port = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     server = uvicorn.Server(uvicorn_config(app, cfg, log_level))
