@@ -46,9 +46,9 @@ _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(signum: int) -> None:
     if _LIBC is not None:
-        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signum)
 
 
 class ServerStartError(ConnectionLost):
@@ -83,6 +83,9 @@ class LocalServer:
             (resource limits, niceness).
         on_spawn: called with the child process as soon as it exists (a watchdog
             registers it here).
+        stop_grace: seconds between SIGTERM and SIGKILL when stopping; 0 kills at once
+            (for children that cannot shut down gracefully, such as sandbox launchers).
+        death_signal: what the child gets when its parent dies (``PR_SET_PDEATHSIG``).
     """
 
     def __init__(
@@ -99,6 +102,8 @@ class LocalServer:
         wrap: Callable[[list[str]], list[str]] | None = None,
         preexec: Callable[[], None] | None = None,
         on_spawn: Callable[[subprocess.Popen[bytes]], None] | None = None,
+        stop_grace: float = 5.0,
+        death_signal: int = signal.SIGTERM,
     ) -> None:
         self.target = target
         self.host = host
@@ -111,6 +116,8 @@ class LocalServer:
         self.wrap = wrap
         self.preexec = preexec
         self.on_spawn = on_spawn
+        self.stop_grace = stop_grace
+        self.death_signal = death_signal
         self.url: str | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self._tmp = tempfile.TemporaryDirectory(prefix="corral-server-")
@@ -139,7 +146,7 @@ class LocalServer:
         return "\n".join(text.splitlines()[-lines:])
 
     def _child_setup(self) -> None:
-        _die_with_parent()
+        _die_with_parent(self.death_signal)
         if self.preexec is not None:
             self.preexec()
 
@@ -221,28 +228,32 @@ class LocalServer:
                 await asyncio.sleep(0.05)
         raise self._failure(f"was not ready within {self.startup_timeout:g} s")
 
-    def stop_now(self, grace: float = 5.0) -> None:
-        """Stop the process group: SIGTERM, then SIGKILL after ``grace`` seconds."""
+    def stop_now(self, grace: float | None = None) -> None:
+        """Stop the process group: SIGTERM, then SIGKILL after ``grace`` seconds.
+
+        ``grace`` defaults to ``stop_grace``; with 0 the group is killed at once.
+        """
         if self.listen_socket is not None:
             self.listen_socket.close()
             self.listen_socket = None
         process = self.process
         if process is None:
             return
-        if process.poll() is None:
+        wait = self.stop_grace if grace is None else grace
+        if process.poll() is None and wait > 0:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(grace)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait(grace)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(wait)
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(30)
         with _live_lock:
             _live.discard(self)
         self.url = None
 
-    async def stop(self, grace: float = 5.0) -> None:
+    async def stop(self, grace: float | None = None) -> None:
         """Stop the server without blocking the event loop."""
         await asyncio.get_running_loop().run_in_executor(None, self.stop_now, grace)
 
@@ -258,4 +269,4 @@ def _stop_all() -> None:
         servers = list(_live)
     for server in servers:
         with contextlib.suppress(Exception):
-            server.stop_now(grace=2.0)
+            server.stop_now(grace=min(server.stop_grace, 2.0))

@@ -56,7 +56,7 @@ class Guardian:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
-        self._pids: dict[int, int] = {}
+        self._pids: dict[int, tuple[int, bool]] = {}
         self._labels: dict[str, None] = {}
 
     @property
@@ -64,14 +64,20 @@ class Guardian:
         """The guardian's pid, once started."""
         return self._process.pid if self._process is not None else None
 
-    def watch(self, pid: int) -> None:
-        """Stop the process group led by ``pid`` if this process dies first."""
+    def watch(self, pid: int, *, graceful: bool = True) -> None:
+        """Stop the process group led by ``pid`` if this process dies first.
+
+        Args:
+            pid: the group's leader.
+            graceful: SIGTERM first and SIGKILL after a grace period; False kills at once
+                (for a group that cannot shut down gracefully, such as a sandbox launcher).
+        """
         started = start_time(pid)
         if started is None:
             return
         with self._lock:
-            self._pids[pid] = started
-            self._send(f"+ {pid} {started}\n")
+            self._pids[pid] = (started, graceful)
+            self._send(f"+ {pid} {started} {int(graceful)}\n")
 
     def release(self, pid: int) -> None:
         """Forget ``pid`` (it was stopped normally)."""
@@ -113,7 +119,7 @@ class Guardian:
             env=env,
         )
         assert process.stdin is not None
-        lines = [f"+ {pid} {started}\n" for pid, started in self._pids.items()]
+        lines = [f"+ {pid} {started} {int(soft)}\n" for pid, (started, soft) in self._pids.items()]
         process.stdin.write("".join([*lines, *self._labels]).encode())
         process.stdin.flush()
         self._process = process
@@ -168,9 +174,16 @@ def _alive(pid: int, started: int) -> bool:
     return start_time(pid) == started
 
 
-def _stop_groups(pids: dict[int, int]) -> None:
-    """SIGTERM each registered process group, then SIGKILL what is left after a grace."""
-    live = {pid: started for pid, started in pids.items() if _alive(pid, started)}
+def _stop_groups(pids: dict[int, tuple[int, bool]]) -> None:
+    """SIGTERM each registered process group, then SIGKILL what is left after a grace.
+
+    Groups registered as not graceful are killed at once.
+    """
+    live = {pid: started for pid, (started, _) in pids.items() if _alive(pid, started)}
+    graceful = {pid for pid, (_, soft) in pids.items() if soft and pid in live}
+    if len(graceful) < len(live):
+        _kill_all({pid: started for pid, started in live.items() if pid not in graceful})
+        live = {pid: started for pid, started in live.items() if pid in graceful}
     for pid in live:
         for kill in (os.killpg, os.kill):
             try:
@@ -182,7 +195,14 @@ def _stop_groups(pids: dict[int, int]) -> None:
     while live and time.monotonic() < deadline:
         live = {pid: started for pid, started in live.items() if _alive(pid, started)}
         time.sleep(0.05)
-    for pid in live:
+    _kill_all(live)
+
+
+def _kill_all(live: dict[int, int]) -> None:
+    """SIGKILL the process groups (or lone processes) in ``live`` that still run."""
+    for pid, started in live.items():
+        if not _alive(pid, started):
+            continue
         for kill in (os.killpg, os.kill):
             try:
                 kill(pid, signal.SIGKILL)
@@ -221,12 +241,12 @@ def _main() -> int:
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    pids: dict[int, int] = {}
+    pids: dict[int, tuple[int, bool]] = {}
     label_sets: list[dict[str, str]] = []
     for raw in sys.stdin.buffer:
         parts = raw.decode("utf-8", "replace").split()
-        if len(parts) == 3 and parts[0] == "+":
-            pids[int(parts[1])] = int(parts[2])
+        if len(parts) == 4 and parts[0] == "+":
+            pids[int(parts[1])] = (int(parts[2]), parts[3] == "1")
         elif len(parts) == 2 and parts[0] == "-":
             pids.pop(int(parts[1]), None)
         elif len(parts) > 1 and parts[0] == "docker":

@@ -53,6 +53,7 @@ import functools
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import threading
@@ -222,7 +223,8 @@ class _ServerSandbox:
     def mounts(self) -> list[MountEntry]:
         base = [e for e in self.workspace.mounts(()) if e.kind != "dir"]
         entries = [*base, MountEntry("rw", str(self.tmp), "/tmp")]
-        bound = [e.target for e in entries]
+        # Host paths already visible where they are (/tmp is not: it is private).
+        bound = [e.target for e in base if e.source == e.target]
         # Parents first: a directory bound after one of its subdirectories would hide it.
         wanted = {os.path.realpath(p) for p in [*interpreter_paths(self.python), *self.readable]}
         for real in sorted(wanted):
@@ -388,6 +390,10 @@ class LocalProcessProvider(Provider):
                 listen_socket=sock,
                 wrap=wrap,
                 preexec=limits.preexec(),
+                # A sandbox's pid 1 ignores SIGTERM from outside (and util-linux unshare
+                # ignores it too): there is no graceful stop to wait for.
+                stop_grace=0.0 if profile is not None else 5.0,
+                death_signal=signal.SIGKILL if profile is not None else signal.SIGTERM,
             )
             server.on_spawn = functools.partial(self._register, server, sandbox)
         except BaseException:
@@ -428,10 +434,13 @@ class LocalProcessProvider(Provider):
         process: subprocess.Popen[bytes],
     ) -> None:
         """Called by the launcher as soon as the child exists: own it from then on."""
+        # The server table is the finalizer's: a hook left on the server would keep the
+        # provider alive through it, and a forgotten provider could never be collected.
+        server.on_spawn = None
         with self._lock:
             self._servers[process.pid] = (server, sandbox)
         if self.guard:
-            guardian().watch(process.pid)
+            guardian().watch(process.pid, graceful=sandbox is None)
 
     async def _interpreter(self, manifest: Manifest | None, spec: ServerSpec) -> str:
         if not self.venv:
@@ -529,7 +538,7 @@ def _stop_all(
         endpoints.clear()
     for server, sandbox in pending:
         with contextlib.suppress(Exception):
-            server.stop_now(grace=2.0)
+            server.stop_now(grace=min(server.stop_grace, 2.0))
             if server.process is not None:
                 guardian().release(server.process.pid)
         if sandbox is not None:
