@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+import corral.cli.validate_local  # noqa: F401 - registers the PATH mode of corral validate
 from corral.cli.build import build_command
 from corral.cli.push import push_command
 from corral.cli.schema import schema_app

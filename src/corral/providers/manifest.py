@@ -409,11 +409,11 @@ def project_dependencies(env_dir: str | Path) -> list[str]:
     return list(deps)
 
 
-def load_contract(manifest: Manifest) -> Contract:
-    """The contract of the environment the manifest's entry point names.
+def load_environment(manifest: Manifest) -> type[Environment[Any, Any, Any]]:
+    """The Environment class the manifest's entry point names.
 
-    A class is asked for its contract directly; a factory is called once (without
-    arguments) and its result's class is asked.
+    A class is returned as is; a factory is called once (without arguments) and its
+    result's class is returned.
 
     Raises:
         TargetError: the entry point cannot be imported (an ``ImportError``).
@@ -421,11 +421,11 @@ def load_contract(manifest: Manifest) -> Contract:
     """
     obj = load_target(manifest.entry_point, search_path=manifest.root)
     if isinstance(obj, type) and issubclass(obj, Environment):
-        return obj.contract()
+        return obj
     if callable(obj) and not isinstance(obj, type):
         made = obj()
         if isinstance(made, Environment):
-            return type(made).contract()
+            return type(made)
         raise TypeError(
             f"entry point {manifest.entry_point!r} is a factory that returned "
             f"{type(made).__name__}, not an Environment; return an instance of your Environment"
@@ -434,3 +434,13 @@ def load_contract(manifest: Manifest) -> Contract:
         f"entry point {manifest.entry_point!r} is {type(obj).__name__}, not an Environment "
         "subclass or a factory; point it at 'module:YourEnvironment'"
     )
+
+
+def load_contract(manifest: Manifest) -> Contract:
+    """The contract of the environment the manifest's entry point names.
+
+    Raises:
+        TargetError: the entry point cannot be imported (an ``ImportError``).
+        TypeError: it names neither an Environment subclass nor a factory returning one.
+    """
+    return load_environment(manifest).contract()
