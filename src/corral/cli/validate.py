@@ -1179,7 +1179,7 @@ def validate_command(
         str, typer.Option(help="PATH: Docker networking for --docker/--image: bridge, host.")
     ] = "bridge",
     seed: Annotated[int, typer.Option(help="PATH: the seed of every episode.")] = 0,
-    steps: Annotated[int, typer.Option(min=1, help="PATH: the most steps per episode.")] = 5,
+    steps: Annotated[int, typer.Option(min=1, help="PATH: the most steps per episode.")] = 20,
 ) -> None:
     """Validate an environment (PATH: static checks and a runtime smoke test) or a running
     server (--url: corral/1 and OpenEnv conformance); exit 1 on failure."""

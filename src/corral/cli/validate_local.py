@@ -74,7 +74,7 @@ class LocalOptions:
     network: str = "bridge"
     action: dict[str, Any] | None = None
     seed: int = 0
-    steps: int = 5
+    steps: int = 20
     timeout: float = 30.0
 
 
@@ -302,7 +302,10 @@ def validate_environment(path: Path, options: LocalOptions | None = None) -> Rep
     try:
         action = _action(env, opts.action)
     except ValueError as exc:
-        _skip(report, "local", str(exc))
+        # Not a skip: without an action no server can be exercised, and --static says so.
+        report.checks.append(
+            Check("runtime.action", "runtime", "a valid action to play", Status.FAIL, str(exc))
+        )
         return report
     explicit_image = opts.image or (image_tag(manifest) if opts.docker else None)
     if explicit_image is None:

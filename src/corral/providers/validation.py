@@ -307,7 +307,7 @@ class _Smoke:
         await self.provider.stop(self.endpoint)
         if await self.provider.alive(self.endpoint):
             raise _Failed(f"server {self.endpoint.id} is still running after stop()")
-        return f"server {self.endpoint.id} stopped"
+        return f"server {self.endpoint.id[:12]} stopped"
 
     async def run(self) -> list[Finding]:
         try:
@@ -336,7 +336,7 @@ async def smoke_test(
     *,
     env: type[Environment[Any, Any, Any]] | None = None,
     seed: int = 0,
-    steps: int = 5,
+    steps: int = 20,
     timeout: float = 30.0,
 ) -> list[Finding]:
     """Start ``spec`` with ``provider`` and run the runtime checks (module docstring).
