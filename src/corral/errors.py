@@ -44,6 +44,8 @@ class ErrorCode(StrEnum):
     # Sessions and their lifecycle.
     CAPACITY_REACHED = "CAPACITY_REACHED"
     """The server holds its maximum number of sessions; retry later or elsewhere."""
+    TOO_MANY_CONNECTIONS = "TOO_MANY_CONNECTIONS"
+    """This client address holds the server's maximum of WebSocket connections."""
     TOO_MANY_SESSIONS = "TOO_MANY_SESSIONS"
     """This connection already carries its maximum number of sessions."""
     UNKNOWN_SESSION = "UNKNOWN_SESSION"
@@ -167,6 +169,10 @@ class CapacityReached(SessionError):
 
 class TooManySessions(SessionError):
     code = ErrorCode.TOO_MANY_SESSIONS
+
+
+class TooManyConnections(SessionError):
+    code = ErrorCode.TOO_MANY_CONNECTIONS
 
 
 class UnknownSession(SessionError):

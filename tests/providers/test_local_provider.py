@@ -361,3 +361,17 @@ def test_sigterm_of_the_launcher_stops_a_sandboxed_server(hog_dir: Path) -> None
         while provider.healthy(endpoint) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not provider.healthy(endpoint)
+
+
+@pytest.mark.parametrize("sandbox", ["none", "bwrap"])
+async def test_a_token_guards_the_server_and_the_provider_uses_it(sandbox: str) -> None:
+    if sandbox != "none" and not sandbox_works(sandbox):
+        pytest.skip(f"{sandbox} does not work here")
+    token = "provider-test-token-0123456789"
+    async with LocalProcessProvider(token=token, sandbox=sandbox) as provider:  # type: ignore[arg-type]
+        endpoint = await provider.start(ECHO)
+        assert await provider.healthy(endpoint)
+        assert httpx.get(f"{endpoint.url}/health", timeout=5).status_code == 401
+        async with AsyncEnvClient(endpoint.url, env=EchoEnv, token=token) as env:
+            await env.reset()
+            assert (await env.step(EchoAction(message="ok"))).observation.message_length == 2

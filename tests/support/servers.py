@@ -32,7 +32,12 @@ class ThreadServer:
     def _run(self) -> None:
         self.loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self.loop)
-        self.loop.run_until_complete(self.server.serve(sockets=[self.sock]))
+        try:
+            self.loop.run_until_complete(self.server.serve(sockets=[self.sock]))
+        finally:
+            # An unclosed loop is a ResourceWarning whenever it is collected, which can
+            # land inside another test's warning checks.
+            self.loop.close()
 
     def start(self) -> ThreadServer:
         self.thread.start()
@@ -76,3 +81,8 @@ def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.02) ->
             return True
         time.sleep(interval)
     return bool(predicate())
+
+
+def port_of(url: str) -> int:
+    """The port of an ``http://127.0.0.1:<port>`` URL."""
+    return int(url.rsplit(":", 1)[1].split("/", 1)[0])

@@ -85,6 +85,11 @@ def _models_from_generics(cls: type, base: type) -> list[Any]:
     return [None, None, None]
 
 
+def _model_hint(hint: Any) -> Any:
+    """``hint`` if it names a class (``Any`` and unions name none), else None."""
+    return hint if isinstance(hint, type) and hint is not Any else None
+
+
 def _models_from_annotations(cls: Any) -> list[Any]:
     found: list[Any] = [None, None, None]
     try:
@@ -92,18 +97,15 @@ def _models_from_annotations(cls: Any) -> list[Any]:
     except Exception:
         hints = {}
     params = list(inspect.signature(cls.step).parameters)
-    if len(params) > 1 and isinstance(hints.get(params[1]), type):
-        found[0] = hints[params[1]]
-    if isinstance(hints.get("return"), type):
-        found[1] = hints["return"]
+    if len(params) > 1:
+        found[0] = _model_hint(hints.get(params[1]))
+    found[1] = _model_hint(hints.get("return"))
     prop = inspect.getattr_static(cls, "state", None)
     if isinstance(prop, property) and prop.fget is not None:
         try:
-            state_hint = typing.get_type_hints(prop.fget).get("return")
+            found[2] = _model_hint(typing.get_type_hints(prop.fget).get("return"))
         except Exception:
-            state_hint = None
-        if isinstance(state_hint, type):
-            found[2] = state_hint
+            found[2] = None
     return found
 
 

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from corral.adapters.openenv_env import from_openenv, is_openenv_environment
+from corral.auth import read_token_file
 from corral.providers.manifest import Manifest, ManifestError, load_manifest
 from corral.server.config import ServerConfig
 from corral.server.serve import inherited_socket, serve
@@ -130,6 +131,29 @@ def serve_command(
     resume_window: Annotated[
         float, typer.Option(help="Keep a dropped connection's sessions this long for resume.")
     ] = 30.0,
+    ping_interval: Annotated[
+        float, typer.Option(help="Send a WebSocket keepalive ping this often, seconds (0: off).")
+    ] = 20.0,
+    ping_timeout: Annotated[
+        float,
+        typer.Option(help="Drop a connection whose pong is this late, seconds (0: never)."),
+    ] = 20.0,
+    max_connections_per_client: Annotated[
+        int, typer.Option(help="WebSocket connections one client address may hold (0: any).")
+    ] = 1024,
+    max_frame_bytes: Annotated[
+        int, typer.Option(help="Larger frames get FRAME_TOO_LARGE (the session lives on).")
+    ] = 16 * 1024 * 1024,
+    executor_threads: Annotated[
+        int, typer.Option(help="Threads running sync environments' calls.")
+    ] = 32,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="Require 'Authorization: Bearer <token>' with the token in this file "
+            "(default: $CORRAL_TOKEN or $CORRAL_TOKEN_FILE if set)."
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
     """Serve an environment over WebSocket and HTTP (loopback by default)."""
@@ -142,11 +166,23 @@ def serve_command(
         idle_timeout = manifest.concurrency.idle_timeout_s if manifest else 600.0
     if port is None:
         port = manifest.port if manifest else 8000
+    token = None
+    if token_file is not None:
+        try:
+            token = read_token_file(token_file)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--token-file") from None
     config = ServerConfig(
         max_sessions=max_sessions,
         idle_timeout_s=idle_timeout or None,
         step_timeout_s=step_timeout or None,
         resume_window_s=resume_window,
+        ping_interval_s=ping_interval or None,
+        ping_timeout_s=ping_timeout or None,
+        max_connections_per_client=max_connections_per_client or None,
+        max_frame_bytes=max_frame_bytes,
+        executor_threads=executor_threads,
+        token=token,
     )
     sock = None
     if fd is not None:

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import httpx
 
+from corral.auth import TOKEN_ENV, bearer_header, resolve_token
 from corral.errors import ConnectionLost
 
 _live: weakref.WeakSet[LocalServer] = weakref.WeakSet()
@@ -74,6 +75,8 @@ class LocalServer:
         env: extra environment variables for the child.
         cwd: the child's working directory.
         startup_timeout: seconds to wait for ``/ready``.
+        token: bearer token the server must require (passed to it as ``$CORRAL_TOKEN``);
+            by default the server and this launcher use ``$CORRAL_TOKEN`` if set.
         listen_socket: a bound, listening socket the child inherits and serves on
             (``corral serve --fd``) instead of binding its own; this object closes its
             copy once the child has it.
@@ -98,6 +101,7 @@ class LocalServer:
         env: dict[str, str] | None = None,
         cwd: str | Path | None = None,
         startup_timeout: float = 60.0,
+        token: str | None = None,
         listen_socket: socket.socket | None = None,
         wrap: Callable[[list[str]], list[str]] | None = None,
         preexec: Callable[[], None] | None = None,
@@ -109,7 +113,10 @@ class LocalServer:
         self.host = host
         self.server_args = list(server_args or [])
         self.python = python or sys.executable
-        self.env = env or {}
+        self.env = dict(env or {})
+        if token is not None:
+            self.env[TOKEN_ENV] = token
+        self.token = resolve_token(self.env.get(TOKEN_ENV))
         self.cwd = cwd
         self.startup_timeout = startup_timeout
         self.listen_socket = listen_socket
@@ -120,13 +127,8 @@ class LocalServer:
         self.death_signal = death_signal
         self.url: str | None = None
         self.process: subprocess.Popen[bytes] | None = None
-        self._tmp = tempfile.TemporaryDirectory(prefix="corral-server-")
-        self._log_path = Path(self._tmp.name) / "server.log"
-
-    @property
-    def log_path(self) -> Path:
-        """The file the server's stdout and stderr go to."""
-        return self._log_path
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._last_output = ""
 
     def command(self, port_file: Path) -> list[str]:
         """The argv that starts the server."""
@@ -138,11 +140,11 @@ class LocalServer:
         return self.wrap(argv) if self.wrap is not None else argv
 
     def output(self, lines: int = 40) -> str:
-        """The last ``lines`` lines the server printed."""
-        try:
-            text = self._log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
+        """The last ``lines`` lines the server printed (kept after it stopped)."""
+        text = self._last_output
+        if self._tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                text = (Path(self._tmp.name) / "server.log").read_text(errors="replace")
         return "\n".join(text.splitlines()[-lines:])
 
     def _child_setup(self) -> None:
@@ -151,10 +153,9 @@ class LocalServer:
             self.preexec()
 
     def _spawn(self) -> Path:
+        self._tmp = tempfile.TemporaryDirectory(prefix="corral-server-")
         port_file = Path(self._tmp.name) / "url"
-        # A restarted server must not be taken for the previous one at its old URL.
-        port_file.unlink(missing_ok=True)
-        log = open(self._log_path, "wb")  # noqa: SIM115 - handed to the child
+        log = open(Path(self._tmp.name) / "server.log", "wb")  # noqa: SIM115 - handed to the child
         child_env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
         inherited = (self.listen_socket.fileno(),) if self.listen_socket is not None else ()
         try:
@@ -213,7 +214,8 @@ class LocalServer:
 
     async def _wait_ready(self, port_file: Path) -> str:
         deadline = time.monotonic() + self.startup_timeout
-        async with httpx.AsyncClient(timeout=2.0, trust_env=False) as http:
+        headers = bearer_header(self.token) if self.token is not None else {}
+        async with httpx.AsyncClient(timeout=2.0, trust_env=False, headers=headers) as http:
             while time.monotonic() < deadline:
                 assert self.process is not None
                 code = self.process.poll()
@@ -252,6 +254,10 @@ class LocalServer:
         with _live_lock:
             _live.discard(self)
         self.url = None
+        if self._tmp is not None:
+            self._last_output = self.output(1000)
+            self._tmp.cleanup()
+            self._tmp = None
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop the server without blocking the event loop."""

@@ -30,6 +30,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
 from corral import __version__
+from corral.auth import bearer_header
 from corral.client.connection import Connection, http_url, ws_url
 from corral.errors import (
     CapacityReached,
@@ -112,7 +113,11 @@ class OpenEnvConnection:
             ping_interval=connection.ping_interval,
             ping_timeout=connection.ping_timeout,
             max_frame_bytes=connection.max_frame_bytes,
-            headers=dict(connection.headers),
+            # The bearer token travels too: a corral server behind auth refuses without it.
+            headers={
+                **connection.headers,
+                **(bearer_header(connection.token) if connection.token is not None else {}),
+            },
             settle_s=2.0,
         )
 

@@ -4,7 +4,7 @@ Nothing here touches a socket, an event loop or a web framework; the server, the
 client and any third-party transport all drive these pure functions and classes.
 """
 
-from corral.protocol.client import Reply, RequestTracker
+from corral.protocol.client import Reply, RequestTracker, SessionBook
 from corral.protocol.codecs import PROTOCOL, Codec, JsonCodec, MsgpackCodec, get_codec
 from corral.protocol.handshake import Compat, negotiate
 from corral.protocol.session import Op, Phase, ReplyCache, SessionMachine
@@ -20,6 +20,7 @@ __all__ = [
     "Reply",
     "ReplyCache",
     "RequestTracker",
+    "SessionBook",
     "SessionMachine",
     "get_codec",
     "negotiate",

@@ -32,6 +32,7 @@ from typing import Any, ClassVar, Self
 
 import httpx
 
+from corral.auth import bearer_header, resolve_token
 from corral.client.launcher import ServerStartError
 from corral.client.loop import run_blocking
 from corral.providers.manifest import MANIFEST_NAMES, Manifest, load_manifest
@@ -149,14 +150,21 @@ class Provider(ABC):
 
     Args:
         startup_timeout: seconds a server may take to answer ``/ready``.
+        token: the bearer token servers require (default: ``$CORRAL_TOKEN`` or
+            ``$CORRAL_TOKEN_FILE`` if set, else none). Clients of the servers pass it too.
     """
 
     kind: ClassVar[str] = ""
     """A short name for messages and reports: ``local``, ``docker``."""
 
-    def __init__(self, *, startup_timeout: float = 60.0) -> None:
+    def __init__(self, *, startup_timeout: float = 60.0, token: str | None = None) -> None:
         self.startup_timeout = startup_timeout
+        self.token = resolve_token(token)
         self._closed = False
+
+    def http_headers(self) -> dict[str, str]:
+        """Headers of this provider's own requests to its servers (the bearer token)."""
+        return bearer_header(self.token) if self.token is not None else {}
 
     @property
     def closed(self) -> bool:
@@ -209,7 +217,9 @@ class Provider(ABC):
         """
         limit = self.startup_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
-        async with httpx.AsyncClient(timeout=2.0, trust_env=False) as http:
+        async with httpx.AsyncClient(
+            timeout=2.0, trust_env=False, headers=self.http_headers()
+        ) as http:
             while True:
                 if not await self.alive(endpoint):
                     raise self._not_ready(endpoint, "is not running")
@@ -233,7 +243,9 @@ class Provider(ABC):
         if not await self.alive(endpoint):
             return False
         try:
-            async with httpx.AsyncClient(timeout=timeout, trust_env=False) as http:
+            async with httpx.AsyncClient(
+                timeout=timeout, trust_env=False, headers=self.http_headers()
+            ) as http:
                 return (await http.get(f"{endpoint.url}/health")).status_code == 200
         except httpx.HTTPError:
             return False

@@ -41,6 +41,7 @@ from typing import Any, Literal, TypeVar
 
 import httpx
 
+from corral.auth import TOKEN_ENV
 from corral.client.launcher import ServerStartError
 from corral.providers.base import Endpoint, Provider, ServerSpec, SpecLike
 from corral.providers.dockerfile import (
@@ -214,6 +215,8 @@ class DockerProvider(Provider):
         reap: remove orphaned corral containers of dead processes on this machine first.
         guard: have the process's guardian remove this process's containers if it is
             killed outright.
+        token: the bearer token servers require, passed to containers as
+            ``$CORRAL_TOKEN`` (default: ``$CORRAL_TOKEN`` if set here).
     """
 
     kind = "docker"
@@ -229,10 +232,11 @@ class DockerProvider(Provider):
         labels: Mapping[str, str] | None = None,
         reap: bool = True,
         guard: bool = True,
+        token: str | None = None,
     ) -> None:
         if network not in ("bridge", "host"):
             raise ValueError(f"network must be 'bridge' or 'host', not {network!r}")
-        super().__init__(startup_timeout=startup_timeout)
+        super().__init__(startup_timeout=startup_timeout, token=token)
         self.client = client or docker_client()
         self.network: Network = network
         self.log_lines = log_lines
@@ -352,6 +356,8 @@ class DockerProvider(Provider):
         )
         pid_limit = pids if pids is not None else int(labels.get(f"{LABEL_PREFIX}.pids", "1024"))
         env = {"CORRAL_PORT": str(container_port), **(environment or {})}
+        if self.token is not None:
+            env.setdefault(TOKEN_ENV, self.token)
         run_command: list[str] | None = list(command) if command is not None else None
         if extra_args:
             # Later options win: the spec's limits override those baked into the image.
@@ -421,7 +427,7 @@ class DockerProvider(Provider):
     ) -> DockerEndpoint:
         deadline = time.monotonic() + (timeout if timeout is not None else self.startup_timeout)
         url: str | None = None
-        with httpx.Client(timeout=1.0, trust_env=False) as http:
+        with httpx.Client(timeout=1.0, trust_env=False, headers=self.http_headers()) as http:
             while True:
                 container.reload()
                 state = container.attrs.get("State", {})

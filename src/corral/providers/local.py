@@ -63,6 +63,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from corral.auth import TOKEN_ENV
 from corral.client.launcher import LocalServer, ServerStartError
 from corral.envs.coding.sandbox import (
     MountEntry,
@@ -167,14 +168,12 @@ class LocalEndpoint(Endpoint):
         target: what it serves (an entry point or an environment directory).
         python: the interpreter it runs.
         sandbox: ``none``, ``bwrap`` or ``unshare``.
-        log_path: the file its output goes to.
     """
 
     pid: int = 0
     target: str = ""
     python: str = ""
     sandbox: str = "none"
-    log_path: str = ""
 
     @property
     def id(self) -> str:
@@ -306,6 +305,7 @@ class LocalProcessProvider(Provider):
         startup_timeout: seconds a server may take to answer ``/ready``.
         guard: register servers with the guardian (cleanup after SIGKILL).
         progress: receives a line per virtualenv build step.
+        token: the bearer token servers require (default: ``$CORRAL_TOKEN`` if set).
     """
 
     kind = "local"
@@ -324,8 +324,9 @@ class LocalProcessProvider(Provider):
         startup_timeout: float = 60.0,
         guard: bool = True,
         progress: Progress | None = None,
+        token: str | None = None,
     ) -> None:
-        super().__init__(startup_timeout=startup_timeout)
+        super().__init__(startup_timeout=startup_timeout, token=token)
         if sandbox not in ("none", "auto", "bwrap", "unshare"):
             raise ValueError(
                 f"sandbox must be 'none', 'auto', 'bwrap' or 'unshare', not {sandbox!r}"
@@ -379,7 +380,11 @@ class LocalProcessProvider(Provider):
             wrap = None
             if profile is not None:
                 sandbox = await asyncio.to_thread(_ServerSandbox, profile, python, [cwd])
-                wrap = sandbox.wrap(sock.fileno(), dict(spec.environment), cwd)
+                inside = dict(spec.environment)
+                if self.token is not None:
+                    # The sandbox starts from an empty environment.
+                    inside[TOKEN_ENV] = self.token
+                wrap = sandbox.wrap(sock.fileno(), inside, cwd)
             server = LocalServer(
                 target,
                 python=python,
@@ -387,6 +392,7 @@ class LocalProcessProvider(Provider):
                 env=dict(spec.environment),
                 cwd=cwd,
                 startup_timeout=spec.startup_timeout or self.startup_timeout,
+                token=self.token,
                 listen_socket=sock,
                 wrap=wrap,
                 preexec=limits.preexec(),
@@ -417,7 +423,6 @@ class LocalProcessProvider(Provider):
             target=target,
             python=python,
             sandbox=profile.mode.value if profile is not None else "none",
-            log_path=str(server.log_path),
         )
         with self._lock:
             self._endpoints[pid] = endpoint

@@ -154,6 +154,7 @@ class _Smoke:
             # The contract is compared explicitly (and reported) by the contract check.
             check_contract=False,
             openenv_fallback=False,
+            token=self.provider.token,
         )
 
     async def contract(self) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 
 from fastapi import FastAPI, WebSocket
 
+from corral.server.auth import BearerAuth
 from corral.server.config import ServerConfig
 from corral.server.http import info_router
 from corral.server.metrics import metrics_router
@@ -37,7 +38,8 @@ def create_app(
             ``/sessions`` over HTTP (see :mod:`corral.server.openenv_http`).
 
     The app is run by uvicorn (see :func:`corral.server.serve`); the service it wraps is
-    reachable as ``app.state.service``.
+    reachable as ``app.state.service``. With ``config.token`` set, every route and the
+    WebSocket require ``Authorization: Bearer <token>``.
     """
     cfg = config or ServerConfig()
     if overrides:
@@ -64,6 +66,8 @@ def create_app(
     if openenv:
         app.include_router(openenv_router(service))
         fallback = fallback or openenv_fallback(service)
+    if cfg.token is not None:
+        app.add_middleware(BearerAuth, token=cfg.token)
 
     @app.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:

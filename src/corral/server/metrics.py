@@ -74,7 +74,12 @@ def metrics_router(service: EnvService) -> APIRouter:
     registry.register(ServiceCollector(service))
     router = APIRouter()
 
-    @router.get("/metrics")
+    # Declared as text, not the JSON FastAPI assumes, so the OpenAPI document is true.
+    @router.get(
+        "/metrics",
+        response_class=Response,
+        responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}},
+    )
     async def metrics() -> Response:
         """Prometheus text exposition of the server's counters."""
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -95,9 +95,12 @@ _NOBODY = Channel(codec=JsonCodec(), sender=lambda _: None)
 class ResetBody(BaseModel):
     """``POST /reset``: OpenEnv's reset request (extra keys are reset options)."""
 
-    model_config = ConfigDict(extra="allow")
+    # Strict: the OpenAPI document says "integer", so ``false`` is not a seed of 0.
+    model_config = ConfigDict(extra="allow", strict=True)
 
-    seed: int | None = Field(default=None, ge=0, description="Random seed for the episode.")
+    seed: int | None = Field(
+        default=None, ge=0, le=2**63 - 1, description="Random seed for the episode."
+    )
     episode_id: str | None = Field(
         default=None, max_length=255, description="An id for the episode (if the env takes one)."
     )
@@ -106,7 +109,7 @@ class ResetBody(BaseModel):
 class StepBody(BaseModel):
     """``POST /step``: OpenEnv's step request."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     action: dict[str, Any] = Field(description="The action, as the /schema action schema says.")
     timeout_s: float | None = Field(
@@ -125,6 +128,34 @@ class ObservationReply(BaseModel):
     done: bool = False
     metadata: dict[str, Any] = Field(default_factory=dict)
     truncated: bool = False
+
+
+class ErrorReply(BaseModel):
+    """An error answer of these routes; ``code`` is corral's stable error code.
+
+    A body the web framework cannot even parse gets its plain ``{"detail"}`` (400).
+    """
+
+    detail: Any = Field(description="The message, or the validation errors for a 422.")
+    code: str | None = None
+    message: str | None = None
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorReply, "description": description}
+    for status, description in [
+        (400, "The request could not be read."),
+        (404, "No such session."),
+        (409, "The session's lifecycle does not allow this now (e.g. step before reset)."),
+        (410, "The session is gone (reaped, timed out); the reason is in the message."),
+        (413, "The request is larger than the server's frame limit."),
+        (500, "The environment raised; the session stays usable."),
+        (503, "The server is at capacity; retry after Retry-After seconds."),
+        (504, "The environment overran the step timeout; the session was closed."),
+    ]
+}
+"""Every status ``error_response`` can answer with, for the OpenAPI document."""
 
 
 class HttpSessions:
@@ -189,8 +220,14 @@ def error_response(exc: CorralError) -> JSONResponse:
     status = _HTTP_STATUS.get(str(exc.code), 500)
     details = dict(exc.details)
     detail: Any = exc.message
-    if status == 422 and isinstance(details.get("errors"), list):
-        detail = details["errors"]
+    if status == 422:
+        # A 422's detail is always FastAPI's list of errors, as the OpenAPI document says.
+        errors = details.get("errors")
+        detail = (
+            errors
+            if isinstance(errors, list)
+            else [{"type": str(exc.code), "loc": ["body"], "msg": exc.message}]
+        )
     body = {"detail": detail, "code": str(exc.code), "message": exc.message, "details": details}
     headers = {"Retry-After": "1"} if status == 503 else None
     return JSONResponse(body, status_code=status, headers=headers)
@@ -248,6 +285,7 @@ def openenv_router(service: EnvService) -> APIRouter:
     @router.post(
         "/reset",
         response_model=ObservationReply,
+        responses=_ERROR_RESPONSES,
         summary="Reset the environment",
         description="Start an episode and return its first observation (stateless unless "
         f"the {SESSION_HEADER} header names a session).",
@@ -262,6 +300,7 @@ def openenv_router(service: EnvService) -> APIRouter:
     @router.post(
         "/step",
         response_model=ObservationReply,
+        responses=_ERROR_RESPONSES,
         summary="Execute an action",
         description="Apply an action. Stateless: the first step of a fresh episode; with the "
         f"{SESSION_HEADER} header: the next step of that session's episode.",
@@ -277,6 +316,7 @@ def openenv_router(service: EnvService) -> APIRouter:
 
     @router.get(
         "/state",
+        responses=_ERROR_RESPONSES,
         summary="Get the environment state",
         description="A fresh instance's state (stateless), or the session's with the header.",
     )
@@ -288,6 +328,7 @@ def openenv_router(service: EnvService) -> APIRouter:
     @router.post(
         "/sessions",
         status_code=201,
+        responses=_ERROR_RESPONSES,
         summary="Open a stateful HTTP session (corral extension)",
     )
     async def open_session() -> JSONResponse:
@@ -299,7 +340,11 @@ def openenv_router(service: EnvService) -> APIRouter:
         assert link.session is not None
         return JSONResponse({"session_id": link.session.id}, status_code=201)
 
-    @router.delete("/sessions/{session_id}", summary="Close a stateful HTTP session")
+    @router.delete(
+        "/sessions/{session_id}",
+        summary="Close a stateful HTTP session",
+        responses=_ERROR_RESPONSES,
+    )
     async def close_session(session_id: str) -> JSONResponse:
         try:
             await sessions.close(session_id)

@@ -4,6 +4,14 @@
 dedicated single thread when the environment asks for thread affinity). Every call has
 an optional timeout; a call that overruns is abandoned, and the instance is closed once
 its thread lets go of it, so a stuck environment never wedges the server.
+
+A thread cannot be killed, so a sync call that overran keeps its thread until it
+returns; the shared pool (:class:`EnvThreads`) then retires that thread's pool and
+carries on with a fresh one, so hung environments never starve the others of threads.
+
+Whatever an environment raises stays an ordinary exception of its call: ``SystemExit``,
+``KeyboardInterrupt`` and other ``BaseException`` types are turned into ``EnvError``
+where they are raised, since asyncio would otherwise let them stop the whole server.
 """
 
 from __future__ import annotations
@@ -13,13 +21,58 @@ import concurrent.futures
 import contextlib
 import functools
 import inspect
-from collections.abc import Callable
-from typing import Any
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any, ParamSpec, TypeVar
 
 from corral.contract import Environment
-from corral.errors import FactoryError, StepTimeout
+from corral.errors import EnvError, FactoryError, StepTimeout
+
+T = TypeVar("T")
+P = ParamSpec("P")
 
 EnvFactory = Callable[[], Environment[Any, Any, Any]]
+
+
+class EnvThreads(concurrent.futures.Executor):
+    """The thread pool shared by sync environments, renewed when a call gets stuck.
+
+    :meth:`abandon` is told about a call that overran its timeout and still runs: the
+    current pool is retired (its other calls finish, its threads exit as they return)
+    and new calls go to a fresh pool of the same size.
+    """
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+        self.renewed = 0
+        """How many times a stuck call made the pool be replaced."""
+        self._pool = self._new_pool()
+        self._owner: weakref.WeakKeyDictionary[
+            concurrent.futures.Future[Any], concurrent.futures.ThreadPoolExecutor
+        ] = weakref.WeakKeyDictionary()
+
+    def _new_pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        return concurrent.futures.ThreadPoolExecutor(self.threads, thread_name_prefix="corral-env")
+
+    def submit(
+        self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> concurrent.futures.Future[T]:
+        """Run ``fn(*args, **kwargs)`` on the current pool."""
+        future = self._pool.submit(fn, *args, **kwargs)
+        self._owner[future] = self._pool
+        return future
+
+    def abandon(self, future: concurrent.futures.Future[Any]) -> None:
+        """``future`` overran and still holds a thread: move on to a fresh pool."""
+        if future.done() or self._owner.get(future) is not self._pool:
+            return  # finished meanwhile, or its pool was already retired
+        retired, self._pool = self._pool, self._new_pool()
+        retired.shutdown(wait=False)
+        self.renewed += 1
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Shut the current pool down (retired pools are winding down already)."""
+        self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)
 
 
 class EnvRunner:
@@ -35,7 +88,7 @@ class EnvRunner:
         self._executor = executor
         self._own_executor = own_executor
         self._async = {m: inspect.iscoroutinefunction(getattr(env, m)) for m in _METHODS}
-        self._stuck: asyncio.Future[Any] | None = None
+        self._stuck: asyncio.Future[Any] | concurrent.futures.Future[Any] | None = None
         self.closed = False
 
     @classmethod
@@ -57,10 +110,12 @@ class EnvRunner:
             if thread_affinity
             else shared
         )
-        loop = asyncio.get_running_loop()
+        job = executor.submit(_guarded, "factory", factory)
         try:
-            env = await asyncio.wait_for(loop.run_in_executor(executor, factory), timeout)
+            env = await asyncio.wait_for(asyncio.wrap_future(job), timeout)
         except Exception as exc:
+            if isinstance(executor, EnvThreads):
+                executor.abandon(job)
             if thread_affinity:
                 executor.shutdown(wait=False)
             kind = "timed out" if isinstance(exc, TimeoutError) else f"raised {exc!r}"
@@ -80,17 +135,24 @@ class EnvRunner:
         is_async = self._async.get(method)
         if is_async is None:  # a tool method, looked up on first use
             is_async = self._async[method] = inspect.iscoroutinefunction(fn)
+        job: concurrent.futures.Future[Any] | None = None
         if is_async:
-            future: asyncio.Future[Any] = asyncio.ensure_future(fn(*args, **kwargs))
+            future: asyncio.Future[Any] = asyncio.ensure_future(
+                _guarded_async(method, fn(*args, **kwargs))
+            )
         else:
-            loop = asyncio.get_running_loop()
-            future = loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+            job = self._executor.submit(_guarded, method, functools.partial(fn, *args, **kwargs))
+            future = asyncio.wrap_future(job)
         if timeout is None:
             return await future
         done, _ = await asyncio.wait({future}, timeout=timeout)
         if not done:
-            self._stuck = future
+            # For a thread, the stuck call is the thread's future: it is done only when
+            # the thread lets go of the env, which is when the env may be closed.
+            self._stuck = job if job is not None else future
             future.cancel()
+            if job is not None and not job.cancel() and isinstance(self._executor, EnvThreads):
+                self._executor.abandon(job)  # it runs (a queued call was just cancelled)
             raise StepTimeout(
                 f"{method}() did not return within {timeout:g} s; the session was closed",
                 details={"method": method, "timeout_s": timeout, "session": "closed"},
@@ -108,20 +170,47 @@ class EnvRunner:
             return
         if self._async["close"]:
             with contextlib.suppress(Exception):
-                await self.env.close()  # type: ignore[func-returns-value,misc]
+                await _guarded_async("close", self.env.close())  # type: ignore[func-returns-value,arg-type]
         else:
-            loop = asyncio.get_running_loop()
             with contextlib.suppress(Exception):
-                await loop.run_in_executor(self._executor, self.env.close)
+                await asyncio.wrap_future(self._executor.submit(_guarded, "close", self.env.close))
         if self._own_executor:
             self._executor.shutdown(wait=False)
 
     def _close_sync(self) -> None:
         with contextlib.suppress(Exception):
             if not self._async["close"]:
-                self._executor.submit(self.env.close)
+                self._executor.submit(_guarded, "close", self.env.close)
         if self._own_executor:
             self._executor.shutdown(wait=False)
 
 
 _METHODS = ("reset", "step", "state", "close")
+
+
+def _escaped(method: str, exc: BaseException) -> EnvError:
+    return EnvError(
+        f"{type(exc).__name__}: {exc}",
+        details={"exception": type(exc).__name__, "op": method},
+    )
+
+
+def _guarded(method: str, fn: Callable[[], T]) -> T:
+    """Run ``fn`` (in a worker thread); a non-``Exception`` it raises becomes ``EnvError``."""
+    try:
+        return fn()
+    except Exception:
+        raise
+    except BaseException as exc:
+        raise _escaped(method, exc) from None
+
+
+async def _guarded_async(method: str, awaitable: Awaitable[T]) -> T:
+    """Await ``awaitable``; a non-``Exception`` it raises (cancellation aside) becomes
+    ``EnvError`` inside this task, before asyncio could re-raise it out of the loop."""
+    try:
+        return await awaitable
+    except (Exception, asyncio.CancelledError):
+        raise
+    except BaseException as exc:
+        raise _escaped(method, exc) from None

@@ -4,6 +4,10 @@ The server binds the socket itself (port 0 lets the OS pick a free port) before 
 starts, then announces the bound address: on stdout as ``CORRAL_LISTENING <url>`` and,
 if asked, in a file written atomically. A launcher reads that instead of guessing a port.
 
+It binds 127.0.0.1 unless told otherwise; binding any other interface without a bearer
+token prints a warning, since anyone who can reach the port could then run the
+environment.
+
 A launcher may also bind the socket and hand it over as an inherited file descriptor
 (``fd``, as systemd's socket activation does): the server then accepts on a socket of the
 launcher's network namespace, which is how a server in a sandbox without network is still
@@ -14,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import socket
 import sys
@@ -23,13 +26,12 @@ from typing import Any
 
 import uvicorn
 
+from corral.auth import TOKEN_ENV, TOKEN_FILE_ENV, resolve_token
 from corral.server.app import create_app
 from corral.server.config import ServerConfig
 
 LISTENING = "CORRAL_LISTENING"
 """The stdout line prefix a server prints once it is bound."""
-
-log = logging.getLogger("corral.server")
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
@@ -52,6 +54,19 @@ def _announce(url: str, port_file: str | Path | None) -> None:
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(url)
         os.replace(tmp, path)
+
+
+def exposure_warning(host: str, token: str | None) -> str | None:
+    """The warning to print before binding ``host``, or None when it is safe enough."""
+    if host in _LOOPBACK:
+        return None
+    if token is None:
+        return (
+            f"WARNING: binding {host} without authentication: anyone who can reach this "
+            "port can open sessions and run the environment. Set a bearer token with "
+            f"--token-file, ${TOKEN_ENV} or ${TOKEN_FILE_ENV}, or bind 127.0.0.1."
+        )
+    return None
 
 
 def uvicorn_config(app: Any, config: ServerConfig, log_level: str) -> uvicorn.Config:
@@ -111,6 +126,9 @@ def serve(
 ) -> None:
     """Serve ``env`` until interrupted (blocking). Binds 127.0.0.1 by default.
 
+    Without ``config.token``, the token is taken from ``$CORRAL_TOKEN`` or the file named
+    by ``$CORRAL_TOKEN_FILE`` when either is set.
+
     Args:
         env: what :func:`~corral.server.app.create_app` takes.
         host / port: where to bind (port 0: a free port, announced once listening).
@@ -121,13 +139,18 @@ def serve(
             binding ``host:port``.
     """
     cfg = config or ServerConfig()
+    if cfg.token is None:
+        token = resolve_token()
+        if token is not None:
+            cfg = ServerConfig(**{**cfg.__dict__, "token": token})
     if sock is not None:
         host = sock.getsockname()[0]
-    else:
-        sock = bind_socket(host, port)
-    if host not in _LOOPBACK:
-        log.warning("binding %s: the server is reachable from other machines", host)
+    warning = exposure_warning(host, cfg.token)
+    if warning is not None:
+        print(warning, file=sys.stderr, flush=True)
     app = create_app(env, cfg)
+    if sock is None:
+        sock = bind_socket(host, port)
     bound_port = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     server = uvicorn.Server(uvicorn_config(app, cfg, log_level))

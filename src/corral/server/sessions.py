@@ -11,7 +11,6 @@ reason rather than a bare ``UNKNOWN_SESSION``.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import secrets
@@ -31,7 +30,7 @@ from corral.errors import (
 )
 from corral.protocol.session import ReplyCache, SessionMachine
 from corral.server.config import ServerConfig
-from corral.server.runner import EnvFactory, EnvRunner
+from corral.server.runner import EnvFactory, EnvRunner, EnvThreads
 from corral.server.stats import Stats
 
 log = logging.getLogger("corral.server")
@@ -95,9 +94,7 @@ class SessionManager:
         self.stats = Stats()
         self._reserved = 0
         self._tombstones: OrderedDict[str, str] = OrderedDict()
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            config.executor_threads, thread_name_prefix="corral-env"
-        )
+        self._executor = EnvThreads(config.executor_threads)
         self._reaper: asyncio.Task[None] | None = None
         self._on_close = on_close
 
@@ -196,7 +193,8 @@ class SessionManager:
                 f"no session {session_id!r} on this server (it may have restarted)",
                 details={"session": session_id},
             )
-        if not secrets.compare_digest(session.token, token):
+        # As bytes: compare_digest refuses non-ASCII str, and a token is whatever was sent.
+        if not secrets.compare_digest(session.token.encode(), token.encode()):
             raise Unauthorized("wrong resume token for this session")
         session.owner = owner
         session.detached_at = None
