@@ -300,7 +300,7 @@ async def test_cpu_limit_kills_the_server(hog_dir: Path) -> None:
     limits = LocalLimits(cpu_seconds=1)
     async with LocalProcessProvider(cwd=hog_dir, limits=limits) as provider:
         endpoint = await provider.start("hog_env_for_tests:HogEnv")
-        async with AsyncEnvClient(endpoint.url, timeout=30) as env:
+        async with AsyncEnvClient(endpoint.url, timeout=30, reconnect=False) as env:
             await env.reset()
             with pytest.raises(CorralError) as info:
                 await env.step(hog_action(cpu_seconds=5.0))

@@ -154,6 +154,8 @@ class _Smoke:
             # The contract is compared explicitly (and reported) by the contract check.
             check_contract=False,
             openenv_fallback=False,
+            # A server that crashes must fail the check at once, not be waited for.
+            reconnect=False,
             token=self.provider.token,
         )
 
