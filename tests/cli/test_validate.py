@@ -166,12 +166,15 @@ def test_nothing_listening_on_ws_fails_detection():
 # -- arguments -----------------------------------------------------------------------
 
 
-def test_argument_errors(tmp_path: Path):
-    result = runner.invoke(app, ["validate"])
-    assert result.exit_code == 2 and "--url" in result.output
+def test_argument_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # Without --url, PATH (default: the current directory) is validated as an environment.
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["validate", "--static", "--json"])
+    assert result.exit_code == 1 and "no corral.yaml or openenv.yaml" in result.output
+    monkeypatch.setattr(v, "STATIC_VALIDATOR", None)
     result = runner.invoke(app, ["validate", str(tmp_path)])
     assert result.exit_code == 2
-    assert "static validation (corral validate PATH) is not available yet" in result.output
+    assert "static validation (corral validate PATH) is not available" in result.output
     result = runner.invoke(app, ["validate", str(tmp_path), "--url", "http://127.0.0.1:9"])
     assert result.exit_code == 2 and "not both" in result.output
     for bad in ("{nope", "[1]"):
@@ -192,14 +195,18 @@ def test_a_given_action_is_checked_and_used():
 
 
 def test_the_static_mode_plugs_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    def static(path: Path) -> v.Report:
+    seen: dict[str, object] = {}
+
+    def static(path: Path, **options: object) -> v.Report:
+        seen.update(options)
         check = v.Check("static.manifest", "static", "a manifest", v.Status.PASS, str(path))
         return v.Report(target=str(path), checks=[check])
 
     monkeypatch.setattr(v, "STATIC_VALIDATOR", static)
-    result = runner.invoke(app, ["validate", str(tmp_path), "--json"])
+    result = runner.invoke(app, ["validate", str(tmp_path), "--json", "--docker", "--seed", "3"])
     assert result.exit_code == 0
     assert json.loads(result.output)["checks"][0]["detail"] == str(tmp_path)
+    assert seen["docker"] is True and seen["seed"] == 3 and seen["runtime"] is True
 
 
 # -- schema helpers ------------------------------------------------------------------

@@ -16,6 +16,7 @@ import pytest
 
 from corral.client.launcher import ServerStartError
 from corral.envs.echo import EchoEnv
+from corral.providers.base import SyncProvider
 from corral.providers.docker import (
     MANAGED,
     OWNER_PID,
@@ -47,8 +48,8 @@ def corral_containers(client: Any) -> list[Any]:
 
 
 @pytest.fixture
-def provider(docker_client: Any) -> Iterator[DockerProvider]:
-    with DockerProvider(docker_client, startup_timeout=60) as p:
+def provider(docker_client: Any) -> Iterator[SyncProvider]:
+    with DockerProvider(docker_client, startup_timeout=60).sync() as p:
         yield p
     assert corral_containers(docker_client) == []
 
@@ -143,7 +144,7 @@ def test_a_missing_base_image_fails_before_any_work(docker_client: Any, tmp_path
 @pytest.mark.network
 @pytest.mark.parametrize("network", ["bridge", "host"])
 def test_start_serves_ready_and_health(
-    provider: DockerProvider, docker_client: Any, echo_image: BuiltImage, network: str
+    provider: SyncProvider, docker_client: Any, echo_image: BuiltImage, network: str
 ) -> None:
     started = time.monotonic()
     endpoint = provider.start(echo_image.tag, network=network)  # type: ignore[arg-type]
@@ -177,7 +178,7 @@ def test_start_serves_ready_and_health(
 @needs_server
 @pytest.mark.network
 def test_many_bridge_containers_get_distinct_ports(
-    provider: DockerProvider, echo_image: BuiltImage
+    provider: SyncProvider, echo_image: BuiltImage
 ) -> None:
     endpoints = [provider.start(echo_image.tag) for _ in range(3)]
     assert len({e.port for e in endpoints}) == 3
@@ -190,7 +191,7 @@ def test_many_bridge_containers_get_distinct_ports(
 
 
 def test_crashed_container_raises_with_its_last_log_lines(
-    provider: DockerProvider, docker_client: Any, base_image: str
+    provider: SyncProvider, docker_client: Any, base_image: str
 ) -> None:
     with pytest.raises(ServerStartError) as info:
         provider.start(base_image, command=crashing_command(80))
@@ -205,7 +206,7 @@ def test_crashed_container_raises_with_its_last_log_lines(
     assert provider.running == [] and corral_containers(docker_client) == []
 
 
-def test_host_network_crash(provider: DockerProvider, base_image: str) -> None:
+def test_host_network_crash(provider: SyncProvider, base_image: str) -> None:
     command = [
         "python3",
         "-c",
@@ -219,19 +220,19 @@ def test_host_network_crash(provider: DockerProvider, base_image: str) -> None:
         provider.start(base_image, command=command, network="host")
 
 
-def test_host_network_needs_a_serve_command(provider: DockerProvider, base_image: str) -> None:
+def test_host_network_needs_a_serve_command(provider: SyncProvider, base_image: str) -> None:
     with pytest.raises(ServerStartError, match="has no --host option"):
         provider.start(base_image, command=["python3", "-c", "pass"], network="host")
 
 
-def test_never_ready_times_out_with_logs(provider: DockerProvider, base_image: str) -> None:
+def test_never_ready_times_out_with_logs(provider: SyncProvider, base_image: str) -> None:
     command = ["python3", "-c", "import time; print('thinking', flush=True); time.sleep(60)"]
     with pytest.raises(ServerStartError, match=r"(?s)did not answer /ready in time.*thinking"):
         provider.start(base_image, command=command, timeout=1.5)
     assert provider.running == []
 
 
-def test_missing_image(provider: DockerProvider) -> None:
+def test_missing_image(provider: SyncProvider) -> None:
     with pytest.raises(ServerStartError, match="corral build --tag no-such-image:1"):
         provider.start("no-such-image:1")
 
@@ -258,20 +259,28 @@ CHILD = """
 import os, signal, sys
 from corral.providers.docker import DockerProvider
 
-provider = DockerProvider(reap=False)
+provider = DockerProvider(reap=False, guard=sys.argv[1] != "kill-unguarded").sync()
 endpoint = provider.start({image!r}, command={command!r})
 print(endpoint.container_id, flush=True)
-if sys.argv[1] == "kill":
+if sys.argv[1].startswith("kill"):
     os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-@pytest.mark.parametrize("how", ["exit", "kill"])
+def _gone(docker_client: Any, container_id: str) -> bool:
+    import docker.errors
+
+    try:
+        docker_client.containers.get(container_id)
+    except docker.errors.NotFound:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("how", ["exit", "kill", "kill-unguarded"])
 def test_no_orphans_after_exit_or_kill(
     docker_client: Any, base_image: str, tmp_path: Path, how: str
 ) -> None:
-    import docker.errors
-
     script = tmp_path / "child.py"
     script.write_text(CHILD.format(image=base_image, command=TINY_SERVER))
     done = subprocess.run(
@@ -281,20 +290,25 @@ def test_no_orphans_after_exit_or_kill(
     assert container_id, done.stderr
     if how == "exit":
         # Removed at interpreter exit.
-        with pytest.raises(docker.errors.NotFound):
-            docker_client.containers.get(container_id)
+        assert _gone(docker_client, container_id)
         return
-    # SIGKILL ran no cleanup: the container is left, and the next provider reaps it.
+    if how == "kill":
+        # SIGKILL ran no cleanup in the process: its guardian removes the container.
+        deadline = time.monotonic() + 30
+        while not _gone(docker_client, container_id) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _gone(docker_client, container_id)
+        return
+    # Without a guardian the container is left, and the next provider reaps it.
     assert docker_client.containers.get(container_id).status == "running"
     assert container_id in reap_orphans(docker_client)
-    with pytest.raises(docker.errors.NotFound):
-        docker_client.containers.get(container_id)
+    assert _gone(docker_client, container_id)
 
 
 def test_a_forgotten_provider_removes_its_containers(docker_client: Any, base_image: str) -> None:
     import docker.errors
 
-    provider = DockerProvider(docker_client)
+    provider = DockerProvider(docker_client).sync()
     endpoint = provider.start(base_image, command=TINY_SERVER)
     assert httpx.get(endpoint.url, timeout=5).status_code == 200
     del provider

@@ -18,8 +18,8 @@ from corral.providers.manifest import (
     load_manifest,
     parse_memory,
     project_dependencies,
-    resolve_entry_point,
 )
+from corral.server.target import TargetError, load_target
 
 
 def write(directory: Path, name: str, text: str) -> Path:
@@ -326,10 +326,18 @@ def test_load_contract_errors(guess_dir: Path, entry: str, match: str) -> None:
 
 
 def test_resolve_dotted_attribute() -> None:
-    assert resolve_entry_point("corral.envs.echo:EchoEnv.contract")().name == "echo"
-    assert resolve_entry_point("corral.envs.echo:EchoEnv") is EchoEnv
-    with pytest.raises(ImportError, match="must look like 'module:Name'"):
-        resolve_entry_point("corral.envs.echo")
+    assert load_target("corral.envs.echo:EchoEnv.contract")().name == "echo"
+    assert load_target("corral.envs.echo:EchoEnv") is EchoEnv
+    with pytest.raises(TargetError, match=r"must look like 'package\.module:Name'") as info:
+        load_target("corral.envs.echo")
+    # Callers catching an import problem or a bad argument both see it.
+    assert isinstance(info.value, ImportError) and isinstance(info.value, ValueError)
+
+
+def test_a_missing_dependency_is_named(tmp_path: Path) -> None:
+    (tmp_path / "needs_dep_for_tests.py").write_text("import no_such_dependency_xyz\n")
+    with pytest.raises(TargetError, match="module 'no_such_dependency_xyz' is not found"):
+        load_target("needs_dep_for_tests:Env", search_path=tmp_path)
 
 
 def test_manifest_model_is_constructible_in_code() -> None:

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from corral.errors import CorralError
-from corral.providers.dockerfile import BuildError
+from corral.providers.dockerfile import GENERATED_HEADER, BuildError
 from corral.providers.manifest import ManifestError, load_manifest
 
 # Lines worth keeping on screen once the spinner has moved on: the steps themselves.
@@ -28,10 +28,34 @@ _MILESTONES = (
 )
 
 
+def refresh_dockerfile(env_dir: Path, generated: Path) -> bool:
+    """Copy the build's Dockerfile over the environment's own, if that one was generated.
+
+    ``corral init`` writes a ``Dockerfile`` so that the image is visible in the
+    environment's directory; rebuilding keeps it in step with the manifest. A
+    Dockerfile written by hand (without corral's header) is never touched.
+
+    Returns:
+        Whether the environment's Dockerfile was rewritten.
+    """
+    own = env_dir / "Dockerfile"
+    if not own.is_file() or not own.read_text(encoding="utf-8").startswith(GENERATED_HEADER):
+        return False
+    text = generated.read_text(encoding="utf-8")
+    if own.read_text(encoding="utf-8") == text:
+        return False
+    own.write_text(text, encoding="utf-8")
+    return True
+
+
 def build_command(
     path: Annotated[Path, typer.Argument(help="The environment's directory.")] = Path("."),
     base_image: Annotated[
-        str | None, typer.Option(help="Image to build on (default: the manifest's).")
+        str | None,
+        typer.Option(
+            envvar="CORRAL_BASE_IMAGE",
+            help="Image to build on (default: $CORRAL_BASE_IMAGE, else the manifest's).",
+        ),
     ] = None,
     offline: Annotated[
         bool,
@@ -90,6 +114,8 @@ def build_command(
             console.print(f"[red]build failed:[/red] {escape(str(exc))}")
             raise typer.Exit(1) from None
     mode = "offline" if offline else "online"
+    if refresh_dockerfile(manifest.root, built.context.dockerfile):
+        console.print(f"updated {manifest.root / 'Dockerfile'} (generated from the manifest)")
     console.print(
         f"[green]built[/green] {built.tag} ({built.image_id[:19]}) in {built.seconds:.1f} s, "
         f"{mode}, from {built.context.base_image}; context in {built.context.directory}"

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import typer
 
+import corral.cli.validate_local  # noqa: F401 - registers the PATH mode of corral validate
 from corral.cli.build import build_command
+from corral.cli.init import init_command
 from corral.cli.push import push_command
 from corral.cli.schema import schema_app
 from corral.cli.serve import serve_command
@@ -30,6 +32,7 @@ def root(
         raise typer.Exit()
 
 
+app.command("init")(init_command)
 app.command("serve")(serve_command)
 app.command("validate")(validate_command)
 app.command("build")(build_command)

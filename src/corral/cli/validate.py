@@ -10,8 +10,10 @@ server's own ``/schema`` (``jsonschema``), every error code it can provoke from
 outside, capacity behaviour and close. A valid action is synthesized from the action
 schema (``--action`` supplies one when the schema is too clever for that).
 
-A static mode (``corral validate PATH``: an environment's directory and manifest)
-plugs in through :data:`STATIC_VALIDATOR`; both modes produce a :class:`Report`.
+A static mode (``corral validate [PATH]``: an environment's directory and manifest, the
+current directory by default, checked statically and then run through a provider) plugs
+in through :data:`STATIC_VALIDATOR` (:mod:`corral.cli.validate_local`); both modes
+produce a :class:`Report`.
 """
 
 from __future__ import annotations
@@ -97,9 +99,12 @@ class Report:
         }
 
 
-StaticValidator = Callable[[Path], Report]
+StaticValidator = Callable[..., Report]
 STATIC_VALIDATOR: StaticValidator | None = None
-"""The static mode (``corral validate PATH``), set by the module that implements it."""
+"""The static mode, set by the module that implements it; called as
+``STATIC_VALIDATOR(path, **options)`` with the options of that mode (``runtime``,
+``docker``, ``image``, ``venv``, ``sandbox``, ``network``, ``action``, ``seed``,
+``steps``, ``timeout``)."""
 
 
 class CheckFailed(Exception):
@@ -1128,7 +1133,10 @@ def _parse_action(raw: str | None) -> dict[str, Any] | None:
 def validate_command(
     path: Annotated[
         Path | None,
-        typer.Argument(help="An environment directory to check statically (instead of --url)."),
+        typer.Argument(
+            help="An environment directory to validate (default: the current one, unless "
+            "--url is given)."
+        ),
     ] = None,
     url: Annotated[
         str | None, typer.Option("--url", help="Check the running server at this base URL.")
@@ -1147,12 +1155,46 @@ def validate_command(
             min=0, help="Check capacity when the server holds at most this many sessions."
         ),
     ] = 8,
+    static: Annotated[
+        bool, typer.Option("--static", help="PATH: static checks only, start no server.")
+    ] = False,
+    docker: Annotated[
+        bool,
+        typer.Option("--docker", help="PATH: run the image 'corral build' made, in Docker."),
+    ] = False,
+    image: Annotated[
+        str | None, typer.Option(help="PATH: run this image of the environment, in Docker.")
+    ] = None,
+    venv: Annotated[
+        bool,
+        typer.Option(
+            "--venv", help="PATH: run the local server in a virtualenv from pyproject.toml."
+        ),
+    ] = False,
+    sandbox: Annotated[
+        str,
+        typer.Option(help="PATH: run the local server in a sandbox: none, auto, bwrap, unshare."),
+    ] = "none",
+    network: Annotated[
+        str, typer.Option(help="PATH: Docker networking for --docker/--image: bridge, host.")
+    ] = "bridge",
+    seed: Annotated[int, typer.Option(help="PATH: the seed of every episode.")] = 0,
+    steps: Annotated[int, typer.Option(min=1, help="PATH: the most steps per episode.")] = 20,
 ) -> None:
-    """Check a running server (--url) for corral/1 and OpenEnv conformance; exit 1 on failure."""
-    if url is None and path is None:
-        raise typer.BadParameter("give --url URL (a running server) or PATH", param_hint="--url")
+    """Validate an environment (PATH: static checks and a runtime smoke test) or a running
+    server (--url: corral/1 and OpenEnv conformance); exit 1 on failure."""
     if url is not None and path is not None:
         raise typer.BadParameter("give either PATH or --url, not both", param_hint="PATH")
+    local_only = {
+        "--static": static,
+        "--docker": docker,
+        "--image": image is not None,
+        "--venv": venv,
+        "--sandbox": sandbox != "none",
+    }
+    if url is not None and any(local_only.values()):
+        given = ", ".join(name for name, used in local_only.items() if used)
+        raise typer.BadParameter(f"{given} apply to PATH, not to --url", param_hint="--url")
     if url is not None:
         report = asyncio.run(
             validate_url(
@@ -1160,15 +1202,36 @@ def validate_command(
             )
         )
     else:
-        assert path is not None
         if STATIC_VALIDATOR is None:
             typer.echo(
-                "static validation (corral validate PATH) is not available yet; "
+                "static validation (corral validate PATH) is not available; "
                 "check a running server with --url URL",
                 err=True,
             )
             raise typer.Exit(2)
-        report = STATIC_VALIDATOR(path)
+        if sandbox not in ("none", "auto", "bwrap", "unshare"):
+            raise typer.BadParameter(
+                f"{sandbox!r} is not a sandbox; use none, auto, bwrap or unshare",
+                param_hint="--sandbox",
+            )
+        if network not in ("bridge", "host"):
+            raise typer.BadParameter(
+                f"{network!r} is not a Docker network mode; use bridge or host",
+                param_hint="--network",
+            )
+        report = STATIC_VALIDATOR(
+            path or Path("."),
+            runtime=not static,
+            docker=docker,
+            image=image,
+            venv=venv,
+            sandbox=sandbox,
+            network=network,
+            action=_parse_action(action),
+            seed=seed,
+            steps=steps,
+            timeout=timeout,
+        )
     if json_output:
         typer.echo(json.dumps(report.to_json(), indent=2))
     else:

@@ -14,29 +14,36 @@ A container that exits before it is ready produces a :class:`ServerStartError` c
 its exit code and last log lines as soon as the exit is seen, not after a timeout.
 Containers a provider started are removed on :meth:`DockerProvider.stop`, on
 :meth:`~DockerProvider.close`, on context exit, when the provider is garbage-collected and at
-interpreter exit; containers left
-by a process that was killed outright are reaped by the next provider on the machine.
+interpreter exit; when the process is killed outright, its guardian
+(:mod:`corral.providers.guardian`) removes them, and any that remain (a guardian killed too)
+are reaped by the next provider on the machine.
+
+:class:`DockerProvider` is a :class:`~corral.providers.base.Provider`: async, with the
+blocking twin :meth:`~corral.providers.base.Provider.sync`.
 
 Needs the ``docker`` extra (``pip install corral[docker]``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import os
 import re
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import httpx
 
+from corral.auth import TOKEN_ENV
 from corral.client.launcher import ServerStartError
+from corral.providers.base import Endpoint, Provider, ServerSpec, SpecLike
 from corral.providers.dockerfile import (
     LABEL_PREFIX,
     STAGE_LABEL,
@@ -45,9 +52,11 @@ from corral.providers.dockerfile import (
     BuildError,
     Progress,
     healthcheck_command,
+    image_tag,
     prepare_context,
 )
-from corral.providers.manifest import load_manifest
+from corral.providers.guardian import guardian
+from corral.providers.manifest import ManifestError, load_manifest
 
 try:
     import docker
@@ -128,7 +137,7 @@ def reap_orphans(client: docker.DockerClient) -> list[str]:
 
 
 @dataclass(frozen=True)
-class DockerEndpoint:
+class DockerEndpoint(Endpoint):
     """A running environment server in a container.
 
     Attributes:
@@ -140,12 +149,36 @@ class DockerEndpoint:
         network: ``bridge`` or ``host``.
     """
 
-    url: str
-    host: str
-    port: int
-    container_id: str
-    image: str
-    network: Network
+    container_id: str = ""
+    image: str = ""
+    network: Network = "bridge"
+
+    @property
+    def id(self) -> str:
+        """The container's id."""
+        return self.container_id
+
+
+T = TypeVar("T")
+
+
+async def _owned_in_thread(start: Callable[[], T], undo: Callable[[T], None]) -> T:
+    """Run the blocking ``start`` in a thread; if the caller is cancelled, ``undo`` its result.
+
+    A cancelled await cannot stop the thread: whatever it starts is handed to ``undo``
+    (in another thread) once it finishes, so a cancelled start leaves nothing running.
+    """
+    future = asyncio.get_running_loop().run_in_executor(None, start)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+
+        def cleanup(done: asyncio.Future[T]) -> None:
+            if not done.cancelled() and done.exception() is None:
+                threading.Thread(target=undo, args=(done.result(),), daemon=True).start()
+
+        future.add_done_callback(cleanup)
+        raise
 
 
 def _nanoseconds(seconds: float) -> int:
@@ -168,7 +201,7 @@ def _host_command(cmd: Sequence[str]) -> list[str]:
     return args
 
 
-class DockerProvider:
+class DockerProvider(Provider):
     """Start environment servers in Docker containers.
 
     Args:
@@ -180,7 +213,13 @@ class DockerProvider:
             writable, in memory).
         labels: extra labels for every container.
         reap: remove orphaned corral containers of dead processes on this machine first.
+        guard: have the process's guardian remove this process's containers if it is
+            killed outright.
+        token: the bearer token servers require, passed to containers as
+            ``$CORRAL_TOKEN`` (default: ``$CORRAL_TOKEN`` if set here).
     """
+
+    kind = "docker"
 
     def __init__(
         self,
@@ -192,29 +231,37 @@ class DockerProvider:
         read_only: bool = True,
         labels: Mapping[str, str] | None = None,
         reap: bool = True,
+        guard: bool = True,
+        token: str | None = None,
     ) -> None:
         if network not in ("bridge", "host"):
             raise ValueError(f"network must be 'bridge' or 'host', not {network!r}")
+        super().__init__(startup_timeout=startup_timeout, token=token)
         self.client = client or docker_client()
         self.network: Network = network
-        self.startup_timeout = startup_timeout
         self.log_lines = log_lines
         self.read_only = read_only
         self.labels = dict(labels or {})
         self._containers: dict[str, Container] = {}
+        self._endpoints: dict[str, DockerEndpoint] = {}
         self._lock = threading.Lock()
-        self._closed = False
         if reap:
             reap_orphans(self.client)
+        if guard:
+            guardian().watch_containers(
+                {MANAGED: "true", OWNER_PID: str(os.getpid()), OWNER_BOOT: _boot_id()}
+            )
         # Runs on close(), when the provider is garbage-collected, or at interpreter exit,
         # whichever comes first; it holds the container table, not the provider.
-        self._finalizer = weakref.finalize(self, _remove_all, self._containers, self._lock)
+        self._finalizer = weakref.finalize(
+            self, _remove_all, self._containers, self._endpoints, self._lock
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(
+    async def start(
         self,
-        image: str,
+        spec: SpecLike,
         *,
         cpu: float | None = None,
         memory: int | str | None = None,
@@ -226,13 +273,16 @@ class DockerProvider:
         network: Network | None = None,
         timeout: float | None = None,
     ) -> DockerEndpoint:
-        """Run ``image`` and return once its server answers ``/ready``.
+        """Run an image and return once its server answers ``/ready``.
 
-        Limits default to the image's ``org.corral.cpu/memory/pids`` labels (the manifest's
-        resources); the container port to its ``org.corral.port`` label.
+        ``spec`` names an image tag, or an environment directory whose image ``corral
+        build`` made (``corral-NAME:VERSION``). Limits default to the spec's, then to the
+        image's ``org.corral.cpu/memory/pids`` labels (the manifest's resources); the
+        container port to its ``org.corral.port`` label. The keyword options override
+        the spec.
 
         Args:
-            image: an image built by ``corral build`` (or any image serving corral).
+            spec: the image (or environment directory) and its limits.
             cpu: CPUs (``0.5`` = half a core).
             memory: memory limit in bytes, or a Docker size string (``"512m"``); swap is
                 not allowed beyond it.
@@ -247,9 +297,48 @@ class DockerProvider:
         Raises:
             ServerStartError: the image is missing, the container exited before it was
                 ready (the message has its last log lines), or ``/ready`` never answered.
+                A cancelled start removes its container too.
         """
-        if self._closed:
-            raise ServerStartError("the Docker provider is closed; create a new one")
+        self._check_open()
+        server = ServerSpec.of(spec)
+        image = _image_of(server)
+        run = functools.partial(
+            self._start_blocking,
+            image,
+            cpu=cpu if cpu is not None else server.cpu,
+            memory=memory if memory is not None else server.memory,
+            pids=pids if pids is not None else server.pids,
+            environment={**server.environment, **(environment or {})},
+            name=name,
+            command=command,
+            extra_args=server.serve_args(),
+            port=port,
+            network=network,
+            timeout=timeout if timeout is not None else server.startup_timeout,
+        )
+        endpoint = await _owned_in_thread(run, self._stop_blocking)
+        if self.closed:
+            await asyncio.to_thread(self._stop_blocking, endpoint)
+            self._check_open()
+        return endpoint
+
+    def _start_blocking(
+        self,
+        image: str,
+        *,
+        cpu: float | None = None,
+        memory: int | str | None = None,
+        pids: int | None = None,
+        environment: Mapping[str, str] | None = None,
+        name: str | None = None,
+        command: Sequence[str] | None = None,
+        extra_args: Sequence[str] = (),
+        port: int | None = None,
+        network: Network | None = None,
+        timeout: float | None = None,
+    ) -> DockerEndpoint:
+        """:meth:`start`'s work, blocking (run in a thread)."""
+        self._check_open()
         mode = network or self.network
         try:
             image_obj = self.client.images.get(image)
@@ -267,7 +356,12 @@ class DockerProvider:
         )
         pid_limit = pids if pids is not None else int(labels.get(f"{LABEL_PREFIX}.pids", "1024"))
         env = {"CORRAL_PORT": str(container_port), **(environment or {})}
+        if self.token is not None:
+            env.setdefault(TOKEN_ENV, self.token)
         run_command: list[str] | None = list(command) if command is not None else None
+        if extra_args:
+            # Later options win: the spec's limits override those baked into the image.
+            run_command = [*(run_command or config.get("Cmd") or []), *extra_args]
         kwargs: dict[str, Any] = {}
         if mode == "host":
             kwargs["network_mode"] = "host"
@@ -319,6 +413,8 @@ class DockerProvider:
         except BaseException:
             self._remove(container)
             raise
+        with self._lock:
+            self._endpoints[endpoint.container_id] = endpoint
         return endpoint
 
     def _wait(
@@ -331,7 +427,7 @@ class DockerProvider:
     ) -> DockerEndpoint:
         deadline = time.monotonic() + (timeout if timeout is not None else self.startup_timeout)
         url: str | None = None
-        with httpx.Client(timeout=1.0, trust_env=False) as http:
+        with httpx.Client(timeout=1.0, trust_env=False, headers=self.http_headers()) as http:
             while True:
                 container.reload()
                 state = container.attrs.get("State", {})
@@ -378,7 +474,7 @@ class DockerProvider:
         state: Mapping[str, Any],
         why: str | None = None,
     ) -> ServerStartError:
-        output = self.logs(container.id or "", tail=self.log_lines)
+        output = self.logs(container.id or "", lines=self.log_lines)
         if why is None:
             why = f"exited with code {state.get('ExitCode')}"
             if state.get("OOMKilled"):
@@ -396,18 +492,22 @@ class DockerProvider:
             },
         )
 
-    def logs(self, container_id: str, tail: int = 50) -> str:
-        """The last ``tail`` lines of a container's output ("" if it is gone)."""
+    def logs(self, endpoint: Endpoint | str, lines: int = 50) -> str:
+        """The last ``lines`` lines of a container's output ("" if it is gone)."""
+        container_id = endpoint if isinstance(endpoint, str) else endpoint.id
         try:
             container = self.client.containers.get(container_id)
-            raw: bytes = container.logs(stdout=True, stderr=True, tail=tail)
+            raw: bytes = container.logs(stdout=True, stderr=True, tail=lines)
         except docker.errors.NotFound:
             return ""
         return raw.decode("utf-8", errors="replace").rstrip()
 
-    def stop(self, endpoint: DockerEndpoint | str, timeout: float = 5.0) -> None:
+    async def stop(self, endpoint: Endpoint | str, timeout: float = 5.0) -> None:
         """Stop and remove a container this provider started (no error if already gone)."""
-        container_id = endpoint if isinstance(endpoint, str) else endpoint.container_id
+        await asyncio.to_thread(self._stop_blocking, endpoint, timeout)
+
+    def _stop_blocking(self, endpoint: Endpoint | str, timeout: float = 5.0) -> None:
+        container_id = endpoint if isinstance(endpoint, str) else endpoint.id
         with self._lock:
             container = self._containers.get(container_id)
         if container is None:
@@ -421,35 +521,58 @@ class DockerProvider:
             container.remove(force=True)
         with self._lock:
             self._containers.pop(container.id or "", None)
+            self._endpoints.pop(container.id or "", None)
+
+    async def alive(self, endpoint: Endpoint) -> bool:
+        """The container is running."""
+        return await asyncio.to_thread(self._alive_blocking, endpoint.id)
+
+    def _alive_blocking(self, container_id: str) -> bool:
+        with self._lock:
+            container = self._containers.get(container_id)
+        if container is None:
+            return False
+        try:
+            container.reload()
+        except (docker.errors.NotFound, docker.errors.APIError):
+            return False
+        return bool(container.attrs.get("State", {}).get("Status") == "running")
+
+    @property
+    def endpoints(self) -> list[Endpoint]:
+        """The containers started, ready, and not removed yet."""
+        with self._lock:
+            return list(self._endpoints.values())
 
     @property
     def running(self) -> list[str]:
-        """Ids of the containers this provider started and has not removed."""
+        """Ids of the containers this provider started and has not removed (ready or not)."""
         with self._lock:
             return list(self._containers)
 
-    def close(self) -> None:
+    async def close(self) -> None:
         """Remove every container this provider started; later starts are refused."""
         self._closed = True
-        self._finalizer()
-
-    def __enter__(self) -> DockerProvider:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+        await asyncio.to_thread(self._finalizer)
 
 
-def _remove_all(containers: dict[str, Container], lock: threading.Lock) -> None:
+def _image_of(spec: ServerSpec) -> str:
+    """The image a spec names: its target, or the image of the environment it names."""
+    try:
+        manifest = spec.manifest()
+    except ManifestError as exc:
+        raise ServerStartError(str(exc), details={"target": spec.target}) from None
+    return image_tag(manifest) if manifest is not None else spec.target
+
+
+def _remove_all(
+    containers: dict[str, Container], endpoints: dict[str, DockerEndpoint], lock: threading.Lock
+) -> None:
     """Force-remove every container in ``containers`` (the provider's cleanup)."""
     with lock:
         pending = list(containers.values())
         containers.clear()
+        endpoints.clear()
     for container in pending:
         with contextlib.suppress(Exception):
             container.remove(force=True)
@@ -540,7 +663,8 @@ def build_image(
 
     Args:
         env_dir: the environment's directory.
-        tag: the image tag (default ``corral-<name>:<version>``).
+        tag: the image tag (default :func:`~corral.providers.dockerfile.image_tag`:
+            ``corral-<name>:<version>``).
         base_image: overrides the manifest's base image.
         offline: download every wheel on the host; the image installs with ``--no-index``.
         progress: receives every line of output (wheel builds, resolution, docker build).
@@ -566,7 +690,7 @@ def build_image(
         progress=progress,
         pip=pip,
     )
-    name = tag or f"corral-{context.manifest.name}:{context.manifest.version}"
+    name = tag or image_tag(context.manifest)
     try:
         events = engine.api.build(
             path=str(context.directory),

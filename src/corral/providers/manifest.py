@@ -13,9 +13,7 @@ pydantic traceback to find a typo.
 from __future__ import annotations
 
 import difflib
-import importlib
 import re
-import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from corral.contract import Contract, Environment
 from corral.contract.schema import SEMVER
+from corral.server.target import load_target
 
 MANIFEST_NAMES = ("corral.yaml", "openenv.yaml")
 """File names :func:`load_manifest` looks for in a directory, in order of preference."""
@@ -410,63 +409,23 @@ def project_dependencies(env_dir: str | Path) -> list[str]:
     return list(deps)
 
 
-def resolve_entry_point(entry_point: str, search_path: Path | None = None) -> Any:
-    """Import ``module:attr`` (attributes may be dotted) and return the object.
+def load_environment(manifest: Manifest) -> type[Environment[Any, Any, Any]]:
+    """The Environment class the manifest's entry point names.
 
-    Args:
-        entry_point: ``package.module:Name``.
-        search_path: a directory put first on ``sys.path`` while importing (the
-            environment's directory, so its modules import without installing it).
+    A class is returned as is; a factory is called once (without arguments) and its
+    result's class is returned.
 
     Raises:
-        ImportError: the module or attribute does not exist; the message names which.
-    """
-    module_name, _, attr_path = entry_point.partition(":")
-    if not module_name or not attr_path:
-        raise ImportError(f"entry point {entry_point!r} must look like 'module:Name'")
-    added = False
-    if search_path is not None and str(search_path) not in sys.path:
-        sys.path.insert(0, str(search_path))
-        added = True
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        raise ImportError(
-            f"entry point {entry_point!r}: cannot import module {module_name!r} ({exc}); "
-            "check the spelling, or install the environment's package"
-        ) from exc
-    finally:
-        if added:
-            sys.path.remove(str(search_path))
-    obj: Any = module
-    for part in attr_path.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise ImportError(
-                f"entry point {entry_point!r}: module {module_name!r} has no attribute "
-                f"{attr_path!r}"
-            ) from None
-    return obj
-
-
-def load_contract(manifest: Manifest) -> Contract:
-    """The contract of the environment the manifest's entry point names.
-
-    A class is asked for its contract directly; a factory is called once (without
-    arguments) and its result's class is asked.
-
-    Raises:
-        ImportError: the entry point cannot be imported.
+        TargetError: the entry point cannot be imported (an ``ImportError``).
         TypeError: it names neither an Environment subclass nor a factory returning one.
     """
-    obj = resolve_entry_point(manifest.entry_point, manifest.root)
+    obj = load_target(manifest.entry_point, search_path=manifest.root)
     if isinstance(obj, type) and issubclass(obj, Environment):
-        return obj.contract()
+        return obj
     if callable(obj) and not isinstance(obj, type):
         made = obj()
         if isinstance(made, Environment):
-            return type(made).contract()
+            return type(made)
         raise TypeError(
             f"entry point {manifest.entry_point!r} is a factory that returned "
             f"{type(made).__name__}, not an Environment; return an instance of your Environment"
@@ -475,3 +434,13 @@ def load_contract(manifest: Manifest) -> Contract:
         f"entry point {manifest.entry_point!r} is {type(obj).__name__}, not an Environment "
         "subclass or a factory; point it at 'module:YourEnvironment'"
     )
+
+
+def load_contract(manifest: Manifest) -> Contract:
+    """The contract of the environment the manifest's entry point names.
+
+    Raises:
+        TargetError: the entry point cannot be imported (an ``ImportError``).
+        TypeError: it names neither an Environment subclass nor a factory returning one.
+    """
+    return load_environment(manifest).contract()

@@ -556,7 +556,7 @@ class Workspace:
             if os.path.exists(hidden) and _under(hidden, bound):
                 entries.append(MountEntry("empty", hidden, hidden))
         entries.append(MountEntry("rw", str(self.host_workdir), SANDBOX_WORKDIR))
-        return _with_parent_dirs(entries)
+        return with_parent_dirs(entries)
 
     def close(self) -> None:
         """Kill leftovers of the sandbox uid, delete the directory, give the uid back."""
@@ -575,8 +575,12 @@ class Workspace:
                 lease.release()
 
 
-def _with_parent_dirs(entries: list[MountEntry]) -> list[MountEntry]:
-    """Precede each entry by ``dir`` entries for its missing ancestors, outermost first."""
+def with_parent_dirs(entries: list[MountEntry]) -> list[MountEntry]:
+    """Precede each entry by ``dir`` entries for its missing ancestors, outermost first.
+
+    Ancestors under an earlier bind are left to the bind (the mount point is created in
+    the bound directory).
+    """
     result: list[MountEntry] = []
     bound: list[str] = []
     created: set[str] = set()
@@ -791,55 +795,14 @@ class SandboxProcess:
         self, worker_argv: list[str], child_fds: Sequence[int], extra_ro_paths: Sequence[str]
     ) -> tuple[list[str], int | None]:
         """The argv to run and the uid to run it as (None: corral's own)."""
-        profile, workspace = self.profile, self.workspace
-        uid = workspace.uid
-        if profile.mode is SandboxMode.RLIMITS:
-            return worker_argv, uid
-        mounts = workspace.mounts(extra_ro_paths)
-        assert profile.tool is not None
-        if profile.mode is SandboxMode.BWRAP:
-            argv = [
-                profile.tool,
-                "--unshare-pid",
-                "--unshare-net",
-                "--unshare-ipc",
-                "--unshare-uts",
-                "--unshare-cgroup-try",
-                "--die-with-parent",
-                "--new-session",
-                "--hostname",
-                "sandbox",
-            ]
-            if profile.strategy != "privileged":
-                argv.append("--unshare-user")
-            for entry in mounts:
-                argv += _bwrap_mount(entry, workspace)
-            argv += ["--proc", "/proc", "--dev", "/dev", "--chdir", SANDBOX_WORKDIR, "--clearenv"]
-            for key, value in self._environment().items():
-                argv += ["--setenv", key, value]
-            if profile.strategy != "privileged":
-                return [*argv, "--", *worker_argv], uid
-            assert profile.setpriv is not None and uid is not None
-            argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--", profile.setpriv]
-            argv += [f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs", "--"]
-            return argv + worker_argv, None
-        argv = [profile.tool, "--mount", "--pid", "--net", "--ipc", "--uts", "--fork"]
-        argv += ["--kill-child", "--propagation", "private"]
-        if profile.strategy == "userns":
-            argv += ["--user", "--map-root-user"]
-        launcher_config = {
-            "root": str(workspace.root / "root"),
-            "mounts": [dataclasses.asdict(m) for m in mounts],
-            "empty_dir": str(workspace.root / "empty"),
-            "empty_file": str(workspace.root / "empty-file"),
-            "cwd": SANDBOX_WORKDIR,
-            "uid": uid,
-            "argv": worker_argv,
-            "env": self._environment(),
-            "close_fds": list(child_fds),
-        }
-        launcher = [profile.python.executable, *_PYTHON_FLAGS, "-c", _source("_launcher.py")]
-        return [*argv, "--", *launcher, json.dumps(launcher_config)], None
+        return sandbox_command(
+            self.profile,
+            self.workspace,
+            worker_argv,
+            self._environment(),
+            child_fds=child_fds,
+            extra_ro_paths=extra_ro_paths,
+        )
 
     def _await_ready(self) -> None:
         capture = _Capture(self.limits.max_output_bytes, keep=True)
@@ -1176,6 +1139,101 @@ class SandboxProcess:
             "protocol": "killed: the worker's reply channel was corrupted",
             "closed": "killed: the environment was closed",
         }[reason]
+
+
+def sandbox_command(
+    profile: SandboxProfile,
+    workspace: Workspace,
+    argv: list[str],
+    environment: dict[str, str],
+    *,
+    child_fds: Sequence[int] = (),
+    mounts: Sequence[MountEntry] | None = None,
+    extra_ro_paths: Sequence[str] = (),
+    cwd: str = SANDBOX_WORKDIR,
+    drop_capabilities: bool = False,
+    read_only_root: bool = False,
+) -> tuple[list[str], int | None]:
+    """The argv that runs ``argv`` in a sandbox of ``profile``, and the uid to start it as.
+
+    The sandbox has fresh pid, network, IPC and UTS namespaces and the filesystem view
+    ``mounts`` (default: ``workspace.mounts(extra_ro_paths)``), starts in ``cwd`` with
+    exactly ``environment``, and runs as the workspace's leased uid when it has one.
+    File descriptors in ``child_fds`` (open in the caller, passed with ``pass_fds``)
+    reach ``argv``; the ``unshare`` launcher closes its own copies of them.
+
+    Args:
+        profile: a working profile (see :func:`resolve_profile`).
+        workspace: the sandbox's directory (and uid).
+        argv: the command to run inside.
+        environment: its environment variables (nothing else is inherited).
+        child_fds: descriptors passed to ``argv``.
+        mounts: the filesystem view; ``None`` for the workspace's.
+        extra_ro_paths: more host paths shown read-only (with the default view).
+        cwd: the working directory inside.
+        drop_capabilities: without a leased uid, also shed every capability (bwrap
+            keeps them when run as root; the ``unshare`` launcher always drops them).
+        read_only_root: make bwrap's root directory read-only too, as the ``unshare``
+            launcher always does (the mounts keep their own modes).
+
+    Returns:
+        ``(argv, uid)``: start the argv as ``uid`` (None: as corral itself). In rlimits
+        mode the argv is ``argv`` unchanged.
+    """
+    uid = workspace.uid
+    if profile.mode is SandboxMode.RLIMITS:
+        return argv, uid
+    view = list(mounts) if mounts is not None else workspace.mounts(extra_ro_paths)
+    assert profile.tool is not None
+    if profile.mode is SandboxMode.BWRAP:
+        command = [
+            profile.tool,
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--die-with-parent",
+            "--new-session",
+            "--hostname",
+            "sandbox",
+        ]
+        switch_uid = profile.strategy == "privileged" and uid is not None
+        if profile.strategy != "privileged":
+            command.append("--unshare-user")
+        for entry in view:
+            command += _bwrap_mount(entry, workspace)
+        command += ["--proc", "/proc", "--dev", "/dev"]
+        if read_only_root:
+            command += ["--remount-ro", "/"]
+        command += ["--chdir", cwd, "--clearenv"]
+        for key, value in environment.items():
+            command += ["--setenv", key, value]
+        if not switch_uid:
+            if drop_capabilities:
+                command += ["--cap-drop", "ALL"]
+            return [*command, "--", *argv], uid
+        assert profile.setpriv is not None and uid is not None
+        command += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--", profile.setpriv]
+        command += [f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs", "--"]
+        return command + argv, None
+    command = [profile.tool, "--mount", "--pid", "--net", "--ipc", "--uts", "--fork"]
+    command += ["--kill-child", "--propagation", "private"]
+    if profile.strategy == "userns":
+        command += ["--user", "--map-root-user"]
+    launcher_config = {
+        "root": str(workspace.root / "root"),
+        "mounts": [dataclasses.asdict(m) for m in view],
+        "empty_dir": str(workspace.root / "empty"),
+        "empty_file": str(workspace.root / "empty-file"),
+        "cwd": cwd,
+        "uid": uid,
+        "argv": argv,
+        "env": environment,
+        "close_fds": list(child_fds),
+    }
+    launcher = [profile.python.executable, *_PYTHON_FLAGS, "-c", _source("_launcher.py")]
+    return [*command, "--", *launcher, json.dumps(launcher_config)], None
 
 
 def _bwrap_mount(entry: MountEntry, workspace: Workspace) -> list[str]:
