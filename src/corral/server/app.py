@@ -42,6 +42,7 @@ def create_app(
         try:
             yield
         finally:
+            await service.batches.shutdown()
             await service.manager.shutdown()
 
     app = FastAPI(

@@ -1,9 +1,9 @@
 """Running one environment instance's methods without blocking the event loop.
 
-``async def`` methods are awaited on the loop; plain methods run in a thread pool (a
-dedicated single thread when the environment asks for thread affinity). Every call has
-an optional timeout; a call that overruns is abandoned, and the instance is closed once
-its thread lets go of it, so a stuck environment never wedges the server.
+``async def`` methods are awaited on the loop, in the caller's task; plain methods run in
+a thread pool (a dedicated single thread when the environment asks for thread affinity).
+Every call has an optional timeout; a call that overruns is abandoned, and the instance
+is closed once its thread lets go of it, so a stuck environment never wedges the server.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -35,7 +34,7 @@ class EnvRunner:
         self._executor = executor
         self._own_executor = own_executor
         self._async = {m: inspect.iscoroutinefunction(getattr(env, m)) for m in _METHODS}
-        self._stuck: asyncio.Future[Any] | None = None
+        self._stuck: concurrent.futures.Future[Any] | None = None
         self.closed = False
 
     @classmethod
@@ -70,29 +69,59 @@ class EnvRunner:
             ) from exc
         return cls(env, executor, own_executor=thread_affinity)
 
+    @property
+    def shared(self) -> bool:
+        """True when calls run on the server's shared pool (no thread affinity)."""
+        return not self._own_executor
+
+    @property
+    def executor(self) -> concurrent.futures.Executor:
+        """The executor this runner's sync calls run on."""
+        return self._executor
+
+    def is_async(self, method: str) -> bool:
+        """True when ``env.<method>`` is ``async def`` (awaited on the loop, no thread hop)."""
+        return self._async[method]
+
+    def mark_stuck(self, future: concurrent.futures.Future[Any]) -> None:
+        """A thread is still inside the env after a timeout; close once ``future`` is done."""
+        self._stuck = future
+
+    def timeout_error(self, method: str, timeout: float) -> StepTimeout:
+        """The error for a call of ``method`` that overran ``timeout``."""
+        return StepTimeout(
+            f"{method}() did not return within {timeout:g} s; the session was closed",
+            details={"method": method, "timeout_s": timeout, "session": "closed"},
+        )
+
     async def call(self, method: str, *args: Any, timeout: float | None, **kwargs: Any) -> Any:
         """Run ``env.<method>(*args, **kwargs)``; exceptions of the env propagate.
+
+        ``async def`` methods are awaited in the caller's task (no extra task, no thread);
+        sync methods make one hop to the executor.
 
         Raises:
             StepTimeout: the call overran ``timeout``; this runner is then unusable.
         """
         fn = getattr(self.env, method)
         if self._async[method]:
-            future: asyncio.Future[Any] = asyncio.ensure_future(fn(*args, **kwargs))
+            awaitable = fn(*args, **kwargs)
+            stuck = None
         else:
-            loop = asyncio.get_running_loop()
-            future = loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+            stuck = self._executor.submit(fn, *args, **kwargs)
+            awaitable = asyncio.wrap_future(stuck)
         if timeout is None:
-            return await future
-        done, _ = await asyncio.wait({future}, timeout=timeout)
-        if not done:
-            self._stuck = future
-            future.cancel()
-            raise StepTimeout(
-                f"{method}() did not return within {timeout:g} s; the session was closed",
-                details={"method": method, "timeout_s": timeout, "session": "closed"},
-            )
-        return future.result()
+            return await awaitable
+        deadline = asyncio.timeout(timeout)
+        try:
+            async with deadline:
+                return await awaitable
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # the environment's own TimeoutError, not ours
+            if stuck is not None:
+                self._stuck = stuck
+            raise self.timeout_error(method, timeout) from None
 
     async def close(self) -> None:
         """Call ``env.close()`` once; after a timeout, once the stuck call has returned."""

@@ -18,6 +18,7 @@ from typing import Any
 
 import uvicorn
 
+from corral import eventloop
 from corral.server.app import create_app
 from corral.server.config import ServerConfig
 
@@ -103,7 +104,7 @@ def serve(
         await startup
 
     try:
-        asyncio.run(main())
+        eventloop.run(main())
     except KeyboardInterrupt:
         pass
     finally:

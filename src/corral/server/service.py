@@ -32,10 +32,12 @@ from corral.errors import (
     InvalidArgument,
     StepTimeout,
 )
+from corral.protocol import batch as b
 from corral.protocol import messages as m
 from corral.protocol.codecs import Codec
 from corral.protocol.handshake import Compat, check_protocol, negotiate
 from corral.protocol.session import Op
+from corral.server.batching import BatchHandler
 from corral.server.config import ServerConfig
 from corral.server.runner import EnvFactory
 from corral.server.sessions import Session, SessionManager
@@ -104,6 +106,7 @@ class EnvService:
             thread_affinity=env_type.thread_affinity,
         )
         self._reset_params = _accepted_options(env_type.reset)
+        self.batches = BatchHandler(self)
 
     # -- descriptions -------------------------------------------------------------
 
@@ -132,7 +135,7 @@ class EnvService:
             )
         )
 
-    async def handle(self, channel: Channel, request: m.Request) -> None:
+    async def handle(self, channel: Channel, request: m.Request | b.BatchRequest) -> None:
         """Handle one parsed request; every outcome is a reply on ``channel``."""
         try:
             if isinstance(request, m.Hello):
@@ -147,6 +150,8 @@ class EnvService:
                 self._attach(channel, request)
             elif isinstance(request, m.Close):
                 await self._close(channel, request)
+            elif isinstance(request, (b.StepBatch, b.ResetBatch)):
+                self.batches.submit(channel, request)
             else:
                 self._submit(channel, request)
         except CorralError as exc:
@@ -261,6 +266,9 @@ class EnvService:
             self._check_options(options)
             obs = await session.runner.call("reset", seed, timeout=timeout, **options)
             self.manager.stats.resets += 1
+        return self._check_observation(obs, op)
+
+    def _check_observation(self, obs: Any, op: Op) -> Observation:
         if not isinstance(obs, Observation) or not isinstance(obs, self.contract.observation):
             raise BadObservation(
                 f"{self.env_type.__name__}.{'step' if op is Op.STEP else 'reset'}() returned "

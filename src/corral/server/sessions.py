@@ -118,6 +118,11 @@ class SessionManager:
         self._on_close = on_close
 
     @property
+    def executor(self) -> concurrent.futures.Executor:
+        """The shared pool running sync environments' calls."""
+        return self._executor
+
+    @property
     def active(self) -> int:
         """Sessions holding a slot (live, detached, or being created)."""
         return len(self.sessions) + self._reserved
