@@ -23,6 +23,8 @@ What is mapped (``Model.model_json_schema()`` output, plus common JSON Schema):
   ``binary``/``base64``/``base64url`` bytes...). Unknown formats are validated as ``str`` and
   kept in the model's schema.
 - Numeric, length, item-count and pattern constraints, as pydantic ``Field`` constraints.
+- corral's array fields (an ``x-corral-ndarray`` marker) → :func:`corral.contract.arrays.Array`
+  with the declared dtype and shape (needs numpy).
 - Per field: ``title``, ``description``, ``examples``, ``deprecated``, unknown (``x-...``)
   keywords; ``required``, and defaults: a field that is not required keeps its schema
   default, or gets an empty container (``dict``/``list``/``set`` types) or ``None``.
@@ -315,6 +317,20 @@ def _metaclass(base: type[BaseModel]) -> Any:
     return type(base)
 
 
+def _ndarray(marker: dict[str, Any]) -> Any:
+    """An ndarray field (see :mod:`corral.contract.arrays`), typed as the schema declares."""
+    from corral.contract.arrays import Array
+
+    dtype = marker.get("dtype")
+    shape = marker.get("shape")
+    return Array(
+        dtype=dtype if isinstance(dtype, str) else None,
+        shape=[n if isinstance(n, int) else None for n in shape]
+        if isinstance(shape, list)
+        else None,
+    )
+
+
 def _optional(tp: Any) -> Any:
     # typing.Optional rather than ``|``: ``tp`` may be a forward reference (a str).
     return Optional[tp]  # noqa: UP045
@@ -498,6 +514,8 @@ class _Translator:
             return Any
         if not isinstance(node, dict):
             return Any
+        if isinstance(node.get("x-corral-ndarray"), dict):
+            return _ndarray(node["x-corral-ndarray"])
         if isinstance(node.get("$ref"), str):
             return self.ref(node["$ref"])
         if "const" in node:
