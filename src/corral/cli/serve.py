@@ -37,6 +37,10 @@ def serve_command(
     resume_window: Annotated[
         float, typer.Option(help="Keep a dropped connection's sessions this long for resume.")
     ] = 30.0,
+    workers: Annotated[
+        int,
+        typer.Option(help="Worker processes holding the environments (0: in the server)."),
+    ] = 0,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
     """Serve an environment over WebSocket and HTTP (loopback by default)."""
@@ -46,5 +50,6 @@ def serve_command(
         idle_timeout_s=idle_timeout or None,
         step_timeout_s=step_timeout or None,
         resume_window_s=resume_window,
+        workers=workers,
     )
     serve(env, host=host, port=port, port_file=port_file, log_level=log_level, config=config)

@@ -11,6 +11,7 @@ from fastapi import FastAPI, WebSocket
 from corral.server.config import ServerConfig
 from corral.server.http import info_router
 from corral.server.service import EnvService
+from corral.server.workers import Worker, WorkerPool, env_reference
 from corral.server.ws import FallbackHandler, ws_endpoint
 
 
@@ -29,21 +30,30 @@ def create_app(
         fallback: handler for WebSockets that ask for no corral subprotocol.
 
     The app is run by uvicorn (see :func:`corral.server.serve`); the service it wraps is
-    reachable as ``app.state.service``.
+    reachable as ``app.state.service``. With ``config.workers > 0`` the environments live
+    in that many worker processes (:mod:`corral.server.workers`), started with the app.
+
+    Raises:
+        ValueError: workers were asked for and ``env`` cannot be imported by name.
     """
     cfg = config or ServerConfig()
     if overrides:
         cfg = ServerConfig(**{**cfg.__dict__, **overrides})
     service = EnvService(env, cfg)
+    workers = _worker_pool(env, service) if cfg.workers else None
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if workers is not None:
+            await workers.start()
         service.manager.start()
         try:
             yield
         finally:
             await service.batches.shutdown()
             await service.manager.shutdown()
+            if workers is not None:
+                await workers.shutdown()
 
     app = FastAPI(
         title=f"corral: {service.contract.name}",
@@ -59,3 +69,25 @@ def create_app(
         await ws_endpoint(websocket, service, fallback)
 
     return app
+
+
+def _worker_pool(env: Any, service: EnvService) -> WorkerPool:
+    """Worker processes for ``service``'s sessions; their death closes their sessions."""
+    config = service.config
+    pool = WorkerPool(
+        env_reference(env),
+        config.workers,
+        config,
+        service.contract,
+        thread_affinity=service.env_type.thread_affinity,
+    )
+    manager = service.manager
+    manager.runner_factory = pool.create_runner
+
+    async def close_sessions(worker: Worker, reason: str) -> None:
+        lost = [s for s in manager.sessions.values() if getattr(s.runner, "worker", None) is worker]
+        for session in lost:
+            await manager.close(session, f"its worker process died: {reason}")
+
+    pool.on_death = close_sessions
+    return pool

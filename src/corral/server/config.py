@@ -23,8 +23,10 @@ class ServerConfig:
         max_batch: items in one batch message.
         ping_interval_s / ping_timeout_s: WebSocket keepalive; a peer that does not
             answer a ping within the timeout is disconnected, freeing its slot.
-        executor_threads: threads running sync environments' calls.
+        executor_threads: threads running sync environments' calls (per worker).
         reply_cache: replies remembered per session for at-most-once retries.
+        workers: worker processes holding the environments (0: in this process); see
+            :mod:`corral.server.workers`.
     """
 
     max_sessions: int = 1024
@@ -38,6 +40,7 @@ class ServerConfig:
     ping_timeout_s: float | None = 20.0
     executor_threads: int = 32
     reply_cache: int = 64
+    workers: int = 0
 
     def __post_init__(self) -> None:
         for name in ("max_sessions", "max_sessions_per_connection", "max_frame_bytes"):
@@ -47,9 +50,12 @@ class ServerConfig:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"ServerConfig.{name} must be > 0 or None, got {value}")
+        if self.workers < 0:
+            raise ValueError(f"ServerConfig.workers must be >= 0, got {self.workers}")
 
     def limits(self) -> dict[str, Any]:
         """The limits a client is told in the handshake."""
         data = asdict(self)
         data.pop("executor_threads")
+        data.pop("workers")
         return data

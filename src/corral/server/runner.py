@@ -13,12 +13,30 @@ import concurrent.futures
 import contextlib
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from corral.contract import Environment
 from corral.errors import FactoryError, StepTimeout
 
 EnvFactory = Callable[[], Environment[Any, Any, Any]]
+
+
+class Runner(Protocol):
+    """What a session runs its environment's methods through.
+
+    :class:`EnvRunner` runs them in this process; a worker runner
+    (:mod:`corral.server.workers`) runs them in a worker process.
+    """
+
+    closed: bool
+
+    async def call(self, method: str, *args: Any, timeout: float | None, **kwargs: Any) -> Any:
+        """Run ``env.<method>(*args, **kwargs)`` and return its result."""
+        ...
+
+    async def close(self) -> None:
+        """Close the environment (once)."""
+        ...
 
 
 class EnvRunner:
