@@ -67,7 +67,7 @@ import logging
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import TracebackType
@@ -108,6 +108,7 @@ log = logging.getLogger("corral.client")
 ActT = TypeVar("ActT", bound=Action)
 ObsT = TypeVar("ObsT", bound=Observation)
 StateT = TypeVar("StateT", bound=State)
+T = TypeVar("T")
 
 _RESERVED = frozenset({"done", "truncated", "reward", "metadata"})
 """Observation fields reported as rewards/terminated/truncated/infos rather than in ``obs``."""
@@ -202,9 +203,9 @@ def _stack(values: list[Any]) -> Any:
 class PoolBatch(Generic[ObsT]):
     """Results of some sessions of a pool, in the order of ``ids`` (see module docstring).
 
-    Observations are validated into their model on first access of ``observations`` or
-    ``obs`` (rewards and flags are read without it), so a trainer that only reads rewards
-    pays nothing for models it does not use.
+    Everything is built on first access: observations are validated into their model
+    when ``observations`` or ``obs`` is read (rewards and flags are read without it), and
+    the numpy arrays when first used, so a batch costs only what its reader uses.
     """
 
     def __init__(
@@ -218,14 +219,10 @@ class PoolBatch(Generic[ObsT]):
         decode: Callable[[Any], ObsT],
         errors: dict[int, CorralError] | None = None,
     ) -> None:
-        self.ids = np.array(ids, dtype=np.int64)
-        """Session ids of this batch's results, in order."""
-        self.rewards = np.array(rewards, dtype=np.float64)
-        """Each session's reward (``None`` from the environment is 0.0)."""
-        self.terminated = np.array(terminated, dtype=bool)
-        """The episode reached a terminal state (Gymnasium's meaning)."""
-        self.truncated = np.array(truncated, dtype=bool)
-        """The episode was cut short (Gymnasium's meaning)."""
+        self._ids = ids
+        self._rewards = rewards
+        self._terminated = terminated
+        self._truncated = truncated
         self.infos = infos
         """Each observation's ``metadata`` (plus ``final_obs``/``final_info`` in SAME_STEP)."""
         self.errors: dict[int, CorralError] = errors or {}
@@ -237,7 +234,27 @@ class PoolBatch(Generic[ObsT]):
         return len(self._raw)
 
     def __repr__(self) -> str:
-        return f"PoolBatch(ids={self.ids.tolist()!r}, errors={sorted(self.errors)!r})"
+        return f"PoolBatch(ids={self._ids!r}, errors={sorted(self.errors)!r})"
+
+    @cached_property
+    def ids(self) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """Session ids of this batch's results, in order."""
+        return np.array(self._ids, dtype=np.int64)
+
+    @cached_property
+    def rewards(self) -> np.ndarray[Any, np.dtype[np.float64]]:
+        """Each session's reward (``None`` from the environment is 0.0)."""
+        return np.array(self._rewards, dtype=np.float64)
+
+    @cached_property
+    def terminated(self) -> np.ndarray[Any, np.dtype[np.bool_]]:
+        """The episode reached a terminal state (Gymnasium's meaning)."""
+        return np.array(self._terminated, dtype=bool)
+
+    @cached_property
+    def truncated(self) -> np.ndarray[Any, np.dtype[np.bool_]]:
+        """The episode was cut short (Gymnasium's meaning)."""
+        return np.array(self._truncated, dtype=bool)
 
     @cached_property
     def observations(self) -> list[ObsT]:
@@ -750,7 +767,7 @@ class EnvPool(Generic[ActT, ObsT, StateT]):
         if resets:
             exchanges.append(self._exchange(b.RESET_BATCH, [(s, (None, {})) for s in resets]))
         outcomes: dict[int, _Outcome] = {}
-        for part in await asyncio.gather(*exchanges):
+        for part in await _all(exchanges):
             outcomes.update(part)
         finals: dict[int, _Outcome] = {}
         for slot in slots:
@@ -792,8 +809,9 @@ class EnvPool(Generic[ActT, ObsT, StateT]):
         Waits out the recovery of a server first; a session that cannot be reached is
         an error for that session only.
         """
-        servers = {s.server.index: s.server for s, _ in items}
-        await asyncio.gather(*(self._wait_ready(server) for server in servers.values()))
+        recovering = {s.server.index: s.server for s, _ in items if not s.server.ready.is_set()}
+        if recovering:
+            await asyncio.gather(*(self._wait_ready(server) for server in recovering.values()))
         results: dict[int, _Outcome] = {}
         groups: dict[int, tuple[_Conn, list[tuple[_Slot, Any]]]] = {}
         for slot, payload in items:
@@ -808,7 +826,7 @@ class EnvPool(Generic[ActT, ObsT, StateT]):
             for conn, group in groups.values()
             for i in range(0, len(group), conn.batch_limit)
         ]
-        for part in await asyncio.gather(*requests):
+        for part in await _all(requests):
             results.update(part)
         return results
 
@@ -1057,6 +1075,13 @@ class EnvPool(Generic[ActT, ObsT, StateT]):
         if errors and self.on_error == "raise":
             raise PoolError(errors, batch)
         return batch
+
+
+async def _all(awaitables: Sequence[Awaitable[T]]) -> list[T]:
+    """``asyncio.gather``, without a task per awaitable when there is just one."""
+    if len(awaitables) == 1:
+        return [await awaitables[0]]
+    return list(await asyncio.gather(*awaitables))
 
 
 def _flags(raw: dict[str, Any]) -> tuple[float, bool, bool]:

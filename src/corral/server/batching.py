@@ -91,7 +91,9 @@ async def run_calls(
             awaiting.append(_one(call, timeout))
         else:
             shared.append(call)
-    if shared:
+    if len(shared) == 1:
+        awaiting.append(_one(shared[0], timeout))  # one call: the plain runner path
+    elif shared:
         awaiting.append(_run_in_one_thread(shared, executor, timeout))
     awaiting.extend(owner.run_calls(group, timeout) for owner, group in remote.items())
     if len(awaiting) == 1:
