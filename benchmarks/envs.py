@@ -8,6 +8,7 @@ random 84x84x3 uint8 frame per step, in each framework's natural field type (cor
 
 from __future__ import annotations
 
+import functools
 import uuid
 from typing import Any
 
@@ -72,11 +73,12 @@ class ImageEnv(Environment[TickAction, ImageObservation, State]):
         return State(episode_id=str(uuid.uuid4()), step_count=self.ticks)
 
 
+@functools.cache
 def openenv_models() -> dict[str, Any]:
     """openenv-core's echo and image environments, actions, observations and clients.
 
-    Imported on demand: openenv-core is optional for the benchmark (its rows are
-    skipped when it is missing).
+    Imported on demand (and once): openenv-core is optional for the benchmark (its rows
+    are skipped when it is missing), and importing it takes seconds.
     """
     from openenv.core.client_types import StepResult
     from openenv.core.env_client import EnvClient

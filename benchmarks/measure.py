@@ -81,16 +81,23 @@ class Run:
         return len(self.latencies) / self.seconds
 
 
-async def _timed(step: Callable[[], Awaitable[Any]], steps: int, warmup: int) -> Run:
+async def _timed(
+    step: Callable[[], Awaitable[Any]], steps: int, warmup: int, max_seconds: float = 10.0
+) -> Run:
+    """``steps`` timed steps after ``warmup`` ones, stopping early after ``max_seconds``."""
     for _ in range(warmup):
         await step()
     latencies: list[float] = []
     clock = time.perf_counter_ns
     start = clock()
+    limit = start + int(max_seconds * 1e9)
     for _ in range(steps):
         t0 = clock()
         await step()
-        latencies.append((clock() - t0) / 1000)
+        t1 = clock()
+        latencies.append((t1 - t0) / 1000)
+        if t1 > limit:
+            break
     return Run(latencies, (clock() - start) / 1e9)
 
 

@@ -11,6 +11,7 @@ it its rows say so and the corral figures are still measured.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import datetime as dt
 import importlib.metadata
 import importlib.util
@@ -331,22 +332,40 @@ def targets(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 async def run(
     settings: measure.Settings, only: list[str], console: Console
 ) -> tuple[Report, dict[str, Any]]:
-    """Run the chosen sections; return the report and the summary figures."""
+    """Run the chosen sections; return the report and the summary figures.
+
+    Sections run one after the other, except at smoke sizes: there nothing is timed
+    for real, so they run concurrently to keep the smoke run short.
+    """
+    log: Callable[[str], None] = lambda text: console.print(f"[dim]{text}[/dim]")  # noqa: E731
+    measurements = {
+        "lockstep": measure.lockstep,
+        "batched": measure.batched,
+        "scale": measure.scale,
+        "payload": measure.payload,
+        "startup": measure.startup,
+    }
+    chosen = [name for name in SECTIONS if name in only]
+    if settings.openenv:
+        from benchmarks.envs import openenv_models
+
+        openenv_models()  # a multi-second import: never inside a timed or timeout-bound call
+    if settings.smoke:
+        values = await asyncio.gather(*(measurements[n](settings, log) for n in chosen))
+        results = dict(zip(chosen, values, strict=True))
+    else:
+        results = {name: await measurements[name](settings, log) for name in chosen}
     report = Report()
     summary: dict[str, Any] = {}
-    log: Callable[[str], None] = lambda text: console.print(f"[dim]{text}[/dim]")  # noqa: E731
-    if "lockstep" in only:
-        summary["lockstep"] = lockstep_section(report, await measure.lockstep(settings, log))
-    if "batched" in only:
-        summary["batched"] = batched_section(report, await measure.batched(settings, log))
-    if "scale" in only:
-        summary["scale"] = scale_section(report, await measure.scale(settings, log))
-    if "payload" in only:
-        summary["payload"] = payload_section(report, await measure.payload(settings, log))
-    if "startup" in only:
-        summary["startup"] = startup_section(
-            report, await measure.startup(settings, log), settings.startup_repeats
-        )
+    formatters = {
+        "lockstep": lockstep_section,
+        "batched": batched_section,
+        "scale": scale_section,
+        "payload": payload_section,
+        "startup": lambda r, v: startup_section(r, v, settings.startup_repeats),
+    }
+    for name in chosen:
+        summary[name] = formatters[name](report, results[name])
     header, rows = targets(summary)
     report.add("Targets", header, rows, [])
     return report, summary
@@ -423,7 +442,8 @@ def results_markdown(
         f"after: {' / '.join(f'{x:.2f}' for x in load_after)} (the machine is shared: other "
         "work ran during the measurement)",
         f"- Each figure is the median of {settings.repeats} runs "
-        f"({settings.lockstep_steps:,} lockstep steps after {settings.warmup} warm-up steps; "
+        f"({settings.lockstep_steps:,} lockstep steps or 10 s, whichever comes first, after "
+        f"{settings.warmup} warm-up steps; "
         f"{settings.batched_seconds:g} s per batched point); contenders alternate within a "
         "run. Servers are separate processes on 127.0.0.1, clients run in the benchmark "
         "process.",
