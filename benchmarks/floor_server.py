@@ -13,7 +13,7 @@ from pathlib import Path
 
 from websockets.asyncio.server import ServerConnection, serve
 
-from corral import eventloop
+from corral import runtime
 
 
 async def _echo(ws: ServerConnection) -> None:
@@ -35,7 +35,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port-file", type=Path, required=True)
     args = parser.parse_args()
-    eventloop.run(_serve(args.port_file))
+    runtime.run(_serve(args.port_file))
 
 
 if __name__ == "__main__":

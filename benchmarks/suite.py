@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks import measure
-from corral import eventloop
+from corral import runtime
 
 SECTIONS = ("lockstep", "batched", "scale", "payload", "startup")
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "RESULTS.md"
@@ -71,7 +71,7 @@ def machine() -> dict[str, str]:
         "memory": memory,
         "os": f"{platform.system()} {platform.release()}",
         "python": f"{platform.python_implementation()} {platform.python_version()}",
-        "event loop": eventloop.loop_name(),
+        "event loop": runtime.loop_name(),
         "packages": ", ".join(versions),
     }
 
@@ -403,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     started = dt.datetime.now(dt.UTC)
     t0 = time.perf_counter()
-    report, _ = eventloop.run(run(settings, only, console))
+    report, _ = runtime.run(run(settings, only, console))
     elapsed = time.perf_counter() - t0
     load_after = os.getloadavg()
     report.print(console)

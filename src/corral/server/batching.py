@@ -179,12 +179,13 @@ async def _run_in_one_thread(
         pending = pending[index + 1 :]
 
 
-@dataclass(slots=True, eq=False)
-class _Admitted:
+@dataclass(slots=True, eq=False, kw_only=True)
+class _Admitted(Call):
+    """A call of a batch item that passed admission, with where its result goes."""
+
     index: int
     session: Session
     op: Op
-    call: Call
 
 
 class BatchHandler:
@@ -237,24 +238,32 @@ class BatchHandler:
                 results[index] = self._error(item.session, exc)
                 continue
             try:
-                call = self._prepare(channel, session, item, op)
+                if op is Op.STEP:
+                    assert isinstance(item, b.StepItem)
+                    action = service._load_action(channel, item.action)
+                    call = _Admitted(
+                        session.runner, "step", (action,), index=index, session=session, op=op
+                    )
+                else:  # a reset, or a step that auto-resets an ended episode
+                    seed, options = (
+                        (item.seed, item.options) if isinstance(item, b.ResetItem) else (None, {})
+                    )
+                    service._check_options(options)
+                    call = _Admitted(
+                        session.runner,
+                        "reset",
+                        (seed,),
+                        options,
+                        index=index,
+                        session=session,
+                        op=op,
+                    )
             except CorralError as exc:
                 session.machine.abort()
                 results[index] = self._error(item.session, exc)
                 continue
-            admitted.append(_Admitted(index, session, op, call))
+            admitted.append(call)
         return admitted
-
-    def _prepare(
-        self, channel: Channel, session: Session, item: b.ResetItem | b.StepItem, op: Op
-    ) -> Call:
-        service = self.service
-        if op is Op.STEP:
-            assert isinstance(item, b.StepItem)
-            return Call(session.runner, "step", (service._load_action(channel, item.action),))
-        seed, options = (item.seed, item.options) if isinstance(item, b.ResetItem) else (None, {})
-        service._check_options(options)
-        return Call(session.runner, "reset", (seed,), options)
 
     async def _run(
         self,
@@ -265,46 +274,50 @@ class BatchHandler:
     ) -> None:
         service = self.service
         timeout = service.config.step_timeout_s
+        calls: list[Call] = list(admitted)
         try:
-            await run_calls([a.call for a in admitted], service.manager.executor, timeout)
+            await run_calls(calls, service.manager.executor, timeout)
         except Exception as exc:  # a bug in corral: answer every item rather than hang them
             log.exception("batch %s failed", request_id)
-            for entry in admitted:
-                if entry.call.error is None and entry.call.value is None:
-                    entry.call.error = InternalError(f"internal server error: {exc!r}")
-        stats = service.manager.stats
-        for entry in admitted:
-            session = entry.session
-            item = self._finish(channel, entry)
+            for call in admitted:
+                if call.error is None and call.value is None:
+                    call.error = InternalError(f"internal server error: {exc!r}")
+        steps = resets = 0
+        for call in admitted:
+            session = call.session
+            item = self._finish(channel, call)
             if "error" not in item:
-                if entry.op is Op.STEP:
-                    stats.steps += 1
+                if call.op is Op.STEP:
+                    steps += 1
                 else:
-                    stats.resets += 1
-            results[entry.index] = item
+                    resets += 1
+            results[call.index] = item
             session.cache.put(request_id, {"type": BATCH_ITEM, "id": request_id, "item": item})
-            if isinstance(entry.call.error, StepTimeout):
+            if isinstance(call.error, StepTimeout):
                 await service.manager.close(session, "a call overran the step timeout")
+        stats = service.manager.stats
+        stats.steps += steps
+        stats.resets += resets
         channel.send(b.batch_reply(request_id, _complete(results)))
 
-    def _finish(self, channel: Channel, entry: _Admitted) -> dict[str, Any]:
+    def _finish(self, channel: Channel, call: _Admitted) -> dict[str, Any]:
         service = self.service
-        session, call = entry.session, entry.call
+        session = call.session
         error = call.error
         if error is None:
             try:
-                obs = service._check_observation(call.value, entry.op)
+                obs = service._check_observation(call.value, call.op)
                 payload = service._dump(channel, obs, service.contract.observation, "observation")
             except CorralError as exc:
                 error = exc
             else:
-                session.machine.finish(entry.op, done=obs.done)
+                session.machine.finish(call.op, done=obs.done)
                 return b.item_result(session.id, payload)
         session.machine.abort()
         if not isinstance(error, CorralError):
             error = EnvError(
                 f"{type(error).__name__}: {error}",
-                details={"exception": type(error).__name__, "op": str(entry.op)},
+                details={"exception": type(error).__name__, "op": str(call.op)},
             )
         return self._error(session.id, error)
 

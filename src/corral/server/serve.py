@@ -18,7 +18,7 @@ from typing import Any
 
 import uvicorn
 
-from corral import eventloop
+from corral import runtime
 from corral.server.app import create_app
 from corral.server.config import ServerConfig
 
@@ -85,7 +85,11 @@ def serve(
     log_level: str = "warning",
     config: ServerConfig | None = None,
 ) -> None:
-    """Serve ``env`` until interrupted (blocking). Binds 127.0.0.1 by default."""
+    """Serve ``env`` until interrupted (blocking). Binds 127.0.0.1 by default.
+
+    The calling process becomes the server: it runs on uvloop when installed and with
+    the garbage collector tuned for many sessions (see :mod:`corral.runtime`).
+    """
     cfg = config or ServerConfig()
     if host not in _LOOPBACK:
         log.warning("binding %s: the server is reachable from other machines", host)
@@ -94,6 +98,7 @@ def serve(
     bound_port = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     server = uvicorn.Server(uvicorn_config(app, cfg, log_level))
+    runtime.tune_gc()
 
     async def main() -> None:
         startup = asyncio.create_task(server.serve(sockets=[sock]))
@@ -104,7 +109,7 @@ def serve(
         await startup
 
     try:
-        eventloop.run(main())
+        runtime.run(main())
     except KeyboardInterrupt:
         pass
     finally:

@@ -619,6 +619,7 @@ def main(argv: list[str] | None = None) -> None:
     # the process group must reach only the front, which then stops them in order.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    from corral import eventloop
+    from corral import runtime
 
-    eventloop.run(_worker_main(args.fd, args.target, args.threads, args.thread_affinity))
+    runtime.tune_gc()
+    runtime.run(_worker_main(args.fd, args.target, args.threads, args.thread_affinity))
