@@ -240,8 +240,8 @@ async def _pool_rate(url: str, n: int, seconds: float) -> float:
         start = time.perf_counter()
         deadline = start + seconds
         while time.perf_counter() < deadline:
-            await pool.step(actions)
-            steps += n
+            batch = await pool.step(actions)
+            steps += len(batch.observations)  # typed models, as openenv-core's client builds
         return steps / (time.perf_counter() - start)
 
 
@@ -371,8 +371,8 @@ async def _corral_scale(s: Settings, log: Log) -> dict[str, Any]:
             for _ in range(3):
                 t0 = time.perf_counter()
                 batch = await pool.step(actions)
+                assert len(batch.observations) == n
                 rounds.append(time.perf_counter() - t0)
-                assert len(batch) == n
         finally:
             await pool.close()
         return {

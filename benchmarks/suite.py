@@ -171,8 +171,9 @@ def batched_section(report: Report, rows: list[dict[str, Any]]) -> dict[str, Any
         ["sessions", "corral EnvPool env-steps/s", "openenv-core env-steps/s", "corral / openenv"],
         table,
         [
-            "corral: one `EnvPool.step()` per round (one `step_batch` message per connection); "
-            "openenv-core: one async client per session, all stepping concurrently.",
+            "corral: one `EnvPool.step()` per round (one `step_batch` message per connection), "
+            "observations decoded into their typed models; openenv-core: one async client per "
+            "session, all stepping concurrently (its client builds typed observations too).",
             f"Best corral figure: {_f(best['corral'])} env-steps/s at {best['sessions']} "
             "sessions (target ≥ 50,000).",
         ],

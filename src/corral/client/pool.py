@@ -63,6 +63,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import logging
 import sys
 import time
@@ -74,7 +75,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, Self, TypeVar
 
 import httpx
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 try:
     import numpy as np
@@ -216,7 +217,7 @@ class PoolBatch(Generic[ObsT]):
         rewards: list[float],
         terminated: list[bool],
         truncated: list[bool],
-        decode: Callable[[Any], ObsT],
+        decode: Callable[[list[Any]], list[ObsT]],
         errors: dict[int, CorralError] | None = None,
     ) -> None:
         self._ids = ids
@@ -263,7 +264,7 @@ class PoolBatch(Generic[ObsT]):
         Raises:
             BadObservation: the server sent one that does not match the contract.
         """
-        return [self._decode(raw) for raw in self._raw]
+        return self._decode(self._raw)
 
     @cached_property
     def obs(self) -> dict[str, Any]:
@@ -1048,6 +1049,16 @@ class EnvPool(Generic[ActT, ObsT, StateT]):
         obs: ObsT = self._load(self.observation_type, raw)
         return obs
 
+    def _decode_all(self, raws: list[Any]) -> list[ObsT]:
+        """Validate many observations: in one call on the binary codec, else one by one."""
+        if raws and self._codec.binary and self.observation_type is not None:
+            with contextlib.suppress(ValidationError):  # a bad one is named below
+                observations: list[ObsT] = _list_adapter(self.observation_type).validate_python(
+                    raws
+                )
+                return observations
+        return [self._decode(raw) for raw in raws]
+
     def _deliver(
         self, results: list[tuple[int, _Outcome, dict[str, Any] | None]]
     ) -> PoolBatch[ObsT]:
@@ -1071,10 +1082,18 @@ class EnvPool(Generic[ActT, ObsT, StateT]):
             rewards.append(reward)
             terminated.append(term)
             truncated.append(trunc)
-        batch = PoolBatch(ids, raws, infos, rewards, terminated, truncated, self._decode, errors)
+        batch = PoolBatch(
+            ids, raws, infos, rewards, terminated, truncated, self._decode_all, errors
+        )
         if errors and self.on_error == "raise":
             raise PoolError(errors, batch)
         return batch
+
+
+@functools.cache
+def _list_adapter(model: type[BaseModel]) -> TypeAdapter[list[Any]]:
+    """Validates a list of ``model`` in one call (several times faster than one by one)."""
+    return TypeAdapter(list[model])  # type: ignore[valid-type]
 
 
 async def _all(awaitables: Sequence[Awaitable[T]]) -> list[T]:
