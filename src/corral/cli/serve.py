@@ -154,6 +154,10 @@ def serve_command(
             "(default: $CORRAL_TOKEN or $CORRAL_TOKEN_FILE if set)."
         ),
     ] = None,
+    workers: Annotated[
+        int,
+        typer.Option(help="Worker processes holding the environments (0: in the server)."),
+    ] = 0,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
     """Serve an environment over WebSocket and HTTP (loopback by default)."""
@@ -177,6 +181,7 @@ def serve_command(
         idle_timeout_s=idle_timeout or None,
         step_timeout_s=step_timeout or None,
         resume_window_s=resume_window,
+        workers=workers,
         ping_interval_s=ping_interval or None,
         ping_timeout_s=ping_timeout or None,
         max_connections_per_client=max_connections_per_client or None,

@@ -1,8 +1,36 @@
-"""The client layer: async client, its sync twin, the local server launcher."""
+"""The client layer: async client, its sync twin, the pool, the local server launcher.
+
+``EnvPool`` and friends need numpy (``pip install 'corral[numpy]'``); they are imported
+on first use so that the plain clients work without it.
+"""
+
+from typing import Any
 
 from corral.client.async_client import AsyncEnvClient
 from corral.client.connection import Connection
 from corral.client.launcher import LocalServer, ServerStartError
 from corral.client.sync_client import SyncEnvClient
 
-__all__ = ["AsyncEnvClient", "Connection", "LocalServer", "ServerStartError", "SyncEnvClient"]
+_POOL_NAMES = frozenset({"AutoresetMode", "EnvPool", "PoolBatch", "PoolError", "SyncEnvPool"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _POOL_NAMES:
+        from corral.client import pool
+
+        return getattr(pool, name)
+    raise AttributeError(f"module 'corral.client' has no attribute {name!r}")
+
+
+__all__ = [
+    "AsyncEnvClient",
+    "AutoresetMode",
+    "Connection",
+    "EnvPool",
+    "LocalServer",
+    "PoolBatch",
+    "PoolError",
+    "ServerStartError",
+    "SyncEnvClient",
+    "SyncEnvPool",
+]

@@ -12,6 +12,8 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from corral import runtime
+
 T = TypeVar("T")
 
 _lock = threading.Lock()
@@ -23,7 +25,7 @@ def background_loop() -> asyncio.AbstractEventLoop:
     global _loop
     with _lock:
         if _loop is None or _loop.is_closed():
-            loop = asyncio.new_event_loop()
+            loop = runtime.loop_factory()()  # uvloop when installed: this loop is corral's
             thread = threading.Thread(target=loop.run_forever, name="corral-sync-loop", daemon=True)
             thread.start()
             _loop = loop

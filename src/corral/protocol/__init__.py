@@ -1,9 +1,10 @@
-"""The sans-I/O core of ``corral/1``: codecs, messages, handshake, lifecycle.
+"""The sans-I/O core of ``corral/1``: codecs, messages, batches, handshake, lifecycle.
 
 Nothing here touches a socket, an event loop or a web framework; the server, the
 client and any third-party transport all drive these pure functions and classes.
 """
 
+from corral.protocol.batch import BatchRequest, ResetBatch, StepBatch
 from corral.protocol.client import Reply, RequestTracker, SessionBook
 from corral.protocol.codecs import PROTOCOL, Codec, JsonCodec, MsgpackCodec, get_codec
 from corral.protocol.handshake import Compat, negotiate
@@ -11,6 +12,7 @@ from corral.protocol.session import Op, Phase, ReplyCache, SessionMachine
 
 __all__ = [
     "PROTOCOL",
+    "BatchRequest",
     "Codec",
     "Compat",
     "JsonCodec",
@@ -20,8 +22,10 @@ __all__ = [
     "Reply",
     "ReplyCache",
     "RequestTracker",
+    "ResetBatch",
     "SessionBook",
     "SessionMachine",
+    "StepBatch",
     "get_codec",
     "negotiate",
 ]

@@ -15,6 +15,7 @@ from corral.server.metrics import metrics_router
 from corral.server.openenv_http import openenv_router
 from corral.server.openenv_ws import openenv_fallback
 from corral.server.service import EnvService
+from corral.server.workers import Worker, WorkerPool, env_reference
 from corral.server.ws import FallbackHandler, ws_endpoint
 
 
@@ -39,20 +40,31 @@ def create_app(
 
     The app is run by uvicorn (see :func:`corral.server.serve`); the service it wraps is
     reachable as ``app.state.service``. With ``config.token`` set, every route and the
-    WebSocket require ``Authorization: Bearer <token>``.
+    WebSocket require ``Authorization: Bearer <token>``. With ``config.workers > 0`` the
+    environments live in that many worker processes (:mod:`corral.server.workers`),
+    started with the app.
+
+    Raises:
+        ValueError: workers were asked for and ``env`` cannot be imported by name.
     """
     cfg = config or ServerConfig()
     if overrides:
         cfg = ServerConfig(**{**cfg.__dict__, **overrides})
     service = EnvService(env, cfg)
+    workers = _worker_pool(env, service) if cfg.workers else None
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if workers is not None:
+            await workers.start()
         service.manager.start()
         try:
             yield
         finally:
+            await service.batches.shutdown()
             await service.manager.shutdown()
+            if workers is not None:
+                await workers.shutdown()
 
     app = FastAPI(
         title=f"corral: {service.contract.name}",
@@ -74,3 +86,25 @@ def create_app(
         await ws_endpoint(websocket, service, fallback)
 
     return app
+
+
+def _worker_pool(env: Any, service: EnvService) -> WorkerPool:
+    """Worker processes for ``service``'s sessions; their death closes their sessions."""
+    config = service.config
+    pool = WorkerPool(
+        env_reference(env),
+        config.workers,
+        config,
+        service.contract,
+        thread_affinity=service.env_type.thread_affinity,
+    )
+    manager = service.manager
+    manager.runner_factory = pool.create_runner
+
+    async def close_sessions(worker: Worker, reason: str) -> None:
+        lost = [s for s in manager.sessions.values() if getattr(s.runner, "worker", None) is worker]
+        for session in lost:
+            await manager.close(session, f"its worker process died: {reason}")
+
+    pool.on_death = close_sessions
+    return pool

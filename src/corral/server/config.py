@@ -29,10 +29,12 @@ class ServerConfig:
         max_batch: items in one batch message.
         ping_interval_s / ping_timeout_s: WebSocket keepalive; a peer that does not
             answer a ping within the timeout is disconnected, freeing its slot.
-        executor_threads: threads running sync environments' calls.
+        executor_threads: threads running sync environments' calls (per worker).
         reply_cache: replies remembered per session for at-most-once retries.
         token: the bearer token every route and the WebSocket require (None: no
             authentication). Never shown in the handshake's limits or in ``repr``.
+        workers: worker processes holding the environments (0: in this process); see
+            :mod:`corral.server.workers`.
     """
 
     max_sessions: int = 1024
@@ -48,6 +50,7 @@ class ServerConfig:
     executor_threads: int = 32
     reply_cache: int = 64
     token: str | None = field(default=None, repr=False)
+    workers: int = 0
 
     def __post_init__(self) -> None:
         for name in (
@@ -67,10 +70,13 @@ class ServerConfig:
             raise ValueError(f"ServerConfig.max_connections_per_client must be >= 1, got {limit}")
         if self.token is not None:
             object.__setattr__(self, "token", check_token(self.token, "ServerConfig.token"))
+        if self.workers < 0:
+            raise ValueError(f"ServerConfig.workers must be >= 0, got {self.workers}")
 
     def limits(self) -> dict[str, Any]:
         """The limits a client is told in the handshake."""
         data = asdict(self)
         data.pop("executor_threads")
         data.pop("token")
+        data.pop("workers")
         return data

@@ -1,9 +1,9 @@
 """Running one environment instance's methods without blocking the event loop.
 
-``async def`` methods are awaited on the loop; plain methods run in a thread pool (a
-dedicated single thread when the environment asks for thread affinity). Every call has
-an optional timeout; a call that overruns is abandoned, and the instance is closed once
-its thread lets go of it, so a stuck environment never wedges the server.
+``async def`` methods are awaited on the loop, in the caller's task; plain methods run in
+a thread pool (a dedicated single thread when the environment asks for thread affinity).
+Every call has an optional timeout; a call that overruns is abandoned, and the instance
+is closed once its thread lets go of it, so a stuck environment never wedges the server.
 
 A thread cannot be killed, so a sync call that overran keeps its thread until it
 returns; the shared pool (:class:`EnvThreads`) then retires that thread's pool and
@@ -23,7 +23,7 @@ import functools
 import inspect
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from corral.contract import Environment
 from corral.errors import EnvError, FactoryError, StepTimeout
@@ -73,6 +73,24 @@ class EnvThreads(concurrent.futures.Executor):
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Shut the current pool down (retired pools are winding down already)."""
         self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+
+class Runner(Protocol):
+    """What a session runs its environment's methods through.
+
+    :class:`EnvRunner` runs them in this process; a worker runner
+    (:mod:`corral.server.workers`) runs them in a worker process.
+    """
+
+    closed: bool
+
+    async def call(self, method: str, *args: Any, timeout: float | None, **kwargs: Any) -> Any:
+        """Run ``env.<method>(*args, **kwargs)`` and return its result."""
+        ...
+
+    async def close(self) -> None:
+        """Close the environment (once)."""
+        ...
 
 
 class EnvRunner:
@@ -125,8 +143,36 @@ class EnvRunner:
             ) from exc
         return cls(env, executor, own_executor=thread_affinity)
 
+    @property
+    def shared(self) -> bool:
+        """True when calls run on the server's shared pool (no thread affinity)."""
+        return not self._own_executor
+
+    @property
+    def executor(self) -> concurrent.futures.Executor:
+        """The executor this runner's sync calls run on."""
+        return self._executor
+
+    def is_async(self, method: str) -> bool:
+        """True when ``env.<method>`` is ``async def`` (awaited on the loop, no thread hop)."""
+        return self._async[method]
+
+    def mark_stuck(self, future: concurrent.futures.Future[Any]) -> None:
+        """A thread is still inside the env after a timeout; close once ``future`` is done."""
+        self._stuck = future
+
+    def timeout_error(self, method: str, timeout: float) -> StepTimeout:
+        """The error for a call of ``method`` that overran ``timeout``."""
+        return StepTimeout(
+            f"{method}() did not return within {timeout:g} s; the session was closed",
+            details={"method": method, "timeout_s": timeout, "session": "closed"},
+        )
+
     async def call(self, method: str, *args: Any, timeout: float | None, **kwargs: Any) -> Any:
         """Run ``env.<method>(*args, **kwargs)``; exceptions of the env propagate.
+
+        ``async def`` methods are awaited in the caller's task (no extra task, no thread);
+        sync methods make one hop to the executor.
 
         Raises:
             StepTimeout: the call overran ``timeout``; this runner is then unusable.
@@ -136,28 +182,40 @@ class EnvRunner:
         if is_async is None:  # a tool method, looked up on first use
             is_async = self._async[method] = inspect.iscoroutinefunction(fn)
         job: concurrent.futures.Future[Any] | None = None
+        awaitable: Awaitable[Any]
         if is_async:
-            future: asyncio.Future[Any] = asyncio.ensure_future(
-                _guarded_async(method, fn(*args, **kwargs))
-            )
+            awaitable = _guarded_async(method, fn(*args, **kwargs))
         else:
             job = self._executor.submit(_guarded, method, functools.partial(fn, *args, **kwargs))
-            future = asyncio.wrap_future(job)
+            awaitable = asyncio.wrap_future(job)
         if timeout is None:
-            return await future
-        done, _ = await asyncio.wait({future}, timeout=timeout)
-        if not done:
-            # For a thread, the stuck call is the thread's future: it is done only when
-            # the thread lets go of the env, which is when the env may be closed.
-            self._stuck = job if job is not None else future
-            future.cancel()
-            if job is not None and not job.cancel() and isinstance(self._executor, EnvThreads):
-                self._executor.abandon(job)  # it runs (a queued call was just cancelled)
-            raise StepTimeout(
-                f"{method}() did not return within {timeout:g} s; the session was closed",
-                details={"method": method, "timeout_s": timeout, "session": "closed"},
-            )
-        return future.result()
+            return await awaitable
+        # One timer handle per call (asyncio.timeout costs several times more on this
+        # path): on expiry it cancels the waiting task, and the cancellation is ours.
+        task = asyncio.current_task()
+        assert task is not None
+        overran = False
+
+        def expire() -> None:
+            nonlocal overran
+            overran = True
+            task.cancel()
+
+        timer = asyncio.get_running_loop().call_later(timeout, expire)
+        try:
+            return await awaitable
+        except asyncio.CancelledError:
+            if not overran or task.uncancel() > 0:
+                raise  # someone else cancelled the request too
+            if job is not None:
+                # The stuck call is the thread's future: it is done only when the thread
+                # lets go of the env, which is when the env may be closed.
+                self._stuck = job
+                if not job.cancel() and isinstance(self._executor, EnvThreads):
+                    self._executor.abandon(job)  # it runs (a queued call was just cancelled)
+            raise self.timeout_error(method, timeout) from None
+        finally:
+            timer.cancel()
 
     async def close(self) -> None:
         """Call ``env.close()`` once; after a timeout, once the stuck call has returned."""

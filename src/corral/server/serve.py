@@ -26,6 +26,7 @@ from typing import Any
 
 import uvicorn
 
+from corral import runtime
 from corral.auth import TOKEN_ENV, TOKEN_FILE_ENV, resolve_token
 from corral.server.app import create_app
 from corral.server.config import ServerConfig
@@ -137,6 +138,9 @@ def serve(
         config: the server's limits and timeouts.
         sock: accept on this listening socket (e.g. :func:`inherited_socket`) instead of
             binding ``host:port``.
+
+    The calling process becomes the server: it runs on uvloop when installed and with
+    the garbage collector tuned for many sessions (see :mod:`corral.runtime`).
     """
     cfg = config or ServerConfig()
     if cfg.token is None:
@@ -154,6 +158,7 @@ def serve(
     bound_port = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     server = uvicorn.Server(uvicorn_config(app, cfg, log_level))
+    runtime.tune_gc()
 
     async def main() -> None:
         startup = asyncio.create_task(server.serve(sockets=[sock]))
@@ -164,7 +169,7 @@ def serve(
         await startup
 
     try:
-        asyncio.run(main())
+        runtime.run(main())
     except KeyboardInterrupt:
         pass
     finally:

@@ -34,10 +34,12 @@ from corral.errors import (
     StepTimeout,
     TooManySessions,
 )
+from corral.protocol import batch as b
 from corral.protocol import messages as m
 from corral.protocol.codecs import Codec
 from corral.protocol.handshake import Compat, check_protocol, negotiate
 from corral.protocol.session import Op
+from corral.server.batching import BatchHandler
 from corral.server.config import ServerConfig
 from corral.server.runner import EnvFactory
 from corral.server.sessions import Session, SessionManager
@@ -108,6 +110,7 @@ class EnvService:
         self._reset_params = _accepted_options(env_type.reset)
         self.connections: dict[str, int] = {}
         """Open WebSocket connections by client address (for the per-client limit)."""
+        self.batches = BatchHandler(self)
 
     # -- descriptions -------------------------------------------------------------
 
@@ -136,7 +139,7 @@ class EnvService:
             )
         )
 
-    async def handle(self, channel: Channel, request: m.Request) -> None:
+    async def handle(self, channel: Channel, request: m.Request | b.BatchRequest) -> None:
         """Handle one parsed request; every outcome is a reply on ``channel``."""
         try:
             if isinstance(request, m.Hello):
@@ -151,6 +154,8 @@ class EnvService:
                 self._attach(channel, request)
             elif isinstance(request, m.Close):
                 await self._close(channel, request)
+            elif isinstance(request, (b.StepBatch, b.ResetBatch)):
+                self.batches.submit(channel, request)
             else:
                 self._submit(channel, request)
         except CorralError as exc:
@@ -280,6 +285,9 @@ class EnvService:
             self._check_options(options)
             obs = await session.runner.call("reset", seed, timeout=timeout, **options)
             self.manager.stats.resets += 1
+        return self._check_observation(obs, op)
+
+    def _check_observation(self, obs: Any, op: Op) -> Observation:
         if not isinstance(obs, Observation) or not isinstance(obs, self.contract.observation):
             raise BadObservation(
                 f"{self.env_type.__name__}.{'step' if op is Op.STEP else 'reset'}() returned "

@@ -11,13 +11,14 @@ reason rather than a bare ``UNKNOWN_SESSION``.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import secrets
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -30,7 +31,7 @@ from corral.errors import (
 )
 from corral.protocol.session import ReplyCache, SessionMachine
 from corral.server.config import ServerConfig
-from corral.server.runner import EnvFactory, EnvRunner, EnvThreads
+from corral.server.runner import EnvFactory, EnvRunner, EnvThreads, Runner
 from corral.server.stats import Stats
 
 log = logging.getLogger("corral.server")
@@ -52,7 +53,7 @@ class Session:
 
     id: str
     token: str
-    runner: EnvRunner
+    runner: Runner
     machine: SessionMachine
     cache: ReplyCache
     owner: ReplySink | None
@@ -97,6 +98,13 @@ class SessionManager:
         self._executor = EnvThreads(config.executor_threads)
         self._reaper: asyncio.Task[None] | None = None
         self._on_close = on_close
+        self.runner_factory: Callable[[], Awaitable[Runner]] | None = None
+        """Builds each session's runner instead of :meth:`EnvRunner.create` (workers)."""
+
+    @property
+    def executor(self) -> concurrent.futures.Executor:
+        """The shared pool running sync environments' calls."""
+        return self._executor
 
     @property
     def active(self) -> int:
@@ -132,12 +140,16 @@ class SessionManager:
             raise self.capacity_error()
         self._reserved += 1
         try:
-            runner = await EnvRunner.create(
-                self.factory,
-                self._executor,
-                thread_affinity=self.thread_affinity,
-                timeout=self.config.step_timeout_s,
-            )
+            runner: Runner
+            if self.runner_factory is not None:
+                runner = await self.runner_factory()
+            else:
+                runner = await EnvRunner.create(
+                    self.factory,
+                    self._executor,
+                    thread_affinity=self.thread_affinity,
+                    timeout=self.config.step_timeout_s,
+                )
         finally:
             self._reserved -= 1
         session = Session(

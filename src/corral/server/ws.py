@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -60,8 +61,8 @@ def resumes_live_session(websocket: WebSocket, service: EnvService) -> bool:
 async def serve_native(websocket: WebSocket, service: EnvService, codec: Codec) -> None:
     """Run one ``corral/1`` connection until it closes."""
     await websocket.accept(subprotocol=codec.subprotocol)
-    outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-    channel = Channel(codec=codec, sender=outbox.put_nowait)
+    outbox = Outbox()
+    channel = Channel(codec=codec, sender=outbox.put)
     writer = asyncio.create_task(_write(websocket, codec, outbox), name="corral-ws-writer")
     reader = FrameReader(codec, service.config.max_frame_bytes)
     clean = False
@@ -89,29 +90,70 @@ async def serve_native(websocket: WebSocket, service: EnvService, codec: Codec) 
     finally:
         service.manager.stats.connections -= 1
         await service.disconnect(channel, clean)
-        outbox.put_nowait(None)
+        outbox.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(writer, 1.0)
         writer.cancel()
 
 
-async def _write(
-    websocket: WebSocket, codec: Codec, outbox: asyncio.Queue[dict[str, Any] | None]
-) -> None:
+class Outbox:
+    """The replies of one connection waiting to be written, in order.
+
+    A lighter stand-in for ``asyncio.Queue`` on the per-reply path: ``put`` appends and
+    wakes the writer at most once; the writer takes everything queued at each wake-up.
+    """
+
+    def __init__(self) -> None:
+        self._items: deque[dict[str, Any]] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self.closed = False
+
+    def put(self, message: dict[str, Any]) -> None:
+        """Queue ``message`` (ignored once closed)."""
+        if self.closed:
+            return
+        self._items.append(message)
+        self._wake()
+
+    def close(self) -> None:
+        """Stop the writer once the queued messages are written."""
+        self.closed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def take(self) -> list[dict[str, Any]]:
+        """Everything queued, waiting for at least one message; empty once closed."""
+        while not self._items and not self.closed:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        items = list(self._items)
+        self._items.clear()
+        return items
+
+
+async def _write(websocket: WebSocket, codec: Codec, outbox: Outbox) -> None:
     send = websocket.send_bytes if codec.binary else websocket.send_text
     while True:
-        message = await outbox.get()
-        if message is None:
+        messages = await outbox.take()
+        if not messages:
             return
-        try:
-            frame = codec.encode(message)
-        except Exception:
-            log.exception("could not encode a reply of type %s", message.get("type"))
-            continue
-        try:
-            await send(frame)  # type: ignore[arg-type]
-        except Exception:
-            return  # the connection is gone; the reader loop sees the disconnect
+        for message in messages:
+            try:
+                frame = codec.encode(message)
+            except Exception:
+                log.exception("could not encode a reply of type %s", message.get("type"))
+                continue
+            try:
+                await send(frame)  # type: ignore[arg-type]
+            except Exception:
+                return  # the connection is gone; the reader loop sees the disconnect
 
 
 async def ws_endpoint(

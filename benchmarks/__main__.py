@@ -1,0 +1,7 @@
+"""``python -m benchmarks``."""
+
+import sys
+
+from benchmarks.suite import main
+
+sys.exit(main())

@@ -1,0 +1,514 @@
+"""The five comparisons. Each returns plain rows; :mod:`benchmarks.suite` prints them.
+
+Every contender runs against its own server process on 127.0.0.1, driven from this
+process, on the same machine and event loop (uvloop when installed, for every
+contender's client and server alike). Each figure is the median over ``repeats`` runs;
+within a repeat the contenders take turns, so slow phases of a shared machine spread
+over all of them instead of landing on one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from benchmarks import servers
+from benchmarks.envs import MESSAGE, AsyncEchoEnv, ImageEnv, TickAction
+from corral.client import AsyncEnvClient, EnvPool, LocalServer
+from corral.envs.echo import EchoAction, EchoEnv
+from corral.protocol.codecs import MsgpackCodec
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class Settings:
+    """Sizes of one run (``smoke`` shrinks everything to a few seconds)."""
+
+    smoke: bool
+    repeats: int = 5
+    lockstep_steps: int = 5000
+    warmup: int = 300
+    batched_sessions: list[int] = field(default_factory=lambda: [1, 16, 256, 1024])
+    batched_seconds: float = 3.0
+    scale_sessions: int = 10_000
+    openenv_ladder: list[int] = field(default_factory=lambda: [1000, 2500, 5000, 10_000])
+    openenv_budget_s: float = 240.0
+    payload_steps: int = 2000
+    startup_repeats: int = 5
+    openenv: bool = True
+
+    @classmethod
+    def for_run(cls, smoke: bool, openenv: bool) -> Settings:
+        """Full sizes, or the smoke sizes."""
+        if not smoke:
+            return cls(smoke=False, openenv=openenv)
+        return cls(
+            smoke=True,
+            repeats=1,
+            lockstep_steps=100,
+            warmup=20,
+            batched_sessions=[1, 16],
+            batched_seconds=0.3,
+            scale_sessions=200,
+            openenv_ladder=[20],
+            openenv_budget_s=60.0,
+            payload_steps=30,
+            startup_repeats=1,
+            openenv=openenv,
+        )
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+@dataclass
+class Run:
+    """One timed run: per-step latencies (µs) and the wall time of the whole run."""
+
+    latencies: list[float]
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return len(self.latencies) / self.seconds
+
+
+async def _timed(
+    step: Callable[[], Awaitable[Any]], steps: int, warmup: int, max_seconds: float = 10.0
+) -> Run:
+    """``steps`` timed steps after ``warmup`` ones, stopping early after ``max_seconds``."""
+    for _ in range(warmup):
+        await step()
+    latencies: list[float] = []
+    clock = time.perf_counter_ns
+    start = clock()
+    limit = start + int(max_seconds * 1e9)
+    for _ in range(steps):
+        t0 = clock()
+        await step()
+        t1 = clock()
+        latencies.append((t1 - t0) / 1000)
+        if t1 > limit:
+            break
+    return Run(latencies, (clock() - start) / 1e9)
+
+
+def _summary(runs: list[Run]) -> dict[str, float]:
+    return {
+        "p50_us": statistics.median(_percentile(r.latencies, 0.50) for r in runs),
+        "p99_us": statistics.median(_percentile(r.latencies, 0.99) for r in runs),
+        "steps_s": statistics.median(r.rate for r in runs),
+    }
+
+
+async def _start(started: list[servers.Served], *launches: Awaitable[servers.Served]) -> list[Any]:
+    """Start servers concurrently; every one that started is added to ``started``."""
+    results = await asyncio.gather(*launches, return_exceptions=True)
+    started.extend(r for r in results if isinstance(r, servers.Served))
+    failure = next((r for r in results if isinstance(r, BaseException)), None)
+    if failure is not None:
+        raise failure
+    return list(results)
+
+
+# -- drivers: one connected client per contender, stepping one session --------------
+
+
+async def corral_driver(
+    url: str, env: type[Any], codec: str, action: Any
+) -> tuple[Callable[[], Awaitable[Any]], Callable[[], Awaitable[None]]]:
+    """``(step, close)`` for a corral session."""
+    client = AsyncEnvClient(url, env=env, codec=codec)
+    await client.reset()
+    return (lambda: client.step(action)), client.close
+
+
+async def floor_driver(
+    url: str,
+) -> tuple[Callable[[], Awaitable[Any]], Callable[[], Awaitable[None]]]:
+    """``(step, close)`` for the raw websockets round trip with corral's step frame."""
+    from websockets.asyncio.client import connect
+
+    payload = MsgpackCodec().encode(
+        {
+            "type": "step",
+            "id": 1234,
+            "session": "0" * 32,
+            "action": EchoAction(message=MESSAGE).model_dump(),
+        }
+    )
+    ws = await connect(url, compression=None, max_size=None)
+
+    async def step() -> Any:
+        await ws.send(payload)
+        return await ws.recv()
+
+    return step, ws.close
+
+
+async def openenv_driver(
+    url: str, kind: str
+) -> tuple[Callable[[], Awaitable[Any]], Callable[[], Awaitable[None]]]:
+    """``(step, close)`` for an openenv-core session with its own async client."""
+    from benchmarks.envs import openenv_models
+
+    models = openenv_models()
+    if kind == "image":
+        client = models["ImageClient"](base_url=url)
+        action = models["TickAction"](tick=1)
+    else:
+        client = models["EchoClient"](base_url=url)
+        action = models["EchoAction"](message=MESSAGE)
+    await client.connect()
+    await client.reset()
+    return (lambda: client.step(action)), client.close
+
+
+Driver = Callable[[], Awaitable[tuple[Callable[[], Awaitable[Any]], Callable[[], Awaitable[None]]]]]
+
+
+async def _compare(
+    contenders: list[tuple[str, Driver]], steps: int, warmup: int, repeats: int, log: Log
+) -> dict[str, dict[str, float]]:
+    runs: dict[str, list[Run]] = {name: [] for name, _ in contenders}
+    for repeat in range(repeats):
+        for name, make in contenders:
+            step, close = await make()
+            try:
+                runs[name].append(await _timed(step, steps, warmup))
+            finally:
+                await close()
+            log(f"  {name}: repeat {repeat + 1}/{repeats}: {runs[name][-1].rate:,.0f} steps/s")
+    return {name: _summary(r) for name, r in runs.items()}
+
+
+# -- 1. lockstep ----------------------------------------------------------------------
+
+
+async def lockstep(s: Settings, log: Log) -> dict[str, dict[str, float]]:
+    """Latency and throughput of one session stepping in lockstep."""
+    log("1. lockstep")
+    started: list[servers.Served] = []
+    try:
+        launches = [
+            servers.corral_server("corral.envs.echo:EchoEnv"),
+            servers.corral_server("benchmarks.envs:AsyncEchoEnv"),
+            servers.floor_server(),
+        ]
+        if s.openenv:
+            launches += [servers.openenv_server("echo"), servers.openenv_server("async-echo")]
+        echo, aecho, floor, *openenv = await _start(started, *launches)
+        action = EchoAction(message=MESSAGE)
+        contenders: list[tuple[str, Driver]] = [
+            ("corral msgpack", lambda: corral_driver(echo.url, EchoEnv, "msgpack", action)),
+            ("corral JSON", lambda: corral_driver(echo.url, EchoEnv, "json", action)),
+            (
+                "corral msgpack, async env",
+                lambda: corral_driver(aecho.url, AsyncEchoEnv, "msgpack", action),
+            ),
+            ("websockets floor", lambda: floor_driver(floor.url)),
+        ]
+        if openenv:
+            oe, oe_async = openenv
+            contenders += [
+                ("openenv-core", lambda: openenv_driver(oe.url, "echo")),
+                ("openenv-core, async env", lambda: openenv_driver(oe_async.url, "echo")),
+            ]
+        return await _compare(contenders, s.lockstep_steps, s.warmup, s.repeats, log)
+    finally:
+        await asyncio.gather(*(server.stop() for server in started))
+
+
+# -- 2. batched throughput --------------------------------------------------------------
+
+
+async def _pool_rate(url: str, n: int, seconds: float) -> float:
+    async with EnvPool(n, url, env=EchoEnv, progress=False, health_interval=None) as pool:
+        await pool.reset()
+        actions = [EchoAction(message=MESSAGE)] * n
+        for _ in range(3):
+            await pool.step(actions)
+        steps = 0
+        start = time.perf_counter()
+        deadline = start + seconds
+        while time.perf_counter() < deadline:
+            batch = await pool.step(actions)
+            steps += len(batch.observations)  # typed models, as openenv-core's client builds
+        return steps / (time.perf_counter() - start)
+
+
+async def _openenv_clients(url: str, n: int, kind: str = "echo") -> list[Any]:
+    from benchmarks.envs import openenv_models
+
+    models = openenv_models()
+    factory = models["ImageClient"] if kind == "image" else models["EchoClient"]
+    gate = asyncio.Semaphore(128)
+
+    async def one() -> Any:
+        async with gate:
+            client = factory(base_url=url, connect_timeout_s=60.0, message_timeout_s=600.0)
+            await client.connect()
+            await client.reset()
+            return client
+
+    return list(await asyncio.gather(*(one() for _ in range(n))))
+
+
+async def _close_all(clients: list[Any]) -> None:
+    await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+
+
+async def _openenv_rate(url: str, n: int, seconds: float) -> float:
+    from benchmarks.envs import openenv_models
+
+    action = openenv_models()["EchoAction"](message=MESSAGE)
+    clients = await _openenv_clients(url, n)
+    try:
+        for client in clients:
+            await client.step(action)
+        counts = [0] * n
+        start = time.perf_counter()
+        deadline = start + seconds
+
+        async def drive(k: int) -> None:
+            client = clients[k]
+            while time.perf_counter() < deadline:
+                await client.step(action)
+                counts[k] += 1
+
+        await asyncio.gather(*(drive(k) for k in range(n)))
+        return sum(counts) / (time.perf_counter() - start)
+    finally:
+        await _close_all(clients)
+
+
+async def batched(s: Settings, log: Log) -> list[dict[str, Any]]:
+    """Aggregate env-steps/s with many sessions on one server."""
+    log("2. batched throughput")
+    largest = max(s.batched_sessions)
+    started: list[servers.Served] = []
+    rows = []
+    try:
+        launches = [
+            servers.corral_server("corral.envs.echo:EchoEnv", "--max-sessions", str(largest + 64))
+        ]
+        if s.openenv:
+            launches.append(servers.openenv_server("echo", max_sessions=largest + 64))
+        corral, *rest = await _start(started, *launches)
+        oe = rest[0] if rest else None
+        for n in s.batched_sessions:
+            corral_rates, oe_rates = [], []
+            for repeat in range(s.repeats):
+                corral_rates.append(await _pool_rate(corral.url, n, s.batched_seconds))
+                if oe is not None:
+                    oe_rates.append(await _openenv_rate(oe.url, n, s.batched_seconds))
+                log(
+                    f"  {n} sessions: repeat {repeat + 1}/{s.repeats}: corral "
+                    f"{corral_rates[-1]:,.0f}/s"
+                    + (f", openenv-core {oe_rates[-1]:,.0f}/s" if oe_rates else "")
+                )
+            rows.append(
+                {
+                    "sessions": n,
+                    "corral": statistics.median(corral_rates),
+                    "openenv": statistics.median(oe_rates) if oe_rates else None,
+                }
+            )
+        return rows
+    finally:
+        await asyncio.gather(*(server.stop() for server in started))
+
+
+# -- 3. scale ---------------------------------------------------------------------------
+
+
+async def _latencies(step: Callable[[], Awaitable[Any]], steps: int) -> dict[str, float]:
+    run = await _timed(step, steps, warmup=min(50, steps))
+    return {"p50_us": _percentile(run.latencies, 0.5), "p99_us": _percentile(run.latencies, 0.99)}
+
+
+async def _corral_scale(s: Settings, log: Log) -> dict[str, Any]:
+    n = s.scale_sessions
+    server = await servers.corral_server(
+        "corral.envs.echo:EchoEnv", "--max-sessions", str(n + 16), "--idle-timeout", "0"
+    )
+    try:
+        await asyncio.sleep(0.5)
+        before = server.rss_kb()
+        start = time.perf_counter()
+        pool = EnvPool(
+            n,
+            server.url,
+            env=EchoEnv,
+            sessions_per_connection=1000,
+            progress=False,
+            health_interval=None,
+            timeout=600,
+        )
+        await pool.start()
+        await pool.reset()
+        opened = time.perf_counter() - start
+        after = server.rss_kb()
+        log(f"  corral: {n} sessions open and reset in {opened:.1f} s")
+        try:
+            step, close = await corral_driver(
+                server.url, EchoEnv, "msgpack", EchoAction(message=MESSAGE)
+            )
+            try:
+                single = await _latencies(step, 300 if not s.smoke else 50)
+            finally:
+                await close()
+            actions = [EchoAction(message=MESSAGE)] * n
+            rounds = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                batch = await pool.step(actions)
+                assert len(batch.observations) == n
+                rounds.append(time.perf_counter() - t0)
+        finally:
+            await pool.close()
+        return {
+            "sessions": n,
+            "open_s": opened,
+            "kb_per_session": (after - before) / n,
+            **single,
+            "all_step_ms": statistics.median(rounds) * 1000,
+        }
+    finally:
+        await server.stop()
+
+
+async def _openenv_scale_one(n: int, s: Settings) -> dict[str, Any]:
+    from benchmarks.envs import openenv_models
+
+    action = openenv_models()["EchoAction"](message=MESSAGE)
+    server = await servers.openenv_server("echo", max_sessions=n + 16)
+    clients: list[Any] = []
+    try:
+        await asyncio.sleep(0.5)
+        before = server.rss_kb()
+        start = time.perf_counter()
+        clients = await _openenv_clients(server.url, n)
+        opened = time.perf_counter() - start
+        after = server.rss_kb()
+        single = await _latencies(lambda: clients[0].step(action), 300 if not s.smoke else 50)
+        t0 = time.perf_counter()
+        await asyncio.gather(*(c.step(action) for c in clients))
+        all_step = time.perf_counter() - t0
+        return {
+            "sessions": n,
+            "open_s": opened,
+            "kb_per_session": (after - before) / n,
+            **single,
+            "all_step_ms": all_step * 1000,
+        }
+    finally:
+        await _close_all(clients)
+        await server.stop()
+
+
+async def scale(s: Settings, log: Log) -> dict[str, Any]:
+    """Many open sessions on one server: memory, open time, step latency."""
+    log("3. scale")
+    result: dict[str, Any] = {
+        "corral": await _corral_scale(s, log),
+        "openenv": None,
+        "openenv_failed": None,
+    }
+    if not s.openenv:
+        return result
+    for n in s.openenv_ladder:
+        try:
+            row = await asyncio.wait_for(_openenv_scale_one(n, s), s.openenv_budget_s)
+        except Exception as exc:  # the largest count it sustains is the last that worked
+            reason = (
+                "timed out" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
+            )
+            result["openenv_failed"] = {"sessions": n, "reason": reason[:200]}
+            log(f"  openenv-core: {n} sessions failed: {reason[:200]}")
+            break
+        result["openenv"] = row
+        log(f"  openenv-core: {n} sessions open in {row['open_s']:.1f} s")
+    return result
+
+
+# -- 4. observation payload -------------------------------------------------------------
+
+
+async def payload(s: Settings, log: Log) -> dict[str, dict[str, float]]:
+    """Lockstep steps/s with an 84x84x3 uint8 observation."""
+    log("4. 84x84x3 observation")
+    started: list[servers.Served] = []
+    try:
+        launches = [servers.corral_server("benchmarks.envs:ImageEnv")]
+        if s.openenv:
+            launches.append(servers.openenv_server("image"))
+        image, *rest = await _start(started, *launches)
+        tick = TickAction(tick=1)
+        contenders: list[tuple[str, Driver]] = [
+            ("corral msgpack", lambda: corral_driver(image.url, ImageEnv, "msgpack", tick)),
+            ("corral JSON", lambda: corral_driver(image.url, ImageEnv, "json", tick)),
+        ]
+        if rest:
+            oe = rest[0]
+            contenders.append(("openenv-core", lambda: openenv_driver(oe.url, "image")))
+        return await _compare(contenders, s.payload_steps, min(20, s.payload_steps), s.repeats, log)
+    finally:
+        await asyncio.gather(*(server.stop() for server in started))
+
+
+# -- 5. start-up ------------------------------------------------------------------------
+
+
+async def _corral_startup() -> float:
+    start = time.perf_counter()
+    server = LocalServer("corral.envs.echo:EchoEnv", cwd=servers.ROOT, startup_timeout=120)
+    try:
+        url = await server.start()
+        async with AsyncEnvClient(url, env=EchoEnv) as client:
+            await client.reset()
+        return time.perf_counter() - start
+    finally:
+        await server.stop()
+
+
+async def _openenv_startup() -> float:
+    from benchmarks.envs import openenv_models
+
+    client_class = openenv_models()["EchoClient"]
+    start = time.perf_counter()
+    child = servers.launch_openenv("echo")
+    try:
+        url = await child.wait(health=True)
+        client = client_class(base_url=url)
+        await client.connect()
+        await client.reset()
+        elapsed = time.perf_counter() - start
+        await client.close()
+        return elapsed
+    finally:
+        await child.stop()
+
+
+async def startup(s: Settings, log: Log) -> dict[str, dict[str, float]]:
+    """Seconds from launching a local server process to the first successful reset."""
+    log("5. start-up")
+    times: dict[str, list[float]] = {"corral": [], "openenv-core": []}
+    for repeat in range(s.startup_repeats):
+        times["corral"].append(await _corral_startup())
+        if s.openenv:
+            times["openenv-core"].append(await _openenv_startup())
+        log(f"  repeat {repeat + 1}/{s.startup_repeats}: corral {times['corral'][-1]:.2f} s")
+    return {
+        name: {"median_s": statistics.median(v), "min_s": min(v), "max_s": max(v)}
+        for name, v in times.items()
+        if v
+    }

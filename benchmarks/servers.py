@@ -1,0 +1,127 @@
+"""Starting the contenders' servers as separate processes, and reading their memory."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import httpx
+
+from corral.client import LocalServer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def rss_kb(pid: int) -> int:
+    """Resident memory of process ``pid`` in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+class Served:
+    """A server process: its URL, its pid, and how to stop it."""
+
+    def __init__(self, name: str, url: str, pid: int, stop: Callable[[], Awaitable[None]]) -> None:
+        self.name = name
+        self.url = url
+        self.pid = pid
+        self._stop = stop
+
+    async def stop(self) -> None:
+        """Stop the process (idempotent)."""
+        await self._stop()
+
+    def rss_kb(self) -> int:
+        """The server's resident memory in KiB."""
+        return rss_kb(self.pid)
+
+
+async def corral_server(target: str, *args: str) -> Served:
+    """A ``corral serve`` process for ``target`` (started by corral's own launcher)."""
+    server = LocalServer(target, server_args=list(args), cwd=ROOT, startup_timeout=120)
+    url = await server.start()
+    assert server.process is not None
+    return Served(f"corral {target}", url, server.process.pid, server.stop)
+
+
+class _Child:
+    """A benchmark helper server: ``python -m <module> ... --port-file F``."""
+
+    def __init__(self, module: str, *args: str) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="corral-bench-")
+        self.port_file = Path(self._tmp.name) / "url"
+        self.log = Path(self._tmp.name) / "log"
+        with open(self.log, "wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", module, *args, "--port-file", str(self.port_file)],
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    async def wait(self, health: bool, timeout: float = 120.0) -> str:
+        deadline = time.monotonic() + timeout
+        async with httpx.AsyncClient(timeout=2.0, trust_env=False) as http:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"server exited early:\n{self.log.read_text()[-2000:]}")
+                if self.port_file.exists():
+                    url = self.port_file.read_text().strip()
+                    if not health:
+                        return url
+                    with contextlib.suppress(httpx.HTTPError):
+                        if (await http.get(f"{url}/health")).status_code == 200:
+                            return url
+                await asyncio.sleep(0.02)
+        raise RuntimeError(f"server not ready within {timeout:g} s")
+
+    async def stop(self) -> None:
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self.process.wait, 10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self._tmp.cleanup()
+
+
+async def openenv_server(kind: str, max_sessions: int = 1024) -> Served:
+    """An openenv-core server (its ``create_app`` under uvicorn) for ``kind``."""
+    child = _Child("benchmarks.openenv_server", kind, "--max-sessions", str(max_sessions))
+    try:
+        url = await child.wait(health=True)
+    except BaseException:
+        await child.stop()
+        raise
+    return Served(f"openenv {kind}", url, child.process.pid, child.stop)
+
+
+async def floor_server() -> Served:
+    """The raw ``websockets`` echo server."""
+    child = _Child("benchmarks.floor_server")
+    try:
+        url = await child.wait(health=False)
+    except BaseException:
+        await child.stop()
+        raise
+    return Served("websockets floor", url, child.process.pid, child.stop)
+
+
+def launch_openenv(kind: str) -> _Child:
+    """Start an openenv-core server process without waiting (for start-up timing)."""
+    return _Child("benchmarks.openenv_server", kind)

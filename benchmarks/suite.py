@@ -1,0 +1,465 @@
+"""``python -m benchmarks``: run every comparison, print the tables, write RESULTS.md.
+
+    python -m benchmarks                 # the full suite (several minutes)
+    python -m benchmarks --smoke         # tiny sizes, a few seconds (run by `make test`)
+    python -m benchmarks --only lockstep,payload --output /tmp/r.md
+
+openenv-core (``pip install openenv-core==0.3.0``) is compared when installed; without
+it its rows say so and the corral figures are still measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from benchmarks import measure
+from corral import runtime
+
+SECTIONS = ("lockstep", "batched", "scale", "payload", "startup")
+DEFAULT_OUTPUT = Path(__file__).resolve().parent / "RESULTS.md"
+PACKAGES = (
+    "corral",
+    "openenv-core",
+    "websockets",
+    "uvicorn",
+    "fastapi",
+    "pydantic",
+    "msgpack",
+    "orjson",
+    "numpy",
+    "uvloop",
+)
+
+
+def machine() -> dict[str, str]:
+    """What the figures were measured on."""
+    cpu = platform.processor() or "unknown"
+    with_model = Path("/proc/cpuinfo")
+    if with_model.exists():
+        for line in with_model.read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    memory = "unknown"
+    meminfo = Path("/proc/meminfo")
+    if meminfo.exists():
+        kb = int(meminfo.read_text().split()[1])
+        memory = f"{kb / 1024 / 1024:.1f} GiB"
+    versions = []
+    for name in PACKAGES:
+        try:
+            versions.append(f"{name} {importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{name} (not installed)")
+    return {
+        "cpu": f"{cpu}, {os.cpu_count()} logical cores",
+        "memory": memory,
+        "os": f"{platform.system()} {platform.release()}",
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "event loop": runtime.loop_name(),
+        "packages": ", ".join(versions),
+    }
+
+
+def _f(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return "—"
+    return f"{value:,.{digits}f}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None or b == 0:
+        return "—"
+    return f"{a / b:.2f}x"
+
+
+class Report:
+    """Tables rendered both to the terminal (rich) and to Markdown."""
+
+    def __init__(self) -> None:
+        self.sections: list[tuple[str, list[str], list[list[str]], list[str]]] = []
+
+    def add(self, title: str, header: list[str], rows: list[list[str]], notes: list[str]) -> None:
+        self.sections.append((title, header, rows, notes))
+
+    def print(self, console: Console) -> None:
+        for title, header, rows, notes in self.sections:
+            table = Table(title=title, title_justify="left")
+            for i, column in enumerate(header):
+                table.add_column(column, justify="left" if i == 0 else "right")
+            for row in rows:
+                table.add_row(*row)
+            console.print(table)
+            for note in notes:
+                console.print(f"  {note}")
+            console.print()
+
+    def markdown(self) -> str:
+        out = []
+        for title, header, rows, notes in self.sections:
+            out.append(f"## {title}\n")
+            out.append("| " + " | ".join(header) + " |")
+            out.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
+            out.extend("| " + " | ".join(row) + " |" for row in rows)
+            out.append("")
+            out.extend(f"{note}  " for note in notes)
+            out.append("")
+        return "\n".join(out)
+
+
+def lockstep_section(report: Report, result: dict[str, dict[str, float]]) -> dict[str, Any]:
+    floor = result.get("websockets floor")
+    openenv = result.get("openenv-core")
+    rows = []
+    for name, r in result.items():
+        rows.append(
+            [
+                name,
+                _f(r["p50_us"]),
+                _f(r["p99_us"]),
+                _f(r["steps_s"]),
+                _ratio(r["p50_us"], floor["p50_us"] if floor else None),
+            ]
+        )
+    corral = result["corral msgpack"]
+    vs_floor = corral["p50_us"] / floor["p50_us"] if floor else None
+    vs_openenv = corral["steps_s"] / openenv["steps_s"] if openenv else None
+    notes = [
+        f"corral msgpack p50 / floor p50 = {_f(vs_floor, 2)}x (target ≤ 1.3x); "
+        f"corral msgpack steps/s / openenv-core steps/s = {_f(vs_openenv, 2)}x.",
+        "Echo is a sync environment: each step makes one hop to the server's thread pool "
+        "(as in openenv-core); the `async env` rows serve the same echo with `async def` "
+        "methods, awaited on the event loop.",
+    ]
+    report.add(
+        "1. Lockstep, one session (echo, ~100-byte action and observation)",
+        ["contender", "p50 µs", "p99 µs", "steps/s", "p50 vs floor"],
+        rows,
+        notes,
+    )
+    return {"vs_floor": vs_floor, "vs_openenv": vs_openenv}
+
+
+def batched_section(report: Report, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    table = [
+        [
+            str(r["sessions"]),
+            _f(r["corral"]),
+            _f(r["openenv"]),
+            _ratio(r["corral"], r["openenv"]),
+        ]
+        for r in rows
+    ]
+    best = max(rows, key=lambda r: r["corral"])
+    report.add(
+        "2. Batched throughput, one server (echo)",
+        ["sessions", "corral EnvPool env-steps/s", "openenv-core env-steps/s", "corral / openenv"],
+        table,
+        [
+            "corral: one `EnvPool.step()` per round (one `step_batch` message per connection), "
+            "observations decoded into their typed models; openenv-core: one async client per "
+            "session, all stepping concurrently (its client builds typed observations too).",
+            f"Best corral figure: {_f(best['corral'])} env-steps/s at {best['sessions']} "
+            "sessions (target ≥ 50,000).",
+        ],
+    )
+    return {"best": best["corral"], "rows": rows}
+
+
+def scale_section(report: Report, result: dict[str, Any]) -> dict[str, Any]:
+    def row(name: str, r: dict[str, Any] | None) -> list[str]:
+        if r is None:
+            return [name, "—", "—", "—", "—", "—", "—"]
+        return [
+            name,
+            _f(r["sessions"]),
+            _f(r["open_s"], 1),
+            _f(r["kb_per_session"], 1),
+            _f(r["p50_us"]),
+            _f(r["p99_us"]),
+            _f(r["all_step_ms"], 1),
+        ]
+
+    notes = [
+        "RSS per session = server RSS growth from idle to all sessions open and reset, / "
+        "sessions. Step p50/p99: one extra session stepping in lockstep while all are open. "
+        "Last column: one step of every open session (corral: one `EnvPool.step()`; "
+        "openenv-core: every client at once).",
+    ]
+    failed = result.get("openenv_failed")
+    if failed:
+        notes.append(
+            f"openenv-core at {failed['sessions']:,} sessions: {failed['reason']} — its row "
+            "is the largest count it sustained in this run."
+        )
+    report.add(
+        "3. Scale: concurrent sessions on one server process",
+        [
+            "contender",
+            "sessions",
+            "open s",
+            "RSS KB/session",
+            "step p50 µs",
+            "step p99 µs",
+            "step all ms",
+        ],
+        [row("corral", result["corral"]), row("openenv-core", result["openenv"])],
+        notes,
+    )
+    return result
+
+
+def payload_section(report: Report, result: dict[str, dict[str, float]]) -> dict[str, Any]:
+    openenv = result.get("openenv-core")
+    rows = [
+        [
+            name,
+            _f(r["steps_s"]),
+            _f(r["p50_us"]),
+            _f(r["p99_us"]),
+            _ratio(r["steps_s"], openenv["steps_s"] if openenv else None),
+        ]
+        for name, r in result.items()
+    ]
+    report.add(
+        "4. 84x84x3 uint8 observation, lockstep",
+        ["contender", "steps/s", "p50 µs", "p99 µs", "vs openenv-core"],
+        rows,
+        [
+            "corral: an `Array(dtype='uint8', shape=(84, 84, 3))` field (raw bytes on msgpack, "
+            "base64 on JSON); openenv-core: the same pixels as nested lists of ints, the JSON "
+            "its models carry.",
+        ],
+    )
+    corral = result["corral msgpack"]["steps_s"]
+    return {"vs_openenv": corral / openenv["steps_s"] if openenv else None}
+
+
+def startup_section(
+    report: Report, result: dict[str, dict[str, float]], runs: int
+) -> dict[str, Any]:
+    rows = [
+        [name, _f(r["median_s"], 2), _f(r["min_s"], 2), _f(r["max_s"], 2)]
+        for name, r in result.items()
+    ]
+    openenv = result.get("openenv-core")
+    ratio = openenv["median_s"] / result["corral"]["median_s"] if openenv else None
+    report.add(
+        f"5. Start-up: launching a local server to the first reset (median of {runs})",
+        ["contender", "median s", "min s", "max s"],
+        rows,
+        [f"openenv-core / corral = {_f(ratio, 2)}x (higher is better for corral)."],
+    )
+    return {"openenv_over_corral": ratio}
+
+
+def targets(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The issue's targets against this run's figures."""
+    rows = []
+
+    def add(what: str, measured: str, met: bool | None) -> None:
+        rows.append([what, measured, "—" if met is None else ("yes" if met else "no")])
+
+    lock = summary.get("lockstep")
+    if lock:
+        ratio = lock["vs_floor"]
+        add(
+            "lockstep p50 within 1.3x of the websockets floor",
+            f"{_f(ratio, 2)}x",
+            None if ratio is None else ratio <= 1.3,
+        )
+        vs = lock["vs_openenv"]
+        add(
+            "lockstep ahead of openenv-core",
+            f"{_f(vs, 2)}x its steps/s",
+            None if vs is None else vs > 1,
+        )
+    batch = summary.get("batched")
+    if batch:
+        add("batched ≥ 50,000 env-steps/s", f"{_f(batch['best'])}", batch["best"] >= 50_000)
+        ahead = [r["openenv"] is not None and r["corral"] > r["openenv"] for r in batch["rows"]]
+        known = [r for r in batch["rows"] if r["openenv"] is not None]
+        add(
+            "batched ahead of openenv-core at every size",
+            f"{sum(ahead)} of {len(known)} sizes",
+            None if not known else all(ahead),
+        )
+    sc = summary.get("scale")
+    if sc:
+        c = sc["corral"]
+        add("≥ 10,000 sessions on one server", f"{c['sessions']:,}", c["sessions"] >= 10_000)
+        add("≤ 20 KB per session", f"{_f(c['kb_per_session'], 1)} KB", c["kb_per_session"] <= 20)
+        oe = sc.get("openenv")
+        if oe and oe["sessions"] < c["sessions"]:
+            add(
+                "more sessions than openenv-core sustains",
+                f"{c['sessions']:,} vs {oe['sessions']:,}",
+                True,
+            )
+        elif oe:
+            add(
+                f"at {c['sessions']:,} sessions: less memory, faster open, lower step p99 "
+                "than openenv-core",
+                f"{_f(c['kb_per_session'], 1)} vs {_f(oe['kb_per_session'], 1)} KB, "
+                f"{_f(c['open_s'], 1)} vs {_f(oe['open_s'], 1)} s, "
+                f"{_f(c['p99_us'])} vs {_f(oe['p99_us'])} µs",
+                c["kb_per_session"] < oe["kb_per_session"]
+                and c["open_s"] < oe["open_s"]
+                and c["p99_us"] < oe["p99_us"],
+            )
+    pay = summary.get("payload")
+    if pay:
+        vs = pay["vs_openenv"]
+        add(
+            "84x84x3 observations ahead of openenv-core",
+            f"{_f(vs, 2)}x",
+            None if vs is None else vs > 1,
+        )
+    up = summary.get("startup")
+    if up:
+        r = up["openenv_over_corral"]
+        add(
+            "start-up ahead of openenv-core",
+            f"openenv-core takes {_f(r, 2)}x as long",
+            None if r is None else r > 1,
+        )
+    return ["target", "measured", "met"], rows
+
+
+async def run(
+    settings: measure.Settings, only: list[str], console: Console
+) -> tuple[Report, dict[str, Any]]:
+    """Run the chosen sections; return the report and the summary figures.
+
+    Sections run one after the other, except at smoke sizes: there nothing is timed
+    for real, so they run concurrently to keep the smoke run short.
+    """
+    log: Callable[[str], None] = lambda text: console.print(f"[dim]{text}[/dim]")  # noqa: E731
+    measurements = {
+        "lockstep": measure.lockstep,
+        "batched": measure.batched,
+        "scale": measure.scale,
+        "payload": measure.payload,
+        "startup": measure.startup,
+    }
+    chosen = [name for name in SECTIONS if name in only]
+    if settings.openenv:
+        from benchmarks.envs import openenv_models
+
+        openenv_models()  # a multi-second import: never inside a timed or timeout-bound call
+    if settings.smoke:
+        values = await asyncio.gather(*(measurements[n](settings, log) for n in chosen))
+        results = dict(zip(chosen, values, strict=True))
+    else:
+        results = {name: await measurements[name](settings, log) for name in chosen}
+    report = Report()
+    summary: dict[str, Any] = {}
+    formatters = {
+        "lockstep": lockstep_section,
+        "batched": batched_section,
+        "scale": scale_section,
+        "payload": payload_section,
+        "startup": lambda r, v: startup_section(r, v, settings.startup_repeats),
+    }
+    for name in chosen:
+        summary[name] = formatters[name](report, results[name])
+    header, rows = targets(summary)
+    report.add("Targets", header, rows, [])
+    return report, summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m benchmarks``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, a few seconds")
+    parser.add_argument(
+        "--only",
+        default=",".join(SECTIONS),
+        help=f"comma-separated sections of {', '.join(SECTIONS)}",
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help=f"where to write the Markdown report (default {DEFAULT_OUTPUT}; "
+        "--smoke writes none unless given)",
+    )
+    parser.add_argument("--no-openenv", action="store_true", help="skip openenv-core")
+    args = parser.parse_args(argv)
+    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = sorted(set(only) - set(SECTIONS))
+    if unknown:
+        parser.error(f"unknown sections {unknown}; choose from {', '.join(SECTIONS)}")
+    has_openenv = importlib.util.find_spec("openenv") is not None and not args.no_openenv
+    settings = measure.Settings.for_run(args.smoke, has_openenv)
+    console = Console(stderr=False)
+    load_before = os.getloadavg()
+    started = dt.datetime.now(dt.UTC)
+    t0 = time.perf_counter()
+    report, _ = runtime.run(run(settings, only, console))
+    elapsed = time.perf_counter() - t0
+    load_after = os.getloadavg()
+    report.print(console)
+    output = args.output if args.output is not None else (None if args.smoke else DEFAULT_OUTPUT)
+    if output is not None:
+        given = argv if argv is not None else sys.argv[1:]
+        command = "python -m benchmarks" + (f" {shlex.join(given)}" if given else "")
+        output.write_text(
+            results_markdown(report, command, started, elapsed, load_before, load_after, settings)
+        )
+        console.print(f"wrote {output}")
+    return 0
+
+
+def results_markdown(
+    report: Report,
+    command: str,
+    started: dt.datetime,
+    elapsed: float,
+    load_before: tuple[float, float, float],
+    load_after: tuple[float, float, float],
+    settings: measure.Settings,
+) -> str:
+    """RESULTS.md: how the figures were obtained, then the tables."""
+    info = machine()
+    lines = [
+        "# Benchmark results",
+        "",
+        f"- Command: `{command}` ({'smoke sizes' if settings.smoke else 'full sizes'}, "
+        f"{elapsed:.0f} s)",
+        f"- Date: {started:%Y-%m-%d %H:%M} UTC",
+        f"- Machine: {info['cpu']}, {info['memory']} RAM, {info['os']}",
+        f"- Python: {info['python']}; event loop for every client and server: {info['event loop']}",
+        f"- Packages: {info['packages']}",
+        f"- Load average (1/5/15 min) before: {' / '.join(f'{x:.2f}' for x in load_before)}; "
+        f"after: {' / '.join(f'{x:.2f}' for x in load_after)} (the machine is shared: other "
+        "work ran during the measurement)",
+        f"- Each figure is the median of {settings.repeats} runs "
+        f"({settings.lockstep_steps:,} lockstep steps or 10 s, whichever comes first, after "
+        f"{settings.warmup} warm-up steps; "
+        f"{settings.batched_seconds:g} s per batched point); contenders alternate within a "
+        "run. Servers are separate processes on 127.0.0.1, clients run in the benchmark "
+        "process.",
+        "",
+        report.markdown(),
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,63 @@
+"""Runtime settings of the processes corral owns (servers, worker processes).
+
+* The event loop: uvloop when installed (the ``fast`` extra, ``pip install corral[fast]``),
+  else asyncio's; ``CORRAL_LOOP=asyncio`` forces the standard loop (to compare, to debug).
+  Loops the caller owns (``asyncio.run`` in a trainer) are never replaced.
+* The garbage collector (:func:`tune_gc`): a server holding thousands of sessions keeps
+  hundreds of thousands of live objects, and CPython's default thresholds make it scan
+  them over and over (a third of a batched step's CPU in measurements); corral's own
+  processes freeze what start-up created and collect the young generation less often.
+  ``CORRAL_GC=default`` keeps CPython's settings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
+    """A factory of new event loops: uvloop's if available and not disabled."""
+    if os.environ.get("CORRAL_LOOP", "auto").lower() != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+            return factory
+    return asyncio.new_event_loop
+
+
+def loop_name() -> str:
+    """``"uvloop"`` or ``"asyncio"``: what :func:`loop_factory` builds."""
+    return "asyncio" if loop_factory() is asyncio.new_event_loop else "uvloop"
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """Like ``asyncio.run`` but on the loop :func:`loop_factory` picks."""
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        return runner.run(main)
+
+
+GEN0_THRESHOLD = 10_000
+"""Allocations between young-generation collections in corral's processes (default 700)."""
+
+
+def tune_gc() -> None:
+    """Freeze start-up objects and collect the young generation less often.
+
+    Call once, after imports and set-up, in a process corral owns; a no-op with
+    ``CORRAL_GC=default``.
+    """
+    if os.environ.get("CORRAL_GC", "tuned").lower() == "default":
+        return
+    gc.collect()
+    gc.freeze()  # modules, classes and schemas live forever: never scan them again
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(GEN0_THRESHOLD, gen1, gen2)

@@ -1,0 +1,625 @@
+"""Worker processes: one server's sessions spread over N processes (``--workers N``).
+
+Python runs one thread of Python code at a time, so a server whose environments burn CPU
+in Python is limited to one core however many sessions it holds. With workers, the
+server process (the *front*) keeps everything it does well — sockets, the protocol, the
+lifecycle rules, batching, capacity — and each session's environment instance lives in
+one of N worker processes, pinned there for the session's life (a new session goes to
+the worker with the fewest sessions).
+
+The front talks to each worker over a Unix socket pair with length-prefixed msgpack
+frames (the binary codec, arrays included): ``open`` builds an environment, ``call``
+runs one method, ``batch`` runs a batch's calls (the worker groups them exactly like the
+server does: one executor call for its sync environments, async ones concurrently),
+``close`` ends a session. Actions cross as the front validated them and are validated
+again by the worker's models (the process boundary is a trust boundary too).
+
+Inside a worker, calls run on an :class:`~corral.server.runner.EnvRunner` with the step
+timeout, so a stuck environment closes its session and leaves its worker responsive.
+If a worker does not answer well past that timeout (its event loop itself is wedged), or
+if it dies, the front kills it, closes its sessions with ``SESSION_LOST`` and starts a
+replacement; the other workers' sessions never notice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import contextlib
+import ctypes
+import itertools
+import logging
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from corral.contract import Contract, Environment
+from corral.errors import (
+    BadObservation,
+    CorralError,
+    EnvError,
+    FactoryError,
+    InternalError,
+    SessionLost,
+    StepTimeout,
+    error_from_wire,
+)
+from corral.protocol.codecs import MsgpackCodec
+from corral.server.batching import Call, run_calls
+from corral.server.runner import EnvRunner
+
+log = logging.getLogger("corral.server")
+
+_HEADER = struct.Struct(">I")
+_MAX_FRAME = 1 << 30
+_GRACE_S = 10.0
+"""How long past the step timeout the front waits for a worker before replacing it."""
+_PATH_ENV = "CORRAL_WORKER_SYS_PATH"
+_QUICK_DEATH_S = 10.0
+
+
+def env_reference(target: Any) -> str:
+    """The ``module:qualname`` a worker process imports ``target`` (class or factory) by.
+
+    Raises:
+        ValueError: ``target`` cannot be imported by name (defined in ``__main__``, inside
+            a function, or a lambda).
+    """
+    module = getattr(target, "__module__", None)
+    qualname = getattr(target, "__qualname__", None)
+    if not module or not qualname or module == "__main__" or "<" in qualname:
+        raise ValueError(
+            f"--workers needs an environment importable by name, got {target!r}: define "
+            "the class (or factory) at module level in an importable module and serve it "
+            "as 'package.module:Name'"
+        )
+    return f"{module}:{qualname}"
+
+
+def _die_with_parent() -> None:
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+async def _read_frame(reader: asyncio.StreamReader, codec: MsgpackCodec) -> dict[str, Any] | None:
+    """The next frame, or None at end of stream."""
+    try:
+        header = await reader.readexactly(_HEADER.size)
+        (size,) = _HEADER.unpack(header)
+        if size > _MAX_FRAME:
+            raise ValueError(f"worker frame of {size} bytes")
+        return codec.decode(await reader.readexactly(size))
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return None
+
+
+def _write_frame(
+    writer: asyncio.StreamWriter, codec: MsgpackCodec, message: dict[str, Any]
+) -> None:
+    payload = codec.encode(message)
+    writer.write(_HEADER.pack(len(payload)) + payload)
+
+
+def _wire_error(exc: BaseException) -> dict[str, Any]:
+    if isinstance(exc, CorralError):
+        return {"corral": True, **exc.to_wire()}
+    return {"corral": False, "exception": type(exc).__name__, "message": str(exc)}
+
+
+def _raise_wire_error(error: dict[str, Any], method: str) -> BaseException:
+    if error.get("corral"):
+        return error_from_wire(error)
+    name = str(error.get("exception", "Exception"))
+    return EnvError(
+        f"{name}: {error.get('message', '')}",
+        details={"exception": name, "op": method, "worker": True},
+    )
+
+
+# -- the front's side ----------------------------------------------------------------
+
+
+class WorkerRunner:
+    """A session whose environment instance lives in a worker process.
+
+    It has the interface of :class:`~corral.server.runner.EnvRunner` that the service
+    uses (``call``, ``close``, ``closed``); batches of worker sessions go to
+    :attr:`batch_executor` (their worker) in one frame.
+    """
+
+    def __init__(self, worker: Worker, key: int) -> None:
+        self.worker = worker
+        self.key = key
+        self.closed = False
+
+    @property
+    def batch_executor(self) -> Worker:
+        """The worker that runs this session's calls, batched."""
+        return self.worker
+
+    async def call(self, method: str, *args: Any, timeout: float | None, **kwargs: Any) -> Any:
+        """Run ``env.<method>(*args, **kwargs)`` in the worker and return the typed result.
+
+        Raises:
+            StepTimeout: the worker's runner timed the call out.
+            SessionLost: the worker died or was replaced.
+            EnvError: the environment raised (its exception type is kept in the message).
+        """
+        call = Call(self, method, args, kwargs)
+        await self.worker.run_calls([call], timeout)
+        if call.error is not None:
+            raise call.error
+        return call.value
+
+    async def close(self) -> None:
+        """Close the environment in the worker (once)."""
+        if self.closed:
+            return
+        self.closed = True
+        await self.worker.close_session(self.key)
+
+
+class Worker:
+    """One worker process and the socket to it."""
+
+    def __init__(self, index: int, pool: WorkerPool) -> None:
+        self.index = index
+        self.pool = pool
+        self.process: subprocess.Popen[bytes] | None = None
+        self.sessions = 0
+        self.alive = False
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._ids = itertools.count(1)
+        self._keys = itertools.count(1)
+        self._codec = MsgpackCodec()
+        self._death_reason = ""
+        self.started_at = 0.0
+
+    async def start(self, timeout: float) -> None:
+        """Spawn the process and wait until it has imported the environment.
+
+        Raises:
+            RuntimeError: the worker exited or did not report ready within ``timeout``.
+        """
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        env = {**os.environ, _PATH_ENV: os.pathsep.join(sys.path)}
+        config = self.pool.config
+        argv = [
+            sys.executable,
+            "-m",
+            "corral.server.worker_main",
+            "--fd",
+            str(theirs.fileno()),
+            "--target",
+            self.pool.reference,
+            "--threads",
+            str(config.executor_threads),
+            *(["--thread-affinity"] if self.pool.thread_affinity else []),
+        ]
+        self.process = subprocess.Popen(
+            argv,
+            pass_fds=[theirs.fileno()],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
+        theirs.close()
+        reader, self._writer = await asyncio.open_unix_connection(sock=ours, limit=2**24)
+        try:
+            hello = await asyncio.wait_for(_read_frame(reader, self._codec), timeout)
+        except TimeoutError:
+            hello = None
+        if hello is None or hello.get("op") != "ready":
+            self.kill()
+            detail = hello.get("error") if hello else "no answer"
+            raise RuntimeError(
+                f"worker {self.index} for {self.pool.reference!r} did not start: {detail}"
+            )
+        self.alive = True
+        self.started_at = time.monotonic()
+        self._reader_task = asyncio.create_task(
+            self._read(reader), name=f"corral-worker-{self.index}"
+        )
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        while True:
+            message = await _read_frame(reader, self._codec)
+            if message is None:
+                break
+            future = self._pending.pop(message.get("id", -1), None)
+            if future is not None and not future.done():
+                future.set_result(message)
+        code = self.process.poll() if self.process is not None else None
+        exited = "closed its socket" if code is None else f"exited with code {code}"
+        self._lost(self._death_reason or f"its worker process {exited}")
+
+    def _lost(self, reason: str) -> None:
+        if not self.alive:
+            return
+        self.alive = False
+        self._death_reason = reason
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(SessionLost(f"the session is gone: {reason}"))
+        self.pool.worker_died(self, reason)
+
+    async def request(self, message: dict[str, Any], wait: float | None) -> dict[str, Any]:
+        """Send ``message`` and return the worker's reply.
+
+        Raises:
+            SessionLost: the worker is dead, or did not answer within ``wait`` seconds
+                (it is then killed and replaced).
+        """
+        if not self.alive or self._writer is None:
+            raise SessionLost(f"the session is gone: {self._death_reason or 'worker stopped'}")
+        request_id = next(self._ids)
+        message["id"] = request_id
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        _write_frame(self._writer, self._codec, message)
+        try:
+            await self._writer.drain()
+            return await asyncio.wait_for(future, wait)
+        except TimeoutError:
+            self._pending.pop(request_id, None)
+            self._death_reason = f"worker {self.index} stopped answering and was replaced"
+            self.kill()
+            self._lost(self._death_reason)
+            raise StepTimeout(
+                f"no answer within {wait:g} s; {self._death_reason}",
+                details={"timeout_s": wait, "session": "closed", "worker": "replaced"},
+            ) from None
+        except ConnectionError:
+            self._lost(self._death_reason or "the worker's socket closed")
+            raise SessionLost(f"the session is gone: {self._death_reason}") from None
+
+    async def open_session(self, timeout: float | None) -> WorkerRunner:
+        """Build an environment instance in this worker.
+
+        Raises:
+            FactoryError: the factory raised in the worker.
+        """
+        key = next(self._keys)
+        reply = await self.request({"op": "open", "key": key, "timeout": timeout}, _wait(timeout))
+        if "error" in reply:
+            raise _raise_wire_error(reply["error"], "open")
+        self.sessions += 1
+        return WorkerRunner(self, key)
+
+    async def close_session(self, key: int) -> None:
+        """Close a session's environment (best effort: a dead worker has none left)."""
+        self.sessions = max(0, self.sessions - 1)
+        with contextlib.suppress(CorralError):
+            await self.request({"op": "close", "key": key}, _GRACE_S)
+
+    async def run_calls(self, calls: list[Call], timeout: float | None) -> None:
+        """Run ``calls`` (of sessions on this worker) in one frame; fill their outcomes."""
+        items = [
+            {
+                "key": c.runner.key,
+                "method": c.method,
+                "args": [_dump(a) for a in c.args],
+                "kwargs": c.kwargs,
+            }
+            for c in calls
+        ]
+        wait = None if timeout is None else timeout * len(calls) + _GRACE_S
+        try:
+            reply = await self.request({"op": "batch", "items": items, "timeout": timeout}, wait)
+        except CorralError as exc:
+            for call in calls:
+                call.error = exc
+            return
+        results = reply.get("results")
+        if not isinstance(results, list) or len(results) != len(calls):
+            for call in calls:
+                call.error = InternalError("a worker sent a malformed batch reply")
+            return
+        contract = self.pool.contract
+        for call, result in zip(calls, results, strict=True):
+            if "error" in result:
+                call.error = _raise_wire_error(result["error"], call.method)
+                continue
+            model = contract.state if call.method == "state" else contract.observation
+            try:
+                call.value = model.model_validate(result.get("value"))
+            except ValidationError as exc:
+                call.error = BadObservation(
+                    f"the worker's {call.method}() result is not a {model.__name__}: "
+                    f"{exc.error_count()} error(s)",
+                    details={"model": model.__name__},
+                )
+
+    def kill(self) -> None:
+        """Kill the process now (SIGKILL) and close the socket."""
+        if self.process is not None and self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(5)
+        if self._writer is not None:
+            self._writer.close()
+
+    async def stop(self) -> None:
+        """Ask the worker to exit, then make sure it has."""
+        self._death_reason = "server shutting down"
+        if self.alive and self._writer is not None:
+            with contextlib.suppress(Exception):
+                _write_frame(self._writer, self._codec, {"op": "exit", "id": 0})
+                await self._writer.drain()
+        self.alive = False
+        if self.process is not None:
+            loop = asyncio.get_running_loop()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(loop.run_in_executor(None, self.process.wait), 5)
+        self.kill()
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader_task
+
+
+def _dump(value: Any) -> Any:
+    return value.model_dump(mode="python") if isinstance(value, BaseModel) else value
+
+
+def _wait(timeout: float | None) -> float | None:
+    return None if timeout is None else timeout + _GRACE_S
+
+
+class WorkerPool:
+    """N worker processes for one server; builds :class:`WorkerRunner` sessions.
+
+    Args:
+        reference: ``module:Name`` of the environment class or factory.
+        count: number of worker processes.
+        config: the server's config (executor threads, step timeout).
+        contract: the environment's contract (models to read results with).
+        thread_affinity: run each session's calls on a dedicated thread in its worker.
+    """
+
+    def __init__(
+        self,
+        reference: str,
+        count: int,
+        config: Any,
+        contract: Contract,
+        *,
+        thread_affinity: bool = False,
+    ) -> None:
+        if count < 1:
+            raise ValueError(f"workers must be >= 1, got {count}")
+        self.reference = reference
+        self.thread_affinity = thread_affinity
+        self.config = config
+        self.contract = contract
+        self.workers = [Worker(i, self) for i in range(count)]
+        self._streak = [0] * count
+        self.on_death: Callable[[Worker, str], Awaitable[None]] | None = None
+        """Called when a worker died: the service closes that worker's sessions."""
+        self.startup_timeout = 60.0
+        self._respawns: set[asyncio.Task[None]] = set()
+        self._stopping = False
+
+    async def start(self) -> None:
+        """Start every worker.
+
+        Raises:
+            RuntimeError: a worker could not start (the environment fails to import).
+        """
+        results = await asyncio.gather(
+            *(w.start(self.startup_timeout) for w in self.workers), return_exceptions=True
+        )
+        failure = next((r for r in results if isinstance(r, BaseException)), None)
+        if failure is not None:
+            await self.shutdown()
+            raise failure
+
+    async def create_runner(self) -> WorkerRunner:
+        """A new session on the least loaded live worker.
+
+        Raises:
+            FactoryError: no worker is alive, or the environment factory raised.
+        """
+        alive = [w for w in self.workers if w.alive]
+        if not alive:
+            raise FactoryError("no worker process is running (they are being restarted)")
+        worker = min(alive, key=lambda w: w.sessions)
+        return await worker.open_session(self.config.step_timeout_s)
+
+    def worker_died(self, worker: Worker, reason: str) -> None:
+        """Close the dead worker's sessions and start a replacement in its place."""
+        if self._stopping:
+            return
+        log.warning("worker %d died (%s); restarting it", worker.index, reason)
+        task = asyncio.get_running_loop().create_task(self._replace(worker, reason))
+        self._respawns.add(task)
+        task.add_done_callback(self._respawns.discard)
+
+    async def _replace(self, worker: Worker, reason: str) -> None:
+        worker.kill()
+        if self.on_death is not None:
+            await self.on_death(worker, reason)
+        # A worker that keeps dying right after it starts is restarted less and less often
+        # (0.5 s, 1 s, 2 s ... 30 s) instead of burning the machine on restarts.
+        if time.monotonic() - worker.started_at < _QUICK_DEATH_S:
+            self._streak[worker.index] += 1
+            await asyncio.sleep(min(30.0, 0.25 * 2 ** self._streak[worker.index]))
+        else:
+            self._streak[worker.index] = 0
+        fresh = Worker(worker.index, self)
+        try:
+            await fresh.start(self.startup_timeout)
+        except Exception as exc:
+            log.error("could not restart worker %d: %s", worker.index, exc)
+            return
+        self.workers[worker.index] = fresh
+
+    async def shutdown(self) -> None:
+        """Stop every worker."""
+        self._stopping = True
+        for task in list(self._respawns):
+            task.cancel()
+        await asyncio.gather(*(w.stop() for w in self.workers), return_exceptions=True)
+
+
+# -- the worker process ----------------------------------------------------------------
+
+
+class _WorkerServer:
+    """The worker's side: environment instances by key, calls run through EnvRunner."""
+
+    def __init__(
+        self,
+        factory: Callable[[], Environment[Any, Any, Any]],
+        threads: int,
+        thread_affinity: bool,
+    ) -> None:
+        self.factory = factory
+        self.thread_affinity = thread_affinity
+        self.executor = concurrent.futures.ThreadPoolExecutor(
+            threads, thread_name_prefix="corral-env"
+        )
+        self.runners: dict[int, EnvRunner] = {}
+        self.codec = MsgpackCodec()
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        _write_frame(writer, self.codec, {"op": "ready", "pid": os.getpid()})
+        await writer.drain()
+        while True:
+            message = await _read_frame(reader, self.codec)
+            if message is None or message.get("op") == "exit":
+                break
+            task = asyncio.create_task(self._handle(message, writer))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+        for runner in list(self.runners.values()):
+            await runner.close()
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _handle(self, message: dict[str, Any], writer: asyncio.StreamWriter) -> None:
+        reply: dict[str, Any] = {"id": message.get("id")}
+        try:
+            op = message.get("op")
+            if op == "open":
+                await self._open(int(message["key"]), message.get("timeout"))
+            elif op == "close":
+                runner = self.runners.pop(int(message["key"]), None)
+                if runner is not None:
+                    await runner.close()
+            elif op == "batch":
+                reply["results"] = await self._batch(message["items"], message.get("timeout"))
+            else:
+                raise InternalError(f"unknown worker op {op!r}")
+        except Exception as exc:
+            reply["error"] = _wire_error(exc)
+        _write_frame(writer, self.codec, reply)
+        await writer.drain()
+
+    async def _open(self, key: int, timeout: float | None) -> None:
+        self.runners[key] = await EnvRunner.create(
+            self.factory, self.executor, thread_affinity=self.thread_affinity, timeout=timeout
+        )
+
+    async def _batch(
+        self, items: list[dict[str, Any]], timeout: float | None
+    ) -> list[dict[str, Any]]:
+        calls: list[Call | None] = []
+        results: list[dict[str, Any]] = [{} for _ in items]
+        for index, item in enumerate(items):
+            runner = self.runners.get(int(item["key"]))
+            if runner is None:
+                results[index] = {
+                    "error": _wire_error(SessionLost("no such session in this worker"))
+                }
+                calls.append(None)
+                continue
+            args = list(item.get("args") or [])
+            if item["method"] == "step":
+                try:
+                    args[0] = type(runner.env).action_type.model_validate(args[0])
+                except ValidationError as exc:
+                    results[index] = {"error": _wire_error(exc)}
+                    calls.append(None)
+                    continue
+            calls.append(
+                Call(runner, str(item["method"]), tuple(args), dict(item.get("kwargs") or {}))
+            )
+        await run_calls([c for c in calls if c is not None], self.executor, timeout)
+        for index, call in enumerate(calls):
+            if call is None:
+                continue
+            if call.error is not None:
+                results[index] = {"error": _wire_error(call.error)}
+            elif isinstance(call.value, BaseModel):
+                results[index] = {"value": call.value.model_dump(mode="python")}
+            else:
+                name = type(call.value).__name__
+                results[index] = {
+                    "error": _wire_error(
+                        BadObservation(
+                            f"{type(call.runner.env).__name__}.{call.method}() returned {name}",
+                            details={"returned": name},
+                        )
+                    )
+                }
+        return results
+
+
+def _factory(reference: str) -> Callable[[], Environment[Any, Any, Any]]:
+    from corral.server.target import load_target
+
+    target = load_target(reference)
+    if not callable(target):
+        raise TypeError(f"{reference!r} is not an environment class or factory")
+    factory: Callable[[], Environment[Any, Any, Any]] = target
+    return factory
+
+
+async def _worker_main(fd: int, reference: str, threads: int, thread_affinity: bool) -> None:
+    sock = socket.socket(fileno=fd)
+    reader, writer = await asyncio.open_unix_connection(sock=sock, limit=2**24)
+    try:
+        factory = _factory(reference)
+    except Exception as exc:
+        _write_frame(
+            writer, MsgpackCodec(), {"op": "failed", "error": f"{type(exc).__name__}: {exc}"}
+        )
+        await writer.drain()
+        return
+    await _WorkerServer(factory, threads, thread_affinity).serve(reader, writer)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of a worker process (started by :class:`WorkerPool`, not by hand)."""
+    parser = argparse.ArgumentParser(prog="corral-worker", description=main.__doc__)
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--target", required=True)
+    parser.add_argument("--threads", type=int, default=32)
+    parser.add_argument("--thread-affinity", action="store_true")
+    args = parser.parse_args(argv)
+    for entry in reversed(os.environ.get(_PATH_ENV, "").split(os.pathsep)):
+        if entry and entry not in sys.path:
+            sys.path.insert(0, entry)
+    # The front decides when workers stop (and they die with it): a Ctrl-C or SIGTERM to
+    # the process group must reach only the front, which then stops them in order.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    from corral import runtime
+
+    runtime.tune_gc()
+    runtime.run(_worker_main(args.fd, args.target, args.threads, args.thread_affinity))

@@ -1,0 +1,78 @@
+"""The benchmark suite at smoke sizes, so that it cannot rot (no timing assertions)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SECTIONS = [
+    "## 1. Lockstep, one session",
+    "## 2. Batched throughput",
+    "## 3. Scale",
+    "## 4. 84x84x3 uint8 observation",
+    "## 5. Start-up",
+    "## Targets",
+]
+
+
+def _rows(markdown: str, section: str) -> list[list[str]]:
+    body = markdown.split(section, 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in body.splitlines() if line.startswith("| ")]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[1:]]
+
+
+def _number(cell: str) -> float:
+    return float(re.sub(r"[^0-9.]", "", cell))
+
+
+def test_smoke_run_writes_every_table(tmp_path):
+    output = tmp_path / "RESULTS.md"
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--smoke", "--output", str(output)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    report = output.read_text()
+    assert "- Command: `python -m benchmarks --smoke --output" in report
+    assert "- Machine:" in report and "- Packages: corral" in report
+    for section in SECTIONS:
+        assert section in report, section
+    lockstep = {row[0]: row for row in _rows(report, SECTIONS[0])}
+    for name in ("corral msgpack", "corral JSON", "corral msgpack, async env", "websockets floor"):
+        assert _number(lockstep[name][3]) > 0  # steps/s
+        assert _number(lockstep[name][1]) <= _number(lockstep[name][2])  # p50 <= p99
+    batched = _rows(report, SECTIONS[1])
+    assert [row[0] for row in batched] == ["1", "16"]
+    assert all(_number(row[1]) > 0 for row in batched)
+    scale = {row[0]: row for row in _rows(report, SECTIONS[2])}
+    assert _number(scale["corral"][1]) == 200 and _number(scale["corral"][3]) > 0
+    payload = {row[0]: row for row in _rows(report, SECTIONS[3])}
+    assert _number(payload["corral msgpack"][1]) > 0
+    startup = {row[0]: row for row in _rows(report, SECTIONS[4])}
+    assert 0 < _number(startup["corral"][1]) < 120
+    if importlib.util.find_spec("openenv") is not None:
+        assert _number(lockstep["openenv-core"][3]) > 0
+        assert _number(payload["openenv-core"][1]) > 0
+        assert scale["openenv-core"][1] != "—"
+    targets = _rows(report, SECTIONS[5])
+    assert any(row[0].startswith("lockstep p50 within 1.3x") for row in targets)
+    assert all(row[2] in ("yes", "no", "—") for row in targets)
+
+
+def test_unknown_sections_are_refused():
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--smoke", "--only", "lockstep,warp"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2
+    assert "unknown sections ['warp']" in run.stderr

@@ -1,0 +1,197 @@
+"""Batch messages, parsed without sockets: every malformed shape gets a precise error."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from corral.errors import BadMessage, BatchTooLarge, ErrorCode, InvalidArgument
+from corral.protocol import batch as b
+from corral.protocol.codecs import JsonCodec, MsgpackCodec
+from corral.protocol.messages import parse_request
+
+
+def test_step_batch_round_trip():
+    message = b.step_batch([("a", {"message": "x"}), ("b", {"message": "y"})])
+    message["id"] = 3
+    request = parse_request(message)
+    assert isinstance(request, b.StepBatch)
+    assert request.id == 3 and request.type == "step_batch"
+    assert request.items == (b.StepItem("a", {"message": "x"}), b.StepItem("b", {"message": "y"}))
+
+
+def test_reset_batch_round_trip_and_defaults():
+    message = b.reset_batch([("a", 1, {"limit": 2}), ("b", None, {})])
+    message["id"] = 4
+    request = parse_request(message)
+    assert isinstance(request, b.ResetBatch)
+    assert request.items == (b.ResetItem("a", 1, {"limit": 2}), b.ResetItem("b", None, {}))
+    bare = parse_request({"type": "reset_batch", "id": 5, "items": [{"session": "c"}]})
+    assert bare.items == (b.ResetItem("c"),)
+
+
+@pytest.mark.parametrize(
+    ("message", "field"),
+    [
+        ({"type": "step_batch", "items": [{"session": "a", "action": {}}]}, "id"),
+        ({"type": "step_batch", "id": "1", "items": []}, "id"),
+        ({"type": "step_batch", "id": True, "items": []}, "id"),
+        ({"type": "step_batch", "id": -1, "items": []}, "id"),
+        ({"type": "step_batch", "id": 1}, "items"),
+        ({"type": "step_batch", "id": 1, "items": {"session": "a"}}, "items"),
+        ({"type": "reset_batch", "id": 1, "items": []}, "items"),
+    ],
+)
+def test_message_level_errors(message, field):
+    with pytest.raises(BadMessage) as err:
+        parse_request(message)
+    assert err.value.details["field"] == field
+    assert message["type"] in err.value.message
+
+
+@pytest.mark.parametrize(
+    ("raw", "session", "code", "field"),
+    [
+        ("not a map", None, ErrorCode.BAD_MESSAGE, None),
+        ({"action": {}}, None, ErrorCode.BAD_MESSAGE, "session"),
+        ({"session": 7, "action": {}}, None, ErrorCode.BAD_MESSAGE, "session"),
+        ({"session": "s"}, "s", ErrorCode.BAD_MESSAGE, "action"),
+    ],
+)
+def test_bad_step_items_are_per_item(raw, session, code, field):
+    good = {"session": "ok", "action": {"message": "hi"}}
+    request = parse_request({"type": "step_batch", "id": 1, "items": [good, raw, good]})
+    first, bad, last = request.items
+    assert first == last == b.StepItem("ok", {"message": "hi"})
+    assert isinstance(bad, b.BadItem)
+    assert bad.session == session and bad.error.code == code
+    assert bad.error.details["item"] == 1
+    if field is not None:
+        assert bad.error.details["field"] == field
+
+
+@pytest.mark.parametrize(
+    ("raw", "code", "field"),
+    [
+        ({"session": "s", "seed": "1"}, ErrorCode.BAD_MESSAGE, "seed"),
+        ({"session": "s", "seed": True}, ErrorCode.BAD_MESSAGE, "seed"),
+        ({"session": "s", "seed": -5}, ErrorCode.INVALID_ARGUMENT, "seed"),
+        ({"session": "s", "seed": 2**63}, ErrorCode.INVALID_ARGUMENT, "seed"),
+        ({"session": "s", "options": [1]}, ErrorCode.BAD_MESSAGE, "options"),
+    ],
+)
+def test_bad_reset_items_are_per_item(raw, code, field):
+    request = parse_request({"type": "reset_batch", "id": 1, "items": [raw]})
+    (bad,) = request.items
+    assert isinstance(bad, b.BadItem) and bad.session == "s"
+    assert bad.error.code == code and bad.error.details["field"] == field
+
+
+def test_null_options_mean_none():
+    request = parse_request(
+        {"type": "reset_batch", "id": 1, "items": [{"session": "s", "options": None}]}
+    )
+    assert request.items == (b.ResetItem("s", None, {}),)
+
+
+def test_batch_size_limit():
+    items = [("s", {}) for _ in range(5)]
+    message = {**b.step_batch(items), "id": 9}
+    request = parse_request(message)
+    b.check_batch_size(request, 5)
+    with pytest.raises(BatchTooLarge) as err:
+        b.check_batch_size(request, 4)
+    assert err.value.code == ErrorCode.BATCH_TOO_LARGE
+    assert err.value.details == {"items": 5, "limit": 4}
+    assert err.value.request_id == 9
+    assert "split the batch" in err.value.message
+
+
+def test_replies_and_reading_them():
+    ok = b.item_result("a", {"done": False})
+    failed = b.item_error("b", InvalidArgument("nope", details={"x": 1}))
+    reply = b.batch_reply(7, [ok, failed])
+    assert reply == {
+        "type": "batch",
+        "id": 7,
+        "results": [
+            {"session": "a", "observation": {"done": False}},
+            {
+                "session": "b",
+                "error": {"code": "INVALID_ARGUMENT", "message": "nope", "details": {"x": 1}},
+            },
+        ],
+    }
+    assert b.read_batch_reply(reply, 2) == reply["results"]
+    with pytest.raises(BadMessage, match="2 results for 3 items"):
+        b.read_batch_reply(reply, 3)
+    with pytest.raises(BadMessage, match="expected a 'batch' reply"):
+        b.read_batch_reply({"type": "result", "id": 7}, 2)
+    with pytest.raises(BadMessage):
+        b.read_batch_reply({"type": "batch", "id": 7, "results": [1, 2]}, 2)
+
+
+def text(**kwargs):
+    return st.text(alphabet=st.characters(exclude_categories=("Cs",)), **kwargs)
+
+
+sessions = text(min_size=1, max_size=12)
+wire_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@given(
+    st.lists(
+        st.tuples(sessions, st.dictionaries(text(max_size=8), wire_values, max_size=4)),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_step_batches_survive_both_codecs(items):
+    for codec in (MsgpackCodec(), JsonCodec()):
+        message = {**b.step_batch(items), "id": 11}
+        request = parse_request(codec.decode(codec.encode(message)))
+        assert [(i.session, i.action) for i in request.items] == items
+
+
+@given(
+    st.lists(
+        st.tuples(
+            sessions,
+            st.none() | st.integers(0, 2**63 - 1),
+            st.dictionaries(text(max_size=8), wire_values, max_size=3),
+        ),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_reset_batches_survive_both_codecs(items):
+    for codec in (MsgpackCodec(), JsonCodec()):
+        message = {**b.reset_batch(items), "id": 12}
+        request = parse_request(codec.decode(codec.encode(message)))
+        assert [(i.session, i.seed, i.options) for i in request.items] == items
+
+
+@given(
+    st.lists(
+        st.one_of(
+            wire_values,
+            st.dictionaries(st.sampled_from(["session", "action", "seed", "options"]), wire_values),
+        ),
+        min_size=1,
+        max_size=10,
+    )
+)
+def test_any_items_parse_to_one_entry_each(raw_items):
+    for kind in ("step_batch", "reset_batch"):
+        request = parse_request({"type": kind, "id": 1, "items": raw_items})
+        assert len(request.items) == len(raw_items)
+        for item in request.items:
+            if isinstance(item, b.BadItem):
+                assert item.error.message
