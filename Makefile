@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest clean
+.PHONY: demo test test-long lint typecheck pytest clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PY) >/dev/null 2>&1 || { echo "need $(PY) on PATH (or run make PY=python3)"; exit 1; }
@@ -16,8 +16,8 @@ demo: $(STAMP)
 	$(BIN)/python -m corral.demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests $(wildcard benchmarks)
+	$(BIN)/ruff format --check src tests $(wildcard benchmarks)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -26,6 +26,10 @@ pytest: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 test: lint typecheck pytest
+
+# The fault-injection and fuzz suites at full size; figures go to fault-report.json.
+test-long: $(STAMP)
+	$(BIN)/python -m pytest -q tests/faults --long --fault-report fault-report.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -44,6 +44,8 @@ class ErrorCode(StrEnum):
     # Sessions and their lifecycle.
     CAPACITY_REACHED = "CAPACITY_REACHED"
     """The server holds its maximum number of sessions; retry later or elsewhere."""
+    TOO_MANY_CONNECTIONS = "TOO_MANY_CONNECTIONS"
+    """This client address holds the server's maximum of WebSocket connections."""
     TOO_MANY_SESSIONS = "TOO_MANY_SESSIONS"
     """This connection already carries its maximum number of sessions."""
     UNKNOWN_SESSION = "UNKNOWN_SESSION"
@@ -169,6 +171,10 @@ class TooManySessions(SessionError):
     code = ErrorCode.TOO_MANY_SESSIONS
 
 
+class TooManyConnections(SessionError):
+    code = ErrorCode.TOO_MANY_CONNECTIONS
+
+
 class UnknownSession(SessionError):
     code = ErrorCode.UNKNOWN_SESSION
 
@@ -197,7 +203,9 @@ class InvalidAction(EnvFailure):
     code = ErrorCode.INVALID_ACTION
 
 
-class InvalidArgument(EnvFailure):
+class InvalidArgument(EnvFailure, ValueError):
+    """Also a ``ValueError``: environments raise it for bad reset options."""
+
     code = ErrorCode.INVALID_ARGUMENT
 
 

@@ -30,11 +30,14 @@ class ThreadServer:
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        # A Runner closes the loop (and cancels leftover tasks) when the server stops; an
-        # unclosed loop collected later by the GC raises an unraisable ValueError.
-        with asyncio.Runner() as runner:
-            self.loop = runner.get_loop()
-            runner.run(self.server.serve(sockets=[self.sock]))
+        self.loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self.server.serve(sockets=[self.sock]))
+        finally:
+            # An unclosed loop is a ResourceWarning whenever it is collected, which can
+            # land inside another test's warning checks.
+            self.loop.close()
 
     def start(self) -> ThreadServer:
         self.thread.start()
@@ -78,3 +81,8 @@ def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.02) ->
             return True
         time.sleep(interval)
     return bool(predicate())
+
+
+def port_of(url: str) -> int:
+    """The port of an ``http://127.0.0.1:<port>`` URL."""
+    return int(url.rsplit(":", 1)[1].split("/", 1)[0])

@@ -2,41 +2,158 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from corral.adapters.openenv_env import from_openenv, is_openenv_environment
+from corral.auth import read_token_file
+from corral.providers.manifest import Manifest, ManifestError, load_manifest
 from corral.server.config import ServerConfig
-from corral.server.serve import serve
-from corral.server.target import load_target
+from corral.server.serve import inherited_socket, serve
+from corral.server.target import TargetError, load_target
 
 
-def resolve_serve_target(target: str) -> Any:
-    """Turn ``corral serve``'s TARGET (``module:Class``) into what ``create_app`` takes."""
+def resolve_serve_target(target: str, *, search_path: Path | None = None) -> Any:
+    """Turn ``corral serve``'s TARGET (``module:Class`` or ``gym:ENV_ID``) into what
+    ``create_app`` takes.
+
+    An OpenEnv environment class is wrapped by :func:`corral.adapters.openenv_env.from_openenv`;
+    ``gym:ENV_ID`` serves a registered Gymnasium environment
+    (:func:`corral.adapters.gymnasium.serve_target`).
+
+    Args:
+        target: the reference.
+        search_path: put first on ``sys.path`` (default: the working directory).
+    """
+    where = search_path or Path.cwd()
     try:
-        return load_target(target, search_path=Path.cwd())
-    except ValueError as exc:
+        if target.startswith("gym:"):
+            from corral.adapters.gymnasium import serve_target
+
+            return serve_target(target, search_path=where)
+        obj = load_target(target, search_path=where)
+    except (TargetError, ValueError, ImportError) as exc:
         raise typer.BadParameter(str(exc), param_hint="TARGET") from None
+    if is_openenv_environment(obj):
+        try:
+            return from_openenv(obj)
+        except (TypeError, ImportError) as exc:
+            raise typer.BadParameter(str(exc), param_hint="TARGET") from None
+    return obj
+
+
+@dataclass(frozen=True)
+class ServeTarget:
+    """What ``corral serve TARGET`` serves and the defaults its manifest gives.
+
+    Attributes:
+        reference: the entry point (``module:Class``, ``module:factory`` or ``gym:ID``).
+        search_path: the directory its modules are imported from.
+        manifest: the environment's manifest, when TARGET named a directory or file.
+    """
+
+    reference: str
+    search_path: Path
+    manifest: Manifest | None = None
+
+
+def is_manifest_path(target: str) -> bool:
+    """TARGET names an environment directory or manifest file rather than a reference."""
+    path = Path(target)
+    return path.is_dir() or (path.suffix in (".yaml", ".yml") and path.is_file())
+
+
+def parse_serve_target(target: str) -> ServeTarget:
+    """Interpret TARGET: an environment directory / manifest file, or a reference.
+
+    Raises:
+        typer.BadParameter: the manifest is invalid, or TARGET is neither a path nor a
+            reference; the message says how to fix it.
+    """
+    if is_manifest_path(target):
+        try:
+            manifest = load_manifest(target)
+        except ManifestError as exc:
+            raise typer.BadParameter(str(exc), param_hint="TARGET") from None
+        return ServeTarget(manifest.entry_point, manifest.root, manifest)
+    if ":" not in target:
+        raise typer.BadParameter(
+            f"{target!r} is neither a directory with corral.yaml / openenv.yaml nor an "
+            "entry point; pass the environment's directory, 'package.module:ClassName' "
+            "or 'gym:CartPole-v1'",
+            param_hint="TARGET",
+        )
+    return ServeTarget(target, Path.cwd())
 
 
 def serve_command(
-    target: Annotated[str, typer.Argument(help="The environment: 'package.module:ClassName'.")],
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="The environment: a directory with corral.yaml (default: the current one), "
+            "'package.module:ClassName' or 'gym:CartPole-v1'."
+        ),
+    ] = ".",
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port; 0 picks a free one and prints it.")] = 8000,
+    port: Annotated[
+        int | None,
+        typer.Option(
+            help="Port; 0 picks a free one and prints it (default: the manifest's, else 8000)."
+        ),
+    ] = None,
     port_file: Annotated[
         Path | None, typer.Option(help="Write the bound URL to this file once listening.")
     ] = None,
-    max_sessions: Annotated[int, typer.Option(help="Sessions held at once.")] = 1024,
+    fd: Annotated[
+        int | None,
+        typer.Option(
+            help="Accept on this inherited, listening socket instead of binding HOST:PORT "
+            "(set by launchers such as corral's sandboxed local provider)."
+        ),
+    ] = None,
+    max_sessions: Annotated[
+        int | None,
+        typer.Option(help="Sessions held at once (default: the manifest's, else 1024)."),
+    ] = None,
     idle_timeout: Annotated[
-        float, typer.Option(help="Reap sessions idle this many seconds (0: never).")
-    ] = 600.0,
+        float | None,
+        typer.Option(
+            help="Reap sessions idle this many seconds; 0: never (default: the manifest's, "
+            "else 600)."
+        ),
+    ] = None,
     step_timeout: Annotated[
         float, typer.Option(help="Abandon a reset/step/state after this many seconds (0: never).")
     ] = 300.0,
     resume_window: Annotated[
         float, typer.Option(help="Keep a dropped connection's sessions this long for resume.")
     ] = 30.0,
+    ping_interval: Annotated[
+        float, typer.Option(help="Send a WebSocket keepalive ping this often, seconds (0: off).")
+    ] = 20.0,
+    ping_timeout: Annotated[
+        float,
+        typer.Option(help="Drop a connection whose pong is this late, seconds (0: never)."),
+    ] = 20.0,
+    max_connections_per_client: Annotated[
+        int, typer.Option(help="WebSocket connections one client address may hold (0: any).")
+    ] = 1024,
+    max_frame_bytes: Annotated[
+        int, typer.Option(help="Larger frames get FRAME_TOO_LARGE (the session lives on).")
+    ] = 16 * 1024 * 1024,
+    executor_threads: Annotated[
+        int, typer.Option(help="Threads running sync environments' calls.")
+    ] = 32,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="Require 'Authorization: Bearer <token>' with the token in this file "
+            "(default: $CORRAL_TOKEN or $CORRAL_TOKEN_FILE if set)."
+        ),
+    ] = None,
     workers: Annotated[
         int,
         typer.Option(help="Worker processes holding the environments (0: in the server)."),
@@ -44,12 +161,46 @@ def serve_command(
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
     """Serve an environment over WebSocket and HTTP (loopback by default)."""
-    env = resolve_serve_target(target)
+    chosen = parse_serve_target(target)
+    env = resolve_serve_target(chosen.reference, search_path=chosen.search_path)
+    manifest = chosen.manifest
+    if max_sessions is None:
+        max_sessions = manifest.concurrency.max_sessions if manifest else 1024
+    if idle_timeout is None:
+        idle_timeout = manifest.concurrency.idle_timeout_s if manifest else 600.0
+    if port is None:
+        port = manifest.port if manifest else 8000
+    token = None
+    if token_file is not None:
+        try:
+            token = read_token_file(token_file)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--token-file") from None
     config = ServerConfig(
         max_sessions=max_sessions,
         idle_timeout_s=idle_timeout or None,
         step_timeout_s=step_timeout or None,
         resume_window_s=resume_window,
+        ping_interval_s=ping_interval or None,
+        ping_timeout_s=ping_timeout or None,
+        max_connections_per_client=max_connections_per_client or None,
+        max_frame_bytes=max_frame_bytes,
+        executor_threads=executor_threads,
+        token=token,
         workers=workers,
     )
-    serve(env, host=host, port=port, port_file=port_file, log_level=log_level, config=config)
+    sock = None
+    if fd is not None:
+        try:
+            sock = inherited_socket(fd)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--fd") from None
+    serve(
+        env,
+        host=host,
+        port=port,
+        port_file=port_file,
+        log_level=log_level,
+        config=config,
+        sock=sock,
+    )

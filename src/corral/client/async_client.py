@@ -7,6 +7,11 @@
 Replies are decoded into the environment's typed models: the classes you pass (``env=``
 or ``action_type=``/``observation_type=``/``state_type=``), or, when you pass none,
 models built from the server's published schemas. No per-environment parsing code.
+
+A dropped connection is re-established and the session resumed without the caller
+noticing (see :mod:`corral.client.connection`); a session the server no longer has
+raises :class:`~corral.errors.SessionLost` with the reason, and is never silently
+replaced by a new one.
 """
 
 from __future__ import annotations
@@ -18,10 +23,11 @@ from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from corral.client.connection import Connection, http_url
+from corral.client.connection import Connection, ReconnectPolicy, http_url
+from corral.client.openenv_connection import OpenEnvConnection, is_openenv_refusal
 from corral.contract import Action, Environment, Observation, State, StepResult
 from corral.contract.schema import fingerprint, model_schemas
-from corral.errors import BadObservation, ClientClosed, InvalidAction
+from corral.errors import BadObservation, ClientClosed, InvalidAction, UnsupportedProtocol
 from corral.protocol.messages import ContractRef
 
 if TYPE_CHECKING:
@@ -45,6 +51,16 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
         connect_timeout: seconds to connect and complete the handshake.
         check_contract: send the local contract so that an incompatible server is
             refused at connect time (``CONTRACT_MISMATCH``).
+        ping_interval / ping_timeout: keepalive; a server that does not answer a ping
+            within ``ping_timeout`` counts as gone and the connection is re-established.
+        headers: extra HTTP headers for the WebSocket handshake.
+        openenv_fallback: if the server accepts the WebSocket without corral's
+            subprotocol (an OpenEnv server), speak OpenEnv's envelope instead (see
+            :mod:`corral.client.openenv_connection` for its limits).
+        token: bearer token for a server started with one (default: ``$CORRAL_TOKEN``,
+            or the file named by ``$CORRAL_TOKEN_FILE``).
+        reconnect: a :class:`~corral.client.connection.ReconnectPolicy`, True for the
+            default (backoff up to 2 s, give up after 30 s), False to fail at the first drop.
     """
 
     def __init__(
@@ -62,6 +78,9 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
         ping_interval: float | None = 20.0,
         ping_timeout: float | None = 20.0,
         headers: Mapping[str, str] | None = None,
+        openenv_fallback: bool = True,
+        token: str | None = None,
+        reconnect: ReconnectPolicy | bool = True,
     ) -> None:
         self.url = http_url(url)
         self.timeout = timeout
@@ -75,13 +94,16 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
         self.action_type: type[ActT] | None = action_type
         self.observation_type: type[ObsT] | None = observation_type
         self.state_type: type[StateT] | None = state_type
-        self.connection = Connection(
+        self.openenv_fallback = openenv_fallback
+        self.connection: Connection | OpenEnvConnection = Connection(
             url,
             codec=codec,
             connect_timeout=connect_timeout,
             ping_interval=ping_interval,
             ping_timeout=ping_timeout,
             headers=dict(headers or {}),
+            token=token,
+            reconnect=reconnect,
         )
         self.session_id: str | None = None
         self.resume_token: str | None = None
@@ -106,7 +128,12 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
         """
         from corral.client.launcher import LocalServer
 
-        server = LocalServer(target, server_args=server_args, startup_timeout=startup_timeout)
+        server = LocalServer(
+            target,
+            server_args=server_args,
+            startup_timeout=startup_timeout,
+            token=client_kwargs.get("token"),
+        )
         url = await server.start()
         try:
             client: AsyncEnvClient[Any, Any, Any] = cls(url, env=env, **client_kwargs)
@@ -148,7 +175,19 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
         if self.session_id is not None:
             return self
         need_schemas = None in (self.action_type, self.observation_type, self.state_type)
-        welcome = await self.connection.connect(self._local_contract(), want_schemas=need_schemas)
+        try:
+            welcome = await self.connection.connect(
+                self._local_contract(), want_schemas=need_schemas
+            )
+        except UnsupportedProtocol as exc:
+            if not (
+                self.openenv_fallback
+                and isinstance(self.connection, Connection)
+                and is_openenv_refusal(exc)
+            ):
+                raise
+            self.connection = OpenEnvConnection.replacing(self.connection)
+            welcome = await self.connection.connect(want_schemas=need_schemas)
         if need_schemas:
             self._adopt_schemas(welcome.get("schemas") or {})
         opened = await self.connection.request({"type": "open"}, timeout=self.timeout)

@@ -23,8 +23,8 @@ What is mapped (``Model.model_json_schema()`` output, plus common JSON Schema):
   ``binary``/``base64``/``base64url`` bytes...). Unknown formats are validated as ``str`` and
   kept in the model's schema.
 - Numeric, length, item-count and pattern constraints, as pydantic ``Field`` constraints.
-- corral's array fields (an ``x-corral-ndarray`` marker) → :func:`corral.contract.arrays.Array`
-  with the declared dtype and shape (needs numpy).
+- corral's ndarray fields (the ``x-corral-ndarray`` marker), as
+  ``corral.contract.arrays.Array(dtype, shape)`` when numpy is installed.
 - Per field: ``title``, ``description``, ``examples``, ``deprecated``, unknown (``x-...``)
   keywords; ``required``, and defaults: a field that is not required keeps its schema
   default, or gets an empty container (``dict``/``list``/``set`` types) or ``None``.
@@ -269,6 +269,23 @@ _FORMATS = _format_types()
 # --- helpers -----------------------------------------------------------------------------------
 
 
+def _has_ref(value: Any) -> bool:
+    if isinstance(value, dict):
+        return "$ref" in value or any(_has_ref(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_ref(v) for v in value)
+    return False
+
+
+def _passable(keywords: dict[str, Any]) -> dict[str, Any]:
+    """The keywords that can be copied verbatim into a regenerated schema.
+
+    pydantic resolves every ``$ref`` it finds in a schema, so a copied value holding one
+    (which could point anywhere, or nowhere) would break ``model_json_schema()``.
+    """
+    return {k: v for k, v in keywords.items() if not _has_ref(v)}
+
+
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -311,24 +328,33 @@ def _constrained(tp: Any, constraints: dict[str, Any]) -> Any:
     return Annotated[tp, Field(**constraints)] if constraints else tp
 
 
+def _array_type(marker: Any) -> Any:
+    """``Array(dtype, shape)`` for corral's ndarray schema marker, if numpy is installed."""
+    if not isinstance(marker, dict):
+        return None
+    try:
+        from corral.contract.arrays import Array
+    except ImportError:  # numpy is optional: the array stays a {dtype, shape, data} model
+        return None
+    dtype, shape = marker.get("dtype"), marker.get("shape")
+    if not (dtype is None or isinstance(dtype, str)):
+        return None
+    if not (shape is None or (isinstance(shape, list) and all(_dimension(n) for n in shape))):
+        return None
+    try:
+        return Array(dtype, shape)
+    except (TypeError, ValueError):
+        return None
+
+
+def _dimension(n: Any) -> bool:
+    return n is None or (isinstance(n, int) and not isinstance(n, bool) and n >= 0)
+
+
 def _metaclass(base: type[BaseModel]) -> Any:
     # Calling the metaclass is how pydantic's own create_model builds classes; it is the
     # only way to pass a namespace with both a config and a base.
     return type(base)
-
-
-def _ndarray(marker: dict[str, Any]) -> Any:
-    """An ndarray field (see :mod:`corral.contract.arrays`), typed as the schema declares."""
-    from corral.contract.arrays import Array
-
-    dtype = marker.get("dtype")
-    shape = marker.get("shape")
-    return Array(
-        dtype=dtype if isinstance(dtype, str) else None,
-        shape=[n if isinstance(n, int) else None for n in shape]
-        if isinstance(shape, list)
-        else None,
-    )
 
 
 def _optional(tp: Any) -> Any:
@@ -497,8 +523,10 @@ class _Translator:
         used: set[str] = set()
         for i, value in enumerate(values):
             name = value if isinstance(value, str) and value.isidentifier() else f"V{i}"
-            if name.startswith("_") or name in used or name in ("mro", "name", "value"):
+            if name.startswith("_") or name in ("mro", "name", "value"):
                 name = f"V{i}"
+            while name in used:
+                name += "_"
             used.add(name)
             members.append((name, value))
         cls = enum.Enum(title, members, module=_MODULE, qualname=qualname)  # type: ignore[misc]
@@ -514,10 +542,11 @@ class _Translator:
             return Any
         if not isinstance(node, dict):
             return Any
-        if isinstance(node.get("x-corral-ndarray"), dict):
-            return _ndarray(node["x-corral-ndarray"])
         if isinstance(node.get("$ref"), str):
             return self.ref(node["$ref"])
+        array = _array_type(node.get("x-corral-ndarray"))
+        if array is not None:
+            return array
         if "const" in node:
             return Literal[node["const"]] if _literal_value(node["const"]) else Any
         if isinstance(node.get("enum"), list) and node["enum"]:
@@ -585,7 +614,7 @@ class _Translator:
         fmt = node.get("format")
         if isinstance(fmt, str):
             known = _FORMATS.get(fmt)
-            type_level = {k: v for k, v in node.items() if k not in _ANNOTATIONS}
+            type_level = _passable({k: v for k, v in node.items() if k not in _ANNOTATIONS})
             if known is not None:
                 tp, canonical = known
                 if canonical_schema(type_level) == canonical:
@@ -706,7 +735,7 @@ class _Translator:
             config["extra"] = "ignore"
         if aliased:
             config["serialize_by_alias"] = True
-        schema_extra = {k: v for k, v in node.items() if k not in _STANDARD_KEYS}
+        schema_extra = _passable({k: v for k, v in node.items() if k not in _STANDARD_KEYS})
         if schema_extra:
             config["json_schema_extra"] = schema_extra
         namespace["__annotations__"] = annotations
@@ -765,7 +794,9 @@ def _field(node: dict[str, Any], *, required: bool, alias: str | None) -> Any:
         kwargs["examples"] = node["examples"]
     if isinstance(node.get("deprecated"), (bool, str)) and node["deprecated"]:
         kwargs["deprecated"] = node["deprecated"]
-    extra = {k: v for k, v in node.items() if k not in _STANDARD_KEYS or k in _CARRIED_KEYS}
+    extra = _passable(
+        {k: v for k, v in node.items() if k not in _STANDARD_KEYS or k in _CARRIED_KEYS}
+    )
     if extra:
         kwargs["json_schema_extra"] = extra
     if required:

@@ -55,10 +55,9 @@ class Environment(Generic[ActT, ObsT, StateT]):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        for base in getattr(cls, "__orig_bases__", ()):
-            origin = get_origin(base)
-            if isinstance(origin, type) and issubclass(origin, Environment):
-                _adopt_generic_args(cls, get_args(base))
+        args = _environment_args(cls)
+        if args is not None:
+            _adopt_generic_args(cls, args)
         if "name" not in cls.__dict__ or not cls.name:
             cls.name = cls.__name__
         parse_semver(cls.contract_version)
@@ -107,6 +106,26 @@ class Environment(Generic[ActT, ObsT, StateT]):
     def is_async(cls, method: str) -> bool:
         """True when ``method`` (``reset``/``step``/``state``/``close``) is ``async def``."""
         return inspect.iscoroutinefunction(getattr(cls, method))
+
+
+def _environment_args(cls: type) -> tuple[Any, ...] | None:
+    """The ``(action, observation, state)`` arguments ``cls`` gives ``Environment``.
+
+    Resolved through generic intermediates: with ``class Base(Environment[ActT, Obs, StT])``
+    and ``class Env(Base[Act, St])``, ``Env`` gives ``(Act, Obs, St)``. Arguments that are
+    still type variables stay type variables.
+    """
+    for base in cls.__dict__.get("__orig_bases__", ()):
+        origin = get_origin(base)
+        if origin is Environment:
+            return get_args(base)
+        if isinstance(origin, type) and issubclass(origin, Environment):
+            inherited = _environment_args(origin)
+            if inherited is None:
+                continue
+            bound = dict(zip(getattr(origin, "__parameters__", ()), get_args(base), strict=False))
+            return tuple(bound.get(a, a) if isinstance(a, TypeVar) else a for a in inherited)
+    return None
 
 
 def _adopt_generic_args(cls: type[Environment[Any, Any, Any]], args: tuple[Any, ...]) -> None:

@@ -34,7 +34,7 @@ def parse_semver(version: str) -> tuple[int, int, int]:
     Raises:
         ValueError: if ``version`` is not ``MAJOR.MINOR.PATCH[-pre][+build]``.
     """
-    match = SEMVER.match(version)
+    match = SEMVER.fullmatch(version)
     if match is None:
         raise ValueError(
             f"contract version {version!r} is not semantic (MAJOR.MINOR.PATCH, e.g. '1.0.0')"

@@ -21,6 +21,14 @@ from corral.errors import ContractMismatch, UnsupportedProtocol
 from corral.protocol.codecs import PROTOCOL
 from corral.protocol.messages import ContractRef, Hello
 
+RESUME_HEADER = "corral-resume"
+"""WebSocket handshake header of a reconnecting client: comma-separated ids of the
+sessions it comes back to re-attach. A full server still admits such a client, because
+those sessions hold their slots already."""
+
+MAX_RESUME_IDS = 16
+"""Session ids a client lists in :data:`RESUME_HEADER` (one live one is enough)."""
+
 
 class Compat(StrEnum):
     """How the server treats a client's contract."""

@@ -8,8 +8,12 @@ from typing import Any
 
 from fastapi import FastAPI, WebSocket
 
+from corral.server.auth import BearerAuth
 from corral.server.config import ServerConfig
 from corral.server.http import info_router
+from corral.server.metrics import metrics_router
+from corral.server.openenv_http import openenv_router
+from corral.server.openenv_ws import openenv_fallback
 from corral.server.service import EnvService
 from corral.server.workers import Worker, WorkerPool, env_reference
 from corral.server.ws import FallbackHandler, ws_endpoint
@@ -20,6 +24,7 @@ def create_app(
     config: ServerConfig | None = None,
     *,
     fallback: FallbackHandler | None = None,
+    openenv: bool = True,
     **overrides: Any,
 ) -> FastAPI:
     """Build the ASGI app serving ``env`` (an Environment subclass or a factory).
@@ -27,11 +32,17 @@ def create_app(
     Args:
         env: the environment class, or a zero-argument factory returning an instance.
         config: limits and timers; keyword ``overrides`` replace single fields.
-        fallback: handler for WebSockets that ask for no corral subprotocol.
+        fallback: handler for WebSockets that ask for no corral subprotocol (default:
+            OpenEnv's envelope, when ``openenv`` is on).
+        openenv: serve OpenEnv clients too: the ``/ws`` envelope for connections
+            without a corral subprotocol, and ``/reset`` ``/step`` ``/state`` ``/mcp``
+            ``/sessions`` over HTTP (see :mod:`corral.server.openenv_http`).
 
     The app is run by uvicorn (see :func:`corral.server.serve`); the service it wraps is
-    reachable as ``app.state.service``. With ``config.workers > 0`` the environments live
-    in that many worker processes (:mod:`corral.server.workers`), started with the app.
+    reachable as ``app.state.service``. With ``config.token`` set, every route and the
+    WebSocket require ``Authorization: Bearer <token>``. With ``config.workers > 0`` the
+    environments live in that many worker processes (:mod:`corral.server.workers`),
+    started with the app.
 
     Raises:
         ValueError: workers were asked for and ``env`` cannot be imported by name.
@@ -63,6 +74,12 @@ def create_app(
     )
     app.state.service = service
     app.include_router(info_router(service))
+    app.include_router(metrics_router(service))
+    if openenv:
+        app.include_router(openenv_router(service))
+        fallback = fallback or openenv_fallback(service)
+    if cfg.token is not None:
+        app.add_middleware(BearerAuth, token=cfg.token)
 
     @app.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:

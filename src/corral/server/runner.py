@@ -4,6 +4,14 @@
 a thread pool (a dedicated single thread when the environment asks for thread affinity).
 Every call has an optional timeout; a call that overruns is abandoned, and the instance
 is closed once its thread lets go of it, so a stuck environment never wedges the server.
+
+A thread cannot be killed, so a sync call that overran keeps its thread until it
+returns; the shared pool (:class:`EnvThreads`) then retires that thread's pool and
+carries on with a fresh one, so hung environments never starve the others of threads.
+
+Whatever an environment raises stays an ordinary exception of its call: ``SystemExit``,
+``KeyboardInterrupt`` and other ``BaseException`` types are turned into ``EnvError``
+where they are raised, since asyncio would otherwise let them stop the whole server.
 """
 
 from __future__ import annotations
@@ -11,12 +19,17 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import inspect
-from collections.abc import Callable
-from typing import Any, Protocol
+import weakref
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from corral.contract import Environment
-from corral.errors import FactoryError, StepTimeout
+from corral.errors import EnvError, FactoryError, StepTimeout
+
+T = TypeVar("T")
+P = ParamSpec("P")
 
 EnvFactory = Callable[[], Environment[Any, Any, Any]]
 
@@ -39,6 +52,47 @@ class Runner(Protocol):
         ...
 
 
+class EnvThreads(concurrent.futures.Executor):
+    """The thread pool shared by sync environments, renewed when a call gets stuck.
+
+    :meth:`abandon` is told about a call that overran its timeout and still runs: the
+    current pool is retired (its other calls finish, its threads exit as they return)
+    and new calls go to a fresh pool of the same size.
+    """
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+        self.renewed = 0
+        """How many times a stuck call made the pool be replaced."""
+        self._pool = self._new_pool()
+        self._owner: weakref.WeakKeyDictionary[
+            concurrent.futures.Future[Any], concurrent.futures.ThreadPoolExecutor
+        ] = weakref.WeakKeyDictionary()
+
+    def _new_pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        return concurrent.futures.ThreadPoolExecutor(self.threads, thread_name_prefix="corral-env")
+
+    def submit(
+        self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> concurrent.futures.Future[T]:
+        """Run ``fn(*args, **kwargs)`` on the current pool."""
+        future = self._pool.submit(fn, *args, **kwargs)
+        self._owner[future] = self._pool
+        return future
+
+    def abandon(self, future: concurrent.futures.Future[Any]) -> None:
+        """``future`` overran and still holds a thread: move on to a fresh pool."""
+        if future.done() or self._owner.get(future) is not self._pool:
+            return  # finished meanwhile, or its pool was already retired
+        retired, self._pool = self._pool, self._new_pool()
+        retired.shutdown(wait=False)
+        self.renewed += 1
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Shut the current pool down (retired pools are winding down already)."""
+        self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+
 class EnvRunner:
     """Owns one environment instance and runs its methods."""
 
@@ -52,7 +106,7 @@ class EnvRunner:
         self._executor = executor
         self._own_executor = own_executor
         self._async = {m: inspect.iscoroutinefunction(getattr(env, m)) for m in _METHODS}
-        self._stuck: concurrent.futures.Future[Any] | None = None
+        self._stuck: asyncio.Future[Any] | concurrent.futures.Future[Any] | None = None
         self.closed = False
 
     @classmethod
@@ -74,10 +128,12 @@ class EnvRunner:
             if thread_affinity
             else shared
         )
-        loop = asyncio.get_running_loop()
+        job = executor.submit(_guarded, "factory", factory)
         try:
-            env = await asyncio.wait_for(loop.run_in_executor(executor, factory), timeout)
+            env = await asyncio.wait_for(asyncio.wrap_future(job), timeout)
         except Exception as exc:
+            if isinstance(executor, EnvThreads):
+                executor.abandon(job)
             if thread_affinity:
                 executor.shutdown(wait=False)
             kind = "timed out" if isinstance(exc, TimeoutError) else f"raised {exc!r}"
@@ -99,11 +155,17 @@ class EnvRunner:
 
     def is_async(self, method: str) -> bool:
         """True when ``env.<method>`` is ``async def`` (awaited on the loop, no thread hop)."""
-        return self._async[method]
+        is_async = self._async.get(method)
+        if is_async is None:  # a tool method, looked up on first use
+            is_async = self._async[method] = inspect.iscoroutinefunction(getattr(self.env, method))
+        return is_async
 
-    def mark_stuck(self, future: concurrent.futures.Future[Any]) -> None:
-        """A thread is still inside the env after a timeout; close once ``future`` is done."""
-        self._stuck = future
+    def mark_stuck(self, job: concurrent.futures.Future[Any]) -> None:
+        """A thread is still inside the env after a timeout: close the env once ``job`` is
+        done, and let the shared pool move on to fresh threads."""
+        self._stuck = job
+        if not job.cancel() and isinstance(self._executor, EnvThreads):
+            self._executor.abandon(job)
 
     def timeout_error(self, method: str, timeout: float) -> StepTimeout:
         """The error for a call of ``method`` that overran ``timeout``."""
@@ -115,43 +177,37 @@ class EnvRunner:
     async def call(self, method: str, *args: Any, timeout: float | None, **kwargs: Any) -> Any:
         """Run ``env.<method>(*args, **kwargs)``; exceptions of the env propagate.
 
-        ``async def`` methods are awaited in the caller's task (no extra task, no thread);
-        sync methods make one hop to the executor.
+        An ``async def`` method starts in the caller's task: if it finishes without
+        suspending (no I/O to wait for) it costs no task and no timer at all; if it
+        suspends, it finishes in a task of its own, so that the timeout answers on time
+        even if the method ignores its cancellation. A sync method makes one hop to the
+        executor.
 
         Raises:
             StepTimeout: the call overran ``timeout``; this runner is then unusable.
         """
         fn = getattr(self.env, method)
-        if self._async[method]:
-            awaitable = fn(*args, **kwargs)
-            stuck = None
+        job: concurrent.futures.Future[Any] | None = None
+        if self.is_async(method):
+            future: asyncio.Future[Any] = eager_start(_guarded_async(method, fn(*args, **kwargs)))
+            if future.done():
+                return future.result()
         else:
-            stuck = self._executor.submit(fn, *args, **kwargs)
-            awaitable = asyncio.wrap_future(stuck)
+            job = self._executor.submit(_guarded, method, functools.partial(fn, *args, **kwargs))
+            future = asyncio.wrap_future(job)
         if timeout is None:
-            return await awaitable
-        # One timer handle per call (asyncio.timeout costs several times more on this
-        # path): on expiry it cancels the waiting task, and the cancellation is ours.
-        task = asyncio.current_task()
-        assert task is not None
-        overran = False
-
-        def expire() -> None:
-            nonlocal overran
-            overran = True
-            task.cancel()
-
-        timer = asyncio.get_running_loop().call_later(timeout, expire)
-        try:
-            return await awaitable
-        except asyncio.CancelledError:
-            if not overran or task.uncancel() > 0:
-                raise  # someone else cancelled the request too
-            if stuck is not None:
-                self._stuck = stuck
-            raise self.timeout_error(method, timeout) from None
-        finally:
-            timer.cancel()
+            return await future
+        done, _ = await asyncio.wait({future}, timeout=timeout)
+        if not done:
+            # For a thread, the stuck call is the thread's future: it is done only when
+            # the thread lets go of the env, which is when the env may be closed.
+            future.cancel()
+            if job is not None:
+                self.mark_stuck(job)
+            else:
+                self._stuck = future
+            raise self.timeout_error(method, timeout)
+        return future.result()
 
     async def close(self) -> None:
         """Call ``env.close()`` once; after a timeout, once the stuck call has returned."""
@@ -164,20 +220,96 @@ class EnvRunner:
             return
         if self._async["close"]:
             with contextlib.suppress(Exception):
-                await self.env.close()  # type: ignore[func-returns-value,misc]
+                await _guarded_async("close", self.env.close())  # type: ignore[func-returns-value,arg-type]
         else:
-            loop = asyncio.get_running_loop()
             with contextlib.suppress(Exception):
-                await loop.run_in_executor(self._executor, self.env.close)
+                await asyncio.wrap_future(self._executor.submit(_guarded, "close", self.env.close))
         if self._own_executor:
             self._executor.shutdown(wait=False)
 
     def _close_sync(self) -> None:
         with contextlib.suppress(Exception):
             if not self._async["close"]:
-                self._executor.submit(self.env.close)
+                self._executor.submit(_guarded, "close", self.env.close)
         if self._own_executor:
             self._executor.shutdown(wait=False)
 
 
 _METHODS = ("reset", "step", "state", "close")
+
+
+def _escaped(method: str, exc: BaseException) -> EnvError:
+    return EnvError(
+        f"{type(exc).__name__}: {exc}",
+        details={"exception": type(exc).__name__, "op": method},
+    )
+
+
+def _guarded(method: str, fn: Callable[[], T]) -> T:
+    """Run ``fn`` (in a worker thread); a non-``Exception`` it raises becomes ``EnvError``."""
+    try:
+        return fn()
+    except Exception:
+        raise
+    except BaseException as exc:
+        raise _escaped(method, exc) from None
+
+
+async def _guarded_async(method: str, awaitable: Awaitable[T]) -> T:
+    """Await ``awaitable``; a non-``Exception`` it raises (cancellation aside) becomes
+    ``EnvError`` inside this task, before asyncio could re-raise it out of the loop."""
+    try:
+        return await awaitable
+    except (Exception, asyncio.CancelledError):
+        raise
+    except BaseException as exc:
+        raise _escaped(method, exc) from None
+
+
+class _Started:
+    """A coroutine that already ran up to its first suspension, as an awaitable."""
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], suspended: Any) -> None:
+        self.coro = coro
+        self.suspended = suspended
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, value = self.coro, self.suspended
+        while True:
+            try:
+                sent = yield value  # what the coroutine waits on, to the task running us
+            except BaseException as exc:  # thrown in by that task: cancellation, mostly
+                try:
+                    value = coro.throw(exc)
+                except StopIteration as done:
+                    return done.value
+            else:
+                try:
+                    value = coro.send(sent)
+                except StopIteration as done:
+                    return done.value
+
+
+async def _finish(coro: Coroutine[Any, Any, T], suspended: Any) -> T:
+    result: T = await _Started(coro, suspended)
+    return result
+
+
+def eager_start(coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
+    """Run ``coro`` now, up to its first suspension, and return the future of its result.
+
+    A coroutine that finishes without suspending (an environment with nothing to wait
+    for) costs no task: its future is already done. One that suspends finishes in a task
+    of its own. (Python 3.12's eager tasks do the same; this works on 3.11 too.)
+    """
+    try:
+        suspended = coro.send(None)
+    except StopIteration as done:
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        future.set_result(done.value)
+        return future
+    except Exception as exc:
+        future = asyncio.get_running_loop().create_future()
+        future.set_exception(exc)
+        return future
+    return asyncio.ensure_future(_finish(coro, suspended))

@@ -3,13 +3,21 @@
 The server binds the socket itself (port 0 lets the OS pick a free port) before uvicorn
 starts, then announces the bound address: on stdout as ``CORRAL_LISTENING <url>`` and,
 if asked, in a file written atomically. A launcher reads that instead of guessing a port.
+
+It binds 127.0.0.1 unless told otherwise; binding any other interface without a bearer
+token prints a warning, since anyone who can reach the port could then run the
+environment.
+
+A launcher may also bind the socket and hand it over as an inherited file descriptor
+(``fd``, as systemd's socket activation does): the server then accepts on a socket of the
+launcher's network namespace, which is how a server in a sandbox without network is still
+reachable on the host's 127.0.0.1.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import socket
 import sys
@@ -19,13 +27,12 @@ from typing import Any
 import uvicorn
 
 from corral import runtime
+from corral.auth import TOKEN_ENV, TOKEN_FILE_ENV, resolve_token
 from corral.server.app import create_app
 from corral.server.config import ServerConfig
 
 LISTENING = "CORRAL_LISTENING"
 """The stdout line prefix a server prints once it is bound."""
-
-log = logging.getLogger("corral.server")
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
@@ -48,6 +55,19 @@ def _announce(url: str, port_file: str | Path | None) -> None:
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(url)
         os.replace(tmp, path)
+
+
+def exposure_warning(host: str, token: str | None) -> str | None:
+    """The warning to print before binding ``host``, or None when it is safe enough."""
+    if host in _LOOPBACK:
+        return None
+    if token is None:
+        return (
+            f"WARNING: binding {host} without authentication: anyone who can reach this "
+            "port can open sessions and run the environment. Set a bearer token with "
+            f"--token-file, ${TOKEN_ENV} or ${TOKEN_FILE_ENV}, or bind 127.0.0.1."
+        )
+    return None
 
 
 def uvicorn_config(app: Any, config: ServerConfig, log_level: str) -> uvicorn.Config:
@@ -76,6 +96,25 @@ def _has_sansio() -> bool:
     return False
 
 
+def inherited_socket(fd: int) -> socket.socket:
+    """The listening TCP socket a launcher passed as file descriptor ``fd``.
+
+    Raises:
+        ValueError: ``fd`` is not open, not a TCP socket, or not listening.
+    """
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError as exc:
+        raise ValueError(f"file descriptor {fd} is not an open socket ({exc})") from None
+    if sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        sock.detach()
+        raise ValueError(f"file descriptor {fd} is not a TCP socket")
+    if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+        sock.detach()
+        raise ValueError(f"socket {fd} is not listening; call listen() before passing it")
+    return sock
+
+
 def serve(
     env: Any,
     *,
@@ -84,17 +123,38 @@ def serve(
     port_file: str | Path | None = None,
     log_level: str = "warning",
     config: ServerConfig | None = None,
+    sock: socket.socket | None = None,
 ) -> None:
     """Serve ``env`` until interrupted (blocking). Binds 127.0.0.1 by default.
+
+    Without ``config.token``, the token is taken from ``$CORRAL_TOKEN`` or the file named
+    by ``$CORRAL_TOKEN_FILE`` when either is set.
+
+    Args:
+        env: what :func:`~corral.server.app.create_app` takes.
+        host / port: where to bind (port 0: a free port, announced once listening).
+        port_file: write the bound URL to this file once listening.
+        log_level: uvicorn's log level.
+        config: the server's limits and timeouts.
+        sock: accept on this listening socket (e.g. :func:`inherited_socket`) instead of
+            binding ``host:port``.
 
     The calling process becomes the server: it runs on uvloop when installed and with
     the garbage collector tuned for many sessions (see :mod:`corral.runtime`).
     """
     cfg = config or ServerConfig()
-    if host not in _LOOPBACK:
-        log.warning("binding %s: the server is reachable from other machines", host)
+    if cfg.token is None:
+        token = resolve_token()
+        if token is not None:
+            cfg = ServerConfig(**{**cfg.__dict__, "token": token})
+    if sock is not None:
+        host = sock.getsockname()[0]
+    warning = exposure_warning(host, cfg.token)
+    if warning is not None:
+        print(warning, file=sys.stderr, flush=True)
     app = create_app(env, cfg)
-    sock = bind_socket(host, port)
+    if sock is None:
+        sock = bind_socket(host, port)
     bound_port = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     server = uvicorn.Server(uvicorn_config(app, cfg, log_level))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import reprlib
 import time
 import uuid
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from corral.errors import (
     InvalidAction,
     InvalidArgument,
     StepTimeout,
+    TooManySessions,
 )
 from corral.protocol import batch as b
 from corral.protocol import messages as m
@@ -106,6 +108,8 @@ class EnvService:
             thread_affinity=env_type.thread_affinity,
         )
         self._reset_params = _accepted_options(env_type.reset)
+        self.connections: dict[str, int] = {}
+        """Open WebSocket connections by client address (for the per-client limit)."""
         self.batches = BatchHandler(self)
 
     # -- descriptions -------------------------------------------------------------
@@ -187,8 +191,21 @@ class EnvService:
         channel.send(m.opened(request.id, session.id, session.token))
 
     def _attach(self, channel: Channel, request: m.Attach) -> None:
+        live = self.manager.sessions.get(request.session)
+        previous = live.owner if live is not None else None
+        if previous is not channel and channel.owned >= self.config.max_sessions_per_connection:
+            raise TooManySessions(
+                f"this connection already holds {channel.owned} sessions",
+                details={"limit": self.config.max_sessions_per_connection},
+            )
         session = self.manager.attach(request.session, request.token, channel)
-        channel.owned += 1
+        if previous is not channel:
+            # The session moves here from a dead (or not yet detected dead) connection:
+            # the count of each connection must follow it, or a re-attach twice over
+            # would wrongly exhaust the per-connection limit.
+            channel.owned += 1
+            if isinstance(previous, Channel):
+                previous.owned -= 1
         channel.send(m.opened(request.id, session.id, session.token, kind="attached"))
 
     async def _close(self, channel: Channel, request: m.Close) -> None:
@@ -212,6 +229,7 @@ class EnvService:
         self, channel: Channel, session: Session, request: m.SessionRequest, op: Op
     ) -> None:
         timeout = self.config.step_timeout_s
+        started = time.perf_counter()
         try:
             if op is Op.STATE:
                 state = await session.runner.call("state", timeout=timeout)
@@ -244,6 +262,7 @@ class EnvService:
             )
             self._deliver_error(session, error)
             return
+        self.manager.stats.observe(str(op), time.perf_counter() - started)
         session.deliver(reply)
 
     async def _episode_call(
@@ -287,6 +306,13 @@ class EnvService:
                 f"invalid {self.contract.action.__name__}: {exc.error_count()} error(s)",
                 details={"errors": _errors(exc)},
             ) from None
+        except (TypeError, ValueError, RecursionError) as exc:
+            # The value could not even be handed to validation (e.g. nested deeper than
+            # the JSON encoder goes): the client's action is at fault, not the env.
+            raise InvalidAction(
+                f"invalid {self.contract.action.__name__}: {type(exc).__name__}: {exc}",
+                details={"errors": [{"type": "unreadable", "loc": [], "msg": str(exc)}]},
+            ) from None
 
     def _check_options(self, options: dict[str, Any]) -> None:
         if self._reset_params is None:
@@ -326,10 +352,26 @@ class EnvService:
         else:
             self.manager.detach_all(channel)
 
-    def internal_error(self, channel: Channel, exc: BaseException) -> None:
-        """Report a bug in corral to the client without dropping the connection."""
+    def internal_error(
+        self, channel: Channel, exc: BaseException, request_id: int | None = None
+    ) -> None:
+        """Report a bug in corral to the client without dropping the connection.
+
+        The reply answers ``request_id`` when given, so the caller is not left waiting.
+        """
         log.exception("internal error handling a request", exc_info=exc)
-        self.send_error(channel, InternalError(f"internal server error: {type(exc).__name__}"))
+        error = InternalError(f"internal server error: {type(exc).__name__}", request_id=request_id)
+        self.send_error(channel, error)
+
+
+def _short_repr() -> reprlib.Repr:
+    """A bounded repr for offending inputs: nesting or size cannot blow up an error reply."""
+    short = reprlib.Repr()
+    short.maxlevel, short.maxstring, short.maxother = 4, 160, 160
+    return short
+
+
+_SHORT = _short_repr()
 
 
 def _errors(exc: ValidationError) -> list[dict[str, Any]]:
@@ -338,7 +380,7 @@ def _errors(exc: ValidationError) -> list[dict[str, Any]]:
     for err in exc.errors(include_url=False):
         item = {"type": err["type"], "loc": list(err["loc"]), "msg": err["msg"]}
         if "input" in err:
-            item["input"] = repr(err["input"])[:200]
+            item["input"] = _SHORT.repr(err["input"])[:200]
         out.append(item)
     return out
 

@@ -11,7 +11,6 @@ reason rather than a bare ``UNKNOWN_SESSION``.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import secrets
@@ -31,7 +30,8 @@ from corral.errors import (
 )
 from corral.protocol.session import ReplyCache, SessionMachine
 from corral.server.config import ServerConfig
-from corral.server.runner import EnvFactory, EnvRunner, Runner
+from corral.server.runner import EnvFactory, EnvRunner, EnvThreads, Runner
+from corral.server.stats import Stats
 
 log = logging.getLogger("corral.server")
 
@@ -74,23 +74,6 @@ class Session:
             self.owner.send(message)
 
 
-@dataclass
-class Stats:
-    """Counters a server exposes in ``/ready`` and ``/metrics``."""
-
-    opened: int = 0
-    closed: int = 0
-    reaped: int = 0
-    refused: int = 0
-    steps: int = 0
-    resets: int = 0
-    errors: dict[str, int] = field(default_factory=dict)
-
-    def error(self, code: str) -> None:
-        """Count one error reply of ``code``."""
-        self.errors[code] = self.errors.get(code, 0) + 1
-
-
 class SessionManager:
     """Creates, finds, detaches, re-attaches and closes sessions under a capacity."""
 
@@ -111,16 +94,14 @@ class SessionManager:
         self.stats = Stats()
         self._reserved = 0
         self._tombstones: OrderedDict[str, str] = OrderedDict()
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            config.executor_threads, thread_name_prefix="corral-env"
-        )
+        self._executor = EnvThreads(config.executor_threads)
         self._reaper: asyncio.Task[None] | None = None
         self._on_close = on_close
         self.runner_factory: Callable[[], Awaitable[Runner]] | None = None
         """Builds each session's runner instead of :meth:`EnvRunner.create` (workers)."""
 
     @property
-    def executor(self) -> concurrent.futures.Executor:
+    def executor(self) -> EnvThreads:
         """The shared pool running sync environments' calls."""
         return self._executor
 
@@ -223,7 +204,8 @@ class SessionManager:
                 f"no session {session_id!r} on this server (it may have restarted)",
                 details={"session": session_id},
             )
-        if not secrets.compare_digest(session.token, token):
+        # As bytes: compare_digest refuses non-ASCII str, and a token is whatever was sent.
+        if not secrets.compare_digest(session.token.encode(), token.encode()):
             raise Unauthorized("wrong resume token for this session")
         session.owner = owner
         session.detached_at = None

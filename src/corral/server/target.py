@@ -1,39 +1,69 @@
-"""Loading an environment from a ``module:attribute`` reference."""
+"""Loading an environment from a ``module:attribute`` reference.
+
+This is corral's one loader of entry points: ``corral serve``, the manifest's
+``entry_point`` (``corral schema``, ``corral build``, ``corral validate``) and the
+providers all resolve references through :func:`load_target`.
+"""
 
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
+_REFERENCE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+class TargetError(ImportError, ValueError):
+    """A reference is malformed, or its module or attribute cannot be found.
+
+    It is both an ``ImportError`` and a ``ValueError`` so that callers catching either
+    (an import problem, a bad argument) see it.
+    """
+
 
 def load_target(reference: str, *, search_path: str | Path | None = None) -> Any:
-    """Import ``module:attribute`` (attribute may be dotted) and return the object.
+    """Import ``module:attribute`` (the attribute may be dotted) and return the object.
 
     Args:
         reference: e.g. ``"corral.envs.echo:EchoEnv"`` or ``"my_env.server:make_env"``.
-        search_path: a directory put first on ``sys.path`` (an environment's folder).
+        search_path: a directory put first on ``sys.path`` (an environment's folder), and
+            left there: modules the environment imports later are found too.
 
     Raises:
-        ValueError: the reference is not ``module:attribute`` or cannot be resolved.
+        TargetError: the reference is not ``module:attribute``, the module cannot be
+            imported or has no such attribute; the message says which and how to fix it.
     """
-    module_name, sep, attr = reference.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(
-            f"environment reference {reference!r} must look like 'package.module:ClassName'"
+    if not _REFERENCE.match(reference):
+        raise TargetError(
+            f"entry point {reference!r} must look like 'package.module:Name' "
+            "(a module path, a colon, then a class or factory name)"
         )
+    module_name, _, attr_path = reference.partition(":")
     if search_path is not None:
         path = str(Path(search_path).resolve())
         if path not in sys.path:
             sys.path.insert(0, path)
     try:
         obj: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = f"module {exc.name!r}" if exc.name and exc.name != module_name else "it"
+        raise TargetError(
+            f"entry point {reference!r}: cannot import module {module_name!r} ({missing} is "
+            "not found); check the spelling, run from the environment's directory, or "
+            "install the environment's package"
+        ) from exc
     except ImportError as exc:
-        raise ValueError(f"cannot import {module_name!r} for {reference!r}: {exc}") from exc
-    for part in attr.split("."):
+        raise TargetError(
+            f"entry point {reference!r}: importing module {module_name!r} failed: {exc}"
+        ) from exc
+    for part in attr_path.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise ValueError(f"{module_name!r} has no attribute {attr!r}") from None
+            raise TargetError(
+                f"entry point {reference!r}: module {module_name!r} has no attribute {attr_path!r}"
+            ) from None
     return obj

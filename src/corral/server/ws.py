@@ -2,8 +2,11 @@
 
 The codec is picked by subprotocol (``corral.v1.msgpack`` or ``corral.v1.json``). A
 full server refuses the connection at the handshake with HTTP 503 and ``Retry-After``,
-never after accepting it. One reader loop parses frames; session requests run as tasks;
-one writer task sends replies in order, so concurrent sessions never interleave a frame.
+never after accepting it, except for a client that comes back to re-attach sessions it
+already holds (its ``corral-resume`` header names them; they hold their slots already).
+A client address over ``max_connections_per_client`` is refused with HTTP 429. One
+reader loop parses frames; session requests run as tasks; one writer task sends replies
+in order, so concurrent sessions never interleave a frame.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ from typing import Any
 from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from corral.errors import CorralError
+from corral.errors import CorralError, TooManyConnections
 from corral.protocol.codecs import Codec, codec_for_subprotocols
+from corral.protocol.handshake import MAX_RESUME_IDS, RESUME_HEADER
 from corral.protocol.server import FrameReader
 from corral.server.service import Channel, EnvService
 
@@ -30,15 +34,28 @@ FallbackHandler = Callable[[WebSocket], Awaitable[None]]
 _CLEAN_CLOSE = {1000, 1001}
 
 
-async def refuse_capacity(websocket: WebSocket, service: EnvService) -> None:
-    """Refuse a WebSocket at the handshake because the server is full."""
-    error = service.manager.capacity_error()
+async def refuse(websocket: WebSocket, error: CorralError, status: int, reason: str) -> None:
+    """Refuse a WebSocket at the handshake with ``status`` and ``error`` as the body."""
     body = {"type": "error", "id": None, **error.to_wire()}
-    response = JSONResponse(body, status_code=503, headers={"Retry-After": "1"})
+    response = JSONResponse(body, status_code=status, headers={"Retry-After": "1"})
     if "websocket.http.response" in websocket.scope.get("extensions", {}):
         await websocket.send_denial_response(response)
     else:  # the server cannot send an HTTP response: close with "try again later"
-        await websocket.close(code=1013, reason="server at capacity")
+        await websocket.close(code=1013, reason=reason)
+
+
+async def refuse_capacity(websocket: WebSocket, service: EnvService) -> None:
+    """Refuse a WebSocket at the handshake because the server is full."""
+    await refuse(websocket, service.manager.capacity_error(), 503, "server at capacity")
+
+
+def resumes_live_session(websocket: WebSocket, service: EnvService) -> bool:
+    """True when the handshake names a session of this server that is still live."""
+    header = websocket.headers.get(RESUME_HEADER)
+    if not header:
+        return False
+    ids = header.split(",", MAX_RESUME_IDS)[:MAX_RESUME_IDS]
+    return any(sid.strip() in service.manager.sessions for sid in ids)
 
 
 async def serve_native(websocket: WebSocket, service: EnvService, codec: Codec) -> None:
@@ -49,6 +66,7 @@ async def serve_native(websocket: WebSocket, service: EnvService, codec: Codec) 
     writer = asyncio.create_task(_write(websocket, codec, outbox), name="corral-ws-writer")
     reader = FrameReader(codec, service.config.max_frame_bytes)
     clean = False
+    service.manager.stats.connections += 1
     try:
         while True:
             message = await websocket.receive()
@@ -66,10 +84,11 @@ async def serve_native(websocket: WebSocket, service: EnvService, codec: Codec) 
             try:
                 await service.handle(channel, request)
             except Exception as exc:  # a bug must not take the connection down
-                service.internal_error(channel, exc)
+                service.internal_error(channel, exc, request.id)
     except WebSocketDisconnect as exc:
         clean = exc.code in _CLEAN_CLOSE
     finally:
+        service.manager.stats.connections -= 1
         await service.disconnect(channel, clean)
         outbox.close()
         with contextlib.suppress(Exception):
@@ -143,13 +162,39 @@ async def ws_endpoint(
     """Route a WebSocket to the native protocol or, without a corral subprotocol, the fallback."""
     offered = list(websocket.scope.get("subprotocols", []))
     codec = codec_for_subprotocols(offered)
-    if not service.manager.has_capacity():
-        await refuse_capacity(websocket, service)
+    address = websocket.client.host if websocket.client is not None else ""
+    limit = service.config.max_connections_per_client
+    held = service.connections.get(address, 0)
+    if limit is not None and held >= limit:
+        error = TooManyConnections(
+            f"client {address} already holds {held} connections to this server",
+            details={"limit": limit, "address": address},
+        )
+        service.manager.stats.error(str(error.code))
+        await refuse(websocket, error, 429, "too many connections")
         return
-    if codec is not None:
-        await serve_native(websocket, service, codec)
-    elif fallback is not None:
+    service.connections[address] = held + 1
+    try:
+        await _serve(websocket, service, codec, fallback)
+    finally:
+        left = service.connections[address] - 1
+        if left:
+            service.connections[address] = left
+        else:
+            del service.connections[address]
+
+
+async def _serve(
+    websocket: WebSocket, service: EnvService, codec: Codec | None, fallback: FallbackHandler | None
+) -> None:
+    if codec is None and fallback is not None:
+        # The fallback speaks another protocol and reports a full server in its own way
+        # (OpenEnv: an error frame after accepting, then close 1000).
         await fallback(websocket)
+    elif not service.manager.has_capacity() and not resumes_live_session(websocket, service):
+        await refuse_capacity(websocket, service)
+    elif codec is not None:
+        await serve_native(websocket, service, codec)
     else:
         response = JSONResponse(
             {

@@ -43,6 +43,7 @@ from corral.envs.wordle.game import (
     pattern_scores,
     score_guess,
 )
+from corral.errors import InvalidArgument
 
 SOLVE_REWARD = 1.0
 """Reward for the guess that solves the word, before the bonus."""
@@ -173,7 +174,7 @@ def _parse_options(values: dict[str, Any]) -> _ResetOptions:
             f"(got {err['input']!r})"
             for err in exc.errors()
         )
-        raise ValueError(
+        raise InvalidArgument(
             f"invalid wordle options: {problems}. Accepted options: {_OPTIONS_HELP}"
         ) from None
 
@@ -235,7 +236,7 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
         else:
             secret = opts.word.lower()
             if secret not in self._allowed:
-                raise ValueError(
+                raise InvalidArgument(
                     f"reset option word={opts.word!r} is not in the word list "
                     f"({len(self._words)} words); pass one of WordleEnv().words or omit "
                     "`word` to draw the secret from the seed"

@@ -1,0 +1,93 @@
+"""Bearer tokens shared by the server (which requires one) and the client (which sends it).
+
+A server started with a token refuses every HTTP route and the WebSocket handshake
+unless the request carries ``Authorization: Bearer <token>``. Both sides find the token
+the same way: an explicit argument first, then the ``CORRAL_TOKEN`` environment
+variable, then the file named by ``CORRAL_TOKEN_FILE``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+TOKEN_ENV = "CORRAL_TOKEN"
+"""Environment variable holding the bearer token itself."""
+
+TOKEN_FILE_ENV = "CORRAL_TOKEN_FILE"
+"""Environment variable naming a file that holds the bearer token."""
+
+_MIN_LENGTH = 8
+
+
+def check_token(token: str, source: str) -> str:
+    """Return ``token`` stripped of surrounding whitespace, or raise if it is unusable.
+
+    Raises:
+        ValueError: the token is empty, too short, or contains whitespace or control
+            characters (it must fit in an HTTP header); ``source`` names where it came from.
+    """
+    value = token.strip()
+    if len(value) < _MIN_LENGTH:
+        raise ValueError(
+            f"the bearer token from {source} is {len(value)} characters long; use at least "
+            f"{_MIN_LENGTH} (e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        )
+    if any(ch.isspace() or not ch.isprintable() or not ch.isascii() for ch in value):
+        raise ValueError(
+            f"the bearer token from {source} contains whitespace, control or non-ASCII "
+            "characters; it must be a single printable ASCII word"
+        )
+    return value
+
+
+def read_token_file(path: str | Path) -> str:
+    """Read a bearer token from ``path`` (surrounding whitespace and newlines ignored).
+
+    Raises:
+        ValueError: the file cannot be read or holds no usable token.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read the token file {str(path)!r}: {exc}") from None
+    return check_token(text, f"file {str(path)!r}")
+
+
+def resolve_token(token: str | None = None) -> str | None:
+    """The token to use: ``token`` if given, else ``$CORRAL_TOKEN``, else ``$CORRAL_TOKEN_FILE``.
+
+    Returns None when none of them is set (no authentication).
+
+    Raises:
+        ValueError: the token found is unusable (see :func:`check_token`).
+    """
+    if token is not None:
+        return check_token(token, "the token argument")
+    env_token = os.environ.get(TOKEN_ENV)
+    if env_token:
+        return check_token(env_token, f"${TOKEN_ENV}")
+    env_file = os.environ.get(TOKEN_FILE_ENV)
+    if env_file:
+        return read_token_file(env_file)
+    return None
+
+
+def bearer_header(token: str) -> dict[str, str]:
+    """The HTTP header carrying ``token``."""
+    return {"Authorization": f"Bearer {token}"}
+
+
+def bearer_matches(header: str | None, token: str) -> bool:
+    """True when an ``Authorization`` header value carries exactly ``token``.
+
+    The comparison takes the same time whatever the header holds, so the token cannot be
+    guessed one character at a time.
+    """
+    if header is None:
+        return False
+    scheme, _, value = header.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return secrets.compare_digest(value.strip().encode(), token.encode())

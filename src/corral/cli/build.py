@@ -1,0 +1,122 @@
+"""``corral build``: generate the environment's Dockerfile and build its image."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from corral.errors import CorralError
+from corral.providers.dockerfile import GENERATED_HEADER, BuildError
+from corral.providers.manifest import ManifestError, load_manifest
+
+# Lines worth keeping on screen once the spinner has moved on: the steps themselves.
+_MILESTONES = (
+    "Step ",
+    "$ ",
+    "building ",
+    "resolving ",
+    "downloading ",
+    "build context ",
+    "warning:",
+    "Successfully ",
+    "base image ",
+)
+
+
+def refresh_dockerfile(env_dir: Path, generated: Path) -> bool:
+    """Copy the build's Dockerfile over the environment's own, if that one was generated.
+
+    ``corral init`` writes a ``Dockerfile`` so that the image is visible in the
+    environment's directory; rebuilding keeps it in step with the manifest. A
+    Dockerfile written by hand (without corral's header) is never touched.
+
+    Returns:
+        Whether the environment's Dockerfile was rewritten.
+    """
+    own = env_dir / "Dockerfile"
+    if not own.is_file() or not own.read_text(encoding="utf-8").startswith(GENERATED_HEADER):
+        return False
+    text = generated.read_text(encoding="utf-8")
+    if own.read_text(encoding="utf-8") == text:
+        return False
+    own.write_text(text, encoding="utf-8")
+    return True
+
+
+def build_command(
+    path: Annotated[Path, typer.Argument(help="The environment's directory.")] = Path("."),
+    base_image: Annotated[
+        str | None,
+        typer.Option(
+            envvar="CORRAL_BASE_IMAGE",
+            help="Image to build on (default: $CORRAL_BASE_IMAGE, else the manifest's).",
+        ),
+    ] = None,
+    offline: Annotated[
+        bool,
+        typer.Option(
+            "--offline/--online",
+            help="Offline: download every wheel on the host and install with --no-index "
+            "(no network needed inside the build). Online: the image installs the pinned "
+            "versions from the package index.",
+        ),
+    ] = True,
+    tag: Annotated[
+        str | None, typer.Option(help="Image tag (default: corral-NAME:VERSION).")
+    ] = None,
+    context: Annotated[
+        Path | None, typer.Option(help="Where to write the build context (default .corral/build).")
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print every line.")] = False,
+) -> None:
+    """Generate the Dockerfile from the manifest and build the image, with progress."""
+    console = Console(highlight=False)
+    try:
+        manifest = load_manifest(path)
+    except ManifestError as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from None
+    try:
+        from corral.providers.docker import build_image
+    except ImportError as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from None
+
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(f"building {manifest.name}", total=None)
+
+        def show(line: str) -> None:
+            if verbose or line.startswith(_MILESTONES):
+                bar.console.print(escape(line), style="dim" if line.startswith("$ ") else None)
+            bar.update(task, description=escape(line[:100]))
+
+        try:
+            built = build_image(
+                manifest.root,
+                tag,
+                base_image=base_image,
+                offline=offline,
+                progress=show,
+                context_dir=context,
+            )
+        except (BuildError, CorralError) as exc:
+            console.print(f"[red]build failed:[/red] {escape(str(exc))}")
+            raise typer.Exit(1) from None
+    mode = "offline" if offline else "online"
+    if refresh_dockerfile(manifest.root, built.context.dockerfile):
+        console.print(f"updated {manifest.root / 'Dockerfile'} (generated from the manifest)")
+    console.print(
+        f"[green]built[/green] {built.tag} ({built.image_id[:19]}) in {built.seconds:.1f} s, "
+        f"{mode}, from {built.context.base_image}; context in {built.context.directory}"
+    )

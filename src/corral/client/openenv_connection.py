@@ -1,0 +1,284 @@
+"""A connection to an OpenEnv server, with the interface the client uses from ``Connection``.
+
+:class:`~corral.client.async_client.AsyncEnvClient` first offers corral's subprotocol;
+a server that accepts the WebSocket without choosing it (an ``openenv-core`` server)
+gets this connection instead, which speaks OpenEnv's envelope (see
+:mod:`corral.protocol.openenv`). The client's typed API is unchanged.
+
+Limits of the OpenEnv envelope, by its design:
+
+* one session per connection, and no request ids: requests run strictly one at a
+  time, and a request that times out leaves the connection unusable (its late reply
+  could otherwise be taken for the next answer), so it is closed (``ConnectionLost``
+  afterwards);
+* no resume after a dropped connection, no batching, no multiplexing;
+* no contract negotiation: nothing checks at connect time that the client's models
+  match the server's; a mismatch shows up as ``BadObservation`` / ``InvalidAction``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from typing import Any
+
+import httpx
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
+
+from corral import __version__
+from corral.auth import bearer_header
+from corral.client.connection import Connection, http_url, ws_url
+from corral.errors import (
+    CapacityReached,
+    ClientClosed,
+    ConnectionLost,
+    CorralError,
+    RequestTimeout,
+    UnsupportedProtocol,
+)
+from corral.protocol import messages as m
+from corral.protocol.codecs import JsonCodec
+from corral.protocol.messages import ContractRef
+from corral.protocol.openenv import (
+    FATAL_CODES,
+    PROTOCOL_NAME,
+    client_frame,
+    client_reply,
+    openenv_code,
+)
+
+log = logging.getLogger("corral.client")
+
+_SETTLE_STEP = 0.05
+
+
+def is_openenv_refusal(exc: UnsupportedProtocol) -> bool:
+    """True when ``exc`` says the server accepted the WebSocket without a subprotocol."""
+    return "accepted" in exc.details and exc.details["accepted"] is None
+
+
+class OpenEnvConnection:
+    """One OpenEnv session over one WebSocket (see the module docstring for its limits).
+
+    Args:
+        url: the server (``http://host:port`` or ``ws://host:port/ws``).
+        connect_timeout: seconds to connect (and for the first exchange).
+        ping_interval / ping_timeout: WebSocket keepalive.
+        max_frame_bytes: largest frame accepted from the server.
+        headers: extra HTTP headers for the handshake and for ``GET /schema``.
+        settle_s: how long to keep retrying while the server reports
+            ``CAPACITY_REACHED`` at connect; used right after a probe connection, whose
+            slot the server frees only once it has seen that socket close.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        connect_timeout: float = 10.0,
+        ping_interval: float | None = 20.0,
+        ping_timeout: float | None = 20.0,
+        max_frame_bytes: int = 64 * 1024 * 1024,
+        headers: dict[str, str] | None = None,
+        settle_s: float = 0.0,
+    ) -> None:
+        self.url = ws_url(url)
+        self.http_url = http_url(url)
+        self.codec = JsonCodec()
+        self.connect_timeout = connect_timeout
+        self.ping_interval = ping_interval
+        self.ping_timeout = ping_timeout
+        self.max_frame_bytes = max_frame_bytes
+        self.headers = headers or {}
+        self.settle_s = settle_s
+        self.welcome: dict[str, Any] = {}
+        self.session = f"openenv-{uuid.uuid4().hex[:12]}"
+        """A local name for the one session (OpenEnv never tells its id)."""
+        self._ws: ClientConnection | None = None
+        self._lock = asyncio.Lock()
+        self._ids = 0
+        self._closed = False
+        self._lost: CorralError | None = None
+
+    @classmethod
+    def replacing(cls, connection: Connection) -> OpenEnvConnection:
+        """The OpenEnv connection to use instead of a refused corral ``connection``."""
+        return cls(
+            connection.url,
+            connect_timeout=connection.connect_timeout,
+            ping_interval=connection.ping_interval,
+            ping_timeout=connection.ping_timeout,
+            max_frame_bytes=connection.max_frame_bytes,
+            # The bearer token travels too: a corral server behind auth refuses without it.
+            headers={
+                **connection.headers,
+                **(bearer_header(connection.token) if connection.token is not None else {}),
+            },
+            settle_s=2.0,
+        )
+
+    @property
+    def connected(self) -> bool:
+        """True while the socket is open and usable."""
+        return self._ws is not None and self._lost is None and not self._closed
+
+    async def connect(
+        self, contract: ContractRef | None = None, *, want_schemas: bool = False
+    ) -> dict[str, Any]:
+        """Open the socket (the server creates the session) and return a ``welcome``.
+
+        The first exchange is a ``state`` request, so that a full server's
+        ``CAPACITY_REACHED`` (which OpenEnv sends after accepting) surfaces here. The
+        ``contract`` cannot be checked over OpenEnv and is ignored; with
+        ``want_schemas`` the models' schemas are read from ``GET /schema``.
+
+        Raises:
+            CapacityReached: the server is full.
+            ConnectionLost: the server could not be reached.
+        """
+        if self._closed:
+            raise ClientClosed("this connection was closed")
+        deadline = time.monotonic() + self.settle_s
+        delay = _SETTLE_STEP
+        while True:
+            try:
+                await self._open_socket()
+                break
+            except CapacityReached:
+                if time.monotonic() + delay > deadline:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.4)
+        self.welcome = {
+            "type": "welcome",
+            "protocol": PROTOCOL_NAME,
+            "server": {"name": PROTOCOL_NAME},
+            "env": {},
+            "limits": {},
+            "compat": "unchecked",
+            "session": self.session,
+        }
+        if want_schemas:
+            self.welcome["schemas"] = await self._schemas()
+        return self.welcome
+
+    async def _open_socket(self) -> None:
+        try:
+            ws = await connect(
+                self.url,
+                open_timeout=self.connect_timeout,
+                ping_interval=self.ping_interval,
+                ping_timeout=self.ping_timeout,
+                max_size=self.max_frame_bytes,
+                additional_headers=self.headers,
+                compression=None,
+                user_agent_header=f"corral/{__version__}",
+            )
+        except InvalidStatus as exc:
+            raise ConnectionLost(
+                f"{self.url} refused the WebSocket handshake with HTTP {exc.response.status_code}",
+                details={"status": exc.response.status_code},
+            ) from None
+        except (OSError, TimeoutError, WebSocketException) as exc:
+            raise ConnectionLost(f"cannot connect to {self.url}: {exc}") from None
+        self._ws = ws
+        self._lost = None
+        try:
+            await self.request({"type": "state"}, timeout=self.connect_timeout)
+        except CorralError:
+            self._ws = None
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(ws.close(), 2.0)
+            raise
+
+    async def _schemas(self) -> dict[str, Any]:
+        try:
+            async with httpx.AsyncClient(
+                timeout=self.connect_timeout, headers=self.headers, trust_env=False
+            ) as http:
+                response = await http.get(f"{self.http_url}/schema")
+                response.raise_for_status()
+                body = response.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            raise ConnectionLost(
+                f"cannot read the schemas from {self.http_url}/schema: {exc}; pass the "
+                "models to the client (env= or action_type=/observation_type=/state_type=)"
+            ) from None
+        return {key: body.get(key) or {} for key in ("action", "observation", "state")}
+
+    async def request(self, message: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        """Send one corral request in its OpenEnv form and return corral's reply.
+
+        ``open`` is answered locally (the socket is the session); ``close`` has no
+        reply on OpenEnv's wire.
+
+        Raises:
+            CorralError: the server's error, as its exception class.
+            RequestTimeout: no reply in time (the connection is then closed).
+            ConnectionLost: the connection failed or the server ended the session.
+            UnsupportedProtocol: the request has no OpenEnv form (attach, batches).
+        """
+        kind = str(message.get("type"))
+        async with self._lock:
+            self._ids += 1
+            request_id = self._ids
+            if kind == "open":
+                return m.opened(request_id, self.session, "")
+            frame = client_frame(message)
+            ws = self._socket()
+            try:
+                try:
+                    await ws.send(self.codec.encode(frame))
+                except ConnectionClosed:
+                    if kind == "close":
+                        return m.closed(request_id, self.session)
+                    # The server may have closed right after an error frame (OpenEnv does
+                    # after CAPACITY_REACHED): recv() still returns it, else raises.
+                if kind == "close":
+                    return m.closed(request_id, self.session)
+                raw = await asyncio.wait_for(ws.recv(), timeout)
+            except TimeoutError:
+                self._lost = ConnectionLost(
+                    f"an earlier {kind!r} timed out; the OpenEnv connection has no request "
+                    "ids, so it was closed to keep replies in order"
+                )
+                await self._drop(ws)
+                raise RequestTimeout(
+                    f"no reply to {kind!r} within {timeout:g} s (the connection was closed)",
+                    details={"timeout_s": timeout},
+                    request_id=request_id,
+                ) from None
+            except ConnectionClosed as exc:
+                self._lost = ConnectionLost(f"connection closed: {exc}")
+                raise ConnectionLost(self._lost.message, request_id=request_id) from None
+            try:
+                return client_reply(kind, raw, request_id=request_id, session=self.session)
+            except CorralError as exc:
+                if openenv_code(str(exc.code)) in FATAL_CODES:
+                    # OpenEnv closes the socket after these: the session is over.
+                    self._lost = ConnectionLost(f"the server ended the session: {exc.message}")
+                raise
+
+    def _socket(self) -> ClientConnection:
+        if self._closed:
+            raise ClientClosed("this connection was closed")
+        if self._lost is not None or self._ws is None:
+            raise self._lost or ConnectionLost("not connected")
+        return self._ws
+
+    async def _drop(self, ws: ClientConnection) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(ws.close(), 2.0)
+
+    async def close(self) -> None:
+        """Close the socket (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._ws is not None:
+            await self._drop(self._ws)
+        self._lost = ClientClosed("the client was closed")

@@ -1,0 +1,495 @@
+"""``CodingEnv``: write a Python function; hidden tests run in a sandbox grade it.
+
+Each episode draws a :class:`~corral.envs.coding.tasks.Task` (by ``seed``, or by name
+with the ``task`` reset option). Each action is Python source code; it runs in a
+sandboxed process (see :mod:`corral.envs.coding`), then the task's hidden cases call
+the function it defined, in the same sandbox. The reward is the fraction of cases that
+pass; the episode *terminates* when all pass and is *truncated* after ``max_steps``
+actions.
+
+Reset options: ``task`` (a task name), ``persistent`` (bool: one interpreter for the
+whole episode, so variables survive between actions), ``max_steps`` (int >= 1) and
+``episode_id`` (str). Bad options raise :class:`~corral.errors.InvalidArgument`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import threading
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from corral.contract import Action, Environment, Observation, State, WireModel
+from corral.envs.coding.sandbox import (
+    DEFAULT_UID_RANGE,
+    ExecOutcome,
+    KilledReason,
+    SandboxLimits,
+    SandboxMode,
+    SandboxProcess,
+    SandboxProfile,
+    TestsOutcome,
+    Workspace,
+    resolve_profile,
+)
+from corral.envs.coding.tasks import TASKS, Task, matches
+from corral.errors import InvalidArgument
+
+MAX_CODE_CHARS = 100_000
+"""Largest accepted action, in characters."""
+DEFAULT_MAX_STEPS = 8
+MAX_STEPS_LIMIT = 1000
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[2])
+_OPTIONS_HELP = (
+    f"task (a task name), persistent (bool), max_steps (int 1..{MAX_STEPS_LIMIT}), episode_id (str)"
+)
+
+
+class CodeAction(Action):
+    """Python source code to run in the episode's sandbox."""
+
+    code: str = Field(
+        max_length=MAX_CODE_CHARS,
+        description=(
+            "Python source, run as a module in the sandbox (standard library only). Define "
+            "the task's function; print() output comes back in stdout."
+        ),
+        examples=["def fizzbuzz(n):\n    return str(n)\n"],
+    )
+
+
+class CaseResult(WireModel):
+    """The outcome of one hidden test case (its arguments stay hidden).
+
+    Attributes:
+        index: position of the case in the task's hidden list.
+        passed: the function returned the expected value.
+        error: why it did not pass: ``"wrong answer"``, ``"raised <Exception>"``, the
+            function being missing, or ``"not run: ..."`` when the sandbox was killed first.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    index: int
+    passed: bool
+    error: str | None = None
+
+
+class CodeObservation(Observation):
+    """What the agent sees after ``reset`` (the task) or an action (its results).
+
+    Attributes:
+        task: the task's name.
+        prompt: the task statement (on reset; empty after actions).
+        stdout / stderr: the action's output, decoded as UTF-8, each capped at the
+            sandbox's ``max_output_bytes``. Output printed by the hidden tests is dropped.
+        stdout_truncated / stderr_truncated: the stream went over the cap.
+        exit_code: 0 when the code ran to the end, 1 after an uncaught exception, the
+            ``SystemExit`` code; None when the process was killed or ended first.
+        error: a one-line account of what went wrong (exception, kill, crash), or None.
+        timed_out: a time limit (wall clock or CPU) was hit.
+        killed_reason: why the sandboxed process ended early: ``wall_clock``,
+            ``cpu_time``, ``memory`` (the address-space limit was hit, MemoryError),
+            ``output_limit``, ``signal`` (another signal, e.g. a crash), ``exited`` (the
+            code ended the process, e.g. ``os._exit``), ``protocol`` (the code tampered
+            with the worker's reply channel) or ``closed`` (the environment was closed).
+        killed_phase: ``"code"`` (while running the action) or ``"tests"``.
+        tests_passed / tests_total: hidden cases passed, out of how many.
+        test_results: one :class:`CaseResult` per hidden case.
+        worker_restarted: persistent mode only: the interpreter died earlier, so this
+            action ran in a fresh one and earlier variables are gone.
+        wall_time: seconds the action's code ran.
+        cpu_time: CPU seconds the action's code used in the worker (None if killed).
+    """
+
+    task: str = ""
+    prompt: str = ""
+    stdout: str = ""
+    stderr: str = ""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    exit_code: int | None = None
+    error: str | None = None
+    timed_out: bool = False
+    killed_reason: KilledReason | None = None
+    killed_phase: Literal["code", "tests"] | None = None
+    tests_passed: int = 0
+    tests_total: int = 0
+    test_results: list[CaseResult] = Field(default_factory=list)
+    worker_restarted: bool = False
+    wall_time: float = 0.0
+    cpu_time: float | None = None
+
+
+class CodeState(State):
+    """The episode as a trainer may inspect it.
+
+    Attributes:
+        task: the current task's name (None before the first reset).
+        seed: the seed of the last reset.
+        persistent: the episode keeps one interpreter across actions.
+        max_steps: actions allowed before truncation.
+        sandbox_mode: the isolation mode in use (see :class:`SandboxMode`).
+        sandbox_strategy: how that mode is realised on this machine.
+        sandbox_uid: the unprivileged uid the sandbox runs as (None when corral is not
+            root and the sandbox runs as corral's own user).
+        workdir: the working directory as the agent's code sees it.
+        tests_passed / tests_total: the last action's result.
+        last_reward / best_reward: the last and the best reward of the episode.
+        solved: some action passed every hidden case.
+        done: the episode is over.
+        worker_alive: the persistent interpreter is running.
+        worker_restarts: how often the persistent interpreter had to be restarted.
+    """
+
+    task: str | None = None
+    seed: int | None = None
+    persistent: bool = False
+    max_steps: int = DEFAULT_MAX_STEPS
+    sandbox_mode: SandboxMode | None = None
+    sandbox_strategy: str | None = None
+    sandbox_uid: int | None = None
+    workdir: str | None = None
+    tests_passed: int = 0
+    tests_total: int = 0
+    last_reward: float | None = None
+    best_reward: float = 0.0
+    solved: bool = False
+    done: bool = False
+    worker_alive: bool = False
+    worker_restarts: int = 0
+
+
+class _ResetOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    task: str | None = None
+    persistent: Annotated[bool, Field(strict=True)] | None = None
+    max_steps: Annotated[int, Field(strict=True, ge=1, le=MAX_STEPS_LIMIT)] | None = None
+    episode_id: str | None = None
+
+
+def _parse_options(values: dict[str, Any]) -> _ResetOptions:
+    try:
+        return _ResetOptions.model_validate(values)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'options'}: {err['msg']} "
+            f"(got {err.get('input')!r})"
+            for err in exc.errors()
+        )
+        raise InvalidArgument(
+            f"invalid coding options: {problems}. Accepted options: {_OPTIONS_HELP}",
+            details={"accepted": sorted(_ResetOptions.model_fields)},
+        ) from None
+
+
+@dataclasses.dataclass
+class _Episode:
+    task: Task
+    persistent: bool
+    workspace: Workspace
+    state: CodeState
+    worker: SandboxProcess | None = None
+    worker_lost: bool = False
+
+
+class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
+    """Write the task's Python function; reward = fraction of hidden tests passed.
+
+    Args:
+        sandbox: ``"auto"`` (the strongest mode that works here) or a
+            :class:`SandboxMode` to insist on.
+        limits: resource limits of the sandboxed processes.
+        python: the interpreter to run in the sandbox (default: the one corral runs on,
+            without its virtualenv); it runs with ``-I -S``, so only its standard library
+            is importable.
+        tasks: the tasks to draw from (default: :data:`~corral.envs.coding.tasks.TASKS`).
+        max_steps: default for the ``max_steps`` reset option.
+        persistent: default for the ``persistent`` reset option.
+        workdir_root: where episode directories are created (default: the system temp
+            dir); put it on a filesystem with a quota to bound disk use.
+        extra_ro_paths: more host paths to show read-only in the sandbox (for an
+            interpreter installed outside its prefix).
+        hidden_paths: host paths never to show in the sandbox even when a parent is
+            shown (default: corral's own package, which holds the expected answers).
+        uid_range: uids leased to sandboxes when corral runs as root.
+
+    Raises:
+        SandboxUnavailable: no (requested) sandbox mode works on this machine.
+        ValueError: ``tasks`` is empty or has duplicate names, or a default is out of range.
+    """
+
+    name = "coding"
+    description = (
+        "Write a Python function (fizzbuzz, is_prime, ...). Each action is Python code run "
+        "in a sandbox (rlimits, no network, read-only filesystem); reward = fraction of the "
+        "task's hidden tests that pass. Reset options: task, persistent, max_steps."
+    )
+    contract_version = "1.0.0"
+
+    def __init__(
+        self,
+        *,
+        sandbox: SandboxMode | Literal["auto"] = "auto",
+        limits: SandboxLimits | None = None,
+        python: str | None = None,
+        tasks: Sequence[Task] | None = None,
+        max_steps: int = DEFAULT_MAX_STEPS,
+        persistent: bool = False,
+        workdir_root: str | None = None,
+        extra_ro_paths: Sequence[str] = (),
+        hidden_paths: Sequence[str] | None = None,
+        uid_range: range = DEFAULT_UID_RANGE,
+    ) -> None:
+        chosen = tuple(TASKS if tasks is None else tasks)
+        names = [t.name for t in chosen]
+        if not chosen or len(set(names)) != len(names):
+            raise ValueError(f"tasks must be a non-empty list with unique names, got {names}")
+        if not 1 <= max_steps <= MAX_STEPS_LIMIT:
+            raise ValueError(f"max_steps must be in 1..{MAX_STEPS_LIMIT}, got {max_steps}")
+        self._tasks = {t.name: t for t in chosen}
+        self._limits = limits or SandboxLimits()
+        self._max_steps = max_steps
+        self._persistent = persistent
+        self._workdir_root = workdir_root
+        self._extra_ro_paths = tuple(extra_ro_paths)
+        self._hidden_paths = tuple(hidden_paths) if hidden_paths is not None else (_PACKAGE_DIR,)
+        self._profile: SandboxProfile = resolve_profile(sandbox, python, uid_range)
+        self._lock = threading.RLock()
+        self._episode: _Episode | None = None
+        self._closed = False
+        self._idle_state = CodeState(
+            sandbox_mode=self._profile.mode, sandbox_strategy=self._profile.strategy
+        )
+
+    @property
+    def sandbox_profile(self) -> SandboxProfile:
+        """How this environment's sandboxes are started (mode, strategy, interpreter)."""
+        return self._profile
+
+    @property
+    def host_workdir(self) -> Path | None:
+        """The current episode's working directory on the host (None between episodes)."""
+        episode = self._episode
+        return episode.workspace.host_workdir if episode else None
+
+    # -- Environment API --------------------------------------------------------------
+
+    def reset(self, seed: int | None = None, **options: Any) -> CodeObservation:
+        """Start an episode: pick the task, create its workspace (and interpreter).
+
+        Raises:
+            InvalidArgument: an unknown option, a bad value, or an unknown task name.
+            SandboxError: the persistent interpreter could not be started.
+            RuntimeError: the environment was closed.
+        """
+        opts = _parse_options(options)
+        with self._lock:
+            self._check_open()
+            task = self._choose(seed, opts.task)
+            self._end_episode()
+            persistent = self._persistent if opts.persistent is None else opts.persistent
+            workspace = Workspace(self._profile, self._hidden_paths, self._workdir_root)
+            state = CodeState(
+                episode_id=opts.episode_id or str(uuid.uuid4()),
+                task=task.name,
+                seed=seed,
+                persistent=persistent,
+                max_steps=opts.max_steps or self._max_steps,
+                sandbox_mode=self._profile.mode,
+                sandbox_strategy=self._profile.strategy,
+                sandbox_uid=workspace.uid,
+                workdir=workspace.inside_workdir,
+                tests_total=len(task.cases),
+            )
+            episode = _Episode(task=task, persistent=persistent, workspace=workspace, state=state)
+            try:
+                if persistent:
+                    episode.worker = self._spawn(episode)
+                    state.worker_alive = True
+            except BaseException:
+                workspace.close()
+                raise
+            self._episode = episode
+            return CodeObservation(
+                task=task.name,
+                prompt=task.prompt(persistent),
+                tests_total=len(task.cases),
+                metadata=self._metadata(episode) | {"limits": self._limits.model_dump()},
+            )
+
+    def step(self, action: CodeAction) -> CodeObservation:
+        """Run the action's code, then the hidden tests; score the result.
+
+        Raises:
+            RuntimeError: before ``reset``, after the episode ended, or after ``close``.
+            SandboxError: a sandbox could not be started (a machine problem).
+        """
+        with self._lock:
+            self._check_open()
+            episode = self._episode
+            if episode is None:
+                raise RuntimeError("call reset() before step()")
+            state = episode.state
+            if state.done:
+                raise RuntimeError("the episode is over; call reset() to start a new one")
+            restarted = False
+            if episode.worker is None:
+                restarted = episode.persistent and episode.worker_lost
+                episode.worker = self._spawn(episode)
+            elif not episode.worker.alive():
+                episode.worker.close()
+                restarted = True
+                episode.worker = self._spawn(episode)
+            if restarted:
+                state.worker_restarts += 1
+                episode.worker_lost = False
+            worker = episode.worker
+            state.step_count += 1
+            task = episode.task
+            tests: TestsOutcome | None = None
+            try:
+                outcome = worker.execute(action.code, f"<step {state.step_count}>")
+                if outcome.killed_reason is None:
+                    tests = worker.run_tests(task.entry_point, [c.args for c in task.cases])
+            finally:
+                if not episode.persistent or not worker.alive():
+                    worker.close()
+                    episode.worker = None
+                    episode.worker_lost = episode.persistent
+            state.worker_alive = episode.worker is not None
+            return self._observe(episode, worker, outcome, tests, restarted)
+
+    def state(self) -> CodeState:
+        """A copy of the current state."""
+        with self._lock:
+            episode = self._episode
+            source = episode.state if episode is not None else self._idle_state
+            return source.model_copy(deep=True)
+
+    def close(self) -> None:
+        """Kill the sandbox (even mid-step, from another thread) and delete the workspace."""
+        self._closed = True
+        episode = self._episode
+        worker = episode.worker if episode is not None else None
+        if worker is not None:
+            worker.kill("closed")
+        with self._lock:
+            self._end_episode()
+
+    # -- internals --------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the environment is closed")
+
+    def _choose(self, seed: int | None, name: str | None) -> Task:
+        if name is not None:
+            task = self._tasks.get(name)
+            if task is None:
+                raise InvalidArgument(
+                    f"unknown task {name!r}; choose one of {sorted(self._tasks)}",
+                    details={"task": name, "tasks": sorted(self._tasks)},
+                )
+            return task
+        return random.Random(seed).choice(list(self._tasks.values()))
+
+    def _spawn(self, episode: _Episode) -> SandboxProcess:
+        limits = self._limits
+        # The hard CPU limit is a lifetime cap: one budget for each action and each test
+        # run the process may serve, plus slack for the interpreter itself.
+        runs = 2 * episode.state.max_steps if episode.persistent else 2
+        return SandboxProcess(
+            self._profile,
+            episode.workspace,
+            limits,
+            cpu_hard=limits.cpu_seconds * runs + 2,
+            extra_ro_paths=self._extra_ro_paths,
+        )
+
+    def _end_episode(self) -> None:
+        episode, self._episode = self._episode, None
+        if episode is None:
+            return
+        try:
+            if episode.worker is not None:
+                episode.worker.close()
+        finally:
+            episode.workspace.close()
+
+    def _metadata(self, episode: _Episode) -> dict[str, Any]:
+        return {
+            "sandbox_mode": str(self._profile.mode),
+            "sandbox_strategy": self._profile.strategy,
+            "persistent": episode.persistent,
+        }
+
+    def _observe(
+        self,
+        episode: _Episode,
+        worker: SandboxProcess,
+        outcome: ExecOutcome,
+        tests: TestsOutcome | None,
+        restarted: bool,
+    ) -> CodeObservation:
+        task, state = episode.task, episode.state
+        killed_reason: KilledReason | None = outcome.killed_reason
+        killed_phase: Literal["code", "tests"] | None = "code" if killed_reason else None
+        error = outcome.error
+        if killed_reason is None and tests is not None and tests.killed_reason is not None:
+            killed_reason, killed_phase = tests.killed_reason, "tests"
+            error = "while running the hidden tests: " + worker.explain(
+                tests.killed_reason, phase="tests"
+            )
+        not_run = "not run: " + (
+            worker.explain(killed_reason, phase=killed_phase or "code")
+            if killed_reason
+            else "the tests did not run"
+        )
+        reports = tests.cases if tests is not None else []
+        results = []
+        for index, case in enumerate(task.cases):
+            if index >= len(reports):
+                results.append(CaseResult(index=index, passed=False, error=not_run))
+                continue
+            report = reports[index]
+            passed = report.ok and matches(case.expected, report.value)
+            reason = None if passed else ("wrong answer" if report.ok else report.error)
+            results.append(CaseResult(index=index, passed=passed, error=reason))
+        passed_count = sum(r.passed for r in results)
+        reward = passed_count / len(results)
+        solved = passed_count == len(results)
+        truncated = not solved and state.step_count >= state.max_steps
+        state.tests_passed = passed_count
+        state.last_reward = reward
+        state.best_reward = max(state.best_reward, reward)
+        state.solved = state.solved or solved
+        state.done = solved or truncated
+        return CodeObservation(
+            task=task.name,
+            stdout=outcome.stdout.decode("utf-8", "replace"),
+            stderr=outcome.stderr.decode("utf-8", "replace"),
+            stdout_truncated=outcome.stdout_truncated,
+            stderr_truncated=outcome.stderr_truncated,
+            exit_code=outcome.exit_code,
+            error=error,
+            timed_out=killed_reason in ("wall_clock", "cpu_time"),
+            killed_reason=killed_reason,
+            killed_phase=killed_phase,
+            tests_passed=passed_count,
+            tests_total=len(results),
+            test_results=results,
+            worker_restarted=restarted,
+            wall_time=round(outcome.wall_time, 6),
+            cpu_time=outcome.cpu_time,
+            reward=reward,
+            done=solved or truncated,
+            truncated=truncated,
+            metadata=self._metadata(episode),
+        )

@@ -1,0 +1,1 @@
+"""Where a server runs: local process, Docker, Hugging Face Spaces; and the manifest."""

@@ -1,0 +1,87 @@
+"""``/metrics``: the server's counters in the Prometheus text format.
+
+A custom collector reads :class:`~corral.server.stats.Stats` at scrape time, so the hot
+path only bumps plain integers and nothing is counted twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from corral.server.service import EnvService
+
+
+class ServiceCollector(Collector):
+    """Exports one service's sessions, steps, latencies, errors and connections."""
+
+    def __init__(self, service: EnvService) -> None:
+        self.service = service
+
+    def collect(self) -> Iterator[Metric]:
+        """Build every metric family from the live counters."""
+        manager = self.service.manager
+        stats = manager.stats
+        yield GaugeMetricFamily(
+            "corral_sessions_active", "Sessions holding a slot now.", value=manager.active
+        )
+        yield GaugeMetricFamily(
+            "corral_sessions_max", "Session capacity.", value=self.service.config.max_sessions
+        )
+        yield GaugeMetricFamily(
+            "corral_connections_active", "Open WebSocket connections.", value=stats.connections
+        )
+        sessions = CounterMetricFamily(
+            "corral_sessions", "Session lifecycle events.", labels=["event"]
+        )
+        for event, value in (
+            ("opened", stats.opened),
+            ("closed", stats.closed),
+            ("reaped", stats.reaped),
+            ("refused", stats.refused),
+        ):
+            sessions.add_metric([event], value)
+        yield sessions
+        calls = CounterMetricFamily("corral_env_calls", "Environment calls.", labels=["op"])
+        calls.add_metric(["step"], stats.steps)
+        calls.add_metric(["reset"], stats.resets)
+        yield calls
+        errors = CounterMetricFamily("corral_errors", "Error replies by code.", labels=["code"])
+        for code, value in sorted(stats.errors.items()):
+            errors.add_metric([code], value)
+        yield errors
+        latency = HistogramMetricFamily(
+            "corral_env_call_seconds", "Environment call latency.", labels=["op"]
+        )
+        for op, histogram in sorted(stats.latency.items()):
+            latency.add_metric([op], histogram.cumulative(), sum_value=histogram.total)
+        yield latency
+
+
+def metrics_router(service: EnvService) -> APIRouter:
+    """The ``/metrics`` route for ``service``, on a registry of its own."""
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(ServiceCollector(service))
+    router = APIRouter()
+
+    # Declared as text, not the JSON FastAPI assumes, so the OpenAPI document is true.
+    @router.get(
+        "/metrics",
+        response_class=Response,
+        responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}},
+    )
+    async def metrics() -> Response:
+        """Prometheus text exposition of the server's counters."""
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return router

@@ -1,0 +1,76 @@
+"""Server counters, kept cheap on the hot path and read by ``/metrics`` at scrape time."""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+LATENCY_BUCKETS: tuple[float, ...] = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+"""Upper bounds (seconds) of the environment-call latency histogram."""
+
+
+@dataclass
+class Histogram:
+    """Fixed-bucket latency counts; ``counts[i]`` holds observations in bucket ``i``."""
+
+    bounds: tuple[float, ...] = LATENCY_BUCKETS
+    counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
+    total: float = 0.0
+    observations: int = 0
+
+    def observe(self, seconds: float) -> None:
+        """Record one observation."""
+        self.counts[bisect.bisect_left(self.bounds, seconds)] += 1
+        self.total += seconds
+        self.observations += 1
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """``(le, cumulative count)`` pairs as Prometheus exposes them, ending with +Inf."""
+        out, running = [], 0
+        for bound, count in zip((*map(str, self.bounds), "+Inf"), self.counts, strict=True):
+            running += count
+            out.append((bound, running))
+        return out
+
+
+@dataclass
+class Stats:
+    """Counters a server exposes in ``/ready`` and ``/metrics``."""
+
+    opened: int = 0
+    closed: int = 0
+    reaped: int = 0
+    refused: int = 0
+    steps: int = 0
+    resets: int = 0
+    connections: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    latency: dict[str, Histogram] = field(default_factory=dict)
+
+    def error(self, code: str) -> None:
+        """Count one error reply of ``code``."""
+        self.errors[code] = self.errors.get(code, 0) + 1
+
+    def observe(self, op: str, seconds: float) -> None:
+        """Record how long an environment call of ``op`` took."""
+        histogram = self.latency.get(op)
+        if histogram is None:
+            histogram = self.latency[op] = Histogram()
+        histogram.observe(seconds)

@@ -1,0 +1,153 @@
+"""Serving Gymnasium environments: models, seeds, options, termination, info on the wire."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium
+import numpy as np
+import pytest
+import typer
+from tests.support.gym_envs import FANCY_ID
+from tests.support.servers import running
+
+from corral.adapters.gymnasium import GymEnvironment, GymState, SpaceError, serve_target
+from corral.adapters.gymnasium.remote import info_of
+from corral.cli.serve import resolve_serve_target
+from corral.client import AsyncEnvClient, LocalServer, SyncEnvClient
+from corral.client.loop import run_blocking
+from corral.errors import InvalidAction
+
+
+def test_for_id_builds_typed_models() -> None:
+    env_class = GymEnvironment.for_id("CartPole-v1")
+    assert env_class.name == "gym:CartPole-v1"
+    assert "at most 500 steps" in env_class.description
+    action = env_class.action_type.model_json_schema()["properties"]["action"]
+    assert (action["minimum"], action["maximum"]) == (0, 1)
+    obs = env_class.observation_type.model_json_schema()["properties"]["observation"]
+    assert obs["x-corral-ndarray"] == {"dtype": "<f4", "shape": [4]}
+    assert obs["x-gym-space"]["type"] == "Box"
+    assert env_class.state_type is GymState
+
+
+def test_in_process_episode_matches_gymnasium() -> None:
+    env = GymEnvironment.for_id("CartPole-v1")()
+    reference = gymnasium.make("CartPole-v1")
+    obs = env.reset(seed=11)
+    ref_obs, _ = reference.reset(seed=11)
+    np.testing.assert_array_equal(obs.observation, ref_obs)  # type: ignore[attr-defined]
+    assert obs.reward is None and not obs.done
+    action_type = type(env).action_type
+    for step in range(1, 200):
+        obs = env.step(action_type(action=step % 2))
+        ref_obs, reward, terminated, truncated, _ = reference.step(step % 2)
+        np.testing.assert_array_equal(obs.observation, ref_obs)  # type: ignore[attr-defined]
+        assert obs.reward == reward
+        assert obs.done == (terminated or truncated) and obs.truncated == truncated
+        if obs.done:
+            break
+    state = env.state()
+    assert state.terminated and state.step_count == step and state.episode_return == step
+    assert state.seed == 11 and state.env_id == "CartPole-v1"
+    env.close()
+
+
+def test_truncation_is_not_termination() -> None:
+    env = GymEnvironment.for_id("CartPole-v1", max_episode_steps=3)()
+    env.reset(seed=0)
+    action_type = type(env).action_type
+    results = [env.step(action_type(action=i % 2)) for i in range(3)]
+    assert [r.done for r in results] == [False, False, True]
+    assert results[-1].truncated and not env.state().terminated and env.state().truncated
+
+
+def test_actions_outside_the_space_are_refused_by_validation() -> None:
+    env_class = GymEnvironment.for_id(FANCY_ID)
+    good = {"move": 0, "force": [0.5, -0.5], "buttons": [1, 0, 1], "gear": [2, 1], "say": "ab"}
+    env_class.action_type(action=good)
+    with pytest.raises(ValueError, match="not in the action space"):
+        env_class.action_type(action={**good, "force": [2.0, 0.0]})
+    with pytest.raises(ValueError, match="not in the action space"):
+        env_class.action_type(action={**good, "say": "xyz"})
+    with pytest.raises(ValueError, match="less than or equal to 1"):
+        env_class.action_type(action={**good, "move": 2})
+
+
+@pytest.mark.parametrize("codec", ["msgpack", "json"])
+@pytest.mark.parametrize("models", ["static", "from-schema"])
+def test_seeds_options_and_numpy_info_cross_the_wire(codec: str, models: str) -> None:
+    env_class = GymEnvironment.for_id(FANCY_ID)
+    reference = gymnasium.make(FANCY_ID)
+    with running(env_class) as server:
+        env = env_class if models == "static" else None
+        client = SyncEnvClient(AsyncEnvClient(server.url, codec=codec, env=env))
+        with client:
+            result = client.reset(seed=5, start=[1.0, -2.0], limit=2)
+            ref_obs, ref_info = reference.reset(seed=5, options={"start": [1.0, -2.0], "limit": 2})
+            obs = result.observation.observation
+            np.testing.assert_array_equal(obs.pos, ref_obs["pos"])
+            np.testing.assert_array_equal(obs.grid, ref_obs["grid"])
+            info = info_of(result)  # what RemoteEnv returns, whichever models decoded it
+            if models == "static":
+                assert isinstance(result.info["pos_copy"], np.ndarray)
+            assert info["step"] == 0 and type(info["step"]) is np.int64
+            assert info["pair"] == [1, "two"]  # tuples come back as lists
+            assert isinstance(info["pos_copy"], np.ndarray)
+            np.testing.assert_array_equal(info["pos_copy"], ref_info["pos_copy"])
+            nested = info["nested"]
+            assert nested["scale"] == 1.5 and type(nested["scale"]) is np.float32
+            assert nested["ids"].dtype == np.int16 and nested["ids"].tolist() == [0, 1, 2]
+            action = {"move": 1, "force": [0.1, 0.2], "buttons": [0, 1, 1], "gear": [1, 0]}
+            action["say"] = "cab"
+            first = client.step({"action": action})
+            with pytest.raises(InvalidAction) as refused:
+                client.step({"action": {**action, "gear": [3, 0]}})
+            assert "not in the action space" in str(refused.value.details["errors"])
+            second = client.step({"action": action})
+            assert not first.done and second.truncated and not second.terminated
+            assert first.observation.observation.last == "cab"
+            assert info_of(second)["step"] == 2
+
+
+def test_unknown_ids_and_bad_targets_are_explained() -> None:
+    with pytest.raises(ValueError, match="unknown Gymnasium environment 'NoSuchEnv-v0'"):
+        GymEnvironment.for_id("NoSuchEnv-v0")
+    with pytest.raises(ValueError, match="importing 'no_such_module' failed"):
+        GymEnvironment.for_id("no_such_module:Thing-v0")
+    with pytest.raises(ValueError, match="looks like 'gym:CartPole-v1'"):
+        serve_target("gym:")
+    with pytest.raises(typer.BadParameter, match="NoSuchEnv-v0"):
+        resolve_serve_target("gym:NoSuchEnv-v0")
+    assert resolve_serve_target("gym:CartPole-v1").name == "gym:CartPole-v1"
+
+
+def test_the_template_cannot_be_served_directly() -> None:
+    with pytest.raises(TypeError, match=r"GymEnvironment.for_id"):
+        GymEnvironment()
+
+
+def test_a_factory_must_keep_its_spaces() -> None:
+    sizes = iter([2, 3])
+
+    def make() -> gymnasium.Env[Any, Any]:
+        env = gymnasium.make("CartPole-v1")
+        env.action_space = gymnasium.spaces.Discrete(next(sizes))
+        return env
+
+    env_class = GymEnvironment.for_factory(make, name="shifty")
+    with pytest.raises(SpaceError, match="spaces differ"):
+        env_class()
+
+
+def test_corral_serve_gym_target_in_a_subprocess() -> None:
+    server = LocalServer(f"gym:{FANCY_ID}")
+    url = run_blocking(server.start(), 60)
+    try:
+        with SyncEnvClient(AsyncEnvClient(url)) as client:
+            assert client.server_info["env"]["name"] == f"gym:{FANCY_ID}"
+            result = client.reset(seed=1, start=[0.0, 0.0])
+            np.testing.assert_array_equal(result.observation.observation.pos, [0.0, 0.0])
+            assert client.state().seed == 1
+    finally:
+        server.stop_now()

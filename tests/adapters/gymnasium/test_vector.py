@@ -1,0 +1,159 @@
+"""N remote sessions as a VectorEnv: step-for-step equal to a local SyncVectorEnv."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import gymnasium
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import data_equivalence
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from tests.support.gym_envs import FANCY_ID
+from tests.support.servers import ThreadServer, running
+
+from corral.adapters.gymnasium import ClientSessions, GymEnvironment, RemoteVectorEnv
+from corral.adapters.gymnasium.vector import autoreset
+from corral.client import AsyncEnvClient
+
+NUM_ENVS = 4
+STEPS = 300
+
+
+@pytest.fixture(scope="module")
+def cartpole_server() -> Iterator[ThreadServer]:
+    with running(GymEnvironment.for_id("CartPole-v1")) as server:
+        yield server
+
+
+def _without_tuples(info: Any) -> Any:
+    """Drop FancyEnv's tuple-valued ``pair`` key: tuples in infos come back as lists."""
+    if isinstance(info, dict):
+        return {k: _without_tuples(v) for k, v in info.items() if k not in ("pair", "_pair")}
+    if isinstance(info, np.ndarray) and info.dtype == object:
+        return np.array([_without_tuples(v) for v in info], dtype=object)
+    return info
+
+
+def _assert_same(remote: tuple[Any, ...], local: tuple[Any, ...], where: str) -> None:
+    names = ("observations", "rewards", "terminations", "truncations", "infos")
+    if len(remote) == 2:
+        names = ("observations", "infos")
+    for name, a, b in zip(names, remote, local, strict=True):
+        if name == "infos":
+            a, b = _without_tuples(a), _without_tuples(b)
+        assert data_equivalence(a, b, exact=True), f"{where}: {name} differ: {a!r} != {b!r}"
+
+
+def _drive(remote: Any, local: Any, mode: AutoresetMode, steps: int, seed: int) -> tuple[int, int]:
+    """Step both with the same actions; return (episodes ended, autoresets seen)."""
+    _assert_same(remote.reset(seed=seed), local.reset(seed=seed), "reset")
+    local.action_space.seed(seed)
+    ended = 0
+    for step in range(steps):
+        actions = local.action_space.sample()
+        result = remote.step(actions)
+        _assert_same(result, local.step(actions), f"step {step}")
+        done = np.logical_or(result[2], result[3])
+        ended += int(done.sum())
+        if mode is AutoresetMode.DISABLED and done.any():
+            options = {"reset_mask": done}
+            _assert_same(
+                remote.reset(options=dict(options)),
+                local.reset(options=dict(options)),
+                f"masked reset after step {step}",
+            )
+    return ended, step + 1
+
+
+@pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda m: m.name)
+def test_equivalent_to_sync_vector_env_on_cartpole(
+    cartpole_server: ThreadServer, mode: AutoresetMode
+) -> None:
+    remote = RemoteVectorEnv.from_url(cartpole_server.url, NUM_ENVS, autoreset_mode=mode)
+    local = SyncVectorEnv(
+        [lambda: gymnasium.make("CartPole-v1") for _ in range(NUM_ENVS)], autoreset_mode=mode
+    )
+    try:
+        assert remote.single_action_space == local.single_action_space
+        assert remote.single_observation_space == local.single_observation_space
+        assert remote.action_space == local.action_space
+        assert remote.observation_space == local.observation_space
+        assert remote.metadata["autoreset_mode"] is mode
+        ended, steps = _drive(remote, local, mode, STEPS, seed=9)
+        assert steps == STEPS and ended > 20, "the run must cross many episode boundaries"
+    finally:
+        remote.close()
+        local.close()
+
+
+def test_equivalent_with_dict_spaces_options_and_infos() -> None:
+    mode = AutoresetMode.SAME_STEP
+    with running(GymEnvironment.for_id(FANCY_ID)) as server:
+        remote = RemoteVectorEnv.from_url(server.url, 3, autoreset_mode=mode)
+        local = SyncVectorEnv(
+            [lambda: gymnasium.make(FANCY_ID) for _ in range(3)], autoreset_mode=mode
+        )
+        try:
+            options = {"limit": 5}
+            _assert_same(
+                remote.reset(seed=[1, 2, 3], options=options),
+                local.reset(seed=[1, 2, 3], options=options),
+                "reset",
+            )
+            ended, _ = _drive(remote, local, mode, 40, seed=1)
+            assert ended > 0
+        finally:
+            remote.close()
+            local.close()
+
+
+def test_one_local_server_for_all_sessions() -> None:
+    envs = RemoteVectorEnv.from_env("gym:CartPole-v1", 3, autoreset_mode="same_step")
+    try:
+        assert isinstance(envs.sessions, ClientSessions) and envs.sessions.server is not None
+        assert len({c.url for c in envs.sessions.clients}) == 1
+        obs, _ = envs.reset(seed=0)
+        assert obs.shape == (3, 4) and envs.autoreset_mode is AutoresetMode.SAME_STEP
+        envs.step(np.array([0, 1, 0]))
+    finally:
+        envs.close()
+    assert not envs.sessions.server.running  # type: ignore[attr-defined]
+
+
+def test_disabled_mode_refuses_to_step_an_ended_session(cartpole_server: ThreadServer) -> None:
+    envs = RemoteVectorEnv.from_url(cartpole_server.url, 2, autoreset_mode=AutoresetMode.DISABLED)
+    try:
+        envs.reset(seed=0)
+        done = np.zeros(2, dtype=bool)
+        while not done.any():
+            _, _, terminated, truncated, _ = envs.step(np.array([0, 0]))
+            done = terminated | truncated
+        with pytest.raises(RuntimeError, match=r"ended and autoreset_mode is DISABLED"):
+            envs.step(np.array([0, 0]))
+    finally:
+        envs.close()
+
+
+def test_bad_seeds_masks_and_modes_are_refused(cartpole_server: ThreadServer) -> None:
+    clients = [AsyncEnvClient(cartpole_server.url) for _ in range(2)]
+    envs = RemoteVectorEnv(clients)
+    try:
+        with pytest.raises(ValueError, match="length must match num_envs=2"):
+            envs.reset(seed=[1, 2, 3])
+        with pytest.raises(TypeError, match="must be a numpy array"):
+            envs.reset(options={"reset_mask": [True, False]})
+        with pytest.raises(ValueError, match="must have shape"):
+            envs.reset(options={"reset_mask": np.array([True])})
+        with pytest.raises(TypeError, match=r"dtype=np\.bool_"):
+            envs.reset(options={"reset_mask": np.array([1, 0])})
+        with pytest.raises(ValueError, match="at least one True"):
+            envs.reset(options={"reset_mask": np.zeros(2, dtype=bool)})
+    finally:
+        envs.close()
+    with pytest.raises(ValueError, match="use one of NEXT_STEP, SAME_STEP, DISABLED"):
+        autoreset("sometimes")
+    assert autoreset("NextStep") is AutoresetMode.NEXT_STEP
+    with pytest.raises(ValueError, match="at least one session"):
+        ClientSessions([])

@@ -1,0 +1,198 @@
+"""The official MCP SDK client lists and calls the tools of a served environment."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import BaseModel
+
+pytest.importorskip("mcp", reason="needs the mcp extra")
+
+from mcp import Client
+from tests.support.servers import ThreadServer, wait_until
+
+from corral.adapters.mcp import DEFAULT_PATH, SESSION_HEADER, mount_mcp
+from corral.contract import Action, Environment, Observation, State
+from corral.contract.tools import tool
+
+
+class NoteAction(Action):
+    """Unused by the agent: the training loop's step."""
+
+    text: str
+
+
+class NoteObservation(Observation):
+    notes: int = 0
+
+
+class Note(BaseModel):
+    text: str
+    priority: int
+
+
+class NotebookEnv(Environment[NoteAction, NoteObservation, State]):
+    """A notebook the agent writes in through tools."""
+
+    description = "Keep notes."
+
+    def __init__(self) -> None:
+        self.notes: list[Note] = []
+        self.seed: int | None = None
+        self.topic = ""
+
+    def reset(self, seed: int | None = None, topic: str = "") -> NoteObservation:
+        self.notes, self.seed, self.topic = [], seed, topic
+        return NoteObservation()
+
+    def step(self, action: NoteAction) -> NoteObservation:
+        self.notes.append(Note(text=action.text, priority=0))
+        return NoteObservation(notes=len(self.notes))
+
+    def state(self) -> State:
+        return State(step_count=len(self.notes))
+
+    @tool
+    def add_note(self, text: str, priority: int = 1) -> Note:
+        """Write a note.
+
+        Args:
+            text: what to write.
+            priority: 1 (low) to 5 (high).
+        """
+        note = Note(text=text, priority=priority)
+        self.notes.append(note)
+        return note
+
+    @tool
+    def count(self) -> int:
+        """How many notes there are."""
+        return len(self.notes)
+
+    @tool(name="find")
+    async def search(self, word: str) -> list[str]:
+        """Notes containing ``word``."""
+        return [n.text for n in self.notes if word in n.text]
+
+    @tool
+    def episode(self) -> dict[str, Any]:
+        """The episode's seed and topic."""
+        return {"seed": self.seed, "topic": self.topic}
+
+    @tool
+    def tear_out(self) -> None:
+        """Always fails."""
+        raise ValueError("the page is glued")
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ThreadServer]:
+    server = ThreadServer(NotebookEnv, idle_timeout_s=0.5)
+    mount_mcp(server.app)
+    server.start()
+    yield server
+    server.stop()
+
+
+def _text(result: Any) -> str:
+    return "".join(part.text for part in result.content)
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_sdk_lists_and_calls_tools(server: ThreadServer, mode: str) -> None:
+    async with Client(f"{server.url}{DEFAULT_PATH}", mode=mode) as client:  # type: ignore[arg-type]
+        assert client.server_info is not None and client.server_info.name == "NotebookEnv"
+        listed = await client.list_tools()
+        names = {t.name for t in listed.tools}
+        assert names == {"add_note", "count", "find", "episode", "tear_out"}
+        assert not names & {"reset", "step", "state", "close"}
+        add = next(t for t in listed.tools if t.name == "add_note")
+        assert add.description.startswith("Write a note.")
+        assert add.input_schema["properties"]["priority"]["default"] == 1
+        assert add.input_schema["required"] == ["text"]
+        written = await client.call_tool("add_note", {"text": "buy milk", "priority": 3})
+        assert not written.is_error
+        assert written.structured_content == {"text": "buy milk", "priority": 3}
+        await client.call_tool("add_note", {"text": "buy bread"})
+        counted = await client.call_tool("count", {})
+        assert counted.structured_content == {"result": 2} and _text(counted) == "2"
+        found = await client.call_tool("find", {"word": "milk"})
+        assert found.structured_content == {"result": ["buy milk"]}
+        failed = await client.call_tool("tear_out", {})
+        assert failed.is_error and "the page is glued" in _text(failed)
+        invalid = await client.call_tool("add_note", {"priority": "high"})
+        assert invalid.is_error and "text" in _text(invalid) and "priority" in _text(invalid)
+
+
+async def test_one_mcp_session_is_one_episode(server: ThreadServer) -> None:
+    url = f"{server.url}{DEFAULT_PATH}?seed=7&options=%7B%22topic%22%3A%22chores%22%7D"
+    async with Client(url, mode="legacy") as first:
+        await first.call_tool("add_note", {"text": "a"})
+        async with Client(f"{server.url}{DEFAULT_PATH}", mode="legacy") as second:
+            assert (await second.call_tool("count", {})).structured_content == {"result": 0}
+            unseeded = await second.call_tool("episode", {})
+            assert unseeded.structured_content == {"seed": None, "topic": ""}
+        assert (await first.call_tool("count", {})).structured_content == {"result": 1}
+        seeded = await first.call_tool("episode", {})
+        assert seeded.structured_content == {"seed": 7, "topic": "chores"}
+    # Leaving the client deleted both MCP sessions, freeing their slots.
+    assert wait_until(lambda: server.manager.active == 0, timeout=5)
+
+
+def _initialize(url: str, **headers: str) -> httpx.Response:
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"},
+        },
+    }
+    return httpx.post(url, json=body, headers={"Accept": "application/json", **headers})
+
+
+def test_transport_rules(server: ThreadServer) -> None:
+    url = f"{server.url}{DEFAULT_PATH}"
+    reply = _initialize(url)
+    assert reply.status_code == 200 and reply.json()["result"]["protocolVersion"] == "2025-06-18"
+    session = reply.headers[SESSION_HEADER]
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    assert httpx.post(url, json=call).status_code == 400  # no session header
+    assert httpx.post(url, json=call, headers={SESSION_HEADER: "nope"}).status_code == 404
+    notification = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert httpx.post(url, json=notification, headers={SESSION_HEADER: session}).status_code == 202
+    unknown = httpx.post(
+        url, json={**call, "method": "resources/list"}, headers={SESSION_HEADER: session}
+    )
+    assert unknown.json()["error"]["code"] == -32601
+    missing = httpx.post(
+        url,
+        json={**call, "method": "tools/call", "params": {"name": "reset"}},
+        headers={SESSION_HEADER: session},
+    )
+    assert (
+        missing.json()["error"]["code"] == -32602
+        and "available" in missing.json()["error"]["message"]
+    )
+    assert httpx.get(url).status_code == 405
+    bad_version = httpx.post(
+        url, json=call, headers={SESSION_HEADER: session, "MCP-Protocol-Version": "1999-01-01"}
+    )
+    assert bad_version.status_code == 400
+    assert _initialize(url, Origin="http://evil.example").status_code == 403
+    assert _initialize(f"{url}?seed=x").status_code == 400
+    assert httpx.delete(url, headers={SESSION_HEADER: session}).status_code == 200
+    assert httpx.delete(url, headers={SESSION_HEADER: session}).status_code == 404
+
+
+def test_reaped_episodes_answer_404(server: ThreadServer) -> None:
+    url = f"{server.url}{DEFAULT_PATH}"
+    session = _initialize(url).headers[SESSION_HEADER]
+    assert wait_until(lambda: server.manager.active == 0, timeout=10)  # idle_timeout_s=0.5
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    assert httpx.post(url, json=call, headers={SESSION_HEADER: session}).status_code == 404

@@ -1,0 +1,136 @@
+"""TRL's environment_factory: the generated class through TRL's own tool handling."""
+
+from __future__ import annotations
+
+import gc
+import inspect
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("trl", reason="needs the trl extra")
+
+from tests.support.envs import CounterEnv
+from transformers.utils import get_json_schema
+
+from corral.adapters.trl import CorralEnvironment, environment_factory
+from corral.envs.echo import EchoEnv
+from corral.envs.wordle import SimplePolicy, WordleObservation
+
+
+def trl_tools(instance: object) -> dict[str, Any]:
+    """The tools TRL's GRPOTrainer takes from an environment instance.
+
+    This mirrors ``GRPOTrainer.__init__``/``_generate_and_score_completions`` (TRL 1.16):
+    every function of the class not starting with ``_`` except ``reset``/``get_reward``.
+    """
+    methods = {}
+    for name, _ in inspect.getmembers(type(instance), predicate=inspect.isfunction):
+        if name not in ("reset", "get_reward") and not name.startswith("_"):
+            methods[name] = getattr(instance, name)
+    return methods
+
+
+def test_trl_sees_exactly_one_documented_tool_for_wordle() -> None:
+    Wordle = environment_factory("corral.envs.wordle:WordleEnv", tool_name="guess")
+    try:
+        instance = Wordle()
+        assert callable(type(instance).reset)
+        tools = trl_tools(instance)
+        assert list(tools) == ["guess"]
+        described = get_json_schema(tools["guess"])  # what TRL renders into the prompt
+        assert described["type"] == "function"
+        schema = described["function"]
+        assert schema["name"] == "guess"
+        assert schema["description"].startswith("One guess: exactly five ASCII letters")
+        parameters = schema["parameters"]
+        assert parameters["required"] == ["guess"]
+        guess = parameters["properties"]["guess"]
+        assert guess["type"] == "string"
+        assert "Five ASCII letters" in guess["description"]
+        assert "^[A-Za-z]{5}$" in guess["description"]
+        assert schema["return"]["type"] == "string"
+    finally:
+        Wordle._pool.close()
+
+
+def test_typed_arguments_of_every_kind() -> None:
+    Counter = environment_factory(CounterEnv)
+    tools = trl_tools(Counter())
+    schema = get_json_schema(tools["count"])["function"]
+    properties = schema["parameters"]["properties"]
+    assert properties["amount"]["type"] == "integer"
+    assert properties["sleep"]["type"] == "number" and ">= 0" in properties["sleep"]["description"]
+    assert properties["fail"]["type"] == "boolean"
+    assert properties["note"] == {**properties["note"], "type": "string", "nullable": True}
+    assert "required" not in schema["parameters"]  # every CountAction field has a default
+
+
+def _reward(environments: list[CorralEnvironment], **kwargs: Any) -> list[float]:
+    """A reward function as TRL calls it: it reads state from the instances."""
+    return [env.reward for env in environments]
+
+
+@pytest.fixture
+def wordle() -> Iterator[type[CorralEnvironment]]:
+    cls = environment_factory(
+        "corral.envs.wordle:WordleEnv",
+        tool_name="guess",
+        option_columns=["max_guesses"],
+        reward_method=True,
+    )
+    yield cls
+    cls._pool.close()
+
+
+def test_scripted_rollouts_share_one_server_and_its_sessions(
+    wordle: type[CorralEnvironment],
+) -> None:
+    rows = [
+        {"prompt": [{"role": "user", "content": "Play."}], "seed": s, "max_guesses": 6}
+        for s in range(4)
+    ]
+    environments = [wordle() for _ in rows]  # one instance per rollout, no arguments
+    pool = wordle._pool
+    assert pool.server is not None and pool.created == len(rows)
+    for env, row in zip(environments, rows, strict=True):
+        intro = env.reset(**row)  # TRL appends this to the last user message
+        assert "Guess the 5-letter word in 6 guesses" in intro
+    for index, env in enumerate(environments):
+        tool = trl_tools(env)["guess"]
+        policy = SimplePolicy(seed=index)
+        while not env.done:
+            assert isinstance(env.observation, WordleObservation) or env.observation is not None
+            reply = tool(**{"guess": policy.act(env.observation).guess})  # TRL: tool(**arguments)
+            assert isinstance(reply, str)
+        with pytest.raises(RuntimeError, match="episode is over"):
+            tool(guess="crane")
+    rewards = _reward(environments)
+    assert rewards == [env.get_reward() for env in environments]  # type: ignore[attr-defined]
+    assert all(r > 1.0 for r in rewards), rewards  # SimplePolicy solves these words
+    assert all(env.state.model_dump()["solved"] for env in environments)
+    # Instances TRL drops hand their sessions back; new ones reuse them.
+    del environments, env, tool
+    gc.collect()
+    assert pool.idle == len(rows)
+    again = [wordle() for _ in range(2)]
+    assert pool.created == len(rows) and pool.idle == len(rows) - 2
+    again[0].reset(seed=9)
+    assert again[0].steps == 0 and again[0].reward == 0.0
+
+
+def test_in_process_class_and_bad_inputs() -> None:
+    Echo = environment_factory(EchoEnv, seed_column=None)
+    echo = Echo()
+    assert echo.reset(prompt="ignored").startswith("{")
+    reply = trl_tools(echo)["echo"](message="hi")
+    assert '"echoed_message":"hi"' in reply and echo.steps == 1
+    with pytest.raises(TypeError, match="unexpected keyword argument 'volume'"):
+        trl_tools(echo)["echo"](message="hi", volume=3)
+    with pytest.raises(ValueError, match="reserved"):
+        environment_factory(EchoEnv, tool_name="reset")
+    with pytest.raises(TypeError, match="needs an Environment subclass"):
+        environment_factory(42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="must hold integers"):
+        environment_factory(EchoEnv)().reset(seed="three")

@@ -1,0 +1,140 @@
+"""Fault-injection and bad-input suites: scale option, shared servers, the figures report.
+
+``pytest tests/faults`` runs every scenario at its default size (about a minute on two
+cores); ``pytest tests/faults --long`` runs them bigger. Each scenario records what it
+did and what was lost in the ``figures`` fixture; the totals are printed at the end of
+the run and, with ``--fault-report PATH``, written there as JSON (docs/reliability.md
+quotes them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.client import LocalServer
+
+REPO = Path(__file__).resolve().parents[2]
+
+_FIGURES: dict[str, dict[str, Any]] = {}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("corral faults")
+    group.addoption(
+        "--long", action="store_true", help="run the fault and fuzz suites at a larger scale"
+    )
+    group.addoption(
+        "--fault-report", default=None, help="write the suites' figures to this JSON file"
+    )
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Sizes of the scenarios for this run."""
+
+    long: bool
+    steps: int
+    sessions: int
+    cut_every: int
+    half_open: int
+    fuzz_examples: int
+    openapi_examples: int
+
+    def pick(self, short: int, long: int) -> int:
+        """``short`` normally, ``long`` under ``--long``."""
+        return long if self.long else short
+
+
+@pytest.fixture(scope="session")
+def scale(request: pytest.FixtureRequest) -> Scale:
+    """How big each scenario runs (``--long`` for the big version)."""
+    if request.config.getoption("--long"):
+        return Scale(True, 100_000, 200, 200, 2_000, 2_000, 200)
+    return Scale(False, 10_000, 50, 200, 1_000, 250, 30)
+
+
+class Figures:
+    """What one scenario did and lost, for the run's report."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.data = _FIGURES.setdefault(name, {})
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.data[key] = value
+
+    def add(self, key: str, value: int) -> None:
+        """Add ``value`` to a counter."""
+        self.data[key] = self.data.get(key, 0) + value
+
+
+@pytest.fixture
+def figures(request: pytest.FixtureRequest) -> Figures:
+    """The figures of the running test, keyed by its name."""
+    return Figures(request.node.name)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if not _FIGURES:
+        return
+    terminalreporter.section("corral fault and fuzz figures")
+    for name, data in sorted(_FIGURES.items()):
+        shown = ", ".join(f"{k}={v}" for k, v in data.items())
+        terminalreporter.write_line(f"{name}: {shown}")
+    path = config.getoption("--fault-report")
+    if path:
+        Path(path).write_text(json.dumps(_FIGURES, indent=2, sort_keys=True) + "\n")
+
+
+def local_server(target: str, *args: str, env: dict[str, str] | None = None) -> LocalServer:
+    """A ``corral serve`` child process for ``target``, able to import ``tests.faults``."""
+    return LocalServer(
+        target,
+        server_args=list(args),
+        cwd=REPO,
+        env={"PYTHONPATH": str(REPO), **(env or {})},
+        startup_timeout=60,
+    )
+
+
+def started(server: LocalServer) -> LocalServer:
+    """Start ``server`` from synchronous code (module-scoped fixtures)."""
+    asyncio.run(server.start())
+    return server
+
+
+@pytest.fixture(scope="module")
+def recording_server() -> Iterator[LocalServer]:
+    """A server process for ``RecordingEnv`` with a short keepalive, shared by a module."""
+    server = local_server(
+        "tests.faults.envs:RecordingEnv",
+        "--max-sessions",
+        "4096",
+        "--resume-window",
+        "20",
+        "--ping-interval",
+        "1",
+        "--ping-timeout",
+        "1",
+    )
+    started(server)
+    try:
+        yield server
+    finally:
+        server.stop_now()
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of process ``pid`` (Linux /proc)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")

@@ -1,0 +1,82 @@
+"""Codecs: frames, bad frames, model dumps, arrays."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from enum import Enum
+
+import msgpack
+import numpy as np
+import pytest
+
+from corral.contract import Observation
+from corral.contract.arrays import NDArray
+from corral.errors import BadFrame, BadMessage
+from corral.protocol.arrays import decode_ndarray, encode_ndarray
+from corral.protocol.codecs import JsonCodec, MsgpackCodec, codec_for_subprotocols, get_codec
+
+
+class Color(Enum):
+    RED = "red"
+
+
+class Rich(Observation):
+    when: dt.datetime = dt.datetime(2026, 12, 2, 13, 0, tzinfo=dt.UTC)
+    ident: uuid.UUID = uuid.UUID(int=5)
+    color: Color = Color.RED
+    data: bytes = b"\x00\xff\xfe"
+    tags: set[str] = {"a"}
+    span: dt.timedelta = dt.timedelta(seconds=1.5)
+    grid: NDArray | None = None
+
+
+@pytest.mark.parametrize("codec", [MsgpackCodec(), JsonCodec()], ids=["msgpack", "json"])
+def test_rich_models_round_trip(codec):
+    obs = Rich(grid=np.arange(12, dtype=np.int16).reshape(3, 4), metadata={"k": [1, None]})
+    frame = codec.encode({"type": "result", "id": 1, "observation": codec.dump(obs)})
+    assert isinstance(frame, bytes if codec.binary else str)
+    back = codec.load(Rich, codec.decode(frame)["observation"])
+    assert back.model_dump(exclude={"grid"}) == obs.model_dump(exclude={"grid"})
+    assert back.grid.dtype == np.int16 and np.array_equal(back.grid, obs.grid)
+
+
+def test_msgpack_arrays_decode_without_copy():
+    arr = np.random.default_rng(0).integers(0, 255, (84, 84, 3), dtype=np.uint8)
+    payload = encode_ndarray(arr)
+    back = decode_ndarray(payload)
+    assert np.array_equal(back, arr) and not back.flags.writeable  # a view on the frame
+    assert len(payload) < arr.nbytes + 64  # raw bytes, not lists
+    with pytest.raises(BadFrame):
+        decode_ndarray(payload[:-1])
+    with pytest.raises(BadFrame):
+        decode_ndarray(b"\x02|O\x00")
+    with pytest.raises(TypeError):
+        encode_ndarray(np.array([object()]))
+
+
+def test_bad_frames():
+    mp, js = MsgpackCodec(), JsonCodec()
+    for bad in (b"\xc1", b"\x92\x01", msgpack.packb({"a": 1})[:-1]):
+        with pytest.raises(BadFrame):
+            mp.decode(bad)
+    with pytest.raises(BadFrame):
+        mp.decode("text")
+    with pytest.raises(BadFrame):
+        mp.decode(msgpack.packb(msgpack.ExtType(42, b"x")))
+    with pytest.raises(BadMessage):
+        mp.decode(msgpack.packb([1, 2]))
+    for bad in ("{", "nul", '{"a": }'):
+        with pytest.raises(BadFrame):
+            js.decode(bad)
+    with pytest.raises(BadMessage):
+        js.decode("[1]")
+    assert js.decode(b'{"type": "x"}') == {"type": "x"}  # binary JSON frames are accepted
+
+
+def test_codec_lookup():
+    assert get_codec("json").name == "json"
+    with pytest.raises(ValueError, match="unknown codec"):
+        get_codec("xml")
+    assert codec_for_subprotocols(["x", "corral.v1.json"]).name == "json"
+    assert codec_for_subprotocols(["openenv"]) is None

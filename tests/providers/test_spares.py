@@ -1,0 +1,157 @@
+"""Warm spares over the local provider (and one over a real Docker engine)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from corral.client.launcher import ServerStartError
+from corral.providers.base import ServerSpec
+from corral.providers.guardian import start_time
+from corral.providers.local import LocalEndpoint, LocalProcessProvider
+from corral.providers.spares import WarmPool
+
+ECHO = "corral.envs.echo:EchoEnv"
+
+
+def dead(pid: int) -> bool:
+    return start_time(pid) is None
+
+
+async def eventually(predicate: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.05)
+
+
+async def test_acquire_pops_a_ready_spare_and_the_pool_refills() -> None:
+    async with LocalProcessProvider() as provider:
+        async with WarmPool(provider, ECHO, size=2, health_interval=60) as pool:
+            await pool.wait_full(timeout=60)
+            ready = {e.id for e in pool.ready}
+            assert len(ready) == 2 and pool.stats().started == 2
+            endpoint = await pool.acquire()
+            # A server started before the call: acquiring was a pop, not a cold start.
+            assert endpoint.id in ready
+            assert httpx.get(f"{endpoint.url}/ready", timeout=5).status_code == 200
+            assert pool.stats().acquired == 1
+            await eventually(lambda: pool.stats().ready == 2)
+            assert pool.stats().started == 3
+            await pool.release(endpoint)
+            assert isinstance(endpoint, LocalEndpoint) and dead(endpoint.pid)
+            spares = [e for e in pool.ready if isinstance(e, LocalEndpoint)]
+        # Closing the pool stopped the idle spares.
+        assert spares and all(dead(e.pid) for e in spares)
+        assert provider.endpoints == []
+
+
+async def test_a_spare_that_dies_is_replaced() -> None:
+    provider = LocalProcessProvider()
+    async with provider, WarmPool(provider, ECHO, size=2, health_interval=0.1) as pool:
+        await pool.wait_full(timeout=60)
+        victim = pool.ready[0]
+        assert isinstance(victim, LocalEndpoint)
+        os.killpg(victim.pid, signal.SIGKILL)
+        await eventually(lambda: pool.stats().replaced == 1 and pool.stats().ready == 2)
+        assert victim.id not in {e.id for e in pool.ready}
+        # A spare that died between health checks is skipped at acquire time.
+        killed = [e for e in pool.ready if isinstance(e, LocalEndpoint)]
+        for endpoint in killed:
+            os.killpg(endpoint.pid, signal.SIGKILL)
+        # (A signal is delivered asynchronously: wait until the kernel says they are gone.)
+        await eventually(lambda: all(dead(e.pid) for e in killed))
+        got = await pool.acquire(timeout=60)
+        assert got.id not in {e.id for e in killed}
+        assert await provider.healthy(got)
+        assert pool.stats().replaced >= 3
+        await pool.release(got)
+
+
+async def test_waiting_callers_get_the_next_server_and_timeouts_are_clean() -> None:
+    async with LocalProcessProvider() as provider:
+        pool = WarmPool(provider, ECHO, size=1, health_interval=60)
+        first, second = await asyncio.gather(pool.acquire(60), pool.acquire(60))
+        assert first.id != second.id
+        with pytest.raises(TimeoutError):
+            await pool.acquire(timeout=0.01)
+        assert pool.stats().waiting == 0
+        await pool.close(stop_acquired=True)
+        assert all(dead(int(e.id)) for e in (first, second))
+        with pytest.raises(ServerStartError, match="closed"):
+            await pool.acquire()
+
+
+async def test_failing_starts_reach_the_caller(tmp_path: Path) -> None:
+    (tmp_path / "corral.yaml").write_text("name: broken\nentry_point: nowhere_xyz:Env\n")
+    provider = LocalProcessProvider()
+    async with provider, WarmPool(provider, tmp_path, size=1, max_failures=2) as pool:
+        with pytest.raises(ServerStartError, match="last 2 starts failed") as info:
+            await pool.acquire(timeout=120)
+        assert "nowhere_xyz" in str(info.value)
+        with pytest.raises(ServerStartError, match="starts failed"):
+            await pool.wait_full(timeout=5)
+        assert pool.stats().failures >= 2
+
+
+def test_sync_twin() -> None:
+    with LocalProcessProvider().sync() as provider:
+        pool = WarmPool(provider.provider, ServerSpec(ECHO, max_sessions=2), size=1).sync()
+        with pool:
+            pool.wait_full(timeout=60)
+            endpoint = pool.acquire()
+            assert httpx.get(f"{endpoint.url}/ready", timeout=5).json()["max_sessions"] == 2
+            pool.release(endpoint)
+            assert pool.stats().acquired == 0
+        assert pool.stats().ready == 0
+
+
+def test_bad_arguments() -> None:
+    provider = LocalProcessProvider()
+    for kwargs, match in (
+        ({"size": 0}, "size"),
+        ({"health_interval": 0}, "health_interval"),
+        ({"max_failures": 0}, "max_failures"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            WarmPool(provider, ECHO, **kwargs)
+
+
+# A stand-in server that answers 200 everywhere: the pool does not depend on the image.
+TINY_SERVER = [
+    "python3",
+    "-c",
+    "from http.server import BaseHTTPRequestHandler, HTTPServer\n"
+    "class H(BaseHTTPRequestHandler):\n"
+    "    def do_GET(self):\n"
+    "        self.send_response(200)\n"
+    "        self.end_headers()\n"
+    "HTTPServer(('0.0.0.0', 8000), H).serve_forever()\n",
+]
+
+
+@pytest.mark.docker
+async def test_docker_spares_are_replaced(docker_client: Any, base_image: str) -> None:
+    from corral.providers.docker import DockerProvider
+
+    async with DockerProvider(docker_client) as provider:
+        options = {"command": TINY_SERVER, "port": 8000}
+        async with WarmPool(
+            provider, base_image, size=1, health_interval=0.2, start_options=options
+        ) as pool:
+            await pool.wait_full(timeout=60)
+            (victim,) = pool.ready
+            docker_client.containers.get(victim.id).kill()
+            await eventually(lambda: pool.stats().replaced == 1 and pool.stats().ready == 1)
+            endpoint = await pool.acquire()
+            assert endpoint.id != victim.id
+            assert httpx.get(endpoint.url, timeout=5).status_code == 200
+            await pool.release(endpoint)
+        assert provider.running == []

@@ -1,0 +1,127 @@
+"""Virtualenvs from pyproject.toml: built once, cached by dependency hash, used by servers.
+
+The first run on a machine builds one virtualenv (corral and its dependencies plus
+``toolz``, a dependency the test environment has and corral's own does not); later runs
+reuse it from the cache.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from corral.client import AsyncEnvClient
+from corral.client.launcher import ServerStartError
+from corral.envs.coding.sandbox import SandboxMode, available_modes
+from corral.providers.local import LocalProcessProvider
+from corral.providers.venv import MARKER, VenvError, ensure_venv, venv_key
+
+pytestmark = [pytest.mark.network]
+
+ENV = """
+import sys
+import toolz
+from corral.contract import Action, Environment, Observation, State
+
+
+class Numbers(Action):
+    values: list[int]
+
+
+class Sums(Observation):
+    total: int = 0
+    interpreter: str = ""
+
+
+class SumEnv(Environment[Numbers, Sums, State]):
+    def reset(self, seed=None, **options):
+        return Sums(interpreter=sys.prefix)
+
+    def step(self, action):
+        total = toolz.reduce(lambda a, b: a + b, action.values, 0)
+        return Sums(total=total, interpreter=sys.prefix)
+
+    def state(self):
+        return State()
+"""
+
+
+def write_env(directory: Path, dependencies: list[str]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "corral.yaml").write_text(
+        "name: sums\nentry_point: sum_env_for_tests:SumEnv\nresources:\n  memory: 512Mi\n"
+    )
+    deps = ", ".join(f'"{d}"' for d in dependencies)
+    (directory / "pyproject.toml").write_text(
+        textwrap.dedent(
+            f"""
+            [project]
+            name = "sums"
+            version = "0.1.0"
+            dependencies = [{deps}]
+            """
+        )
+    )
+    (directory / "sum_env_for_tests.py").write_text(ENV)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def sums_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_env(tmp_path_factory.mktemp("sums"), ["toolz"])
+
+
+def test_the_venv_is_built_once_and_reused(sums_dir: Path) -> None:
+    lines: list[str] = []
+    first = ensure_venv(sums_dir, progress=lines.append)
+    assert (first.path / MARKER).is_file() and first.python.exists()
+    assert first.requirements[1:] == ("toolz",)
+    again = ensure_venv(sums_dir, progress=lines.append)
+    assert again.reused and again.path == first.path and again.key == first.key
+    assert lines[-1] == f"reusing the virtualenv {first.path}"
+    # The same dependencies spelled differently share the virtualenv.
+    other = write_env(sums_dir.parent / "sums-again", [" TOOLZ "])
+    assert ensure_venv(other).path == first.path
+    assert venv_key("python3", [first.requirements[0], "b", "a"]) == venv_key(
+        "python3", [first.requirements[0], "a", "b"]
+    )
+
+
+async def test_a_server_runs_in_its_venv(sums_dir: Path) -> None:
+    assert importlib.util.find_spec("toolz") is None, "the test venv must not have toolz"
+    built = ensure_venv(sums_dir)
+    async with LocalProcessProvider(venv=True) as provider:
+        endpoint = await provider.start(sums_dir)
+        assert endpoint.python == str(built.path.resolve() / "bin" / "python")
+        async with AsyncEnvClient(endpoint.url) as env:
+            first = await env.reset()
+            assert Path(first.observation.interpreter).resolve() == built.path.resolve()
+            result = await env.step({"values": [1, 2, 3, 4]})
+            assert result.observation.total == 10
+
+
+async def test_a_venv_server_in_a_sandbox(sums_dir: Path) -> None:
+    if available_modes()[SandboxMode.BWRAP] is not None:
+        pytest.skip("bwrap does not work here")
+    async with LocalProcessProvider(venv=True, sandbox="bwrap") as provider:
+        endpoint = await provider.start(sums_dir)
+        async with AsyncEnvClient(endpoint.url) as env:
+            await env.reset()
+            assert (await env.step({"values": [5, 6]})).observation.total == 11
+
+
+def test_without_the_venv_the_dependency_is_missing(sums_dir: Path) -> None:
+    # What --venv catches: the same server on corral's own interpreter cannot import toolz.
+    with LocalProcessProvider().sync() as provider, pytest.raises(ServerStartError, match="toolz"):
+        provider.start(sums_dir)
+
+
+def test_offline_builds_name_what_is_missing(tmp_path: Path) -> None:
+    env = write_env(tmp_path / "missing", ["corral-no-such-distribution-xyz"])
+    with pytest.raises(VenvError, match="offline: the wheelhouse") as info:
+        ensure_venv(env, offline=True)
+    assert "corral-no-such-distribution-xyz" in str(info.value)
+    assert "pip download" in str(info.value)
