@@ -83,6 +83,9 @@ async def test_reset_and_step_are_batched_and_stacked(counter):
         assert batch.obs["label"] == [None] * 10  # not numeric: a list
         states = await pool.state([2, 9])
         assert [s.total for s in states] == [2, 9]
+        results = batch.results()
+        assert [r.observation.total for r in results] == list(range(10))
+        assert results[4].reward == 4.0 and not results[4].done and results[4].info == {}
         # Dicts are validated locally; per-session seeds and options work too.
         again = await pool.reset(seed=[1, None] * 5, options=[{"label": str(i)} for i in range(10)])
         assert [o.label for o in again.observations] == [str(i) for i in range(10)]

@@ -85,7 +85,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from corral.auth import bearer_header, resolve_token
 from corral.client.connection import Connection, http_url
 from corral.client.loop import run_blocking
-from corral.contract import Action, Environment, Observation, State
+from corral.contract import Action, Environment, Observation, State, StepResult
 from corral.contract.schema import fingerprint, model_schemas
 from corral.errors import (
     BadObservation,
@@ -271,6 +271,23 @@ class PoolBatch(Generic[ObsT]):
     def obs(self) -> dict[str, Any]:
         """The observations stacked field by field (see :func:`stack_observations`)."""
         return stack_observations(self.observations)
+
+    def results(self) -> list[StepResult[ObsT]]:
+        """One :class:`~corral.contract.StepResult` per session of this batch, in order.
+
+        The flags are the pool's (auto-resets included) and a missing reward is 0.0, as
+        in :attr:`rewards`.
+        """
+        return [
+            StepResult(
+                observation=obs,
+                reward=self._rewards[k],
+                terminated=self._terminated[k],
+                truncated=self._truncated[k],
+                info=self.infos[k],
+            )
+            for k, obs in enumerate(self.observations)
+        ]
 
     @property
     def dones(self) -> np.ndarray[Any, np.dtype[np.bool_]]:
