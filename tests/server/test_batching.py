@@ -205,6 +205,20 @@ async def test_retried_batch_is_applied_at_most_once(server):
     await peer.close()
 
 
+async def test_a_batch_resent_while_it_runs_gets_the_original_answer(server):
+    peer = await RawPeer.open(server.url)
+    a, b = await sessions(peer, 2)
+    message = {**step_batch([(a, {"amount": 2, "sleep": 0.3}), (b, {"amount": 1})]), "id": 901}
+    await peer.send(dict(message))
+    await peer.send(dict(message))  # what a reconnecting client does with its unanswered ids
+    first, second = await peer.recv(), await peer.recv()
+    assert first == second and first["id"] == 901
+    assert codes(first) == [None, None]
+    state = await peer.request({"type": "state", "session": a})
+    assert state["state"]["history"] == [2]  # applied once
+    await peer.close()
+
+
 async def test_sync_envs_share_one_executor_call():
     ThreadTrackingEnv.threads.clear()
     with running(ThreadTrackingEnv, executor_threads=8) as srv:

@@ -181,13 +181,13 @@ def serve_command(
         idle_timeout_s=idle_timeout or None,
         step_timeout_s=step_timeout or None,
         resume_window_s=resume_window,
-        workers=workers,
         ping_interval_s=ping_interval or None,
         ping_timeout_s=ping_timeout or None,
         max_connections_per_client=max_connections_per_client or None,
         max_frame_bytes=max_frame_bytes,
         executor_threads=executor_threads,
         token=token,
+        workers=workers,
     )
     sock = None
     if fd is not None:

@@ -82,9 +82,10 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("EnvPool needs numpy: pip install 'corral[numpy]'") from exc
 
+from corral.auth import bearer_header, resolve_token
 from corral.client.connection import Connection, http_url
 from corral.client.loop import run_blocking
-from corral.contract import Action, Environment, Observation, State
+from corral.contract import Action, Environment, Observation, State, StepResult
 from corral.contract.schema import fingerprint, model_schemas
 from corral.errors import (
     BadObservation,
@@ -271,6 +272,23 @@ class PoolBatch(Generic[ObsT]):
         """The observations stacked field by field (see :func:`stack_observations`)."""
         return stack_observations(self.observations)
 
+    def results(self) -> list[StepResult[ObsT]]:
+        """One :class:`~corral.contract.StepResult` per session of this batch, in order.
+
+        The flags are the pool's (auto-resets included) and a missing reward is 0.0, as
+        in :attr:`rewards`.
+        """
+        return [
+            StepResult(
+                observation=obs,
+                reward=self._rewards[k],
+                terminated=self._terminated[k],
+                truncated=self._truncated[k],
+                info=self.infos[k],
+            )
+            for k, obs in enumerate(self.observations)
+        ]
+
     @property
     def dones(self) -> np.ndarray[Any, np.dtype[np.bool_]]:
         """``terminated | truncated``."""
@@ -350,7 +368,9 @@ class EnvPool(Generic[ActT, ObsT, StateT]):
             and the pool is large).
         console: the rich console for the progress bar.
         check_contract: send the local contract so an incompatible server is refused.
-        headers: extra HTTP headers for every connection (e.g. authorization).
+        headers: extra HTTP headers for every connection.
+        token: bearer token for servers that require one (default: ``$CORRAL_TOKEN``, or
+            the file named by ``$CORRAL_TOKEN_FILE``).
     """
 
     def __init__(
@@ -378,6 +398,7 @@ class EnvPool(Generic[ActT, ObsT, StateT]):
         console: Console | None = None,
         check_contract: bool = True,
         headers: Mapping[str, str] | None = None,
+        token: str | None = None,
     ) -> None:
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"EnvPool needs n >= 1 sessions, got {n!r}")
@@ -399,6 +420,7 @@ class EnvPool(Generic[ActT, ObsT, StateT]):
         self.on_error = on_error
         self.check_contract = check_contract
         self.headers = dict(headers or {})
+        self.token = resolve_token(token)
         self._progress_wanted = progress
         self._console = console
         self._contract_version = "1.0.0"
@@ -517,6 +539,7 @@ class EnvPool(Generic[ActT, ObsT, StateT]):
             codec=self.codec_name,
             connect_timeout=self.connect_timeout,
             headers=self.headers,
+            token=self.token,
         )
         need_schemas = None in (self.action_type, self.observation_type, self.state_type)
         welcome = await connection.connect(self._local_contract(), want_schemas=need_schemas)
@@ -842,6 +865,9 @@ class EnvPool(Generic[ActT, ObsT, StateT]):
             reply = await conn.connection.request(message, timeout=self.timeout)
             results = b.read_batch_reply(reply, len(chunk))
         except CorralError as exc:
+            if isinstance(exc, ClientClosed) and not self._closed:
+                # The pool closed this connection to replace its dead server.
+                exc = ConnectionLost(f"the server at {conn.server.url} died; it is replaced")
             if isinstance(exc, ConnectionLost):
                 self._suspect(conn.server)
             elif isinstance(exc, ClientClosed) and not self._closed:
@@ -897,7 +923,9 @@ class EnvPool(Generic[ActT, ObsT, StateT]):
 
     async def _monitor_forever(self) -> None:
         assert self.health_interval is not None
-        async with httpx.AsyncClient(timeout=2.0, trust_env=False, headers=self.headers) as http:
+        async with httpx.AsyncClient(
+            timeout=2.0, trust_env=False, headers=self._http_headers()
+        ) as http:
             while True:
                 await asyncio.sleep(self.health_interval)
                 for server in self._servers:
@@ -907,8 +935,8 @@ class EnvPool(Generic[ActT, ObsT, StateT]):
     async def _healthy(self, server: _Server, http: httpx.AsyncClient) -> bool:
         if server.handle is not None and not server.handle.running:
             return False
-        if any(not c.connection.connected for c in server.connections):
-            return False
+        if any(_failed(c.connection) for c in server.connections):
+            return False  # gave up reconnecting (a reconnect in progress is left to finish)
         try:
             return (await http.get(f"{server.url}/health")).status_code == 200
         except httpx.HTTPError:
@@ -942,11 +970,17 @@ class EnvPool(Generic[ActT, ObsT, StateT]):
     async def _alive(self, server: _Server) -> bool:
         if server.handle is not None and not server.handle.running:
             return False
-        async with httpx.AsyncClient(timeout=2.0, trust_env=False, headers=self.headers) as http:
+        async with httpx.AsyncClient(
+            timeout=2.0, trust_env=False, headers=self._http_headers()
+        ) as http:
             try:
                 return (await http.get(f"{server.url}/health")).status_code == 200
             except httpx.HTTPError:
                 return False
+
+    def _http_headers(self) -> dict[str, str]:
+        """Headers of the health checks: the pool's, plus the bearer token if any."""
+        return {**self.headers, **(bearer_header(self.token) if self.token else {})}
 
     def _slots_of(self, server: _Server) -> list[_Slot]:
         return [s for s in self._slots if s.server is server]
@@ -954,7 +988,7 @@ class EnvPool(Generic[ActT, ObsT, StateT]):
     async def _reattach(self, server: _Server) -> None:
         """Reconnect dropped connections of a live server and re-attach their sessions."""
         for conn in server.connections:
-            if conn.connection.connected:
+            if not _failed(conn.connection):
                 continue
             old = conn.connection
             with contextlib.suppress(Exception):
@@ -1108,6 +1142,11 @@ async def _all(awaitables: Sequence[Awaitable[T]]) -> list[T]:
     if len(awaitables) == 1:
         return [await awaitables[0]]
     return list(await asyncio.gather(*awaitables))
+
+
+def _failed(connection: Connection) -> bool:
+    """True for a connection that is down and no longer reconnecting by itself."""
+    return not connection.connected and not connection.reconnecting
 
 
 def _flags(raw: dict[str, Any]) -> tuple[float, bool, bool]:

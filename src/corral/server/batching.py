@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -38,6 +40,8 @@ from corral.errors import (
 )
 from corral.protocol import batch as b
 from corral.protocol.session import Op
+from corral.server.runner import _escaped as escaped
+from corral.server.runner import eager_start
 
 if TYPE_CHECKING:
     from corral.server.service import Channel, EnvService
@@ -53,7 +57,8 @@ BATCH_ITEM = "batch_item"
 class Call:
     """One environment method call of a batch, and its outcome once run.
 
-    ``value`` holds the method's return value when ``error`` is None.
+    ``value`` holds the method's return value when ``error`` is None; ``seconds`` how
+    long the call took (for the latency histogram).
     """
 
     runner: Any
@@ -62,6 +67,7 @@ class Call:
     kwargs: dict[str, Any] = field(default_factory=dict)
     value: Any = None
     error: BaseException | None = None
+    seconds: float = 0.0
 
 
 class BatchExecutor(Protocol):
@@ -80,7 +86,7 @@ async def run_calls(
     A call's failure is stored on the call (``error``), never raised, so one failing
     environment cannot fail its neighbours.
     """
-    awaiting: list[Any] = []
+    awaiting: list[Awaitable[None]] = []
     shared: list[Call] = []
     remote: dict[BatchExecutor, list[Call]] = defaultdict(list)
     for call in calls:
@@ -88,7 +94,10 @@ async def run_calls(
         if owner is not None:
             remote[owner].append(call)
         elif call.runner.is_async(call.method) or not call.runner.shared:
-            awaiting.append(_one(call, timeout))
+            # Started now: an async env with nothing to wait for is done without a task.
+            started = eager_start(_one(call, timeout))
+            if not started.done():
+                awaiting.append(started)
         else:
             shared.append(call)
     if len(shared) == 1:
@@ -98,15 +107,17 @@ async def run_calls(
     awaiting.extend(owner.run_calls(group, timeout) for owner, group in remote.items())
     if len(awaiting) == 1:
         await awaiting[0]
-    else:
+    elif awaiting:
         await asyncio.gather(*awaiting)
 
 
 async def _one(call: Call, timeout: float | None) -> None:
+    started = time.perf_counter()
     try:
         call.value = await call.runner.call(call.method, *call.args, timeout=timeout, **call.kwargs)
     except Exception as exc:
         call.error = exc
+    call.seconds = time.perf_counter() - started
 
 
 class _ThreadJob:
@@ -133,6 +144,9 @@ class _ThreadJob:
                 call.value = getattr(call.runner.env, call.method)(*call.args, **call.kwargs)
             except Exception as exc:
                 call.error = exc
+            except BaseException as exc:  # SystemExit and the like must not stop the server
+                call.error = escaped(call.method, exc)
+            call.seconds = time.monotonic() - self.started
 
     def overdue(self, timeout: float) -> int | None:
         """If the running call overran ``timeout``, stop after it and return its index."""
@@ -194,6 +208,8 @@ class BatchHandler:
     def __init__(self, service: EnvService) -> None:
         self.service = service
         self._tasks: set[asyncio.Task[None]] = set()
+        self._running: dict[tuple[str, int], asyncio.Task[None]] = {}
+        """The batch task running each (session, request id) item, for re-sent batches."""
 
     def submit(self, channel: Channel, request: b.BatchRequest) -> None:
         """Admit ``request`` and run it in the background; its reply goes to ``channel``.
@@ -203,20 +219,36 @@ class BatchHandler:
         """
         b.check_batch_size(request, self.service.config.max_batch)
         results: list[dict[str, Any] | None] = [None] * len(request.items)
-        admitted = self._admit(channel, request, results)
-        if not admitted:
+        waits: list[tuple[int, Session, asyncio.Future[None]]] = []
+        admitted = self._admit(channel, request, results, waits)
+        if not admitted and not waits:
             channel.send(b.batch_reply(request.id, _complete(results)))
             return
-        task = asyncio.create_task(self._run(channel, request.id, admitted, results))
+        task = asyncio.create_task(self._run(channel, request.id, admitted, results, waits))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        keys = [(call.session.id, request.id) for call in admitted]
+        for key in keys:
+            self._running[key] = task
+
+        def done(finished: asyncio.Task[None]) -> None:
+            self._tasks.discard(finished)
+            for key in keys:
+                if self._running.get(key) is finished:
+                    del self._running[key]
+
+        task.add_done_callback(done)
 
     def _admit(
-        self, channel: Channel, request: b.BatchRequest, results: list[dict[str, Any] | None]
+        self,
+        channel: Channel,
+        request: b.BatchRequest,
+        results: list[dict[str, Any] | None],
+        waits: list[tuple[int, Session, asyncio.Future[None]]],
     ) -> list[_Admitted]:
         service = self.service
         kind = "reset" if isinstance(request, b.ResetBatch) else "step"
         admitted: list[_Admitted] = []
+        seen: set[str] = set()
         for index, item in enumerate(request.items):
             if isinstance(item, b.BadItem):
                 results[index] = self._error(item.session, item.error)
@@ -227,13 +259,19 @@ class BatchHandler:
                 if cached is not None and cached.get("type") == BATCH_ITEM:
                     results[index] = cached["item"]  # a retried batch: at most once
                     continue
+                original = self._running.get((session.id, request.id))
+                if original is not None and session.id not in seen:
+                    # The same batch re-sent after a reconnect while it still runs: this
+                    # item's answer is the original's, once it is there (at most once).
+                    waits.append((index, session, original))
+                    continue
                 if session.machine.running == request.id:
                     raise SessionBusy(
-                        "this session is still running this batch's item (a retried batch, "
-                        "or the session appears twice in one batch)",
+                        "this session appears twice in one batch; send one item per session",
                         details={"running": request.id},
                     )
                 op = session.machine.begin(kind, request.id)
+                seen.add(session.id)
             except CorralError as exc:
                 results[index] = self._error(item.session, exc)
                 continue
@@ -271,22 +309,26 @@ class BatchHandler:
         request_id: int,
         admitted: list[_Admitted],
         results: list[dict[str, Any] | None],
+        waits: list[tuple[int, Session, asyncio.Future[None]]],
     ) -> None:
         service = self.service
         timeout = service.config.step_timeout_s
         calls: list[Call] = list(admitted)
         try:
-            await run_calls(calls, service.manager.executor, timeout)
+            if calls:
+                await run_calls(calls, service.manager.executor, timeout)
         except Exception as exc:  # a bug in corral: answer every item rather than hang them
             log.exception("batch %s failed", request_id)
             for call in admitted:
                 if call.error is None and call.value is None:
                     call.error = InternalError(f"internal server error: {exc!r}")
         steps = resets = 0
+        stats = service.manager.stats
         for call in admitted:
             session = call.session
             item = self._finish(channel, call)
             if "error" not in item:
+                stats.observe(str(call.op), call.seconds)
                 if call.op is Op.STEP:
                     steps += 1
                 else:
@@ -295,9 +337,17 @@ class BatchHandler:
             session.cache.put(request_id, {"type": BATCH_ITEM, "id": request_id, "item": item})
             if isinstance(call.error, StepTimeout):
                 await service.manager.close(session, "a call overran the step timeout")
-        stats = service.manager.stats
         stats.steps += steps
         stats.resets += resets
+        for index, session, original in waits:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(original)
+            cached = session.cache.get(request_id)
+            results[index] = (
+                cached["item"]
+                if cached is not None and cached.get("type") == BATCH_ITEM
+                else self._error(session.id, SessionLost("the session closed while it ran"))
+            )
         channel.send(b.batch_reply(request_id, _complete(results)))
 
     def _finish(self, channel: Channel, call: _Admitted) -> dict[str, Any]:

@@ -22,7 +22,7 @@ import contextlib
 import functools
 import inspect
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, ParamSpec, Protocol, TypeVar
 
 from corral.contract import Environment
@@ -32,6 +32,24 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 EnvFactory = Callable[[], Environment[Any, Any, Any]]
+
+
+class Runner(Protocol):
+    """What a session runs its environment's methods through.
+
+    :class:`EnvRunner` runs them in this process; a worker runner
+    (:mod:`corral.server.workers`) runs them in a worker process.
+    """
+
+    closed: bool
+
+    async def call(self, method: str, *args: Any, timeout: float | None, **kwargs: Any) -> Any:
+        """Run ``env.<method>(*args, **kwargs)`` and return its result."""
+        ...
+
+    async def close(self) -> None:
+        """Close the environment (once)."""
+        ...
 
 
 class EnvThreads(concurrent.futures.Executor):
@@ -73,24 +91,6 @@ class EnvThreads(concurrent.futures.Executor):
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Shut the current pool down (retired pools are winding down already)."""
         self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)
-
-
-class Runner(Protocol):
-    """What a session runs its environment's methods through.
-
-    :class:`EnvRunner` runs them in this process; a worker runner
-    (:mod:`corral.server.workers`) runs them in a worker process.
-    """
-
-    closed: bool
-
-    async def call(self, method: str, *args: Any, timeout: float | None, **kwargs: Any) -> Any:
-        """Run ``env.<method>(*args, **kwargs)`` and return its result."""
-        ...
-
-    async def close(self) -> None:
-        """Close the environment (once)."""
-        ...
 
 
 class EnvRunner:
@@ -155,11 +155,17 @@ class EnvRunner:
 
     def is_async(self, method: str) -> bool:
         """True when ``env.<method>`` is ``async def`` (awaited on the loop, no thread hop)."""
-        return self._async[method]
+        is_async = self._async.get(method)
+        if is_async is None:  # a tool method, looked up on first use
+            is_async = self._async[method] = inspect.iscoroutinefunction(getattr(self.env, method))
+        return is_async
 
-    def mark_stuck(self, future: concurrent.futures.Future[Any]) -> None:
-        """A thread is still inside the env after a timeout; close once ``future`` is done."""
-        self._stuck = future
+    def mark_stuck(self, job: concurrent.futures.Future[Any]) -> None:
+        """A thread is still inside the env after a timeout: close the env once ``job`` is
+        done, and let the shared pool move on to fresh threads."""
+        self._stuck = job
+        if not job.cancel() and isinstance(self._executor, EnvThreads):
+            self._executor.abandon(job)
 
     def timeout_error(self, method: str, timeout: float) -> StepTimeout:
         """The error for a call of ``method`` that overran ``timeout``."""
@@ -171,51 +177,37 @@ class EnvRunner:
     async def call(self, method: str, *args: Any, timeout: float | None, **kwargs: Any) -> Any:
         """Run ``env.<method>(*args, **kwargs)``; exceptions of the env propagate.
 
-        ``async def`` methods are awaited in the caller's task (no extra task, no thread);
-        sync methods make one hop to the executor.
+        An ``async def`` method starts in the caller's task: if it finishes without
+        suspending (no I/O to wait for) it costs no task and no timer at all; if it
+        suspends, it finishes in a task of its own, so that the timeout answers on time
+        even if the method ignores its cancellation. A sync method makes one hop to the
+        executor.
 
         Raises:
             StepTimeout: the call overran ``timeout``; this runner is then unusable.
         """
         fn = getattr(self.env, method)
-        is_async = self._async.get(method)
-        if is_async is None:  # a tool method, looked up on first use
-            is_async = self._async[method] = inspect.iscoroutinefunction(fn)
         job: concurrent.futures.Future[Any] | None = None
-        awaitable: Awaitable[Any]
-        if is_async:
-            awaitable = _guarded_async(method, fn(*args, **kwargs))
+        if self.is_async(method):
+            future: asyncio.Future[Any] = eager_start(_guarded_async(method, fn(*args, **kwargs)))
+            if future.done():
+                return future.result()
         else:
             job = self._executor.submit(_guarded, method, functools.partial(fn, *args, **kwargs))
-            awaitable = asyncio.wrap_future(job)
+            future = asyncio.wrap_future(job)
         if timeout is None:
-            return await awaitable
-        # One timer handle per call (asyncio.timeout costs several times more on this
-        # path): on expiry it cancels the waiting task, and the cancellation is ours.
-        task = asyncio.current_task()
-        assert task is not None
-        overran = False
-
-        def expire() -> None:
-            nonlocal overran
-            overran = True
-            task.cancel()
-
-        timer = asyncio.get_running_loop().call_later(timeout, expire)
-        try:
-            return await awaitable
-        except asyncio.CancelledError:
-            if not overran or task.uncancel() > 0:
-                raise  # someone else cancelled the request too
+            return await future
+        done, _ = await asyncio.wait({future}, timeout=timeout)
+        if not done:
+            # For a thread, the stuck call is the thread's future: it is done only when
+            # the thread lets go of the env, which is when the env may be closed.
+            future.cancel()
             if job is not None:
-                # The stuck call is the thread's future: it is done only when the thread
-                # lets go of the env, which is when the env may be closed.
-                self._stuck = job
-                if not job.cancel() and isinstance(self._executor, EnvThreads):
-                    self._executor.abandon(job)  # it runs (a queued call was just cancelled)
-            raise self.timeout_error(method, timeout) from None
-        finally:
-            timer.cancel()
+                self.mark_stuck(job)
+            else:
+                self._stuck = future
+            raise self.timeout_error(method, timeout)
+        return future.result()
 
     async def close(self) -> None:
         """Call ``env.close()`` once; after a timeout, once the stuck call has returned."""
@@ -272,3 +264,52 @@ async def _guarded_async(method: str, awaitable: Awaitable[T]) -> T:
         raise
     except BaseException as exc:
         raise _escaped(method, exc) from None
+
+
+class _Started:
+    """A coroutine that already ran up to its first suspension, as an awaitable."""
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], suspended: Any) -> None:
+        self.coro = coro
+        self.suspended = suspended
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, value = self.coro, self.suspended
+        while True:
+            try:
+                sent = yield value  # what the coroutine waits on, to the task running us
+            except BaseException as exc:  # thrown in by that task: cancellation, mostly
+                try:
+                    value = coro.throw(exc)
+                except StopIteration as done:
+                    return done.value
+            else:
+                try:
+                    value = coro.send(sent)
+                except StopIteration as done:
+                    return done.value
+
+
+async def _finish(coro: Coroutine[Any, Any, T], suspended: Any) -> T:
+    result: T = await _Started(coro, suspended)
+    return result
+
+
+def eager_start(coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
+    """Run ``coro`` now, up to its first suspension, and return the future of its result.
+
+    A coroutine that finishes without suspending (an environment with nothing to wait
+    for) costs no task: its future is already done. One that suspends finishes in a task
+    of its own. (Python 3.12's eager tasks do the same; this works on 3.11 too.)
+    """
+    try:
+        suspended = coro.send(None)
+    except StopIteration as done:
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        future.set_result(done.value)
+        return future
+    except Exception as exc:
+        future = asyncio.get_running_loop().create_future()
+        future.set_exception(exc)
+        return future
+    return asyncio.ensure_future(_finish(coro, suspended))

@@ -11,7 +11,6 @@ reason rather than a bare ``UNKNOWN_SESSION``.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import secrets
@@ -102,7 +101,7 @@ class SessionManager:
         """Builds each session's runner instead of :meth:`EnvRunner.create` (workers)."""
 
     @property
-    def executor(self) -> concurrent.futures.Executor:
+    def executor(self) -> EnvThreads:
         """The shared pool running sync environments' calls."""
         return self._executor
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import concurrent.futures
 import contextlib
 import ctypes
 import itertools
@@ -55,7 +54,7 @@ from corral.errors import (
 )
 from corral.protocol.codecs import MsgpackCodec
 from corral.server.batching import Call, run_calls
-from corral.server.runner import EnvRunner
+from corral.server.runner import EnvRunner, EnvThreads
 
 log = logging.getLogger("corral.server")
 
@@ -317,6 +316,7 @@ class Worker:
             for c in calls
         ]
         wait = None if timeout is None else timeout * len(calls) + _GRACE_S
+        started = time.perf_counter()
         try:
             reply = await self.request({"op": "batch", "items": items, "timeout": timeout}, wait)
         except CorralError as exc:
@@ -329,7 +329,9 @@ class Worker:
                 call.error = InternalError("a worker sent a malformed batch reply")
             return
         contract = self.pool.contract
+        elapsed = time.perf_counter() - started
         for call, result in zip(calls, results, strict=True):
+            call.seconds = elapsed  # what the front saw: the worker's whole batch
             if "error" in result:
                 call.error = _raise_wire_error(result["error"], call.method)
                 continue
@@ -490,9 +492,7 @@ class _WorkerServer:
     ) -> None:
         self.factory = factory
         self.thread_affinity = thread_affinity
-        self.executor = concurrent.futures.ThreadPoolExecutor(
-            threads, thread_name_prefix="corral-env"
-        )
+        self.executor = EnvThreads(threads)
         self.runners: dict[int, EnvRunner] = {}
         self.codec = MsgpackCodec()
         self.tasks: set[asyncio.Task[None]] = set()
