@@ -303,7 +303,8 @@ async def test_a_dead_server_is_replaced_and_its_sessions_reset():
             if not batch.errors:
                 break
             assert set(batch.errors) <= {2, 3}
-            assert all(isinstance(e, (ConnectionLost, SessionLost)) for e in batch.errors.values())
+            lost = (ConnectionLost, SessionLost)
+            assert all(isinstance(e, lost) for e in batch.errors.values()), batch.errors
             await asyncio.sleep(0.05)
         assert pool.server_urls[1] != old_url
         # Sessions 2 and 3 were reset on the new server (next-step autoreset).

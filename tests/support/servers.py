@@ -30,14 +30,11 @@ class ThreadServer:
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(self.loop)
-        try:
-            self.loop.run_until_complete(self.server.serve(sockets=[self.sock]))
-        finally:
-            # An unclosed loop is a ResourceWarning whenever it is collected, which can
-            # land inside another test's warning checks.
-            self.loop.close()
+        # A Runner closes the loop (and cancels leftover tasks) when the server stops; an
+        # unclosed loop collected later by the GC raises an unraisable ValueError.
+        with asyncio.Runner() as runner:
+            self.loop = runner.get_loop()
+            runner.run(self.server.serve(sockets=[self.sock]))
 
     def start(self) -> ThreadServer:
         self.thread.start()

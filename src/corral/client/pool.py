@@ -865,11 +865,15 @@ class EnvPool(Generic[ActT, ObsT, StateT]):
             reply = await conn.connection.request(message, timeout=self.timeout)
             results = b.read_batch_reply(reply, len(chunk))
         except CorralError as exc:
-            if isinstance(exc, ClientClosed) and not self._closed:
-                # The pool closed this connection to replace its dead server.
-                exc = ConnectionLost(f"the server at {conn.server.url} died; it is replaced")
             if isinstance(exc, ConnectionLost):
                 self._suspect(conn.server)
+            elif isinstance(exc, ClientClosed) and not self._closed:
+                # The pool closed this connection itself, replacing a dead server: the
+                # request's episode is lost, and the caller must hear it as such.
+                exc = SessionLost(
+                    "the server died and is being replaced; this episode was lost",
+                    details={"reason": "server died", "server": conn.server.url},
+                )
             return {s.index: _Outcome(error=exc) for s, _ in chunk}
         outcomes: dict[int, _Outcome] = {}
         for (slot, _), item in zip(chunk, results, strict=True):

@@ -126,8 +126,8 @@ class ArraySpec:
 
 def to_wire_dict(array: np.ndarray[Any, Any]) -> dict[str, Any]:
     """The JSON form of an array: dtype string, shape list, base64 of C-order bytes."""
-    # ascontiguousarray makes 0-d arrays 1-d; the reshape keeps the shape.
-    contiguous = np.ascontiguousarray(array).reshape(array.shape)
+    # ascontiguousarray would turn a 0-d array into shape (1,): copy only when needed.
+    contiguous = array if array.flags.c_contiguous else np.ascontiguousarray(array)
     return {
         "dtype": contiguous.dtype.str,
         "shape": list(contiguous.shape),

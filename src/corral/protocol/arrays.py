@@ -41,8 +41,8 @@ def encode_ndarray(array: Any) -> bytes:
 
     if array.dtype.kind not in _WIRE_KINDS:
         raise TypeError(f"arrays of dtype {array.dtype} cannot cross the wire")
-    # ascontiguousarray makes 0-d arrays 1-d; the reshape keeps the shape.
-    contiguous = np.ascontiguousarray(array).reshape(array.shape)
+    # ascontiguousarray would turn a 0-d array into shape (1,): copy only when needed.
+    contiguous = array if array.flags.c_contiguous else np.ascontiguousarray(array)
     dtype = contiguous.dtype.str.encode("ascii")
     header = struct.pack(
         f"<B{len(dtype)}sB{contiguous.ndim}Q", len(dtype), dtype, contiguous.ndim, *contiguous.shape

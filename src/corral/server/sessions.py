@@ -172,18 +172,19 @@ class SessionManager:
         """
         session = self.sessions.get(session_id)
         if session is None or session.owner is not owner:
-            reason = self._tombstones.get(session_id)
-            if reason is not None:
-                raise SessionLost(
-                    f"session {session_id} is gone: {reason}",
-                    details={"reason": reason, "session": session_id},
-                )
-            raise UnknownSession(
-                f"no session {session_id!r} on this connection; open or attach it first",
-                details={"session": session_id},
-            )
+            raise self._missing(session_id, "on this connection; open or attach it first")
         session.touch()
         return session
+
+    def _missing(self, session_id: str, where: str) -> SessionLost | UnknownSession:
+        """``SessionLost`` with the reason for a closed session, else ``UnknownSession``."""
+        reason = self._tombstones.get(session_id)
+        if reason is not None:
+            return SessionLost(
+                f"session {session_id} is gone: {reason}",
+                details={"reason": reason, "session": session_id},
+            )
+        return UnknownSession(f"no session {session_id!r} {where}", details={"session": session_id})
 
     def attach(self, session_id: str, token: str, owner: ReplySink) -> Session:
         """Move a live session to ``owner`` (a reconnecting client).
@@ -194,16 +195,7 @@ class SessionManager:
         """
         session = self.sessions.get(session_id)
         if session is None:
-            reason = self._tombstones.get(session_id)
-            if reason is not None:
-                raise SessionLost(
-                    f"session {session_id} is gone: {reason}",
-                    details={"reason": reason, "session": session_id},
-                )
-            raise UnknownSession(
-                f"no session {session_id!r} on this server (it may have restarted)",
-                details={"session": session_id},
-            )
+            raise self._missing(session_id, "on this server (it may have restarted)")
         # As bytes: compare_digest refuses non-ASCII str, and a token is whatever was sent.
         if not secrets.compare_digest(session.token.encode(), token.encode()):
             raise Unauthorized("wrong resume token for this session")

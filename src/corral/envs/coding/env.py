@@ -22,9 +22,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from corral.contract import Action, Environment, Observation, State, WireModel
+from corral.contract.options import parse_reset_options
 from corral.envs.coding.sandbox import (
     DEFAULT_UID_RANGE,
     ExecOutcome,
@@ -175,18 +176,7 @@ class _ResetOptions(BaseModel):
 
 
 def _parse_options(values: dict[str, Any]) -> _ResetOptions:
-    try:
-        return _ResetOptions.model_validate(values)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'options'}: {err['msg']} "
-            f"(got {err.get('input')!r})"
-            for err in exc.errors()
-        )
-        raise InvalidArgument(
-            f"invalid coding options: {problems}. Accepted options: {_OPTIONS_HELP}",
-            details={"accepted": sorted(_ResetOptions.model_fields)},
-        ) from None
+    return parse_reset_options(_ResetOptions, values, env="coding", accepted=_OPTIONS_HELP)
 
 
 @dataclasses.dataclass

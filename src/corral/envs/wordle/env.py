@@ -30,9 +30,10 @@ import uuid
 from collections.abc import Iterable
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from corral.contract import Action, Environment, Observation, State, WireModel
+from corral.contract.options import parse_reset_options
 from corral.envs.wordle.game import (
     CORRECT,
     PRESENT,
@@ -166,17 +167,7 @@ class _ResetOptions(BaseModel):
 
 
 def _parse_options(values: dict[str, Any]) -> _ResetOptions:
-    try:
-        return _ResetOptions.model_validate(values)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in err['loc']) or 'options'}: {err['msg']} "
-            f"(got {err['input']!r})"
-            for err in exc.errors()
-        )
-        raise InvalidArgument(
-            f"invalid wordle options: {problems}. Accepted options: {_OPTIONS_HELP}"
-        ) from None
+    return parse_reset_options(_ResetOptions, values, env="wordle", accepted=_OPTIONS_HELP)
 
 
 class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
