@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -18,6 +19,12 @@ import httpx
 from corral.client import LocalServer
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _die_with_parent() -> None:
+    """In the child: be killed if the benchmark process dies without stopping us."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def rss_kb(pid: int) -> int:
@@ -69,6 +76,7 @@ class _Child:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
 
     async def wait(self, health: bool, timeout: float = 120.0) -> str:

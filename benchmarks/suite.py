@@ -363,7 +363,13 @@ async def run(
 
         openenv_models()  # a multi-second import: never inside a timed or timeout-bound call
     if settings.smoke:
-        values = await asyncio.gather(*(measurements[n](settings, log) for n in chosen))
+        # Every section finishes (and stops its servers) even when another one fails.
+        values = await asyncio.gather(
+            *(measurements[n](settings, log) for n in chosen), return_exceptions=True
+        )
+        failure = next((v for v in values if isinstance(v, BaseException)), None)
+        if failure is not None:
+            raise failure
         results = dict(zip(chosen, values, strict=True))
     else:
         results = {name: await measurements[name](settings, log) for name in chosen}

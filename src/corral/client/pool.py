@@ -865,9 +865,6 @@ class EnvPool(Generic[ActT, ObsT, StateT]):
             reply = await conn.connection.request(message, timeout=self.timeout)
             results = b.read_batch_reply(reply, len(chunk))
         except CorralError as exc:
-            if isinstance(exc, ClientClosed) and not self._closed:
-                # The pool closed this connection to replace its dead server.
-                exc = ConnectionLost(f"the server at {conn.server.url} died; it is replaced")
             if isinstance(exc, ConnectionLost):
                 self._suspect(conn.server)
             elif isinstance(exc, ClientClosed) and not self._closed:
