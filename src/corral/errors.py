@@ -241,6 +241,13 @@ class ClientClosed(CorralError):
     code = ErrorCode.CLIENT_CLOSED
 
 
+class ServerStartError(ConnectionLost):
+    """A server (process, container) exited or never became ready.
+
+    ``details['output']`` holds its last output lines when they could be read.
+    """
+
+
 def _exception_classes() -> dict[str, type[CorralError]]:
     table: dict[str, type[CorralError]] = {}
     pending: list[type[CorralError]] = [CorralError]

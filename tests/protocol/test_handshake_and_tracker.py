@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from corral.errors import BadMessage, ContractMismatch, SessionBusy, UnsupportedProtocol
+from corral.errors import (
+    BadMessage,
+    ContractMismatch,
+    SessionBusy,
+    UnsupportedProtocol,
+    error_from_wire,
+)
 from corral.protocol.client import RequestTracker
 from corral.protocol.handshake import Compat, check_protocol, negotiate
 from corral.protocol.messages import ContractRef, Hello
@@ -38,7 +44,7 @@ def test_tracker_matches_out_of_order_and_drops_stale():
     assert tracker.match({"type": "result", "id": a}) is None
     assert tracker.stale == 1
     reply = tracker.match({"type": "error", "id": c, "code": "SESSION_BUSY", "message": "m"})
-    assert isinstance(reply.error(), SessionBusy)
+    assert isinstance(error_from_wire(reply.message, reply.request_id), SessionBusy)
     assert tracker.match({"type": "result", "id": c}) is None  # answered once only
     assert tracker.outstanding() == {}
     assert tracker.match({"type": "error", "id": None, "code": "BAD_FRAME"}) is None

@@ -15,10 +15,9 @@ import httpx
 import pytest
 
 from corral.client import AsyncEnvClient
-from corral.client.launcher import ServerStartError
 from corral.envs.coding.sandbox import available_modes
 from corral.envs.echo import EchoAction, EchoEnv
-from corral.errors import ConnectionLost, CorralError, EnvError
+from corral.errors import ConnectionLost, CorralError, EnvError, ServerStartError
 from corral.providers.base import ServerSpec
 from corral.providers.guardian import guardian, start_time
 from corral.providers.local import LocalEndpoint, LocalLimits, LocalProcessProvider

@@ -6,10 +6,10 @@ on first use so that the plain clients work without it.
 
 from typing import Any
 
-from corral.client.async_client import AsyncEnvClient
 from corral.client.connection import Connection
-from corral.client.launcher import LocalServer, ServerStartError
-from corral.client.sync_client import SyncEnvClient
+from corral.client.env_client import AsyncEnvClient, SyncEnvClient
+from corral.client.local_server import LocalServer
+from corral.errors import ServerStartError
 
 _POOL_NAMES = frozenset({"AutoresetMode", "EnvPool", "PoolBatch", "PoolError", "SyncEnvPool"})
 

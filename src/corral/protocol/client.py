@@ -19,7 +19,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from corral.errors import BadMessage, CorralError, ErrorCode, SessionLost, error_from_wire
+from corral.errors import BadMessage, ErrorCode, SessionLost
 
 
 @dataclass(slots=True)
@@ -33,12 +33,6 @@ class Reply:
     def type(self) -> str:
         """The reply's message type."""
         return str(self.message.get("type"))
-
-    def error(self) -> CorralError | None:
-        """The exception this reply carries, if it is an error reply."""
-        if self.type != "error":
-            return None
-        return error_from_wire(self.message, self.request_id)
 
 
 @dataclass(slots=True)

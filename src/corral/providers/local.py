@@ -7,12 +7,13 @@
     provider = LocalProcessProvider(venv=True, sandbox="auto", limits=LocalLimits(cpu_seconds=600))
     endpoint = await provider.start("path/to/my_env")
 
-Each server is ``corral serve`` in a child process (:class:`~corral.client.launcher.LocalServer`
-is the engine): its own process group, asked to die with its parent, stopped at
-interpreter exit, and watched by the process's guardian (:mod:`corral.providers.guardian`)
-so that it is stopped even when the parent is killed with SIGKILL. The provider binds
-the listening socket itself on 127.0.0.1 and the server inherits it: the URL is known
-before the server starts and no port is ever guessed or raced for.
+Each server is ``corral serve`` in a child process
+(:class:`~corral.client.local_server.LocalServer` is the engine): its own process group,
+asked to die with its parent, stopped at interpreter exit, and watched by the process's
+guardian (:mod:`corral.providers.guardian`) so that it is stopped even when the parent is
+killed with SIGKILL. The provider binds the listening socket itself on 127.0.0.1 and the
+server inherits it: the URL is known before the server starts and no port is ever guessed
+or raced for.
 
 **Virtualenvs** (``venv=True``): the server runs in a cached virtualenv built from the
 environment's ``pyproject.toml`` (see :mod:`corral.providers.venv`).
@@ -64,7 +65,7 @@ from pathlib import Path
 from typing import Literal
 
 from corral.auth import TOKEN_ENV
-from corral.client.launcher import LocalServer, ServerStartError
+from corral.client.local_server import LocalServer
 from corral.envs.coding.sandbox import (
     MountEntry,
     SandboxError,
@@ -75,6 +76,7 @@ from corral.envs.coding.sandbox import (
     sandbox_command,
     with_parent_dirs,
 )
+from corral.errors import ServerStartError
 from corral.providers.base import Endpoint, Provider, ServerSpec, SpecLike
 from corral.providers.dockerfile import BuildError, Progress
 from corral.providers.guardian import guardian
@@ -237,7 +239,7 @@ class _ServerSandbox:
     def wrap(
         self, fd: int, environment: dict[str, str], cwd: str
     ) -> Callable[[list[str]], list[str]]:
-        """What turns the server's argv into the sandboxed one (given to the launcher)."""
+        """What turns the server's argv into the sandboxed one (given to LocalServer)."""
         env = {
             "PATH": _SANDBOX_PATH,
             "HOME": "/workspace",
@@ -438,7 +440,7 @@ class LocalProcessProvider(Provider):
         sandbox: _ServerSandbox | None,
         process: subprocess.Popen[bytes],
     ) -> None:
-        """Called by the launcher as soon as the child exists: own it from then on."""
+        """Called by LocalServer as soon as the child exists: own it from then on."""
         # The server table is the finalizer's: a hook left on the server would keep the
         # provider alive through it, and a forgotten provider could never be collected.
         server.on_spawn = None

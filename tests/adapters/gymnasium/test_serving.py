@@ -13,9 +13,9 @@ from tests.support.servers import running
 
 from corral.adapters.gymnasium import GymEnvironment, GymState, SpaceError, serve_target
 from corral.adapters.gymnasium.remote import info_of
+from corral.blocking import run_blocking
 from corral.cli.serve import resolve_serve_target
 from corral.client import AsyncEnvClient, LocalServer, SyncEnvClient
-from corral.client.loop import run_blocking
 from corral.errors import InvalidAction
 
 

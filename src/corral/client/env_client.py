@@ -1,4 +1,4 @@
-"""``AsyncEnvClient``: one environment session on a corral server, async-first.
+"""``AsyncEnvClient``: one environment session on a corral server; ``SyncEnvClient``, its twin.
 
     async with AsyncEnvClient("http://127.0.0.1:8000", env=EchoEnv) as env:
         result = await env.reset(seed=1)
@@ -12,6 +12,11 @@ A dropped connection is re-established and the session resumed without the calle
 noticing (see :mod:`corral.client.connection`); a session the server no longer has
 raises :class:`~corral.errors.SessionLost` with the reason, and is never silently
 replaced by a new one.
+
+:meth:`AsyncEnvClient.sync` (or :class:`SyncEnvClient` directly) gives the blocking twin:
+same methods, same names, same exceptions; each call runs the async implementation on
+corral's private background loop (:mod:`corral.blocking`), so it works in scripts and
+inside Jupyter alike.
 """
 
 from __future__ import annotations
@@ -19,24 +24,20 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Self
 
-from pydantic import BaseModel, ValidationError
-
+from corral.blocking import BlockingTwin, run_blocking
 from corral.client.connection import Connection, ReconnectPolicy, http_url
 from corral.client.openenv_connection import OpenEnvConnection, is_openenv_refusal
-from corral.contract import Action, Environment, Observation, State, StepResult
-from corral.contract.schema import fingerprint, model_schemas
-from corral.errors import BadObservation, ClientClosed, InvalidAction, UnsupportedProtocol
-from corral.protocol.messages import ContractRef
+from corral.client.typed import ActT, ObsT, StateT, TypedModels
+from corral.contract import Environment, StepResult
+from corral.errors import ClientClosed, UnsupportedProtocol
 
 if TYPE_CHECKING:
-    from corral.client.launcher import LocalServer
-    from corral.client.sync_client import SyncEnvClient
+    from corral.client.local_server import LocalServer
 
-ActT = TypeVar("ActT", bound=Action)
-ObsT = TypeVar("ObsT", bound=Observation)
-StateT = TypeVar("StateT", bound=State)
+_MARGIN = 5.0
+"""Seconds a blocking call waits beyond the client's own timeout before giving up."""
 
 
 class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
@@ -84,16 +85,9 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
     ) -> None:
         self.url = http_url(url)
         self.timeout = timeout
-        self.check_contract = check_contract
-        self._contract_version = "1.0.0"
-        if env is not None:
-            action_type = action_type or env.action_type  # type: ignore[assignment]
-            observation_type = observation_type or env.observation_type  # type: ignore[assignment]
-            state_type = state_type or env.state_type  # type: ignore[assignment]
-            self._contract_version = env.contract_version
-        self.action_type: type[ActT] | None = action_type
-        self.observation_type: type[ObsT] | None = observation_type
-        self.state_type: type[StateT] | None = state_type
+        self.typed: TypedModels[ActT, ObsT, StateT] = TypedModels(
+            env, action_type, observation_type, state_type, check_contract=check_contract
+        )
         self.openenv_fallback = openenv_fallback
         self.connection: Connection | OpenEnvConnection = Connection(
             url,
@@ -126,7 +120,7 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
 
         The server process is stopped when the client closes (and at interpreter exit).
         """
-        from corral.client.launcher import LocalServer
+        from corral.client.local_server import LocalServer
 
         server = LocalServer(
             target,
@@ -151,22 +145,24 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
 
     def sync(self) -> SyncEnvClient[ActT, ObsT, StateT]:
         """A blocking twin of this client: same methods, same errors."""
-        from corral.client.sync_client import SyncEnvClient
-
         return SyncEnvClient(self)
 
-    # -- connection and session ---------------------------------------------------
+    @property
+    def action_type(self) -> type[ActT] | None:
+        """The Action model (None until known: given, or read from the server)."""
+        return self.typed.action_type
 
-    def _local_contract(self) -> ContractRef | None:
-        if not self.check_contract or None in (
-            self.action_type,
-            self.observation_type,
-            self.state_type,
-        ):
-            return None
-        assert self.action_type and self.observation_type and self.state_type
-        schemas = model_schemas(self.action_type, self.observation_type, self.state_type)
-        return ContractRef(version=self._contract_version, fingerprint=fingerprint(schemas))
+    @property
+    def observation_type(self) -> type[ObsT] | None:
+        """The Observation model (None until known)."""
+        return self.typed.observation_type
+
+    @property
+    def state_type(self) -> type[StateT] | None:
+        """The State model (None until known)."""
+        return self.typed.state_type
+
+    # -- connection and session ---------------------------------------------------
 
     async def connect(self) -> Self:
         """Connect, handshake and open the session (done lazily by the first call)."""
@@ -174,10 +170,10 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
             raise ClientClosed("this client was closed")
         if self.session_id is not None:
             return self
-        need_schemas = None in (self.action_type, self.observation_type, self.state_type)
+        need_schemas = self.typed.incomplete
         try:
             welcome = await self.connection.connect(
-                self._local_contract(), want_schemas=need_schemas
+                self.typed.local_contract(), want_schemas=need_schemas
             )
         except UnsupportedProtocol as exc:
             if not (
@@ -189,19 +185,11 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
             self.connection = OpenEnvConnection.replacing(self.connection)
             welcome = await self.connection.connect(want_schemas=need_schemas)
         if need_schemas:
-            self._adopt_schemas(welcome.get("schemas") or {})
+            self.typed.adopt_schemas(welcome.get("schemas") or {})
         opened = await self.connection.request({"type": "open"}, timeout=self.timeout)
         self.session_id = opened["session"]
         self.resume_token = opened["token"]
         return self
-
-    def _adopt_schemas(self, schemas: dict[str, Any]) -> None:
-        from corral.contract.dynamic import contract_models
-
-        action, observation, state = contract_models(schemas)
-        self.action_type = self.action_type or action  # type: ignore[assignment]
-        self.observation_type = self.observation_type or observation  # type: ignore[assignment]
-        self.state_type = self.state_type or state  # type: ignore[assignment]
 
     @property
     def server_info(self) -> dict[str, Any]:
@@ -223,16 +211,14 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
     async def step(self, action: ActT | Mapping[str, Any]) -> StepResult[ObsT]:
         """Apply ``action`` (a model or a dict validated locally) and return the result."""
         await self.connect()
-        payload = self.connection.codec.dump(self._action(action))
+        payload = self.connection.codec.dump(self.typed.action(action))
         reply = await self._call({"type": "step", "action": payload})
         return self._result(reply)
 
     async def state(self) -> StateT:
         """The environment's current state, typed."""
         reply = await self._call({"type": "state"})
-        assert self.state_type is not None
-        state: StateT = self._load(self.state_type, reply["state"])
-        return state
+        return self.typed.state(reply["state"], self.connection.codec)
 
     async def close(self) -> None:
         """Close the session, the connection and any server this client started."""
@@ -261,30 +247,70 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
     ) -> None:
         await self.close()
 
-    # -- typed decoding -----------------------------------------------------------
-
-    def _action(self, action: ActT | Mapping[str, Any]) -> BaseModel:
-        assert self.action_type is not None
-        if isinstance(action, self.action_type):
-            return action
-        raw = action.model_dump() if isinstance(action, BaseModel) else dict(action)
-        try:
-            return self.action_type.model_validate(raw)
-        except ValidationError as exc:
-            raise InvalidAction(
-                f"invalid {self.action_type.__name__}: {exc.error_count()} error(s)",
-                details={"errors": exc.errors(include_url=False, include_context=False)},
-            ) from None
-
-    def _load(self, model: type[Any], obj: Any) -> Any:
-        try:
-            return self.connection.codec.load(model, obj)
-        except ValidationError as exc:
-            raise BadObservation(
-                f"the server sent a {model.__name__} that does not match the contract: {exc}"
-            ) from None
-
     def _result(self, reply: dict[str, Any]) -> StepResult[ObsT]:
-        assert self.observation_type is not None
-        obs: ObsT = self._load(self.observation_type, reply["observation"])
-        return StepResult.of(obs)
+        return StepResult.of(self.typed.observation(reply["observation"], self.connection.codec))
+
+
+class SyncEnvClient(BlockingTwin[AsyncEnvClient[ActT, ObsT, StateT]], Generic[ActT, ObsT, StateT]):
+    """A blocking session with a remote environment; see :class:`AsyncEnvClient`."""
+
+    @classmethod
+    def connect_to(cls, url: str, **kwargs: Any) -> SyncEnvClient[Any, Any, Any]:
+        """Create the async client with ``kwargs`` and return its connected twin."""
+        twin: SyncEnvClient[Any, Any, Any] = SyncEnvClient(AsyncEnvClient(url, **kwargs))
+        return twin.connect()
+
+    @classmethod
+    def from_env(
+        cls,
+        target: str,
+        *,
+        env: type[Environment[Any, Any, Any]] | None = None,
+        **kwargs: Any,
+    ) -> SyncEnvClient[Any, Any, Any]:
+        """Start ``target`` in a local server process and connect (blocking)."""
+        client = run_blocking(AsyncEnvClient.from_env(target, env=env, **kwargs), None)
+        return SyncEnvClient(client)
+
+    @property
+    def async_client(self) -> AsyncEnvClient[ActT, ObsT, StateT]:
+        """The async client this twin drives."""
+        return self._async
+
+    @property
+    def session_id(self) -> str | None:
+        """The server's id of this session."""
+        return self._async.session_id
+
+    @property
+    def server_info(self) -> dict[str, Any]:
+        """The server's ``welcome``."""
+        return self._async.server_info
+
+    def _wait(self) -> float | None:
+        timeout = self._async.timeout
+        return None if timeout is None else timeout + _MARGIN
+
+    def _enter(self) -> None:
+        self.connect()
+
+    def connect(self) -> Self:
+        """Connect, handshake and open the session."""
+        self._call(self._async.connect())
+        return self
+
+    def reset(self, seed: int | None = None, **options: Any) -> StepResult[ObsT]:
+        """Start a new episode; see :meth:`AsyncEnvClient.reset`."""
+        return self._call(self._async.reset(seed, **options))
+
+    def step(self, action: ActT | Mapping[str, Any]) -> StepResult[ObsT]:
+        """Apply ``action``; see :meth:`AsyncEnvClient.step`."""
+        return self._call(self._async.step(action))
+
+    def state(self) -> StateT:
+        """The current state; see :meth:`AsyncEnvClient.state`."""
+        return self._call(self._async.state())
+
+    def close(self) -> None:
+        """Close the session, connection and any server the client started."""
+        self._call(self._async.close(), 30.0)

@@ -1,7 +1,7 @@
 """Start a corral server in a local subprocess and stop it reliably.
 
-The child binds port 0 and writes its URL to a file (no port races); the launcher waits
-for that file and then for ``/ready``. Alternatively the launcher binds the listening
+The child binds port 0 and writes its URL to a file (no port races); :class:`LocalServer`
+waits for that file and then for ``/ready``. Alternatively it binds the listening
 socket itself and the child inherits it (``listen_socket``), so the URL is known before
 the child starts and the child may live in a network namespace of its own. If the child
 dies first, the error carries the tail of its output. The child runs in its own process
@@ -32,10 +32,9 @@ import weakref
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
-
 from corral.auth import TOKEN_ENV, bearer_header, resolve_token
-from corral.errors import ConnectionLost
+from corral.client.health import READY, answers, probe_client
+from corral.errors import ServerStartError
 
 _live: weakref.WeakSet[LocalServer] = weakref.WeakSet()
 _live_lock = threading.Lock()
@@ -50,10 +49,6 @@ _PR_SET_PDEATHSIG = 1
 def _die_with_parent(signum: int) -> None:
     if _LIBC is not None:
         _LIBC.prctl(_PR_SET_PDEATHSIG, signum)
-
-
-class ServerStartError(ConnectionLost):
-    """The server process exited or never became ready; ``details['output']`` has its log."""
 
 
 def socket_url(sock: socket.socket) -> str:
@@ -76,7 +71,7 @@ class LocalServer:
         cwd: the child's working directory.
         startup_timeout: seconds to wait for ``/ready``.
         token: bearer token the server must require (passed to it as ``$CORRAL_TOKEN``);
-            by default the server and this launcher use ``$CORRAL_TOKEN`` if set.
+            by default the server and this object use ``$CORRAL_TOKEN`` if set.
         listen_socket: a bound, listening socket the child inherits and serves on
             (``corral serve --fd``) instead of binding its own; this object closes its
             copy once the child has it.
@@ -215,7 +210,7 @@ class LocalServer:
     async def _wait_ready(self, port_file: Path) -> str:
         deadline = time.monotonic() + self.startup_timeout
         headers = bearer_header(self.token) if self.token is not None else {}
-        async with httpx.AsyncClient(timeout=2.0, trust_env=False, headers=headers) as http:
+        async with probe_client(headers) as http:
             while time.monotonic() < deadline:
                 assert self.process is not None
                 code = self.process.poll()
@@ -223,10 +218,8 @@ class LocalServer:
                     raise self._failure(f"exited with code {code}")
                 if self.url is None and port_file.exists():
                     self.url = port_file.read_text().strip()
-                if self.url is not None:
-                    with contextlib.suppress(httpx.HTTPError):
-                        if (await http.get(f"{self.url}/ready")).status_code == 200:
-                            return self.url
+                if self.url is not None and await answers(self.url, READY, http=http):
+                    return self.url
                 await asyncio.sleep(0.05)
         raise self._failure(f"was not ready within {self.startup_timeout:g} s")
 
@@ -267,6 +260,10 @@ class LocalServer:
     def running(self) -> bool:
         """True while the child process is alive."""
         return self.process is not None and self.process.poll() is None
+
+    async def alive(self) -> bool:
+        """:attr:`running`, as the pool's fleet asks any server (see ``ServerHandle``)."""
+        return self.running
 
 
 @atexit.register
