@@ -224,7 +224,7 @@ def test_envelope_errors_list_the_offending_keys():
 def test_corral_replies_become_openenv_frames():
     t = translator()
     obs = {"a": 1, "reward": 0.5, "done": True, "truncated": False, "metadata": {"m": 1}}
-    assert t.reply(m.result(1, "s1", obs)) == {
+    assert t.reply(m.Result(1, "s1", obs).to_wire()) == {
         "type": "observation",
         "data": {
             "observation": {"a": 1},
@@ -234,17 +234,17 @@ def test_corral_replies_become_openenv_frames():
             "truncated": False,
         },
     }
-    assert t.reply(m.state_reply(2, "s1", {"step_count": 1})) == {
+    assert t.reply(m.StateReply(2, "s1", {"step_count": 1}).to_wire()) == {
         "type": "state",
         "data": {"step_count": 1},
     }
-    frame = t.reply(m.error(3, "RESET_REQUIRED", "reset first"))
+    frame = t.reply(m.ErrorReply(3, "RESET_REQUIRED", "reset first").to_wire())
     assert (
         frame["data"]["code"] == "EXECUTION_ERROR"
         and frame["data"]["corral_code"] == "RESET_REQUIRED"
     )
     with pytest.raises(ValueError, match="no OpenEnv form"):
-        t.reply(m.closed(4, "s1"))
+        t.reply(m.Closed(4, "s1").to_wire())
 
 
 class _Shouty(BaseModel):
@@ -446,10 +446,10 @@ def test_client_replies():
         "step",
         {"type": "observation", "data": {"observation": {"a": 1}, "reward": 1, "done": True}},
     )
-    assert got == m.result(5, "s", {"a": 1, "reward": 1, "done": True})
-    assert reply("state", {"type": "state", "data": {"step_count": 2}}) == m.state_reply(
+    assert got == m.Result(5, "s", {"a": 1, "reward": 1, "done": True}).to_wire()
+    assert reply("state", {"type": "state", "data": {"step_count": 2}}) == m.StateReply(
         5, "s", {"step_count": 2}
-    )
+    ).to_wire()
     with pytest.raises(
         BadMessage, match="expected an OpenEnv 'state' reply to 'state', got 'observation'"
     ):

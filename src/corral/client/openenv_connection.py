@@ -227,7 +227,7 @@ class OpenEnvConnection:
             self._ids += 1
             request_id = self._ids
             if kind == "open":
-                return m.opened(request_id, self.session, "")
+                return m.Opened(request_id, self.session, "").to_wire()
             frame = client_frame(message)
             ws = self._socket()
             try:
@@ -235,11 +235,11 @@ class OpenEnvConnection:
                     await ws.send(self.codec.encode(frame))
                 except ConnectionClosed:
                     if kind == "close":
-                        return m.closed(request_id, self.session)
+                        return m.Closed(request_id, self.session).to_wire()
                     # The server may have closed right after an error frame (OpenEnv does
                     # after CAPACITY_REACHED): recv() still returns it, else raises.
                 if kind == "close":
-                    return m.closed(request_id, self.session)
+                    return m.Closed(request_id, self.session).to_wire()
                 raw = await asyncio.wait_for(ws.recv(), timeout)
             except TimeoutError:
                 self._lost = ConnectionLost(

@@ -727,8 +727,8 @@ def client_reply(kind: str, frame: str | bytes, *, request_id: int, session: str
     if got == "state":
         if not isinstance(data, Mapping):
             raise BadMessage("an OpenEnv state reply must carry an object", request_id=request_id)
-        return m.state_reply(request_id, session, dict(data))
-    return m.result(request_id, session, unflatten_observation(data))
+        return m.StateReply(request_id, session, dict(data)).to_wire()
+    return m.Result(request_id, session, unflatten_observation(data)).to_wire()
 
 
 _FROM_OPENENV: dict[str, type[CorralError]] = {

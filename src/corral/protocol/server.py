@@ -11,7 +11,8 @@ import contextlib
 
 from corral.errors import CorralError, FrameTooLarge
 from corral.protocol.codecs import Codec, Frame
-from corral.protocol.messages import Request, parse_request, peek_id, peek_session
+from corral.protocol.fields import peek_id, peek_session
+from corral.protocol.messages import Request, parse_request
 
 
 class FrameReader:

@@ -13,9 +13,13 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from enum import StrEnum
-from typing import Any
 
 from corral.errors import EpisodeEnded, ResetRequired, SessionBusy, SessionLost
+from corral.protocol.batch import BatchItemReply
+from corral.protocol.messages import Reply
+
+Remembered = Reply | BatchItemReply
+"""What a session's reply cache holds: a reply, or one session's item of a batch reply."""
 
 
 class Phase(StrEnum):
@@ -114,13 +118,13 @@ class ReplyCache:
 
     def __init__(self, size: int = 64) -> None:
         self.size = size
-        self._replies: OrderedDict[int, dict[str, Any]] = OrderedDict()
+        self._replies: OrderedDict[int, Remembered] = OrderedDict()
 
-    def get(self, request_id: int) -> dict[str, Any] | None:
+    def get(self, request_id: int) -> Remembered | None:
         """The reply already sent for ``request_id``, if remembered."""
         return self._replies.get(request_id)
 
-    def put(self, request_id: int, reply: dict[str, Any]) -> None:
+    def put(self, request_id: int, reply: Remembered) -> None:
         """Remember ``reply``; the oldest entry is dropped past ``size``."""
         self._replies[request_id] = reply
         self._replies.move_to_end(request_id)

@@ -8,14 +8,13 @@ unauthenticated peer never reaches the protocol.
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from corral.auth import bearer_matches
 from corral.errors import Unauthorized
+from corral.protocol.messages import ErrorReply
 
 
 class BearerAuth:
@@ -61,9 +60,8 @@ def _denial(scope: Scope) -> JSONResponse:
             "fix": "send 'Authorization: Bearer <token>' (corral clients: token= or $CORRAL_TOKEN)"
         },
     )
-    body: dict[str, Any] = {"type": "error", "id": None, **error.to_wire()}
     return JSONResponse(
-        body,
+        ErrorReply.of(error).to_wire(),
         status_code=401,
         headers={"WWW-Authenticate": 'Bearer realm="corral"'},
     )

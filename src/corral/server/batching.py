@@ -49,9 +49,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("corral.server")
 
-BATCH_ITEM = "batch_item"
-"""Type of the per-item replies a session's reply cache remembers for retried batches."""
-
 
 @dataclass(slots=True, eq=False)
 class Call:
@@ -218,11 +215,11 @@ class BatchHandler:
             BatchTooLarge: the batch exceeds ``max_batch`` (nothing runs).
         """
         b.check_batch_size(request, self.service.config.max_batch)
-        results: list[dict[str, Any] | None] = [None] * len(request.items)
+        results: list[b.BatchItemReply | None] = [None] * len(request.items)
         waits: list[tuple[int, Session, asyncio.Future[None]]] = []
         admitted = self._admit(channel, request, results, waits)
         if not admitted and not waits:
-            channel.send(b.batch_reply(request.id, _complete(results)))
+            channel.send(b.BatchReply(request.id, _complete(results)))
             return
         task = asyncio.create_task(self._run(channel, request.id, admitted, results, waits))
         self._tasks.add(task)
@@ -242,7 +239,7 @@ class BatchHandler:
         self,
         channel: Channel,
         request: b.BatchRequest,
-        results: list[dict[str, Any] | None],
+        results: list[b.BatchItemReply | None],
         waits: list[tuple[int, Session, asyncio.Future[None]]],
     ) -> list[_Admitted]:
         service = self.service
@@ -256,8 +253,8 @@ class BatchHandler:
             try:
                 session = service.manager.get(item.session, channel)
                 cached = session.cache.get(request.id)
-                if cached is not None and cached.get("type") == BATCH_ITEM:
-                    results[index] = cached["item"]  # a retried batch: at most once
+                if isinstance(cached, b.BatchItemReply):
+                    results[index] = cached  # a retried batch: at most once
                     continue
                 original = self._running.get((session.id, request.id))
                 if original is not None and session.id not in seen:
@@ -308,7 +305,7 @@ class BatchHandler:
         channel: Channel,
         request_id: int,
         admitted: list[_Admitted],
-        results: list[dict[str, Any] | None],
+        results: list[b.BatchItemReply | None],
         waits: list[tuple[int, Session, asyncio.Future[None]]],
     ) -> None:
         service = self.service
@@ -327,14 +324,14 @@ class BatchHandler:
         for call in admitted:
             session = call.session
             item = self._finish(channel, call)
-            if "error" not in item:
+            if isinstance(item, b.ItemResult):
                 stats.observe(str(call.op), call.seconds)
                 if call.op is Op.STEP:
                     steps += 1
                 else:
                     resets += 1
             results[call.index] = item
-            session.cache.put(request_id, {"type": BATCH_ITEM, "id": request_id, "item": item})
+            session.cache.put(request_id, item)
             if isinstance(call.error, StepTimeout):
                 await service.manager.close(session, "a call overran the step timeout")
         stats.steps += steps
@@ -344,13 +341,13 @@ class BatchHandler:
                 await asyncio.shield(original)
             cached = session.cache.get(request_id)
             results[index] = (
-                cached["item"]
-                if cached is not None and cached.get("type") == BATCH_ITEM
+                cached
+                if isinstance(cached, b.BatchItemReply)
                 else self._error(session.id, SessionLost("the session closed while it ran"))
             )
-        channel.send(b.batch_reply(request_id, _complete(results)))
+        channel.send(b.BatchReply(request_id, _complete(results)))
 
-    def _finish(self, channel: Channel, call: _Admitted) -> dict[str, Any]:
+    def _finish(self, channel: Channel, call: _Admitted) -> b.BatchItemReply:
         service = self.service
         session = call.session
         error = call.error
@@ -362,7 +359,7 @@ class BatchHandler:
                 error = exc
             else:
                 session.machine.finish(call.op, done=obs.done)
-                return b.item_result(session.id, payload)
+                return b.ItemResult(session.id, payload)
         session.machine.abort()
         if not isinstance(error, CorralError):
             error = EnvError(
@@ -371,9 +368,9 @@ class BatchHandler:
             )
         return self._error(session.id, error)
 
-    def _error(self, session: str | None, error: CorralError) -> dict[str, Any]:
+    def _error(self, session: str | None, error: CorralError) -> b.ItemError:
         self.service.manager.stats.error(str(error.code))
-        return b.item_error(session, error)
+        return b.ItemError.of(session, error)
 
     async def shutdown(self) -> None:
         """Cancel batches still running (server shutdown)."""
@@ -383,7 +380,7 @@ class BatchHandler:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _complete(results: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
+def _complete(results: list[b.BatchItemReply | None]) -> list[b.BatchItemReply]:
     done = [r for r in results if r is not None]
     assert len(done) == len(results), "every batch item gets a result"
     return done

@@ -144,7 +144,7 @@ class LockstepLink:
             # under it (server shutdown).
             reason = session.machine.closed_reason or "the session ended"
             error = SessionLost(f"session is gone: {reason}", details={"reason": reason})
-            return m.error(request.id, str(error.code), error.message, details=error.details)
+            return m.ErrorReply(request.id, str(error.code), error.message, error.details).to_wire()
         return self._replies.get_nowait()
 
     async def answer_rpc(self, payload: Any) -> dict[str, Any]:

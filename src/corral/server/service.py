@@ -57,9 +57,9 @@ class Channel:
     migrate: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     owned: int = 0
 
-    def send(self, message: dict[str, Any]) -> None:
-        """Queue ``message`` for this connection."""
-        self.sender(message)
+    def send(self, reply: m.Reply) -> None:
+        """Queue ``reply`` (as its wire map) for this connection."""
+        self.sender(reply.to_wire())
 
 
 def resolve_env(target: Any) -> tuple[type[Environment[Any, Any, Any]], EnvFactory]:
@@ -133,13 +133,9 @@ class EnvService:
     def send_error(self, channel: Channel, exc: CorralError, session: str | None = None) -> None:
         """Send ``exc`` as an error reply and count it."""
         self.manager.stats.error(str(exc.code))
-        channel.send(
-            m.error(
-                exc.request_id, str(exc.code), exc.message, details=exc.details, session=session
-            )
-        )
+        channel.send(m.ErrorReply.of(exc, session))
 
-    async def handle(self, channel: Channel, request: m.Request | b.BatchRequest) -> None:
+    async def handle(self, channel: Channel, request: m.Request) -> None:
         """Handle one parsed request; every outcome is a reply on ``channel``."""
         try:
             if isinstance(request, m.Hello):
@@ -175,7 +171,7 @@ class EnvService:
             major = int(hello.contract.version.split(".")[0])
             channel.migrate = self.env_type.action_migrations[major]
         channel.send(
-            m.welcome(
+            m.Welcome(
                 hello.id,
                 server=self.server_info(),
                 env=self.env_info(),
@@ -188,7 +184,7 @@ class EnvService:
     async def _open(self, channel: Channel, request: m.Open) -> None:
         session = await self.manager.open(channel, channel.owned)
         channel.owned += 1
-        channel.send(m.opened(request.id, session.id, session.token))
+        channel.send(m.Opened(request.id, session.id, session.token))
 
     def _attach(self, channel: Channel, request: m.Attach) -> None:
         live = self.manager.sessions.get(request.session)
@@ -206,18 +202,18 @@ class EnvService:
             channel.owned += 1
             if isinstance(previous, Channel):
                 previous.owned -= 1
-        channel.send(m.opened(request.id, session.id, session.token, kind="attached"))
+        channel.send(m.Attached(request.id, session.id, session.token))
 
     async def _close(self, channel: Channel, request: m.Close) -> None:
         session = self.manager.get(request.session, channel)
         await self.manager.close(session, "closed by the client")
         channel.owned -= 1
-        channel.send(m.closed(request.id, session.id))
+        channel.send(m.Closed(request.id, session.id))
 
     def _submit(self, channel: Channel, request: m.SessionRequest) -> None:
         session = self.manager.get(request.session, channel)
         cached = session.cache.get(request.id)
-        if cached is not None:
+        if isinstance(cached, m.Reply):
             channel.send(cached)  # a retry of an answered request: at most once
             return
         if session.machine.running == request.id:
@@ -235,12 +231,12 @@ class EnvService:
                 state = await session.runner.call("state", timeout=timeout)
                 payload = self._dump(channel, state, self.contract.state, "state")
                 session.machine.finish(op)
-                reply = m.state_reply(request.id, session.id, payload)
+                reply: m.Reply = m.StateReply(request.id, session.id, payload)
             else:
                 obs = await self._episode_call(channel, session, request, op, timeout)
                 payload = self._dump(channel, obs, self.contract.observation, "observation")
                 session.machine.finish(op, done=obs.done)
-                reply = m.result(request.id, session.id, payload)
+                reply = m.Result(request.id, session.id, payload)
         except StepTimeout as exc:
             exc.request_id = request.id
             self._deliver_error(session, exc)
@@ -339,11 +335,7 @@ class EnvService:
 
     def _deliver_error(self, session: Session, exc: CorralError) -> None:
         self.manager.stats.error(str(exc.code))
-        session.deliver(
-            m.error(
-                exc.request_id, str(exc.code), exc.message, details=exc.details, session=session.id
-            )
-        )
+        session.deliver(m.ErrorReply.of(exc, session.id))
 
     async def disconnect(self, channel: Channel, clean: bool) -> None:
         """The channel closed: free its sessions now (clean) or after the resume window."""

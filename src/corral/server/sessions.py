@@ -19,7 +19,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from corral.errors import (
     CapacityReached,
@@ -28,6 +28,7 @@ from corral.errors import (
     Unauthorized,
     UnknownSession,
 )
+from corral.protocol.messages import Reply
 from corral.protocol.session import ReplyCache, SessionMachine
 from corral.server.config import ServerConfig
 from corral.server.runner import EnvFactory, EnvRunner, EnvThreads, Runner
@@ -41,8 +42,8 @@ _TOMBSTONES = 10_000
 class ReplySink(Protocol):
     """Where a session's replies go: the connection it is attached to."""
 
-    def send(self, message: dict[str, Any]) -> None:
-        """Queue ``message`` for delivery."""
+    def send(self, reply: Reply) -> None:
+        """Queue ``reply`` for delivery."""
         ...
 
 
@@ -65,13 +66,12 @@ class Session:
         """Mark activity now (any request counts, ``state`` included)."""
         self.last_active = time.monotonic()
 
-    def deliver(self, message: dict[str, Any]) -> None:
+    def deliver(self, reply: Reply) -> None:
         """Send a reply to the attached connection; remembered for retries either way."""
-        request_id = message.get("id")
-        if isinstance(request_id, int):
-            self.cache.put(request_id, message)
+        if reply.id is not None:
+            self.cache.put(reply.id, reply)
         if self.owner is not None:
-            self.owner.send(message)
+            self.owner.send(reply)
 
 
 class SessionManager:

@@ -21,9 +21,10 @@ from typing import Any
 from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from corral.errors import CorralError, TooManyConnections
+from corral.errors import CorralError, TooManyConnections, UnsupportedProtocol
 from corral.protocol.codecs import Codec, codec_for_subprotocols
 from corral.protocol.handshake import MAX_RESUME_IDS, RESUME_HEADER
+from corral.protocol.messages import ErrorReply
 from corral.protocol.server import FrameReader
 from corral.server.service import Channel, EnvService
 
@@ -36,7 +37,7 @@ _CLEAN_CLOSE = {1000, 1001}
 
 async def refuse(websocket: WebSocket, error: CorralError, status: int, reason: str) -> None:
     """Refuse a WebSocket at the handshake with ``status`` and ``error`` as the body."""
-    body = {"type": "error", "id": None, **error.to_wire()}
+    body = ErrorReply.of(error).to_wire()
     response = JSONResponse(body, status_code=status, headers={"Retry-After": "1"})
     if "websocket.http.response" in websocket.scope.get("extensions", {}):
         await websocket.send_denial_response(response)
@@ -196,12 +197,6 @@ async def _serve(
     elif codec is not None:
         await serve_native(websocket, service, codec)
     else:
-        response = JSONResponse(
-            {
-                "type": "error",
-                "code": "UNSUPPORTED_PROTOCOL",
-                "message": "ask for subprotocol corral.v1.msgpack or corral.v1.json",
-            },
-            status_code=400,
-        )
+        error = UnsupportedProtocol("ask for subprotocol corral.v1.msgpack or corral.v1.json")
+        response = JSONResponse(ErrorReply.of(error).to_wire(), status_code=400)
         await websocket.send_denial_response(response)
