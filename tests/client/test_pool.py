@@ -324,6 +324,31 @@ async def test_a_dropped_connection_resumes_with_the_episode_intact(counter):
         assert connection.reconnects >= 1
 
 
+async def test_a_connection_that_gave_up_is_re_established_by_the_fleet(counter):
+    pool = EnvPool(2, counter.url, env=CounterEnv, health_interval=None, progress=False)
+    async with pool:
+        await pool.reset(options={"limit": 100})
+        await pool.step([CountAction(amount=3)] * 2)
+        sessions = [s.session for s in pool.fleet.slots]
+        connection = pool.fleet.servers[0].links[0].connection
+        connection.protocol.policy = None  # this drop fails the connection for good
+        connection._ws.transport.abort()
+        for _ in range(200):
+            if connection.protocol.failed is not None:
+                break
+            await asyncio.sleep(0.01)
+        with pytest.raises(PoolError) as err:  # the step in the way fails, and is reported
+            await pool.step([CountAction(amount=1)] * 2)
+        assert all(isinstance(e, ConnectionLost) for e in err.value.errors.values())
+        # After the fleet's recovery: the same sessions, re-attached on the same connection;
+        # the pool resets them, since the failed step left their state unknown.
+        batch = await pool.step([CountAction(amount=1)] * 2)
+        assert batch.obs["total"].tolist() == [0, 0] and batch.rewards.tolist() == [0, 0]
+        assert [s.session for s in pool.fleet.slots] == sessions
+        assert pool.fleet.servers[0].links[0].connection is connection and connection.connected
+        assert (await pool.step([CountAction(amount=2)] * 2)).obs["total"].tolist() == [2, 2]
+
+
 def test_sync_twin(counter):
     with EnvPool(3, counter.url, env=CounterEnv, progress=False).sync() as pool:
         assert pool.num_envs == 3 and pool.autoreset_mode is AutoresetMode.NEXT_STEP

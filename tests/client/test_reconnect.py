@@ -21,6 +21,7 @@ from corral.errors import (
     TooManyConnections,
     Unauthorized,
 )
+from corral.protocol import messages as m
 
 FAST = ReconnectPolicy(initial_delay_s=0.01, max_delay_s=0.1, give_up_after_s=10)
 
@@ -73,18 +74,18 @@ async def test_one_connection_resumes_all_its_sessions():
             await conn.connect()
             sessions = []
             for _ in range(3):
-                opened = await conn.request({"type": "open"}, timeout=5)
-                sessions.append(opened["session"])
-                await conn.request({"type": "reset", "session": sessions[-1]}, timeout=5)
+                opened = await conn.request(m.Open(conn.next_id()), timeout=5)
+                sessions.append(opened.session)
+                await conn.request(m.Reset(conn.next_id(), sessions[-1]), timeout=5)
             assert set(conn.sessions.live) == set(sessions)
             proxy.cut_all()
             replies = await asyncio.gather(
                 *(
-                    conn.request({"type": "step", "session": s, "action": {"amount": i}}, 5)
+                    conn.request(m.Step(conn.next_id(), s, {"amount": i}), 5)
                     for i, s in enumerate(sessions)
                 )
             )
-            assert [r["observation"]["total"] for r in replies] == [0, 1, 2]
+            assert [r.observation["total"] for r in replies] == [0, 1, 2]
             assert conn.reconnects == 1
             await conn.close()
 

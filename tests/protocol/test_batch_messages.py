@@ -142,19 +142,6 @@ def test_replies_and_reading_them():
         b.StepBatch(1, (b.BadItem("a", BadMessage("x")),)).to_wire()
 
 
-def test_client_transition_helpers():
-    # Kept for client/ until it builds the dataclasses itself (see protocol/batch.py).
-    message = b.step_batch([("a", {"message": "x"})])
-    assert message["type"] == b.STEP_BATCH and message["items"] == [
-        {"session": "a", "action": {"message": "x"}}
-    ]
-    assert b.reset_batch([("a", 1, {})])["type"] == b.RESET_BATCH
-    reply = b.BatchReply(7, [b.ItemResult("a", {})]).to_wire()
-    assert b.read_batch_reply(reply, 1) == reply["results"]
-    with pytest.raises(BadMessage, match="expected a 'batch' reply"):
-        b.read_batch_reply({"type": "result", "id": 7}, 2)
-
-
 def text(**kwargs):
     return st.text(alphabet=st.characters(exclude_categories=("Cs",)), **kwargs)
 

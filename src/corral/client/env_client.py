@@ -27,11 +27,23 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Self
 
 from corral.blocking import BlockingTwin, run_blocking
-from corral.client.connection import Connection, ReconnectPolicy, http_url
+from corral.client.connection import Connection, http_url
 from corral.client.openenv_connection import OpenEnvConnection, is_openenv_refusal
 from corral.client.typed import ActT, ObsT, StateT, TypedModels
 from corral.contract import Environment, StepResult
 from corral.errors import ClientClosed, UnsupportedProtocol
+from corral.protocol.client import ReconnectPolicy
+from corral.protocol.messages import (
+    Close,
+    GetState,
+    Open,
+    Opened,
+    Reply,
+    Reset,
+    Result,
+    StateReply,
+    Step,
+)
 
 if TYPE_CHECKING:
     from corral.client.local_server import LocalServer
@@ -186,9 +198,11 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
             welcome = await self.connection.connect(want_schemas=need_schemas)
         if need_schemas:
             self.typed.adopt_schemas(welcome.get("schemas") or {})
-        opened = await self.connection.request({"type": "open"}, timeout=self.timeout)
-        self.session_id = opened["session"]
-        self.resume_token = opened["token"]
+        connection = self.connection
+        opened = await connection.request(Open(connection.next_id()), timeout=self.timeout)
+        assert isinstance(opened, Opened)
+        self.session_id = opened.session
+        self.resume_token = opened.token
         return self
 
     @property
@@ -196,43 +210,55 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
         """The server's ``welcome``: env name, contract version, fingerprint, limits."""
         return self.connection.welcome
 
-    async def _call(self, message: dict[str, Any]) -> dict[str, Any]:
-        await self.connect()
-        message["session"] = self.session_id
-        return await self.connection.request(message, timeout=self.timeout)
+    async def _session(self) -> str:
+        """This client's session id, connecting first if needed."""
+        session = self.session_id
+        if session is None:
+            await self.connect()
+            session = self.session_id
+            assert session is not None
+        return session
 
     # -- the environment API ------------------------------------------------------
 
     async def reset(self, seed: int | None = None, **options: Any) -> StepResult[ObsT]:
         """Start a new episode; returns its first observation as a :class:`StepResult`."""
-        reply = await self._call({"type": "reset", "seed": seed, "options": options})
-        return self._result(reply)
+        session = await self._session()
+        connection = self.connection
+        request = Reset(connection.next_id(), session, seed, options)
+        return self._result(await connection.request(request, timeout=self.timeout))
 
     async def step(self, action: ActT | Mapping[str, Any]) -> StepResult[ObsT]:
         """Apply ``action`` (a model or a dict validated locally) and return the result."""
-        await self.connect()
-        payload = self.connection.codec.dump(self.typed.action(action))
-        reply = await self._call({"type": "step", "action": payload})
-        return self._result(reply)
+        session = await self._session()
+        connection = self.connection
+        payload = connection.codec.dump(self.typed.action(action))
+        request = Step(connection.next_id(), session, payload)
+        return self._result(await connection.request(request, timeout=self.timeout))
 
     async def state(self) -> StateT:
         """The environment's current state, typed."""
-        reply = await self._call({"type": "state"})
-        return self.typed.state(reply["state"], self.connection.codec)
+        session = await self._session()
+        connection = self.connection
+        reply = await connection.request(
+            GetState(connection.next_id(), session), timeout=self.timeout
+        )
+        assert isinstance(reply, StateReply)
+        return self.typed.state(reply.state, connection.codec)
 
     async def close(self) -> None:
         """Close the session, the connection and any server this client started."""
         if self._closed:
             return
         self._closed = True
+        connection = self.connection
         try:
-            if self.session_id is not None and self.connection.connected:
+            if self.session_id is not None and connection.connected:
                 with contextlib.suppress(Exception):
-                    await self.connection.request(
-                        {"type": "close", "session": self.session_id}, timeout=5.0
-                    )
+                    close = Close(connection.next_id(), self.session_id)
+                    await connection.request(close, timeout=5.0)
         finally:
-            await self.connection.close()
+            await connection.close()
             if self._server is not None:
                 await self._server.stop()
 
@@ -247,8 +273,9 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
     ) -> None:
         await self.close()
 
-    def _result(self, reply: dict[str, Any]) -> StepResult[ObsT]:
-        return StepResult.of(self.typed.observation(reply["observation"], self.connection.codec))
+    def _result(self, reply: Reply) -> StepResult[ObsT]:
+        assert isinstance(reply, Result)
+        return StepResult.of(self.typed.observation(reply.observation, self.connection.codec))
 
 
 class SyncEnvClient(BlockingTwin[AsyncEnvClient[ActT, ObsT, StateT]], Generic[ActT, ObsT, StateT]):

@@ -39,7 +39,8 @@ from corral.auth import bearer_header, resolve_token
 from corral.client.connection import Connection, http_url
 from corral.client.health import answers, probe_client
 from corral.client.typed import TypedModels
-from corral.errors import CorralError, SessionLost
+from corral.errors import SessionLost
+from corral.protocol.messages import Open, Opened
 
 if TYPE_CHECKING:
     import httpx
@@ -143,7 +144,6 @@ class Slot:
     server: FleetServer
     link: Link | None = None
     session: str = ""
-    token: str = ""
     needs_reset: bool = False
     """The episode is gone or ended: the next step resets it (per the autoreset mode)."""
     pending: bool = False
@@ -277,8 +277,7 @@ class Fleet:
 
         async def open_one(slot: Slot) -> None:
             assert slot.link is not None
-            opened = await slot.link.connection.request({"type": "open"}, timeout=self.timeout)
-            slot.session, slot.token, slot.lost = opened["session"], opened["token"], None
+            slot.session, slot.lost = await self._open_session(slot.link.connection), None
             bar.advance(task)
 
         await asyncio.gather(*(open_one(s) for s in slots))
@@ -294,11 +293,20 @@ class Fleet:
             headers=self.headers,
             token=self.token,
         )
+        await self._handshake(connection)
+        return connection
+
+    async def _handshake(self, connection: Connection) -> None:
         need_schemas = self.typed.incomplete
         welcome = await connection.connect(self.typed.local_contract(), want_schemas=need_schemas)
         if need_schemas:
             self.typed.adopt_schemas(welcome.get("schemas") or {})
-        return connection
+
+    async def _open_session(self, connection: Connection) -> str:
+        """Open a session on ``connection``; its id."""
+        opened = await connection.request(Open(connection.next_id()), timeout=self.timeout)
+        assert isinstance(opened, Opened)
+        return opened.session
 
     def _bar(self) -> _Bar:
         wanted = self._progress_wanted
@@ -405,27 +413,21 @@ class Fleet:
             server.recovering = None
 
     async def _reattach(self, server: FleetServer) -> None:
-        """Reconnect dropped connections of a live server and re-attach their sessions."""
+        """Re-establish the connections to a live server that gave up reconnecting.
+
+        Each connection re-attaches its own sessions (episodes intact, request ids going
+        on, so the server's reply cache stays right); a session the server no longer has
+        is opened afresh and marked ``needs_reset``.
+        """
         for link in server.links:
-            if not _failed(link.connection):
+            connection = link.connection
+            if not _failed(connection):
                 continue
-            old = link.connection
-            with contextlib.suppress(Exception):
-                await old.close()
-            link.connection = await self.connect(server)
-            # Request ids go on from the old connection's: the server remembers replies
-            # of re-attached sessions by id, and a reused id would fetch an old reply.
-            link.connection.tracker = old.tracker
+            await self._handshake(connection)
             for slot in link.slots:
-                try:
-                    attached = await link.connection.request(
-                        {"type": "attach", "session": slot.session, "token": slot.token},
-                        timeout=self.timeout,
-                    )
-                    slot.token = attached["token"]
-                except CorralError:
-                    opened = await link.connection.request({"type": "open"}, timeout=self.timeout)
-                    slot.session, slot.token = opened["session"], opened["token"]
+                if connection.sessions.reason(slot.session) is not None:
+                    connection.sessions.forget(slot.session)
+                    slot.session = await self._open_session(connection)
                     slot.needs_reset = True
                 slot.lost = None
         server.dead = None

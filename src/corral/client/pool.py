@@ -77,10 +77,17 @@ from corral.errors import (
     ConnectionLost,
     CorralError,
     SessionLost,
-    error_from_wire,
 )
-from corral.protocol import batch as b
+from corral.protocol.batch import (
+    BatchReply,
+    ItemError,
+    ResetBatch,
+    ResetItem,
+    StepBatch,
+    StepItem,
+)
 from corral.protocol.codecs import get_codec
+from corral.protocol.messages import GetState, StateReply
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -322,7 +329,7 @@ class EnvPool(Generic[ActT, ObsT, StateT]):
             (slot, (seeds[k], dict(opts[k]) if opts[k] is not None else {}))
             for k, slot in enumerate(slots)
         ]
-        outcomes = await self._exchange(b.RESET_BATCH, items)
+        outcomes = await self._exchange(ResetBatch.type, items)
         for slot in slots:
             if outcomes[slot.index].error is None:
                 slot.needs_reset = False
@@ -356,10 +363,11 @@ class EnvPool(Generic[ActT, ObsT, StateT]):
             if error is not None:
                 raise error
             assert slot.link is not None
-            reply = await slot.link.connection.request(
-                {"type": "state", "session": slot.session}, timeout=self.timeout
-            )
-            return self.typed.state(reply["state"], self._codec)
+            connection = slot.link.connection
+            request = GetState(connection.next_id(), slot.session)
+            reply = await connection.request(request, timeout=self.timeout)
+            assert isinstance(reply, StateReply)
+            return self.typed.state(reply.state, self._codec)
 
         return list(await asyncio.gather(*(one(s) for s in slots)))
 
@@ -464,9 +472,9 @@ class EnvPool(Generic[ActT, ObsT, StateT]):
         steps = [(s, p) for s, p in zip(slots, payloads, strict=True) if s.index not in reset_ids]
         exchanges = []
         if steps:
-            exchanges.append(self._exchange(b.STEP_BATCH, steps))
+            exchanges.append(self._exchange(StepBatch.type, steps))
         if resets:
-            exchanges.append(self._exchange(b.RESET_BATCH, [(s, (None, {})) for s in resets]))
+            exchanges.append(self._exchange(ResetBatch.type, [(s, (None, {})) for s in resets]))
         outcomes: dict[int, _Outcome] = {}
         for part in await _all(exchanges):
             outcomes.update(part)
@@ -487,7 +495,7 @@ class EnvPool(Generic[ActT, ObsT, StateT]):
         extra: dict[int, dict[str, Any]] = {}
         if finals:
             fresh = await self._exchange(
-                b.RESET_BATCH, [(self.fleet.slots[i], (None, {})) for i in finals]
+                ResetBatch.type, [(self.fleet.slots[i], (None, {})) for i in finals]
             )
             for index, final in finals.items():
                 reset = fresh[index]
@@ -534,13 +542,18 @@ class EnvPool(Generic[ActT, ObsT, StateT]):
     async def _request(
         self, link: Link, kind: str, chunk: list[tuple[Slot, Any]]
     ) -> dict[int, _Outcome]:
-        if kind == b.STEP_BATCH:
-            message = b.step_batch([(s.session, p) for s, p in chunk])
+        connection = link.connection
+        message: StepBatch | ResetBatch
+        if kind == StepBatch.type:
+            steps = tuple(StepItem(s.session, p) for s, p in chunk)
+            message = StepBatch(connection.next_id(), steps)
         else:
-            message = b.reset_batch([(s.session, seed, opts) for s, (seed, opts) in chunk])
+            resets = tuple(ResetItem(s.session, seed, opts) for s, (seed, opts) in chunk)
+            message = ResetBatch(connection.next_id(), resets)
         try:
-            reply = await link.connection.request(message, timeout=self.timeout)
-            results = b.read_batch_reply(reply, len(chunk))
+            reply = await connection.request(message, timeout=self.timeout)
+            assert isinstance(reply, BatchReply)
+            results = reply.expect(len(chunk))
         except CorralError as exc:
             if isinstance(exc, ConnectionLost):
                 self.fleet.suspect(link.server)
@@ -554,13 +567,10 @@ class EnvPool(Generic[ActT, ObsT, StateT]):
             return {s.index: _Outcome(error=exc) for s, _ in chunk}
         outcomes: dict[int, _Outcome] = {}
         for (slot, _), item in zip(chunk, results, strict=True):
-            error = item.get("error")
-            observation = item.get("observation")
-            if error is not None:
-                wire = error if isinstance(error, dict) else {}
-                outcomes[slot.index] = _Outcome(error=error_from_wire(wire, reply["id"]))
-            elif isinstance(observation, dict):
-                outcomes[slot.index] = _Outcome(observation)
+            if isinstance(item, ItemError):
+                outcomes[slot.index] = _Outcome(error=item.exception(reply.id))
+            elif isinstance(item.observation, dict):
+                outcomes[slot.index] = _Outcome(item.observation)
             else:
                 outcomes[slot.index] = _Outcome(
                     error=BadObservation("the server sent a batch item without an observation")

@@ -5,7 +5,7 @@ client and any third-party transport all drive these pure functions and classes.
 """
 
 from corral.protocol.batch import BatchRequest, ResetBatch, StepBatch
-from corral.protocol.client import Reply, RequestTracker, SessionBook
+from corral.protocol.client import ClientProtocol, RequestTracker, SessionBook
 from corral.protocol.codecs import PROTOCOL, Codec, JsonCodec, MsgpackCodec, get_codec
 from corral.protocol.handshake import Compat, negotiate
 from corral.protocol.session import Op, Phase, ReplyCache, SessionMachine
@@ -13,13 +13,13 @@ from corral.protocol.session import Op, Phase, ReplyCache, SessionMachine
 __all__ = [
     "PROTOCOL",
     "BatchRequest",
+    "ClientProtocol",
     "Codec",
     "Compat",
     "JsonCodec",
     "MsgpackCodec",
     "Op",
     "Phase",
-    "Reply",
     "ReplyCache",
     "RequestTracker",
     "ResetBatch",

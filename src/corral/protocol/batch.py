@@ -310,32 +310,3 @@ class BatchReply:
                 details={"results": len(self.results), "items": items},
             )
         return self.results
-
-
-# -- client transition ----------------------------------------------------------------
-# The client half of issue 17 (branch core-client) moves client/ onto the dataclasses
-# above; until it lands, these keep its batch calls working. Delete them with it.
-
-RESET_BATCH = ResetBatch.type
-STEP_BATCH = StepBatch.type
-
-
-def step_batch(items: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A ``step_batch`` wire map (its id is set by the sender) for ``(session, action)``."""
-    return StepBatch(0, tuple(StepItem(s, a) for s, a in items)).to_wire()
-
-
-def reset_batch(items: list[tuple[str, int | None, dict[str, Any]]]) -> dict[str, Any]:
-    """A ``reset_batch`` wire map (its id is set by the sender) for ``(session, seed, options)``."""
-    return ResetBatch(0, tuple(ResetItem(s, seed, opts) for s, seed, opts in items)).to_wire()
-
-
-def read_batch_reply(reply: dict[str, Any], expected: int) -> list[dict[str, Any]]:
-    """The per-item wire maps of a ``batch`` reply, checked to hold ``expected`` entries.
-
-    Raises:
-        BadMessage: the reply is not a well-formed batch reply of the right length.
-    """
-    if reply.get("type") != BatchReply.type:
-        raise BadMessage(f"expected a 'batch' reply, got {reply.get('type')!r}")
-    return [item.to_wire() for item in BatchReply.from_wire(reply).expect(expected)]
