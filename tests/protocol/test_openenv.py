@@ -447,9 +447,10 @@ def test_client_replies():
         {"type": "observation", "data": {"observation": {"a": 1}, "reward": 1, "done": True}},
     )
     assert got == m.Result(5, "s", {"a": 1, "reward": 1, "done": True}).to_wire()
-    assert reply("state", {"type": "state", "data": {"step_count": 2}}) == m.StateReply(
-        5, "s", {"step_count": 2}
-    ).to_wire()
+    assert (
+        reply("state", {"type": "state", "data": {"step_count": 2}})
+        == m.StateReply(5, "s", {"step_count": 2}).to_wire()
+    )
     with pytest.raises(
         BadMessage, match="expected an OpenEnv 'state' reply to 'state', got 'observation'"
     ):
