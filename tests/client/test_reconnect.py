@@ -145,7 +145,7 @@ async def test_connections_per_client_address_are_limited():
         assert raw.value.response.status_code == 429
         await a.close()
         for _ in range(100):
-            if srv.service.connections.get("127.0.0.1", 0) < 2:
+            if srv.service.gate.held.get("127.0.0.1", 0) < 2:
                 break
             await asyncio.sleep(0.02)
         c = await RawPeer.open(srv.url)  # a freed connection is usable again

@@ -61,8 +61,7 @@ def create_app(
         try:
             yield
         finally:
-            await service.batches.shutdown()
-            await service.manager.shutdown()
+            await service.shutdown()
             if workers is not None:
                 await workers.shutdown()
 

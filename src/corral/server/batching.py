@@ -39,12 +39,13 @@ from corral.errors import (
     StepTimeout,
 )
 from corral.protocol import batch as b
+from corral.protocol.server import Peer, RunBatch
 from corral.protocol.session import Op
 from corral.server.runner import _escaped as escaped
 from corral.server.runner import eager_start
 
 if TYPE_CHECKING:
-    from corral.server.service import Channel, EnvService
+    from corral.server.service import EnvService
     from corral.server.sessions import Session
 
 log = logging.getLogger("corral.server")
@@ -208,20 +209,29 @@ class BatchHandler:
         self._running: dict[tuple[str, int], asyncio.Task[None]] = {}
         """The batch task running each (session, request id) item, for re-sent batches."""
 
-    def submit(self, channel: Channel, request: b.BatchRequest) -> None:
-        """Admit ``request`` and run it in the background; its reply goes to ``channel``.
-
-        Raises:
-            BatchTooLarge: the batch exceeds ``max_batch`` (nothing runs).
-        """
-        b.check_batch_size(request, self.service.config.max_batch)
-        results: list[b.BatchItemReply | None] = [None] * len(request.items)
+    def submit(self, peer: Peer, batch: RunBatch[Session]) -> None:
+        """Run an admitted batch in the background; its reply goes to ``peer``."""
+        request = batch.request
+        results = batch.results
+        admitted = self._prepare(peer, batch)
         waits: list[tuple[int, Session, asyncio.Future[None]]] = []
-        admitted = self._admit(channel, request, results, waits)
+        for index, session in batch.joins:
+            original = self._running.get((session.id, request.id))
+            if original is None:  # running, but not as this batch: not the same request
+                error = SessionBusy(
+                    f"request {request.id} of this session is still running; "
+                    "wait for its reply before sending another",
+                    details={"running": request.id},
+                )
+                results[index] = self._error(session.id, error)
+            else:
+                # The same batch re-sent after a reconnect while it still runs: this
+                # item's answer is the original's, once it is there (at most once).
+                waits.append((index, session, original))
         if not admitted and not waits:
-            channel.send(b.BatchReply(request.id, _complete(results)))
+            peer.send(b.BatchReply(request.id, _complete(results)))
             return
-        task = asyncio.create_task(self._run(channel, request.id, admitted, results, waits))
+        task = asyncio.create_task(self._run(peer, request.id, admitted, results, waits))
         self._tasks.add(task)
         keys = [(call.session.id, request.id) for call in admitted]
         for key in keys:
@@ -235,74 +245,49 @@ class BatchHandler:
 
         task.add_done_callback(done)
 
-    def _admit(
-        self,
-        channel: Channel,
-        request: b.BatchRequest,
-        results: list[b.BatchItemReply | None],
-        waits: list[tuple[int, Session, asyncio.Future[None]]],
-    ) -> list[_Admitted]:
+    def _prepare(self, peer: Peer, batch: RunBatch[Session]) -> list[_Admitted]:
         service = self.service
-        kind = "reset" if isinstance(request, b.ResetBatch) else "step"
         admitted: list[_Admitted] = []
-        seen: set[str] = set()
-        for index, item in enumerate(request.items):
-            if isinstance(item, b.BadItem):
-                results[index] = self._error(item.session, item.error)
-                continue
-            try:
-                session = service.manager.get(item.session, channel)
-                cached = session.cache.get(request.id)
-                if isinstance(cached, b.BatchItemReply):
-                    results[index] = cached  # a retried batch: at most once
-                    continue
-                original = self._running.get((session.id, request.id))
-                if original is not None and session.id not in seen:
-                    # The same batch re-sent after a reconnect while it still runs: this
-                    # item's answer is the original's, once it is there (at most once).
-                    waits.append((index, session, original))
-                    continue
-                if session.machine.running == request.id:
-                    raise SessionBusy(
-                        "this session appears twice in one batch; send one item per session",
-                        details={"running": request.id},
-                    )
-                op = session.machine.begin(kind, request.id)
-                seen.add(session.id)
-            except CorralError as exc:
-                results[index] = self._error(item.session, exc)
-                continue
+        for call in batch.calls:
+            item, session, op = call.item, call.session, call.op
             try:
                 if op is Op.STEP:
                     assert isinstance(item, b.StepItem)
-                    action = service._load_action(channel, item.action)
-                    call = _Admitted(
-                        session.runner, "step", (action,), index=index, session=session, op=op
+                    action = service._load_action(peer, item.action)
+                    admitted.append(
+                        _Admitted(
+                            session.runner,
+                            "step",
+                            (action,),
+                            index=call.index,
+                            session=session,
+                            op=op,
+                        )
                     )
                 else:  # a reset, or a step that auto-resets an ended episode
                     seed, options = (
                         (item.seed, item.options) if isinstance(item, b.ResetItem) else (None, {})
                     )
                     service._check_options(options)
-                    call = _Admitted(
-                        session.runner,
-                        "reset",
-                        (seed,),
-                        options,
-                        index=index,
-                        session=session,
-                        op=op,
+                    admitted.append(
+                        _Admitted(
+                            session.runner,
+                            "reset",
+                            (seed,),
+                            options,
+                            index=call.index,
+                            session=session,
+                            op=op,
+                        )
                     )
             except CorralError as exc:
                 session.machine.abort()
-                results[index] = self._error(item.session, exc)
-                continue
-            admitted.append(call)
+                batch.results[call.index] = self._error(session.id, exc)
         return admitted
 
     async def _run(
         self,
-        channel: Channel,
+        peer: Peer,
         request_id: int,
         admitted: list[_Admitted],
         results: list[b.BatchItemReply | None],
@@ -323,7 +308,7 @@ class BatchHandler:
         stats = service.manager.stats
         for call in admitted:
             session = call.session
-            item = self._finish(channel, call)
+            item = self._finish(peer, call)
             if isinstance(item, b.ItemResult):
                 stats.observe(str(call.op), call.seconds)
                 if call.op is Op.STEP:
@@ -331,7 +316,7 @@ class BatchHandler:
                 else:
                     resets += 1
             results[call.index] = item
-            session.cache.put(request_id, item)
+            session.remember(request_id, item)
             if isinstance(call.error, StepTimeout):
                 await service.manager.close(session, "a call overran the step timeout")
         stats.steps += steps
@@ -345,16 +330,16 @@ class BatchHandler:
                 if isinstance(cached, b.BatchItemReply)
                 else self._error(session.id, SessionLost("the session closed while it ran"))
             )
-        channel.send(b.BatchReply(request_id, _complete(results)))
+        peer.send(b.BatchReply(request_id, _complete(results)))
 
-    def _finish(self, channel: Channel, call: _Admitted) -> b.BatchItemReply:
+    def _finish(self, peer: Peer, call: _Admitted) -> b.BatchItemReply:
         service = self.service
         session = call.session
         error = call.error
         if error is None:
             try:
                 obs = service._check_observation(call.value, call.op)
-                payload = service._dump(channel, obs, service.contract.observation, "observation")
+                payload = service._dump(peer, obs, service.contract.observation, "observation")
             except CorralError as exc:
                 error = exc
             else:

@@ -48,7 +48,7 @@ class ServiceCollector(Collector):
             ("opened", stats.opened),
             ("closed", stats.closed),
             ("reaped", stats.reaped),
-            ("refused", stats.refused),
+            ("refused", manager.registry.refused),
         ):
             sessions.add_metric([event], value)
         yield sessions

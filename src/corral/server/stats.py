@@ -57,7 +57,6 @@ class Stats:
     opened: int = 0
     closed: int = 0
     reaped: int = 0
-    refused: int = 0
     steps: int = 0
     resets: int = 0
     connections: int = 0
