@@ -28,10 +28,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
 from corral import __version__
@@ -81,6 +82,103 @@ def http_url(url: str) -> str:
     return urlunsplit((scheme, parts.netloc, path, "", ""))
 
 
+class Transport(Protocol):
+    """The part of a socket's transport a connection uses: dropping it at once."""
+
+    def abort(self) -> None:
+        """Close now, without a closing handshake."""
+        ...
+
+
+class Socket(Protocol):
+    """What a :class:`Connection` needs of its socket; a websockets ``ClientConnection``
+    is one, :mod:`corral.testing`'s in-process socket another."""
+
+    @property
+    def subprotocol(self) -> str | None:
+        """The subprotocol the server accepted."""
+        ...
+
+    @property
+    def close_code(self) -> int | None:
+        """The close code, once closed."""
+        ...
+
+    @property
+    def close_reason(self) -> str | None:
+        """The close reason, once closed."""
+        ...
+
+    @property
+    def transport(self) -> Transport:
+        """The transport underneath (to abort it)."""
+        ...
+
+    async def send(self, message: Frame) -> None:
+        """Write one frame; raises ``ConnectionClosed`` once closed."""
+        ...
+
+    async def ping(self) -> Awaitable[float]:
+        """Send a ping; the result resolves when the pong arrives."""
+        ...
+
+    async def close(self) -> None:
+        """Close with a closing handshake."""
+        ...
+
+    def __aiter__(self) -> AsyncIterator[Frame]:
+        """The frames that arrive, until the socket closes."""
+        ...
+
+
+class Dialer(Protocol):
+    """Opens a connection's socket (see :func:`websocket_dialer`)."""
+
+    async def __call__(
+        self, url: str, subprotocol: str, headers: dict[str, str], timeout: float, max_size: int
+    ) -> Socket:
+        """A socket to ``url`` speaking ``subprotocol``; raises the refusal as a CorralError."""
+        ...
+
+
+async def websocket_dialer(
+    url: str, subprotocol: str, headers: dict[str, str], timeout: float, max_size: int
+) -> Socket:
+    """A WebSocket to ``url`` (the default dialer).
+
+    Raises:
+        CapacityReached / TooManyConnections / Unauthorized: the server refused it.
+        ConnectionLost: the server could not be reached.
+        UnsupportedProtocol: the server did not accept ``subprotocol``.
+    """
+    try:
+        ws = await connect(
+            url,
+            subprotocols=[subprotocol],  # type: ignore[list-item]
+            open_timeout=timeout,
+            # Keepalive is the connection's (see Connection._keep_alive): it drops a dead
+            # socket at once instead of waiting out a close handshake nobody answers.
+            ping_interval=None,
+            ping_timeout=None,
+            close_timeout=2.0,
+            max_size=max_size,
+            additional_headers=headers,
+            compression=None,
+            user_agent_header=f"corral/{__version__}",
+        )
+    except InvalidStatus as exc:
+        raise _refusal(exc) from None
+    except (OSError, TimeoutError, WebSocketException) as exc:
+        raise ConnectionLost(f"cannot connect to {url}: {exc}") from None
+    if ws.subprotocol != subprotocol:
+        await ws.close()
+        raise UnsupportedProtocol(
+            f"{url} did not accept subprotocol {subprotocol}",
+            details={"accepted": ws.subprotocol},
+        )
+    return ws
+
+
 class Connection:
     """A ``corral/1`` connection: handshake, request/reply matching, resume, shutdown.
 
@@ -97,6 +195,8 @@ class Connection:
         reconnect: the :class:`ReconnectPolicy`, True for the default one, False to fail
             every waiting request with ``ConnectionLost`` when the socket drops.
         seed: seeds the backoff jitter (tests).
+        dialer: opens the socket (default: a WebSocket to ``url``); the seam of
+            :mod:`corral.testing`'s in-process transport.
     """
 
     def __init__(
@@ -112,6 +212,7 @@ class Connection:
         token: str | None = None,
         reconnect: ReconnectPolicy | bool = True,
         seed: int | None = None,
+        dialer: Dialer | None = None,
     ) -> None:
         if ping_interval is not None and ping_interval <= 0:
             raise ValueError(f"ping_interval must be > 0 or None, got {ping_interval}")
@@ -125,6 +226,7 @@ class Connection:
         self.max_frame_bytes = max_frame_bytes
         self.headers = headers or {}
         self.token = resolve_token(token)
+        self.dialer: Dialer = dialer or websocket_dialer
         self.protocol = ClientProtocol(
             self.codec,
             reconnect=ReconnectPolicy() if reconnect is True else (reconnect or None),
@@ -132,7 +234,7 @@ class Connection:
             seed=seed,
         )
         self._contract: ContractRef | None = None
-        self._ws: ClientConnection | None = None
+        self._ws: Socket | None = None
         self._waiters: dict[int, asyncio.Future[Reply]] = {}
         self._reader: asyncio.Task[None] | None = None
         self._keepalive: asyncio.Task[None] | None = None
@@ -277,39 +379,16 @@ class Connection:
 
     # -- establishing and re-establishing ---------------------------------------------
 
-    async def _open_socket(self) -> ClientConnection:
+    async def _open_socket(self) -> Socket:
         headers = dict(self.headers)
         if self.token is not None:
             headers.update(bearer_header(self.token))
         resume = self.protocol.resume_ids()
         if resume:
             headers[RESUME_HEADER] = ",".join(resume)
-        try:
-            ws = await connect(
-                self.url,
-                subprotocols=[self.codec.subprotocol],  # type: ignore[list-item]
-                open_timeout=self.connect_timeout,
-                # Keepalive is ours (see _keep_alive): it drops a dead socket at once
-                # instead of waiting out a close handshake the peer will never answer.
-                ping_interval=None,
-                ping_timeout=None,
-                close_timeout=2.0,
-                max_size=self.max_frame_bytes,
-                additional_headers=headers,
-                compression=None,
-                user_agent_header=f"corral/{__version__}",
-            )
-        except InvalidStatus as exc:
-            raise _refusal(exc) from None
-        except (OSError, TimeoutError, WebSocketException) as exc:
-            raise ConnectionLost(f"cannot connect to {self.url}: {exc}") from None
-        if ws.subprotocol != self.codec.subprotocol:
-            await ws.close()
-            raise UnsupportedProtocol(
-                f"{self.url} did not accept subprotocol {self.codec.subprotocol}",
-                details={"accepted": ws.subprotocol},
-            )
-        return ws
+        return await self.dialer(
+            self.url, self.codec.subprotocol, headers, self.connect_timeout, self.max_frame_bytes
+        )
 
     async def _establish(self, *, want_schemas: bool = False) -> None:
         """Socket, handshake, then the protocol's resume plan: re-attach, fail, re-send."""
@@ -380,7 +459,7 @@ class Connection:
 
     # -- the socket's tasks ----------------------------------------------------------
 
-    async def _read(self, ws: ClientConnection, generation: int) -> None:
+    async def _read(self, ws: Socket, generation: int) -> None:
         try:
             async for frame in ws:
                 self._dispatch(frame)
@@ -409,7 +488,7 @@ class Connection:
             else:
                 future.set_result(answer.reply)  # type: ignore[arg-type]
 
-    async def _keep_alive(self, ws: ClientConnection, generation: int) -> None:
+    async def _keep_alive(self, ws: Socket, generation: int) -> None:
         assert self.ping_interval is not None
         while True:
             await asyncio.sleep(self.ping_interval)

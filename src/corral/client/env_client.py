@@ -27,7 +27,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Self
 
 from corral.blocking import BlockingTwin, run_blocking
-from corral.client.connection import Connection, http_url
+from corral.client.connection import Connection, Dialer, http_url
 from corral.client.openenv_connection import OpenEnvConnection, is_openenv_refusal
 from corral.client.typed import ActT, ObsT, StateT, TypedModels
 from corral.contract import Environment, StepResult
@@ -72,8 +72,10 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
             :mod:`corral.client.openenv_connection` for its limits).
         token: bearer token for a server started with one (default: ``$CORRAL_TOKEN``,
             or the file named by ``$CORRAL_TOKEN_FILE``).
-        reconnect: a :class:`~corral.client.connection.ReconnectPolicy`, True for the
+        reconnect: a :class:`~corral.protocol.client.ReconnectPolicy`, True for the
             default (backoff up to 2 s, give up after 30 s), False to fail at the first drop.
+        dialer: opens the socket (default: a WebSocket); :mod:`corral.testing` passes an
+            in-process one.
     """
 
     def __init__(
@@ -94,6 +96,7 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
         openenv_fallback: bool = True,
         token: str | None = None,
         reconnect: ReconnectPolicy | bool = True,
+        dialer: Dialer | None = None,
     ) -> None:
         self.url = http_url(url)
         self.timeout = timeout
@@ -110,6 +113,7 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
             headers=dict(headers or {}),
             token=token,
             reconnect=reconnect,
+            dialer=dialer,
         )
         self.session_id: str | None = None
         self.resume_token: str | None = None
