@@ -18,7 +18,8 @@ from typing import Any
 
 from benchmarks import servers
 from benchmarks.envs import MESSAGE, AsyncEchoEnv, ImageEnv, TickAction
-from corral.client import AsyncEnvClient, EnvPool, LocalServer
+from corral.client import AsyncEnvClient, EnvPool
+from corral.client.local_server import LocalServer
 from corral.envs.echo import EchoAction, EchoEnv
 from corral.protocol.codecs import MsgpackCodec
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from tests.support.envs import CountAction, CounterEnv, CountObservation, CountState
 
-from corral.client.connection import ReconnectPolicy
+from corral.client import ReconnectPolicy
 from corral.errors import (
     CapacityReached,
     ClientClosed,

@@ -13,8 +13,9 @@ import pytest
 from tests.support.envs import CountAction, CounterEnv, CountObservation, CountState
 from tests.support.servers import running
 
-from corral.client import AsyncEnvClient, LocalServer, SyncEnvClient
+from corral.client import AsyncEnvClient, SyncEnvClient
 from corral.client.connection import http_url, ws_url
+from corral.client.local_server import LocalServer
 from corral.contract import Environment
 from corral.envs.echo import EchoAction, EchoEnv
 from corral.errors import (
@@ -179,7 +180,7 @@ def test_servers_die_with_their_parent(tmp_path):
         textwrap.dedent(
             f"""
             import asyncio, os, sys
-            from corral.client import LocalServer
+            from corral.client.local_server import LocalServer
             async def main():
                 server = LocalServer("corral.envs.echo:EchoEnv")
                 await server.start()

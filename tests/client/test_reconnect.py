@@ -13,8 +13,8 @@ from tests.support.servers import port_of, running
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from corral.client import AsyncEnvClient, Connection
-from corral.client.connection import ReconnectPolicy, ws_url
+from corral.client import AsyncEnvClient, ReconnectPolicy
+from corral.client.connection import Connection, ws_url
 from corral.errors import (
     ConnectionLost,
     ErrorCode,

@@ -17,15 +17,17 @@ from tests.strategies import CONTRACT_SETTINGS, model_classes
 
 from corral.contract import (
     Action,
-    Contract,
     Observation,
     State,
+)
+from corral.contract.schema import (
+    Contract,
+    canonical_schema,
     compatible,
     fingerprint,
     model_schemas,
     parse_semver,
 )
-from corral.contract.schema import canonical_schema
 from corral.envs.echo import EchoAction, EchoEnv, EchoObservation, EchoState
 
 # The same contract, defined in a fresh interpreter (and in this one, below).
@@ -34,7 +36,8 @@ CONTRACT_SOURCE = textwrap.dedent(
     import enum
     from typing import Literal
     from pydantic import Field
-    from corral.contract import Action, Observation, State, fingerprint, model_schemas
+    from corral.contract import Action, Observation, State
+    from corral.contract.schema import fingerprint, model_schemas
 
     class Dir(enum.Enum):
         N = "n"

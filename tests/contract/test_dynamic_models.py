@@ -23,11 +23,9 @@ from corral.contract import (
     Observation,
     State,
     WireModel,
-    contract_models,
-    fingerprint,
-    model_from_schema,
-    model_schemas,
 )
+from corral.contract.dynamic import contract_models, model_from_schema
+from corral.contract.schema import fingerprint, model_schemas
 from corral.envs.echo import EchoEnv
 
 

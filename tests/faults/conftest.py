@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from corral.client import LocalServer
+from corral.client.local_server import LocalServer
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -38,7 +38,8 @@ import orjson
 from pydantic import BaseModel
 
 from corral.blocking import run_blocking
-from corral.client import AsyncEnvClient, LocalServer, SyncEnvClient
+from corral.client import AsyncEnvClient, SyncEnvClient
+from corral.client.local_server import LocalServer
 from corral.contract import Environment, Observation, StepResult
 
 RESERVED = frozenset({"reset", "get_reward", "state", "close"})

@@ -893,7 +893,7 @@ def contract_models(
 
     Args:
         schemas: ``{"action": ..., "observation": ..., "state": ...}`` as returned by
-            :func:`corral.contract.model_schemas` and served at ``/schema``.
+            :func:`corral.contract.schema.model_schemas` and served at ``/schema``.
 
     Returns:
         Subclasses of corral's :class:`Action`, :class:`Observation` and :class:`State`.
@@ -905,7 +905,8 @@ def contract_models(
     if missing:
         raise ValueError(
             f"contract schemas lack {', '.join(missing)}: pass the dict of "
-            "corral.contract.model_schemas(...) or GET /schema, with keys action/observation/state"
+            "corral.contract.schema.model_schemas(...) or GET /schema, with keys "
+            "action/observation/state"
         )
     return (
         model_from_schema(schemas["action"], base=Action),

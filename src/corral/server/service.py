@@ -31,8 +31,10 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from corral import __version__
-from corral.contract import Contract, Environment, Observation, State, make_wire_safe
+from corral.contract import Environment, Observation, State
 from corral.contract.environment import ActionMigration
+from corral.contract.schema import Contract
+from corral.contract.wiresafe import make_wire_safe
 from corral.errors import (
     BadMessage,
     BadObservation,

@@ -41,7 +41,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from corral.contract import Contract, Environment
+from corral.contract import Environment
+from corral.contract.schema import Contract
 from corral.errors import (
     BadObservation,
     CorralError,

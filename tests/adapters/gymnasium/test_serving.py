@@ -15,7 +15,8 @@ from corral.adapters.gymnasium import GymEnvironment, GymState, SpaceError, serv
 from corral.adapters.gymnasium.remote import info_of
 from corral.blocking import run_blocking
 from corral.cli.serve import resolve_serve_target
-from corral.client import AsyncEnvClient, LocalServer, SyncEnvClient
+from corral.client import AsyncEnvClient, SyncEnvClient
+from corral.client.local_server import LocalServer
 from corral.errors import InvalidAction
 
 
