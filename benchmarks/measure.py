@@ -102,6 +102,33 @@ async def _timed(
     return Run(latencies, (clock() - start) / 1e9)
 
 
+def _timed_blocking(
+    step: Callable[[], Any], steps: int, warmup: int, max_seconds: float = 10.0
+) -> Run:
+    """:func:`_timed` for a step that blocks (called from a thread without a loop)."""
+    for _ in range(warmup):
+        step()
+    latencies: list[float] = []
+    clock = time.perf_counter_ns
+    start = clock()
+    limit = start + int(max_seconds * 1e9)
+    for _ in range(steps):
+        t0 = clock()
+        step()
+        t1 = clock()
+        latencies.append((t1 - t0) / 1000)
+        if t1 > limit:
+            break
+    return Run(latencies, (clock() - start) / 1e9)
+
+
+@dataclass
+class Blocking:
+    """A contender whose step blocks: timed in a thread of its own, as a script calls it."""
+
+    step: Callable[[], Any]
+
+
 def _summary(runs: list[Run]) -> dict[str, float]:
     return {
         "p50_us": statistics.median(_percentile(r.latencies, 0.50) for r in runs),
@@ -123,6 +150,9 @@ async def _start(started: list[servers.Served], *launches: Awaitable[servers.Ser
 # -- drivers: one connected client per contender, stepping one session --------------
 
 
+Step = Callable[[], Awaitable[Any]] | Blocking
+
+
 async def corral_driver(
     url: str, env: type[Any], codec: str, action: Any
 ) -> tuple[Callable[[], Awaitable[Any]], Callable[[], Awaitable[None]]]:
@@ -130,6 +160,15 @@ async def corral_driver(
     client = AsyncEnvClient(url, env=env, codec=codec)
     await client.reset()
     return (lambda: client.step(action)), client.close
+
+
+async def corral_sync_driver(
+    url: str, env: type[Any], codec: str, action: Any
+) -> tuple[Step, Callable[[], Awaitable[None]]]:
+    """``(step, close)`` for a corral session through the blocking twin (``.sync()``)."""
+    client = AsyncEnvClient(url, env=env, codec=codec).sync()
+    await asyncio.to_thread(client.reset)
+    return Blocking(lambda: client.step(action)), (lambda: asyncio.to_thread(client.close))
 
 
 async def floor_driver(
@@ -173,7 +212,7 @@ async def openenv_driver(
     return (lambda: client.step(action)), client.close
 
 
-Driver = Callable[[], Awaitable[tuple[Callable[[], Awaitable[Any]], Callable[[], Awaitable[None]]]]]
+Driver = Callable[[], Awaitable[tuple[Step, Callable[[], Awaitable[None]]]]]
 
 
 async def _compare(
@@ -184,7 +223,11 @@ async def _compare(
         for name, make in contenders:
             step, close = await make()
             try:
-                runs[name].append(await _timed(step, steps, warmup))
+                if isinstance(step, Blocking):
+                    run = await asyncio.to_thread(_timed_blocking, step.step, steps, warmup)
+                else:
+                    run = await _timed(step, steps, warmup)
+                runs[name].append(run)
             finally:
                 await close()
             log(f"  {name}: repeat {repeat + 1}/{repeats}: {runs[name][-1].rate:,.0f} steps/s")
@@ -210,6 +253,10 @@ async def lockstep(s: Settings, log: Log) -> dict[str, dict[str, float]]:
         action = EchoAction(message=MESSAGE)
         contenders: list[tuple[str, Driver]] = [
             ("corral msgpack", lambda: corral_driver(echo.url, EchoEnv, "msgpack", action)),
+            (
+                "corral msgpack, sync twin",
+                lambda: corral_sync_driver(echo.url, EchoEnv, "msgpack", action),
+            ),
             ("corral JSON", lambda: corral_driver(echo.url, EchoEnv, "json", action)),
             (
                 "corral msgpack, async env",
