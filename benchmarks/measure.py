@@ -82,24 +82,37 @@ class Run:
         return len(self.latencies) / self.seconds
 
 
+class _Stopwatch:
+    """Per-step latencies of a timed run that stops early after ``max_seconds``."""
+
+    def __init__(self, max_seconds: float) -> None:
+        self.latencies: list[float] = []
+        self.start = time.perf_counter_ns()
+        self.limit = self.start + int(max_seconds * 1e9)
+
+    def lap(self, t0: int) -> bool:
+        """Record the step started at ``t0``; True once the time is up."""
+        t1 = time.perf_counter_ns()
+        self.latencies.append((t1 - t0) / 1000)
+        return t1 > self.limit
+
+    def run(self) -> Run:
+        return Run(self.latencies, (time.perf_counter_ns() - self.start) / 1e9)
+
+
 async def _timed(
     step: Callable[[], Awaitable[Any]], steps: int, warmup: int, max_seconds: float = 10.0
 ) -> Run:
     """``steps`` timed steps after ``warmup`` ones, stopping early after ``max_seconds``."""
     for _ in range(warmup):
         await step()
-    latencies: list[float] = []
-    clock = time.perf_counter_ns
-    start = clock()
-    limit = start + int(max_seconds * 1e9)
+    watch = _Stopwatch(max_seconds)
     for _ in range(steps):
-        t0 = clock()
+        t0 = time.perf_counter_ns()
         await step()
-        t1 = clock()
-        latencies.append((t1 - t0) / 1000)
-        if t1 > limit:
+        if watch.lap(t0):
             break
-    return Run(latencies, (clock() - start) / 1e9)
+    return watch.run()
 
 
 def _timed_blocking(
@@ -108,18 +121,13 @@ def _timed_blocking(
     """:func:`_timed` for a step that blocks (called from a thread without a loop)."""
     for _ in range(warmup):
         step()
-    latencies: list[float] = []
-    clock = time.perf_counter_ns
-    start = clock()
-    limit = start + int(max_seconds * 1e9)
+    watch = _Stopwatch(max_seconds)
     for _ in range(steps):
-        t0 = clock()
+        t0 = time.perf_counter_ns()
         step()
-        t1 = clock()
-        latencies.append((t1 - t0) / 1000)
-        if t1 > limit:
+        if watch.lap(t0):
             break
-    return Run(latencies, (clock() - start) / 1e9)
+    return watch.run()
 
 
 @dataclass

@@ -20,6 +20,10 @@ its requests with :class:`~corral.errors.SessionLost` and the reason, at once.
 A keepalive ping every ``ping_interval`` seconds detects a server or network that
 stopped answering (a half-open socket) within ``ping_interval + ping_timeout`` and
 treats it as a drop.
+
+Over 600 lines because it is the whole I/O face of one connection (socket seam, request
+writing, the establish/resume sequence, reader, keepalive, shutdown) and nothing else:
+every decision in it is a call into the protocol object.
 """
 
 from __future__ import annotations

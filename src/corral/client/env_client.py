@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Generic, Self
 from corral.blocking import BlockingTwin, run_blocking
 from corral.client.connection import Connection, Dialer, http_url
 from corral.client.openenv_connection import OpenEnvConnection, is_openenv_refusal
-from corral.client.typed import ActT, ObsT, StateT, TypedModels
+from corral.client.typed import ActT, ObsT, StateT, TypedFace, TypedModels
 from corral.contract import Environment, StepResult
 from corral.errors import ClientClosed, UnsupportedProtocol
 from corral.protocol.client import ReconnectPolicy
@@ -52,7 +52,7 @@ _MARGIN = 5.0
 """Seconds a blocking call waits beyond the client's own timeout before giving up."""
 
 
-class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
+class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
     """A typed session with a remote environment (see module docstring).
 
     Args:
@@ -162,21 +162,6 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
     def sync(self) -> SyncEnvClient[ActT, ObsT, StateT]:
         """A blocking twin of this client: same methods, same errors."""
         return SyncEnvClient(self)
-
-    @property
-    def action_type(self) -> type[ActT] | None:
-        """The Action model (None until known: given, or read from the server)."""
-        return self.typed.action_type
-
-    @property
-    def observation_type(self) -> type[ObsT] | None:
-        """The Observation model (None until known)."""
-        return self.typed.observation_type
-
-    @property
-    def state_type(self) -> type[StateT] | None:
-        """The State model (None until known)."""
-        return self.typed.state_type
 
     # -- connection and session ---------------------------------------------------
 

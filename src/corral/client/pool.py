@@ -48,6 +48,10 @@ auto-reset mode its next step resets it like an ended episode. A dropped connect
 live server resumes with the episodes intact.
 
 The blocking twin is :meth:`EnvPool.sync` (:class:`SyncEnvPool`): same methods, same errors.
+
+This module is one thing over ~700 lines: the pool's API and the auto-reset engine under
+it share every piece of per-session state (what is pending, what needs a reset); the
+servers, the batch type and the typed face live in their own modules.
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from corral.blocking import BlockingTwin
 from corral.client.batch import PoolBatch, PoolError, stack_observations
 from corral.client.fleet import Fleet, Link, ServerHandle, Slot, server_source
-from corral.client.typed import ActT, ObsT, StateT, TypedModels
+from corral.client.typed import ActT, ObsT, StateT, TypedFace, TypedModels
 from corral.contract import Environment
 from corral.errors import (
     BadObservation,
@@ -121,7 +125,7 @@ class _Outcome:
     flags: tuple[float, bool, bool] | None = None
 
 
-class EnvPool(Generic[ActT, ObsT, StateT]):
+class EnvPool(TypedFace[ActT, ObsT, StateT]):
     """N sessions over M servers (see module docstring).
 
     Args:
@@ -238,21 +242,6 @@ class EnvPool(Generic[ActT, ObsT, StateT]):
     def server_urls(self) -> list[str]:
         """The URL of each server, in order."""
         return self.fleet.urls
-
-    @property
-    def action_type(self) -> type[ActT] | None:
-        """The Action model (None until known: given, or read from the server)."""
-        return self.typed.action_type
-
-    @property
-    def observation_type(self) -> type[ObsT] | None:
-        """The Observation model (None until known)."""
-        return self.typed.observation_type
-
-    @property
-    def state_type(self) -> type[StateT] | None:
-        """The State model (None until known)."""
-        return self.typed.state_type
 
     async def start(self) -> Self:
         """Start (or reach) the servers, connect, and open every session.

@@ -162,6 +162,27 @@ class TypedModels(Generic[ActT, ObsT, StateT]):
         return state
 
 
+class TypedFace(Generic[ActT, ObsT, StateT]):
+    """The models of a client or a pool as its own attributes (read from its ``typed``)."""
+
+    typed: TypedModels[ActT, ObsT, StateT]
+
+    @property
+    def action_type(self) -> type[ActT] | None:
+        """The Action model (None until known: given, or read from the server)."""
+        return self.typed.action_type
+
+    @property
+    def observation_type(self) -> type[ObsT] | None:
+        """The Observation model (None until known)."""
+        return self.typed.observation_type
+
+    @property
+    def state_type(self) -> type[StateT] | None:
+        """The State model (None until known)."""
+        return self.typed.state_type
+
+
 @functools.cache
 def _list_adapter(model: type[BaseModel]) -> TypeAdapter[list[Any]]:
     """Validates a list of ``model`` in one call (several times faster than one by one)."""

@@ -27,6 +27,9 @@ The object never blocks and never reads a clock: a transport passes ``now`` wher
 matters and fires the delays it is given. Frames are encoded and decoded with the
 connection's codec; replies come out typed (:mod:`corral.protocol.messages`), an error
 reply already turned into its exception.
+
+The tracker, the session book and the backoff policy are in this module with the object
+because they are its state and are never used without it (~680 lines in all).
 """
 
 from __future__ import annotations
