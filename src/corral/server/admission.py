@@ -38,6 +38,9 @@ from corral.protocol.session import Op
 Payload = Reset | Step | GetState | ResetItem | StepItem
 """What an environment call is made from: a single request, or one item of a batch."""
 
+_STEPS = (Step, StepItem)
+_RESETS = (Reset, ResetItem)
+
 
 class Admission:
     """The payload and result rules of one environment class (see the module docstring)."""
@@ -56,12 +59,12 @@ class Admission:
             InvalidArgument: a reset option the environment does not take.
         """
         if op is Op.STEP:
-            assert isinstance(payload, Step | StepItem)
+            assert isinstance(payload, _STEPS)
             return "step", (self.action(peer, payload.action),), {}
         if op is Op.STATE:
             return "state", (), {}
         # A reset, or a step that auto-resets an ended episode (no seed, no options).
-        if isinstance(payload, Reset | ResetItem):
+        if isinstance(payload, _RESETS):
             check_reset_options(payload.options, self.reset_options, self.env_name)
             return "reset", (payload.seed,), payload.options
         return "reset", (None,), {}
