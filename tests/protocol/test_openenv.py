@@ -8,7 +8,6 @@ import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pydantic import BaseModel, ValidationError, field_validator
 
 from corral.contract import Action, Environment, Observation, State
 from corral.contract.tools import tool, tools_of
@@ -245,30 +244,6 @@ def test_corral_replies_become_openenv_frames():
     )
     with pytest.raises(ValueError, match="no OpenEnv form"):
         t.reply(m.Closed(4, "s1").to_wire())
-
-
-class _Shouty(BaseModel):
-    text: str
-
-    @field_validator("text")
-    @classmethod
-    def _quiet(cls, value: str) -> str:
-        if value.isupper():
-            raise ValueError("no shouting")
-        return value
-
-
-def test_validation_errors_are_json_safe():
-    with pytest.raises(ValidationError) as info:
-        _Shouty.model_validate({"text": "HEY"})
-    errors = oe.validation_errors(info.value)
-    assert errors == [
-        {"type": "value_error", "loc": ["text"], "msg": "Value error, no shouting", "input": "HEY"}
-    ]
-    orjson.dumps(errors)
-    with pytest.raises(ValidationError) as info:
-        _Shouty.model_validate({"text": object()})
-    assert isinstance(oe.validation_errors(info.value)[0]["input"], str)
 
 
 # -- JSON-RPC and tools --------------------------------------------------------------

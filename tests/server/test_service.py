@@ -123,45 +123,42 @@ class GatedEnv(CounterEnv):
         self.closed.append(1)
 
 
-async def test_a_session_built_after_its_connection_dropped_is_closed():
+@pytest.fixture
+async def gated():
     GatedEnv.gate.set()  # the class check at service start builds one instance
-    service = EnvService(GatedEnv, ServerConfig(step_timeout_s=10))
+    svc = EnvService(GatedEnv, ServerConfig(step_timeout_s=10))
     GatedEnv.gate.clear()
     GatedEnv.closed.clear()
-    try:
-        wire = Wire(service)
-        await wire.request(m.Hello)
-        wire.send(m.Open)
-        assert service.manager.active == 1  # reserved while it is being built
-        await service.disconnect(wire.conn, clean=False)
-        GatedEnv.gate.set()
-        await eventually(lambda: service.manager.active == 0 and GatedEnv.closed == [1])
-        assert wire.incoming.empty()  # nothing is written to a closed connection
-    finally:
-        GatedEnv.gate.set()
-        await service.shutdown()
-
-
-async def test_opens_run_concurrently_and_close_answers_after_the_env_closed():
+    yield svc
     GatedEnv.gate.set()
-    service = EnvService(GatedEnv, ServerConfig(step_timeout_s=10))
-    GatedEnv.gate.clear()
-    GatedEnv.closed.clear()
-    try:
-        wire = Wire(service)
-        await wire.request(m.Hello)
-        first, second = wire.send(m.Open), wire.send(m.Open)
-        state = wire.send(lambda i: m.GetState(i, "nope"))  # not held up by the opens
-        assert (await wire.recv()).id == state
-        GatedEnv.gate.set()
-        opened = {(await wire.recv()).id, (await wire.recv()).id}
-        assert opened == {first, second}
-        sid = next(iter(service.manager.sessions))
-        closed = await wire.request(lambda i: m.Close(i, sid))
-        assert isinstance(closed, m.Closed) and GatedEnv.closed == [1]
-    finally:
-        GatedEnv.gate.set()
-        await service.shutdown()
+    await svc.shutdown()
+
+
+async def test_a_session_built_after_its_connection_dropped_is_closed(gated):
+    service = gated
+    wire = Wire(service)
+    await wire.request(m.Hello)
+    wire.send(m.Open)
+    assert service.manager.active == 1  # reserved while it is being built
+    await service.disconnect(wire.conn, clean=False)
+    GatedEnv.gate.set()
+    await eventually(lambda: service.manager.active == 0 and GatedEnv.closed == [1])
+    assert wire.incoming.empty()  # nothing is written to a closed connection
+
+
+async def test_opens_run_concurrently_and_close_answers_after_the_env_closed(gated):
+    service = gated
+    wire = Wire(service)
+    await wire.request(m.Hello)
+    first, second = wire.send(m.Open), wire.send(m.Open)
+    state = wire.send(lambda i: m.GetState(i, "nope"))  # not held up by the opens
+    assert (await wire.recv()).id == state
+    GatedEnv.gate.set()
+    opened = {(await wire.recv()).id, (await wire.recv()).id}
+    assert opened == {first, second}
+    sid = next(iter(service.manager.sessions))
+    closed = await wire.request(lambda i: m.Close(i, sid))
+    assert isinstance(closed, m.Closed) and GatedEnv.closed == [1]
 
 
 async def test_a_bug_in_dispatch_is_answered_and_frees_the_session(service, monkeypatch):

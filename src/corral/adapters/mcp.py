@@ -42,14 +42,13 @@ from pydantic import TypeAdapter, ValidationError
 
 from corral import __version__
 from corral.contract.tools import Tool, tools_of
-from corral.errors import CorralError, StepTimeout
+from corral.errors import CorralError, StepTimeout, validation_errors
 from corral.protocol.openenv import (
     RpcCode,
     RpcError,
     parse_rpc,
     rpc_error,
     rpc_result,
-    validation_errors,
 )
 from corral.protocol.session import Phase
 from corral.server.service import EnvService

@@ -42,7 +42,7 @@ from typing import Any, cast
 from pydantic import BaseModel, create_model
 
 from corral.contract import Action, Environment, Observation, State
-from corral.errors import InvalidArgument
+from corral.contract.options import accepted_reset_options, check_reset_options
 
 _OPENENV_BASE = ("openenv.core.env_server.interfaces", "Environment")
 
@@ -113,18 +113,6 @@ def _overrides(cls: type, name: str, base: type) -> bool:
     return getattr(cls, name) is not getattr(base, name)
 
 
-def _accepted(fn: Callable[..., Any]) -> frozenset[str] | None:
-    params = inspect.signature(fn).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return None
-    return frozenset(
-        n
-        for n, p in params.items()
-        if n not in ("self", "seed")
-        and p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    )
-
-
 def from_openenv(
     env: Any,
     *,
@@ -189,7 +177,7 @@ def from_openenv(
             probe.close()
         meta_name = meta_name or getattr(meta, "name", None) or env.__name__
         meta_description = meta_description or getattr(meta, "description", "") or ""
-    accepted = _accepted(
+    accepted = accepted_reset_options(
         getattr(env, "reset_async" if _overrides(env, "reset_async", base) else "reset")
     )
     return _adapter_class(
@@ -219,13 +207,7 @@ def _adapter_class(
             return options
         if "episode_id" in options and "episode_id" not in accepted:
             options = {k: v for k, v in options.items() if k != "episode_id"}
-        unknown = sorted(set(options) - accepted)
-        if unknown:
-            raise InvalidArgument(
-                f"unknown reset option(s) {unknown}; {env.__name__}.reset accepts "
-                f"{sorted(accepted) or 'no options'}",
-                details={"unknown": unknown, "accepted": sorted(accepted)},
-            )
+        check_reset_options(options, accepted, env.__name__)
         return options
 
     def to_observation(value: Any) -> Observation:

@@ -11,7 +11,6 @@ plain methods (run off the server's event loop) or ``async def`` (awaited on it)
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Any, ClassVar, Generic, TypeVar, get_args, get_origin
 
@@ -101,11 +100,6 @@ class Environment(Generic[ActT, ObsT, StateT]):
             observation=cls.observation_type,
             state=cls.state_type,
         )
-
-    @classmethod
-    def is_async(cls, method: str) -> bool:
-        """True when ``method`` (``reset``/``step``/``state``/``close``) is ``async def``."""
-        return inspect.iscoroutinefunction(getattr(cls, method))
 
 
 def _environment_args(cls: type) -> tuple[Any, ...] | None:

@@ -33,6 +33,8 @@ def _check(msg: dict[str, Any], name: str, value: Any, types: type | tuple[type,
 def required(msg: dict[str, Any], name: str, types: type | tuple[type, ...]) -> Any:
     """``msg[name]``, which must be present, not null, and of ``types``."""
     value = msg.get(name)
+    if type(value) is types:  # the common case, and the cheapest check (a bool is no int)
+        return value
     if value is None:
         raise BadMessage(
             f"message {msg.get('type')!r} is missing field {name!r}", details={"field": name}

@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from corral.errors import BadMessage, CorralError, UnknownType, error_from_wire
 from corral.protocol import fields as f
@@ -62,6 +62,45 @@ class ContractRef:
 
 
 # -- requests (client → server) ----------------------------------------------------
+
+
+@dataclass(slots=True)
+class _SessionMessage:
+    """The shape of a message that is just a request id and a session id."""
+
+    type: ClassVar[str]
+    id: int
+    session: str
+
+    def to_wire(self) -> dict[str, Any]:
+        """The message's wire map."""
+        return {"type": self.type, "id": self.id, "session": self.session}
+
+    @classmethod
+    def from_wire(cls, msg: dict[str, Any]) -> Self:
+        """Read the message."""
+        return cls(f.request_id(msg), f.required(msg, "session", str))
+
+
+@dataclass(slots=True)
+class _TokenMessage:
+    """The shape of a message that names a session and its resume token."""
+
+    type: ClassVar[str]
+    id: int
+    session: str
+    token: str
+
+    def to_wire(self) -> dict[str, Any]:
+        """The message's wire map."""
+        return {"type": self.type, "id": self.id, "session": self.session, "token": self.token}
+
+    @classmethod
+    def from_wire(cls, msg: dict[str, Any]) -> Self:
+        """Read the message."""
+        return cls(
+            f.request_id(msg), f.required(msg, "session", str), f.required(msg, "token", str)
+        )
 
 
 @dataclass(slots=True)
@@ -120,24 +159,10 @@ class Open:
 
 
 @dataclass(slots=True)
-class Attach:
+class Attach(_TokenMessage):
     """Re-attaches this connection to a live session after a reconnect."""
 
     type: ClassVar[str] = "attach"
-    id: int
-    session: str
-    token: str
-
-    def to_wire(self) -> dict[str, Any]:
-        """The message's wire map."""
-        return {"type": self.type, "id": self.id, "session": self.session, "token": self.token}
-
-    @classmethod
-    def from_wire(cls, msg: dict[str, Any]) -> Attach:
-        """Read an ``attach``."""
-        return cls(
-            f.request_id(msg), f.required(msg, "session", str), f.required(msg, "token", str)
-        )
 
 
 @dataclass(slots=True)
@@ -193,39 +218,17 @@ class Step:
 
 
 @dataclass(slots=True)
-class GetState:
+class GetState(_SessionMessage):
     """Asks for the session's current state."""
 
     type: ClassVar[str] = "state"
-    id: int
-    session: str
-
-    def to_wire(self) -> dict[str, Any]:
-        """The message's wire map."""
-        return {"type": self.type, "id": self.id, "session": self.session}
-
-    @classmethod
-    def from_wire(cls, msg: dict[str, Any]) -> GetState:
-        """Read a ``state`` request."""
-        return cls(f.request_id(msg), f.required(msg, "session", str))
 
 
 @dataclass(slots=True)
-class Close:
+class Close(_SessionMessage):
     """Ends a session and frees its slot."""
 
     type: ClassVar[str] = "close"
-    id: int
-    session: str
-
-    def to_wire(self) -> dict[str, Any]:
-        """The message's wire map."""
-        return {"type": self.type, "id": self.id, "session": self.session}
-
-    @classmethod
-    def from_wire(cls, msg: dict[str, Any]) -> Close:
-        """Read a ``close``."""
-        return cls(f.request_id(msg), f.required(msg, "session", str))
 
 
 # -- replies (server → client) -----------------------------------------------------
@@ -274,45 +277,17 @@ class Welcome:
 
 
 @dataclass(slots=True)
-class Opened:
+class Opened(_TokenMessage):
     """The reply to ``open``: the new session's id and its resume token."""
 
     type: ClassVar[str] = "opened"
-    id: int
-    session: str
-    token: str
-
-    def to_wire(self) -> dict[str, Any]:
-        """The message's wire map."""
-        return {"type": self.type, "id": self.id, "session": self.session, "token": self.token}
-
-    @classmethod
-    def from_wire(cls, msg: dict[str, Any]) -> Opened:
-        """Read an ``opened``."""
-        return cls(
-            f.request_id(msg), f.required(msg, "session", str), f.required(msg, "token", str)
-        )
 
 
 @dataclass(slots=True)
-class Attached:
+class Attached(_TokenMessage):
     """The reply to ``attach``: the session now answers on this connection."""
 
     type: ClassVar[str] = "attached"
-    id: int
-    session: str
-    token: str
-
-    def to_wire(self) -> dict[str, Any]:
-        """The message's wire map."""
-        return {"type": self.type, "id": self.id, "session": self.session, "token": self.token}
-
-    @classmethod
-    def from_wire(cls, msg: dict[str, Any]) -> Attached:
-        """Read an ``attached``."""
-        return cls(
-            f.request_id(msg), f.required(msg, "session", str), f.required(msg, "token", str)
-        )
 
 
 @dataclass(slots=True)
@@ -361,21 +336,10 @@ class StateReply:
 
 
 @dataclass(slots=True)
-class Closed:
+class Closed(_SessionMessage):
     """The reply to ``close``."""
 
     type: ClassVar[str] = "closed"
-    id: int
-    session: str
-
-    def to_wire(self) -> dict[str, Any]:
-        """The message's wire map."""
-        return {"type": self.type, "id": self.id, "session": self.session}
-
-    @classmethod
-    def from_wire(cls, msg: dict[str, Any]) -> Closed:
-        """Read a ``closed``."""
-        return cls(f.request_id(msg), f.required(msg, "session", str))
 
 
 @dataclass(slots=True)
@@ -433,8 +397,6 @@ class ErrorReply:
 
 Request = Hello | Open | Attach | Reset | Step | GetState | Close | ResetBatch | StepBatch
 """Any message a client sends."""
-SessionRequest = Reset | Step | GetState | Close
-"""A request addressed to one session."""
 Reply = Welcome | Opened | Attached | Result | StateReply | Closed | BatchReply | ErrorReply
 """Any message a server sends."""
 

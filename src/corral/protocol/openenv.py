@@ -71,6 +71,7 @@ from corral.errors import (
     UnknownType,
     UnsupportedProtocol,
     error_from_wire,
+    validation_errors,
 )
 from corral.protocol import messages as m
 
@@ -269,25 +270,6 @@ class McpMessage:
 
 
 Inbound = Call | CloseSession | McpMessage
-
-
-def validation_errors(exc: ValidationError) -> list[dict[str, Any]]:
-    """Pydantic's errors reduced to JSON-safe values (no exception objects, no URLs).
-
-    Keeping ``ctx`` out is what stops a custom validator's exception from making the
-    error reply unserializable (which ends the session in OpenEnv).
-    """
-    out = []
-    for err in exc.errors(include_url=False, include_context=False):
-        item: dict[str, Any] = {"type": err["type"], "loc": list(err["loc"]), "msg": err["msg"]}
-        if "input" in err:
-            try:
-                orjson.dumps(err["input"])
-                item["input"] = err["input"]
-            except TypeError:
-                item["input"] = repr(err["input"])[:200]
-        out.append(item)
-    return out
 
 
 class ServerTranslator:

@@ -244,7 +244,8 @@ class SessionRegistry(Generic[S]):
         return victims
 
     def check_interval(self) -> float:
-        """How often :meth:`expired` is worth asking: a quarter of the shortest window."""
+        """How often :meth:`expired` is worth asking: a quarter of the shortest window,
+        between 0.05 and 5 s (the timer's period)."""
         windows = [self.resume_window_s]
         if self.idle_timeout_s is not None:
             windows.append(self.idle_timeout_s)

@@ -83,6 +83,11 @@ S = TypeVar("S", bound=SessionState)
 CallRequest = Reset | Step | GetState
 """A request that runs one environment call of one session."""
 
+# Unions for isinstance built once: ``A | B`` in a call would build one per message.
+_CALLS = (Reset, Step, GetState)
+_BATCHES = (StepBatch, ResetBatch)
+_ITEMS = (ItemResult, ItemError)
+
 
 class Peer(ReplySink, Protocol):
     """What the server needs of a connection to run its requests (frames or not)."""
@@ -177,7 +182,7 @@ def admit_call(
     outcome = session.admit(request.type, request.id)
     if isinstance(outcome, Op):
         return RunCall(request, session, outcome)
-    if outcome is None or not isinstance(outcome, ItemResult | ItemError):
+    if outcome is None or not isinstance(outcome, _ITEMS):
         return outcome
     raise _reused_id(request.id, single=True)
 
@@ -214,7 +219,7 @@ def admit_batch(
                 batch.calls.append(BatchCall(index, item, session, outcome))
             elif outcome is None:
                 batch.joins.append((index, session))
-            elif isinstance(outcome, ItemResult | ItemError):
+            elif isinstance(outcome, _ITEMS):
                 batch.results[index] = outcome  # a re-sent batch: at most once
             else:
                 raise _reused_id(request.id, single=False)
@@ -365,13 +370,13 @@ class ServerConnection(Generic[S]):
                 raise HandshakeRequired(
                     "send 'hello' (and get 'welcome') first", details={"type": request.type}
                 )
-            if isinstance(request, Reset | Step | GetState):
+            if isinstance(request, _CALLS):
                 outcome = admit_call(self.registry, self, request)
                 if outcome is None or isinstance(outcome, RunCall):
                     return outcome
                 self.send(outcome)  # a retry of an answered request: at most once
                 return None
-            if isinstance(request, StepBatch | ResetBatch):
+            if isinstance(request, _BATCHES):
                 return admit_batch(self.registry, self, request, self.max_batch, self._count_error)
             if isinstance(request, Open):
                 self.registry.reserve(self)

@@ -26,6 +26,7 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from corral.contract.options import accepted_reset_options
 from corral.contract.tools import Tool, tools_of
 from corral.errors import CorralError, SessionLost, StepTimeout
 from corral.protocol import messages as m
@@ -64,17 +65,7 @@ _CLOSE_NORMAL = 1000
 
 def reset_options(service: EnvService) -> frozenset[str] | None:
     """Reset keywords the served environment accepts besides ``seed`` (None: any)."""
-    import inspect
-
-    params = inspect.signature(service.env_type.reset).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return None
-    return frozenset(
-        name
-        for name, p in params.items()
-        if name not in ("self", "seed")
-        and p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    )
+    return accepted_reset_options(service.env_type.reset)
 
 
 class LockstepLink:

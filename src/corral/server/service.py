@@ -19,32 +19,24 @@ A link that carries typed requests instead of frames (the OpenEnv envelope) uses
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
-import reprlib
 import time
 import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
-
 from corral import __version__
-from corral.contract import Environment, Observation, State
+from corral.contract import Environment
 from corral.contract.environment import ActionMigration
 from corral.contract.schema import Contract
 from corral.contract.wiresafe import make_wire_safe
 from corral.errors import (
     BadMessage,
-    BadObservation,
     CorralError,
-    EnvError,
     ErrorCode,
     HandshakeRequired,
     InternalError,
-    InvalidAction,
-    InvalidArgument,
     StepTimeout,
 )
 from corral.protocol import messages as m
@@ -63,6 +55,7 @@ from corral.protocol.server import (
     admit_call,
 )
 from corral.protocol.session import Op
+from corral.server.admission import Admission
 from corral.server.batching import BatchHandler
 from corral.server.config import ServerConfig
 from corral.server.runner import EnvFactory
@@ -131,14 +124,13 @@ class EnvService:
         self.fingerprint = self.contract.fingerprint
         self.config = config
         self.instance = uuid.uuid4().hex
-        self.started = time.time()
         self.manager = SessionManager(
             factory,
             config,
             auto_reset=env_type.auto_reset,
             thread_affinity=env_type.thread_affinity,
         )
-        self._reset_params = _accepted_options(env_type.reset)
+        self.admission = Admission(env_type, self.contract)
         self.gate = ConnectionGate(config.max_connections_per_client)
         """WebSocket connections by client address (for the per-client limit)."""
         self.greeting = Greeting(
@@ -150,7 +142,7 @@ class EnvService:
             schemas=self.contract.schemas,
             migrations=env_type.action_migrations,
         )
-        self.batches = BatchHandler(self)
+        self.batches = BatchHandler(self.manager, self.admission, config.step_timeout_s)
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- descriptions -------------------------------------------------------------
@@ -295,118 +287,38 @@ class EnvService:
 
     async def _run(self, peer: Peer, call: RunCall[Session]) -> None:
         request, session, op = call.request, call.session, call.op
-        timeout = self.config.step_timeout_s
+        admission = self.admission
         started = time.perf_counter()
         try:
+            method, args, kwargs = admission.call(peer, op, request)
+            value = await session.runner.call(
+                method, *args, timeout=self.config.step_timeout_s, **kwargs
+            )
+            reply: m.Reply
             if op is Op.STATE:
-                state = await session.runner.call("state", timeout=timeout)
-                payload = self._dump(peer, state, self.contract.state, "state")
+                reply = m.StateReply(request.id, session.id, admission.state(peer, value))
                 session.machine.finish(op)
-                reply: m.Reply = m.StateReply(request.id, session.id, payload)
             else:
-                obs = await self._episode_call(peer, session, request, op, timeout)
-                payload = self._dump(peer, obs, self.contract.observation, "observation")
-                session.machine.finish(op, done=obs.done)
+                payload, done = admission.result(peer, value, op)
                 reply = m.Result(request.id, session.id, payload)
-        except StepTimeout as exc:
-            exc.request_id = request.id
-            self._deliver_error(session, exc)
-            await self.manager.close(session, "a call overran the step timeout")
-            return
-        except CorralError as exc:
-            session.machine.abort()
-            exc.request_id = request.id
-            self._deliver_error(session, exc)
-            return
+                session.machine.finish(op, done=done)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            session.machine.abort()
-            error = EnvError(
-                f"{type(exc).__name__}: {exc}",
-                details={"exception": type(exc).__name__, "op": str(op)},
-                request_id=request.id,
-            )
-            self._deliver_error(session, error)
+            error = admission.failure(exc, op)
+            error.request_id = request.id
+            self.manager.stats.error(str(error.code))
+            if isinstance(error, StepTimeout):
+                session.deliver(m.ErrorReply.of(error, session.id))
+                await self.manager.close(session, "a call overran the step timeout")
+            else:
+                session.machine.abort()
+                session.deliver(m.ErrorReply.of(error, session.id))
             return
-        self.manager.stats.observe(str(op), time.perf_counter() - started)
+        stats = self.manager.stats
+        stats.observe(str(op), time.perf_counter() - started)
+        stats.count(op)
         session.deliver(reply)
-
-    async def _episode_call(
-        self,
-        peer: Peer,
-        session: Session,
-        request: m.Reset | m.Step | m.GetState,
-        op: Op,
-        timeout: float | None,
-    ) -> Observation:
-        if op is Op.STEP:
-            assert isinstance(request, m.Step)
-            action = self._load_action(peer, request.action)
-            obs = await session.runner.call("step", action, timeout=timeout)
-            self.manager.stats.steps += 1
-        else:
-            seed, options = (
-                (request.seed, request.options) if isinstance(request, m.Reset) else (None, {})
-            )
-            self._check_options(options)
-            obs = await session.runner.call("reset", seed, timeout=timeout, **options)
-            self.manager.stats.resets += 1
-        return self._check_observation(obs, op)
-
-    def _check_observation(self, obs: Any, op: Op) -> Observation:
-        if not isinstance(obs, Observation) or not isinstance(obs, self.contract.observation):
-            raise BadObservation(
-                f"{self.env_type.__name__}.{'step' if op is Op.STEP else 'reset'}() returned "
-                f"{type(obs).__name__}, not {self.contract.observation.__name__}",
-                details={"returned": type(obs).__name__},
-            )
-        return obs
-
-    def _load_action(self, peer: Peer, raw: Any) -> BaseModel:
-        if peer.migrate is not None and isinstance(raw, dict):
-            raw = peer.migrate(raw)
-        try:
-            return peer.codec.load(self.contract.action, raw)
-        except ValidationError as exc:
-            raise InvalidAction(
-                f"invalid {self.contract.action.__name__}: {exc.error_count()} error(s)",
-                details={"errors": _errors(exc)},
-            ) from None
-        except (TypeError, ValueError, RecursionError) as exc:
-            # The value could not even be handed to validation (e.g. nested deeper than
-            # the JSON encoder goes): the client's action is at fault, not the env.
-            raise InvalidAction(
-                f"invalid {self.contract.action.__name__}: {type(exc).__name__}: {exc}",
-                details={"errors": [{"type": "unreadable", "loc": [], "msg": str(exc)}]},
-            ) from None
-
-    def _check_options(self, options: dict[str, Any]) -> None:
-        if self._reset_params is None:
-            return
-        unknown = sorted(set(options) - self._reset_params)
-        if unknown:
-            raise InvalidArgument(
-                f"unknown reset option(s) {unknown}; {self.env_type.__name__}.reset accepts "
-                f"{sorted(self._reset_params) or 'no options'}",
-                details={"unknown": unknown, "accepted": sorted(self._reset_params)},
-            )
-
-    def _dump(self, peer: Peer, value: Any, expected: type[BaseModel], what: str) -> Any:
-        if what == "state" and not isinstance(value, State):
-            raise BadObservation(
-                f"{self.env_type.__name__}.state() returned {type(value).__name__}, not a State"
-            )
-        try:
-            return peer.codec.dump(value)
-        except Exception as exc:
-            raise BadObservation(
-                f"the {what} could not be serialized: {exc}", details={"model": expected.__name__}
-            ) from None
-
-    def _deliver_error(self, session: Session, exc: CorralError) -> None:
-        self.manager.stats.error(str(exc.code))
-        session.deliver(m.ErrorReply.of(exc, session.id))
 
     def internal_error(self, peer: Peer, exc: BaseException, request_id: int | None = None) -> None:
         """Report a bug in corral to the client without dropping the connection.
@@ -416,40 +328,6 @@ class EnvService:
         log.exception("internal error handling a request", exc_info=exc)
         error = InternalError(f"internal server error: {type(exc).__name__}", request_id=request_id)
         self.send_error(peer, error)
-
-
-def _short_repr() -> reprlib.Repr:
-    """A bounded repr for offending inputs: nesting or size cannot blow up an error reply."""
-    short = reprlib.Repr()
-    short.maxlevel, short.maxstring, short.maxother = 4, 160, 160
-    return short
-
-
-_SHORT = _short_repr()
-
-
-def _errors(exc: ValidationError) -> list[dict[str, Any]]:
-    """Pydantic's errors, reduced to wire-safe values."""
-    out = []
-    for err in exc.errors(include_url=False):
-        item = {"type": err["type"], "loc": list(err["loc"]), "msg": err["msg"]}
-        if "input" in err:
-            item["input"] = _SHORT.repr(err["input"])[:200]
-        out.append(item)
-    return out
-
-
-def _accepted_options(reset: Callable[..., Any]) -> set[str] | None:
-    """Reset keyword names the env accepts besides ``seed``; None if it takes ``**kwargs``."""
-    params = inspect.signature(reset).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return None
-    return {
-        name
-        for name, p in params.items()
-        if name not in ("self", "seed")
-        and p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    }
 
 
 __all__ = ["Channel", "EnvService", "ErrorCode", "resolve_env"]

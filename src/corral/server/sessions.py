@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from corral.errors import CapacityReached, SessionLost, UnknownSession
+from corral.errors import CapacityReached
 from corral.protocol.registry import SessionRegistry
 from corral.protocol.session import ReplyCache, ReplySink, SessionMachine, SessionState
 from corral.server.config import ServerConfig
@@ -146,10 +146,6 @@ class SessionManager:
         """
         return self.registry.get(session_id, owner)
 
-    def missing(self, session_id: str, where: str) -> SessionLost | UnknownSession:
-        """``SessionLost`` with the reason for a closed session, else ``UnknownSession``."""
-        return self.registry.missing(session_id, where)
-
     def detach_all(self, owner: ReplySink) -> None:
         """The connection ``owner`` dropped: its sessions wait for a re-attach."""
         self.registry.detach_all(owner)
@@ -193,13 +189,9 @@ class SessionManager:
         self.stats.reaped += len(victims)
         return len(victims)
 
-    def reap_interval(self) -> float:
-        """How often the reaper looks: a quarter of the shortest window, 0.05-5 s."""
-        return self.registry.check_interval()
-
     async def _reap_forever(self) -> None:
         while True:
-            await asyncio.sleep(self.reap_interval())
+            await asyncio.sleep(self.registry.check_interval())
             try:
                 await self.reap()
             except Exception:  # the reaper must outlive any single bad close
