@@ -94,10 +94,7 @@ class _Keeper:
         return self.waiting > 0 or time.monotonic() - self.released >= GRACE_S
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None) -> T:
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
+        running = asyncio._get_running_loop()  # None in a plain thread, without raising
         if running is self.loop:
             coro.close()
             raise RuntimeError("a blocking corral call was made from corral's own event loop")
@@ -119,8 +116,13 @@ class _Keeper:
                 if not self.claimed:
                     self.claimed = True
                     self.loop.call_soon_threadsafe(self.loop.stop)
-                while self.runner is _Runner.BACKGROUND:
-                    self.changed.wait()
+                try:
+                    while self.runner is _Runner.BACKGROUND:
+                        self.changed.wait()
+                except BaseException:  # Ctrl-C while waiting: give the claim back
+                    self.claimed = False
+                    self.changed.notify_all()
+                    raise
             if self.runner is not _Runner.NOBODY:
                 return False
             self.runner = _Runner.CALLER
@@ -134,7 +136,7 @@ class _Keeper:
         task the loop runs at that moment, as ``asyncio.run`` does.
         """
         loop = self.loop
-        task = loop.create_task(coro)
+        task = loop.create_task(_stopping(loop, coro))
         expired = False
 
         def expire() -> None:
@@ -159,9 +161,10 @@ class _Keeper:
             and signal.getsignal(signal.SIGINT) is signal.default_int_handler
         ):
             previous = signal.signal(signal.SIGINT, on_sigint)
-        task.add_done_callback(lambda _: loop.stop())
+
         try:
-            loop.run_forever()
+            while not task.done():  # a stale stop (an abandoned call's) may end a run early
+                loop.run_forever()
             return task.result()
         except asyncio.CancelledError:
             if interrupted:
@@ -192,6 +195,14 @@ class _Keeper:
                 self.waiting -= 1
 
 
+async def _stopping(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
+    """``coro``, then stop ``loop`` in the same step (a done callback costs a loop turn)."""
+    try:
+        return await coro
+    finally:
+        loop.stop()
+
+
 def _timeout(timeout: float | None) -> RequestTimeout:
     return RequestTimeout(f"call did not finish within {timeout} s", details={"timeout_s": timeout})
 
@@ -202,6 +213,9 @@ _keeper: _Keeper | None = None
 
 def _the_keeper() -> _Keeper:
     global _keeper
+    keeper = _keeper
+    if keeper is not None and not keeper.loop.is_closed():
+        return keeper
     with _lock:
         if _keeper is None or _keeper.loop.is_closed():
             _keeper = _Keeper()
