@@ -278,9 +278,43 @@ async def lockstep(s: Settings, log: Log) -> dict[str, dict[str, float]]:
                 ("openenv-core", lambda: openenv_driver(oe.url, "echo")),
                 ("openenv-core, async env", lambda: openenv_driver(oe_async.url, "echo")),
             ]
-        return await _compare(contenders, s.lockstep_steps, s.warmup, s.repeats, log)
+        result = await _compare(contenders, s.lockstep_steps, s.warmup, s.repeats, log)
+        ratio = await sync_over_async(echo.url, action, s.lockstep_steps, s.warmup)
+        result["corral msgpack, sync twin"]["vs_async_interleaved"] = ratio
+        log(f"  sync twin / async client, step by step: {ratio:.2f}x")
+        return result
     finally:
         await asyncio.gather(*(server.stop() for server in started))
+
+
+async def sync_over_async(url: str, action: Any, steps: int, warmup: int) -> float:
+    """p50 of the sync twin's steps over the async client's, the two taking turns step by
+    step (so both see the same moments of a shared machine)."""
+    client = AsyncEnvClient(url, env=EchoEnv)
+    twin = AsyncEnvClient(url, env=EchoEnv).sync()
+    await client.reset()
+    await asyncio.to_thread(twin.reset)
+
+    def timed_twin_step() -> float:
+        t0 = time.perf_counter_ns()
+        twin.step(action)
+        return (time.perf_counter_ns() - t0) / 1000
+
+    try:
+        async_us: list[float] = []
+        sync_us: list[float] = []
+        for k in range(warmup + steps):
+            t0 = time.perf_counter_ns()
+            await client.step(action)
+            t1 = time.perf_counter_ns()
+            twin_us = await asyncio.to_thread(timed_twin_step)
+            if k >= warmup:
+                async_us.append((t1 - t0) / 1000)
+                sync_us.append(twin_us)
+        return _percentile(sync_us, 0.5) / _percentile(async_us, 0.5)
+    finally:
+        await client.close()
+        await asyncio.to_thread(twin.close)
 
 
 # -- 2. batched throughput --------------------------------------------------------------
