@@ -107,3 +107,17 @@ def test_no_import_circles():
                     stack.append((nxt, (*trail, nxt)))
     pairs = {(c[0], c[1]) for c in circles if len(c) == 2}
     assert {c for c in circles if len(c) != 2 or (c[0], c[1]) not in KNOWN} == set(), pairs
+
+
+def test_the_protocol_core_does_no_io():
+    """DESIGN.md §1: no sockets, no asyncio, no web framework under ``corral.protocol``."""
+    io = {"asyncio", "socket", "selectors", "starlette", "fastapi", "uvicorn", "websockets"}
+    for path in (SRC / "protocol").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            else:
+                continue
+            assert not {n.split(".")[0] for n in names} & io, f"{path.name} imports {names}"

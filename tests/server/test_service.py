@@ -188,3 +188,15 @@ async def test_observations_the_codec_cannot_carry(service, monkeypatch):
     monkeypatch.setattr(CounterEnv, "step", huge)
     reply = await wire.request(lambda i: m.Step(i, sid, {"amount": 1}))
     assert reply.code == ErrorCode.BAD_OBSERVATION and reply.session == sid
+
+
+async def test_a_bug_while_opening_frees_the_slot_and_answers(service, monkeypatch):
+    wire = Wire(service)
+    await wire.request(m.Hello)
+
+    async def broken(*_: Any, **__: Any) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("corral.server.sessions.EnvRunner.create", broken)
+    reply = await wire.request(m.Open)
+    assert reply.code == ErrorCode.INTERNAL_ERROR and service.manager.active == 0

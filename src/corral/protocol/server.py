@@ -103,8 +103,9 @@ class Peer(ReplySink, Protocol):
 class OpenSession:
     """Build a session for ``request``; its slot is reserved already.
 
-    Then :meth:`ServerConnection.opened` with the session, or
-    :meth:`ServerConnection.open_failed` (the reservation is the builder's to release).
+    Then add it to the registry and call :meth:`ServerConnection.opened`; if building
+    fails, release the reservation (:meth:`SessionRegistry.release`) and answer with
+    :meth:`ServerConnection.fail`.
     """
 
     request: Open

@@ -43,6 +43,7 @@ from corral.protocol import messages as m
 from corral.protocol.codecs import Codec, Frame
 from corral.protocol.handshake import Compat
 from corral.protocol.server import (
+    CallRequest,
     CloseSession,
     ConnectionGate,
     Event,
@@ -71,8 +72,8 @@ Connection = ServerConnection[Session]
 class Channel:
     """A link that hands the service typed requests instead of frames (OpenEnv's envelope).
 
-    Its replies go to ``sender`` as wire maps. It is greeted by construction (``compat``
-    set), since such links have no ``hello``.
+    Its replies go to ``sender`` as wire maps. Such links have no ``hello``: one is
+    greeted when it is built with its ``compat`` set.
     """
 
     codec: Codec
@@ -232,6 +233,9 @@ class EnvService:
             exc.request_id = request.id
             conn.fail(exc)
             return
+        except Exception as exc:  # a bug: the slot is released; answer the request
+            self.internal_error(conn, exc, request.id)
+            return
         if not conn.opened(request, session):
             await self.manager.close(session, "the connection closed while it opened")
 
@@ -240,8 +244,10 @@ class EnvService:
         self.manager.retire(session, "closed by the client")
 
         async def close() -> None:
-            await session.runner.close()
-            peer.send(m.Closed(event.request.id, session.id))
+            try:
+                await session.runner.close()
+            finally:
+                peer.send(m.Closed(event.request.id, session.id))
 
         self._spawn(close())
 
@@ -268,7 +274,7 @@ class EnvService:
         try:
             if channel.compat is None:
                 raise HandshakeRequired("the link is not greeted", details={"type": request.type})
-            if not isinstance(request, m.Reset | m.Step | m.GetState):
+            if not isinstance(request, CallRequest):
                 raise BadMessage(
                     f"{request.type!r} is not carried over this link",
                     details={"type": request.type},
