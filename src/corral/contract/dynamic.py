@@ -41,16 +41,17 @@ Python type cannot be recovered the schema still is: ``tuple[X, ...]`` and ``fro
 come back as ``list[X]`` and ``set[X]`` (same schema), ``Decimal`` as ``float | str`` (same
 schema; the JSON form survives). The fingerprint differs when the schema uses what is not
 mapped: ``not``, ``if``/``then``/``else``, multi-member ``allOf``, ``prefixItems`` with
-``items``, references outside the document, unknown keywords below the field level,
-patterns neither regex engine compiles, constraints on format types beyond the type's own
-(they are not enforced either), and aliased fields of the original model (their
-properties come back as fields named by the alias).
+``items``, references outside the document, defaults holding a ``$ref`` key, unknown
+keywords below the field level, patterns neither regex engine compiles, constraints on
+format types beyond the type's own (they are not enforced either), and aliased fields of
+the original model (their properties come back as fields named by the alias).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import datetime as dt
 import enum
 import functools
@@ -805,6 +806,14 @@ def _field(node: dict[str, Any], *, required: bool, alias: str | None) -> Any:
         # The default is in JSON form: validating it turns "2024-01-01" into a datetime,
         # {"a": 1} into a nested model and base64 text into bytes.
         default = node["default"]
+        if _has_ref(default):
+            # pydantic would read a "$ref" inside the default as a reference of its own when
+            # the schema is regenerated; a factory keeps the value and leaves it out of it.
+            return Field(
+                default_factory=functools.partial(copy.deepcopy, default),
+                validate_default=True,
+                **kwargs,
+            )
         return Field(default=default, validate_default=default is not None, **kwargs)
     # A factory, unlike a default, does not appear in the regenerated schema.
     return Field(default_factory=_empty_factory(node), **kwargs)
