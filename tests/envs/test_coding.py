@@ -38,11 +38,10 @@ from corral.envs.coding import (
     TaskCase,
     available_modes,
 )
-from corral.envs.coding._worker import canonical
 from corral.envs.coding.env import MAX_CODE_CHARS
-from corral.envs.coding.sandbox import processes_of
 from corral.envs.coding.tasks import matches
 from corral.errors import InvalidArgument
+from corral.sandbox import canonical, processes_of
 
 FAST = SandboxLimits(
     cpu_seconds=1,

@@ -16,12 +16,12 @@ import pytest
 
 from corral.client import AsyncEnvClient
 from corral.client.launcher import ServerStartError
-from corral.envs.coding.sandbox import available_modes
 from corral.envs.echo import EchoAction, EchoEnv
 from corral.errors import ConnectionLost, CorralError, EnvError
 from corral.providers.base import ServerSpec
 from corral.providers.guardian import guardian, start_time
 from corral.providers.local import LocalEndpoint, LocalLimits, LocalProcessProvider
+from corral.sandbox import SandboxMode, available_modes
 
 ECHO = "corral.envs.echo:EchoEnv"
 
@@ -210,8 +210,6 @@ if sys.argv[1] == "kill":
 
 
 def sandbox_works(mode: str) -> bool:
-    from corral.envs.coding.sandbox import SandboxMode
-
     return available_modes()[SandboxMode(mode)] is None
 
 

@@ -26,7 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from corral.contract import Action, Environment, Observation, State, WireModel
 from corral.contract.options import parse_reset_options
-from corral.envs.coding.sandbox import (
+from corral.envs.coding.tasks import TASKS, Task, matches
+from corral.errors import InvalidArgument
+from corral.sandbox import (
     DEFAULT_UID_RANGE,
     ExecOutcome,
     KilledReason,
@@ -38,8 +40,6 @@ from corral.envs.coding.sandbox import (
     Workspace,
     resolve_profile,
 )
-from corral.envs.coding.tasks import TASKS, Task, matches
-from corral.errors import InvalidArgument
 
 MAX_CODE_CHARS = 100_000
 """Largest accepted action, in characters."""
