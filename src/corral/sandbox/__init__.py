@@ -8,6 +8,7 @@ one). One noun per module:
 * :mod:`~corral.sandbox.probe`: which modes work here (tried for real, cached);
 * :mod:`~corral.sandbox.uids`: leased uids (as root), swept clean when taken;
 * :mod:`~corral.sandbox.workspace`: a private directory and the filesystem view;
+* :mod:`~corral.sandbox.quota`: the working directory's disk bound;
 * :mod:`~corral.sandbox.command`: the argv that starts a command in a sandbox;
 * :mod:`~corral.sandbox.process`: a sandboxed Python worker, its limits and I/O;
 * :mod:`~corral.sandbox.limits` and :mod:`~corral.sandbox.outcomes`: what a worker may
@@ -20,8 +21,15 @@ Every sandboxed process gets, in every mode: RLIMIT_CPU (per action and again fo
 tests), RLIMIT_AS/RLIMIT_DATA, RLIMIT_FSIZE, RLIMIT_NOFILE, RLIMIT_NPROC, no core dumps,
 a parent-enforced wall clock (the whole sandbox is killed when it runs out), stdout and
 stderr capped (more kills the process), a private working directory deleted with the
-episode, a clean environment, and a lifeline pipe: if the server dies the worker kills
-its process group.
+episode and bounded in size (``max_disk_bytes``: reaching it kills the process with the
+``disk`` outcome and empties the directory; :mod:`~corral.sandbox.quota`), a clean
+environment, and a lifeline pipe: if the server dies the worker kills its process group.
+
+The disk bound is exact in the namespace modes when corral runs as root (the working
+directory is a tmpfs mounted with ``size=`` and ``nr_inodes=``, so it lives in memory:
+count it with the sandbox's memory); elsewhere (the ``rlimits`` mode, unprivileged users)
+RLIMIT_FSIZE bounds each file and the parent measures the directory every 0.1 s while the
+sandbox runs, so a fast writer can pass the bound by what it writes in that time.
 
 Modes (:func:`resolve_profile`; ``"auto"`` probes them in this order and takes the first
 that runs). What each guarantees was checked by ``tests/envs/test_coding.py`` (through the
@@ -75,9 +83,8 @@ corral is root, and Python-level guards)
     * As root the interpreter must be reachable by an unprivileged uid (pass
       ``python="/usr/bin/python3"`` when corral's own lives under ``/root``).
 
-Not guaranteed by any mode: a bound on disk use of the working directory beyond
-RLIMIT_FSIZE per file (put ``workdir_root`` on a filesystem with a quota), total memory
-beyond ``max_processes * memory_bytes``, and protection from kernel exploits (no seccomp
+Not guaranteed by any mode: total memory beyond ``max_processes * memory_bytes`` (plus
+the tmpfs working directory), and protection from kernel exploits (no seccomp
 filter is installed). In the persistent mode, processes the code starts in the
 background keep running between actions, within the same limits.
 """

@@ -6,7 +6,15 @@ import dataclasses
 from typing import Any, Literal
 
 KilledReason = Literal[
-    "wall_clock", "cpu_time", "memory", "output_limit", "signal", "exited", "protocol", "closed"
+    "wall_clock",
+    "cpu_time",
+    "memory",
+    "output_limit",
+    "disk",
+    "signal",
+    "exited",
+    "protocol",
+    "closed",
 ]
 """Why a sandboxed process ended before answering (stable names: environments report them)."""
 

@@ -26,6 +26,7 @@ from corral.sandbox.profile import (
     SandboxProfile,
     SandboxUnavailable,
 )
+from corral.sandbox.quota import tmpfs_mounts_work
 from corral.sandbox.uids import DEFAULT_UID_RANGE
 from corral.sandbox.workspace import Workspace
 
@@ -134,6 +135,7 @@ def probe(mode: SandboxMode, python: str, uid_range: range | None) -> SandboxPro
             setpriv=setpriv,
             uid_range=uid_range if is_root else None,
             kill=shutil.which("kill"),
+            tmpfs_workspaces=mode is not SandboxMode.RLIMITS and tmpfs_mounts_work(),
         )
         problem = _try_profile(profile)
         if problem is None:

@@ -94,6 +94,8 @@ class SandboxProcess:
         self._killed_by: KilledReason | None = None
         self._reaped = False
         self._closed = False
+        self._cleared = False
+        self._next_disk_check = 0.0
         self._pending = bytearray()
         request_r, self._request_w = os.pipe()
         self._reply_r, reply_w = os.pipe()
@@ -108,6 +110,7 @@ class SandboxProcess:
             "workdir": workspace.inside_workdir,
             "limits": {
                 **limits.model_dump(),
+                "max_file_bytes": self._max_file_bytes(),
                 "cpu_hard": max(cpu_hard, limits.cpu_seconds + 1),
                 "nproc": self._nproc(),
             },
@@ -163,6 +166,12 @@ class SandboxProcess:
         if self.profile.mode is SandboxMode.RLIMITS and self.workspace.uid is None:
             return budget + len(processes_of(os.getuid()))
         return budget
+
+    def _max_file_bytes(self) -> int:
+        """RLIMIT_FSIZE: no single file may be larger than the whole disk quota."""
+        quota = self.workspace.quota
+        cap = self.limits.max_file_bytes
+        return cap if quota is None else min(cap, quota.max_bytes)
 
     def _guards(self) -> dict[str, list[str]]:
         devices = [f"/dev/{name}" for name in ("null", "zero", "full", "random", "urandom")]
@@ -252,6 +261,10 @@ class SandboxProcess:
             self._reaped = True
         if self.workspace.uid is not None and not self.workspace.closed:
             kill_uid(self.workspace.uid, self.profile.kill)
+        if self._killed_by == "disk" and not self._cleared and not self.workspace.closed:
+            # A full directory would fail every later action: it starts over, empty.
+            self._cleared = True
+            self.workspace.clear()
 
     def close(self) -> None:
         """Kill the sandbox and release its pipes (the owner thread only)."""
@@ -298,6 +311,12 @@ class SandboxProcess:
             # bwrap and the unshare init report a worker killed by signal N as 128 + N.
             return ("signal", value - 128)
         return (kind, value)
+
+    def _quota_text(self) -> str:
+        quota = self.workspace.quota
+        if quota is None:
+            return "no quota"
+        return f"{quota.max_bytes} bytes or {quota.max_files} files"
 
     def _status_text(self) -> str:
         status = self._status()
@@ -387,9 +406,13 @@ class SandboxProcess:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     self._finish("wall_clock")
+                if self._disk_due() and self._disk_full():
+                    self._finish("disk")
                 # Without a pidfd the exit is polled; with one, the short timeout only
                 # bounds how late a kill from another thread is noticed.
                 timeout = min(remaining, 0.05 if self._pidfd is None else 0.2)
+                if self.workspace.quota is not None:
+                    timeout = min(timeout, self.workspace.quota.interval)
                 exited = False
                 progressed = False
                 for key, _ in selector.select(timeout):
@@ -418,6 +441,20 @@ class SandboxProcess:
                 if progressed:
                     self._drain(capture)
                     return
+
+    def _disk_due(self) -> bool:
+        """Time to measure the working directory again (at the quota's interval)."""
+        quota = self.workspace.quota
+        now = time.monotonic()
+        if quota is None or now < self._next_disk_check:
+            return False
+        self._next_disk_check = now + quota.interval
+        return True
+
+    def _disk_full(self) -> bool:
+        """The working directory reached its disk quota."""
+        quota = self.workspace.quota
+        return quota is not None and not self.workspace.closed and quota.exceeded()
 
     def _complete_frame_pending(self) -> bool:
         size_of_header = _worker.HEADER.size
@@ -461,6 +498,10 @@ class SandboxProcess:
             if reply.get("memory"):
                 self.kill("memory")
                 outcome.killed_reason = "memory"
+            elif self._disk_full():
+                # The code finished, perhaps after catching ENOSPC: the quota still ends it.
+                self.kill("disk")
+                outcome.killed_reason = "disk"
             else:
                 outcome.exit_code = int(reply["exit_code"])
             outcome.error = None if reply["error"] is None else str(reply["error"])
@@ -495,6 +536,9 @@ class SandboxProcess:
             while True:
                 reply = self._next_message(deadline, capture)
                 if reply["op"] == "tests_done" and len(results) == len(cases):
+                    if self._disk_full():
+                        self.kill("disk")
+                        return TestsOutcome(results, killed_reason="disk")
                     return TestsOutcome(results)
                 if reply["op"] != "case" or int(reply["index"]) != len(results):
                     self._finish("protocol")
@@ -525,6 +569,7 @@ class SandboxProcess:
             "cpu_time": f"killed: CPU time limit of {limits.cpu_seconds} s exceeded",
             "memory": f"killed: memory limit of {limits.memory_bytes} bytes reached",
             "output_limit": f"killed: output exceeded {limits.max_output_bytes} bytes",
+            "disk": f"killed: the working directory reached its disk limit ({self._quota_text()})",
             "signal": f"killed: {self._status_text()}",
             "exited": f"the process ended before finishing ({self._status_text()})",
             "protocol": "killed: the worker's reply channel was corrupted",

@@ -57,6 +57,9 @@ class SandboxProfile:
         setpriv: path of ``setpriv`` for the ``privileged`` strategy.
         uid_range: uids leased to sandboxes, or None when not running as root.
         kill: path of ``kill(1)``, used to sweep a sandbox uid in one atomic call.
+        tmpfs_workspaces: working directories can be size-limited tmpfs mounts (the
+            namespace modes, where corral may mount); otherwise their disk use is polled
+            (see :mod:`corral.sandbox.quota`).
     """
 
     mode: SandboxMode
@@ -66,6 +69,7 @@ class SandboxProfile:
     setpriv: str | None
     uid_range: range | None
     kill: str | None
+    tmpfs_workspaces: bool = False
 
     def describe(self) -> str:
         """One line for logs and state: mode, strategy and interpreter."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
+import functools
 import os
 import shutil
 import sys
@@ -17,10 +19,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from corral.sandbox.profile import SandboxError, SandboxMode, SandboxProfile
+from corral.sandbox.quota import DiskQuota, QuotaKind, unmount
 from corral.sandbox.uids import UidLease, kill_uid
 
 SANDBOX_WORKDIR = "/workspace"
 """Where the episode's working directory appears inside the ``bwrap``/``unshare`` sandboxes."""
+_PREFIX = "corral-workspace-"
+_MARKER = ".corral-workspace"
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC_ENTRIES = (
     "/etc/ld.so.cache",
@@ -70,11 +75,17 @@ class MountEntry:
 class Workspace:
     """One episode's private working directory (and sandbox uid, when running as root).
 
-    Layout on the host: ``<root>/corral-coding-XXXX/`` (mode 0711, owned by corral) holding
-    ``work/`` (the agent's directory, owned by the sandbox uid, mode 0700), ``empty/`` and
-    ``empty-file`` (to mask hidden paths), ``passwd``/``group`` (shown as /etc files) and
-    ``root/`` (the mount point of the unshare mode's new root). All of it is deleted by
-    :meth:`close`.
+    Layout on the host: ``<root>/corral-workspace-XXXX/`` (mode 0711, owned by corral)
+    holding ``work/`` (the agent's directory, owned by the sandbox uid, mode 0700),
+    ``empty/`` and ``empty-file`` (to mask hidden paths), ``passwd``/``group`` (shown as
+    /etc files), ``root/`` (the mount point of the unshare mode's new root) and a marker
+    file. All of it is deleted by :meth:`close`. With ``max_disk_bytes``, ``work/`` has a
+    :class:`DiskQuota` (a tmpfs mounted there, or a polled bound: see
+    :mod:`corral.sandbox.quota`).
+
+    The owner holds an ``flock`` on the directory for the workspace's life; the kernel
+    drops it when the owner dies, so the first workspace a process creates in a directory
+    deletes (and unmounts) what dead processes left there (:func:`sweep_stale`).
 
     Raises:
         SandboxError: the directory or the uid lease could not be set up.
@@ -85,12 +96,20 @@ class Workspace:
         profile: SandboxProfile,
         hidden_paths: Sequence[str],
         workdir_root: str | None = None,
+        max_disk_bytes: int | None = None,
     ) -> None:
         self.profile = profile
+        self.quota: DiskQuota | None = None
         self.lease = UidLease(profile.uid_range, profile.kill) if profile.uid_range else None
         self.uid = self.lease.uid if self.lease else None
+        self._lock_fd: int | None = None
+        sweep_stale(workdir_root)
         try:
-            self.root = Path(tempfile.mkdtemp(prefix="corral-coding-", dir=workdir_root))
+            self.root = Path(tempfile.mkdtemp(prefix=_PREFIX, dir=workdir_root))
+            self._lock_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            # Only now may a sweeper consider this directory (it skips unmarked ones).
+            (self.root / _MARKER).touch(mode=0o400)
             self.root.chmod(0o711)
             self.host_workdir = self.root / "work"
             self.host_workdir.mkdir(mode=0o700)
@@ -99,6 +118,11 @@ class Workspace:
             (self.root / "root").mkdir(mode=0o700)
             if self.uid is not None:
                 os.chown(self.host_workdir, self.uid, self.uid)
+            if max_disk_bytes is not None:
+                kind: QuotaKind = "tmpfs" if profile.tmpfs_workspaces else "polled"
+                self.quota = DiskQuota(self.host_workdir, max_disk_bytes, kind)
+                owner = self.uid if self.uid is not None else os.getuid()
+                self.quota.mount(owner, self.uid if self.uid is not None else os.getgid())
             self._write_identity_files()
         except OSError as exc:
             self.close()
@@ -168,11 +192,72 @@ class Workspace:
             if lease is not None:
                 kill_uid(lease.uid, self.profile.kill)
         finally:
-            root = getattr(self, "root", None)
-            if root is not None:
-                remove_tree(root)
-            if lease is not None:
-                lease.release()
+            try:
+                if self.quota is not None:
+                    self.quota.release()
+            finally:
+                root = getattr(self, "root", None)
+                if root is not None:
+                    remove_tree(root)
+                if self._lock_fd is not None:
+                    os.close(self._lock_fd)
+                    self._lock_fd = None
+                if lease is not None:
+                    lease.release()
+
+    def clear(self) -> None:
+        """Delete everything in the working directory (its processes must be dead)."""
+        if not self.host_workdir.is_dir():
+            return
+        # The sandbox may have taken permissions away from its own directory.
+        self.host_workdir.chmod(0o700)
+        for entry in os.scandir(self.host_workdir):
+            if entry.is_dir(follow_symlinks=False):
+                remove_tree(Path(entry.path))
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+
+
+@functools.cache
+def sweep_stale(directory: str | None) -> int:
+    """Delete the workspaces that dead processes left in ``directory`` (default: the temp
+    dir), unmounting their tmpfs first; runs once per process and directory.
+
+    A workspace is stale when it carries the marker and its ``flock`` is free: its owner
+    died without closing it (a live owner holds the lock; one still being created has no
+    marker yet). Only directories owned by this process's user are considered.
+
+    Returns:
+        How many were deleted.
+    """
+    base = directory or tempfile.gettempdir()
+    swept = 0
+    try:
+        candidates = [e.path for e in os.scandir(base) if e.name.startswith(_PREFIX)]
+    except OSError:
+        return 0
+    for path in candidates:
+        if not os.path.exists(os.path.join(path, _MARKER)):
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            if os.fstat(fd).st_uid != os.geteuid():
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # its owner is alive
+            with contextlib.suppress(OSError):
+                unmount(Path(path) / "work")
+                remove_tree(Path(path))
+                swept += 1
+        finally:
+            os.close(fd)
+    return swept
 
 
 def with_parent_dirs(entries: list[MountEntry]) -> list[MountEntry]:
