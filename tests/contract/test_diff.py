@@ -7,7 +7,7 @@ from enum import Enum
 from typing import Any, Literal
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
@@ -383,7 +383,6 @@ def accepts(model_cls: type[BaseModel], payload: dict[str, Any]) -> bool:
     return True
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(old=model_specs(), data=st.data())
 def test_compatible_actions_are_accepted_by_the_new_server(
     old: dict[str, tuple[int, bool]], data: st.DataObject
@@ -401,7 +400,6 @@ def test_compatible_actions_are_accepted_by_the_new_server(
 
 
 @pytest.mark.parametrize("tolerant", [False, True])
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(old=model_specs(), data=st.data())
 def test_compatible_observations_are_decoded_by_old_clients(
     tolerant: bool, old: dict[str, tuple[int, bool]], data: st.DataObject
@@ -425,7 +423,6 @@ def test_compatible_observations_are_decoded_by_old_clients(
         assert accepts(reader, sent), (sent, result)
 
 
-@settings(max_examples=100, deadline=None)
 @given(spec=model_specs())
 def test_identical_models_have_no_changes(spec: dict[str, tuple[int, bool]]) -> None:
     m = build(spec, forbid=True)
@@ -433,7 +430,6 @@ def test_identical_models_have_no_changes(spec: dict[str, tuple[int, bool]]) -> 
         assert diff_schemas({name: m.model_json_schema()}, {name: m.model_json_schema()}) == []
 
 
-@settings(max_examples=100, deadline=None)
 @given(old=model_specs(), new=model_specs())
 def test_value_changes_flip_with_direction(
     old: dict[str, tuple[int, bool]], new: dict[str, tuple[int, bool]]

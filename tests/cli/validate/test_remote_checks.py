@@ -14,7 +14,7 @@ from tests.support.servers import running
 from typer.testing import CliRunner
 
 from corral.cli.main import app
-from corral.cli.validate import command
+from corral.cli.validate import local
 from corral.cli.validate.report import Check, Report, Status
 from corral.envs.echo import EchoEnv
 from corral.envs.wordle import WordleEnv
@@ -194,12 +194,12 @@ def test_a_given_action_is_checked_and_used():
 def test_the_path_mode_gets_the_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     seen: dict[str, object] = {}
 
-    def static(path: Path, options: command.LocalOptions) -> Report:
+    def static(path: Path, options: local.LocalOptions) -> Report:
         seen.update(vars(options))
         check = Check("static.manifest", "static", "a manifest", Status.PASS, str(path))
         return Report(target=str(path), checks=[check])
 
-    monkeypatch.setattr(command, "validate_environment", static)
+    monkeypatch.setattr(local, "validate_environment", static)
     result = runner.invoke(app, ["validate", str(tmp_path), "--json", "--docker", "--seed", "3"])
     assert result.exit_code == 0
     assert json.loads(result.output)["checks"][0]["detail"] == str(tmp_path)

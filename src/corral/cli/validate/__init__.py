@@ -7,19 +7,10 @@ checks of a running server.
 * :mod:`~corral.cli.validate.remote`: ``--url``: the suites, run in order
   (:mod:`~corral.cli.validate.http_checks`, :mod:`~corral.cli.validate.openenv_checks`,
   :mod:`~corral.cli.validate.corral_checks`), on :mod:`~corral.cli.validate.target`.
+
+Only the command is imported with the package; the checks load when they run.
 """
 
 from corral.cli.validate.command import validate_command
-from corral.cli.validate.local import LocalOptions, validate_environment
-from corral.cli.validate.remote import validate_url
-from corral.cli.validate.report import Check, Report, Status
 
-__all__ = [
-    "Check",
-    "LocalOptions",
-    "Report",
-    "Status",
-    "validate_command",
-    "validate_environment",
-    "validate_url",
-]
+__all__ = ["validate_command"]

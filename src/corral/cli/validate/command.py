@@ -19,8 +19,6 @@ from typing import Annotated, Any
 
 import typer
 
-from corral.cli.validate.local import LocalOptions, validate_environment
-from corral.cli.validate.remote import validate_url
 from corral.cli.validate.report import print_report
 
 
@@ -101,7 +99,11 @@ def validate_command(
     if url is not None and any(local_only.values()):
         given = ", ".join(name for name, used in local_only.items() if used)
         raise typer.BadParameter(f"{given} apply to PATH, not to --url", param_hint="--url")
+    # The checks are imported when they run: every ``corral`` process (each server a test
+    # or a provider starts) would otherwise pay ~0.15 s of CPU for them.
     if url is not None:
+        from corral.cli.validate.remote import validate_url
+
         report = asyncio.run(
             validate_url(
                 url, timeout=timeout, action=_parse_action(action), capacity_probe=capacity_probe
@@ -118,6 +120,8 @@ def validate_command(
                 f"{network!r} is not a Docker network mode; use bridge or host",
                 param_hint="--network",
             )
+        from corral.cli.validate.local import LocalOptions, validate_environment
+
         options = LocalOptions(
             runtime=not static,
             docker=docker,

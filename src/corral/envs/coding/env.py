@@ -145,7 +145,7 @@ class CodeState(State):
         last_reward / best_reward: the last and the best reward of the episode.
         solved: some action passed every hidden case.
         done: the episode is over.
-        worker_alive: the persistent interpreter is running.
+        worker_alive: the persistent interpreter is running (checked when asked).
         worker_restarts: how often the persistent interpreter had to be restarted.
     """
 
@@ -364,11 +364,14 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
             return self._observe(episode, worker, outcome, tests, restarted)
 
     def state(self) -> CodeState:
-        """A copy of the current state."""
+        """A copy of the current state (``worker_alive`` is checked now, not at the last step)."""
         with self._lock:
             episode = self._episode
-            source = episode.state if episode is not None else self._idle_state
-            return source.model_copy(deep=True)
+            if episode is None:
+                return self._idle_state.model_copy(deep=True)
+            state = episode.state.model_copy(deep=True)
+            state.worker_alive = episode.worker is not None and episode.worker.alive()
+            return state
 
     def close(self) -> None:
         """Kill the sandbox (even mid-step, from another thread) and delete the workspace."""
