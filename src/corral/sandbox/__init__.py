@@ -28,8 +28,9 @@ environment, and a lifeline pipe: if the server dies the worker kills its proces
 The disk bound is exact in the namespace modes when corral runs as root (the working
 directory is a tmpfs mounted with ``size=`` and ``nr_inodes=``, so it lives in memory:
 count it with the sandbox's memory); elsewhere (the ``rlimits`` mode, unprivileged users)
-RLIMIT_FSIZE bounds each file and the parent measures the directory every 0.1 s while the
-sandbox runs, so a fast writer can pass the bound by what it writes in that time.
+RLIMIT_FSIZE bounds each file and the parent measures the directory while the sandbox runs
+(every 20 ms, less often for a large tree), so a fast writer can pass the bound by what
+it writes in that time.
 
 Modes (:func:`resolve_profile`; ``"auto"`` probes them in this order and takes the first
 that runs). What each guarantees was checked by ``tests/envs/test_coding.py`` (through the

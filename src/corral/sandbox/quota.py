@@ -8,9 +8,10 @@ Two ways to bound what a sandbox writes into its working directory (``max_disk_b
   workspace.
 * ``polled`` (the ``rlimits`` mode, and unprivileged users): the directory stays on the
   host filesystem; RLIMIT_FSIZE stops any single file at the limit and the parent measures
-  the directory while the sandbox runs (every :data:`POLL_SECONDS`). What is written
-  between two measurements can pass the limit, by the sandbox's write rate times the
-  interval (tens of MB at disk speed).
+  the directory while the sandbox runs: every :data:`POLL_SECONDS`, or less often when a
+  walk of the tree takes long (at most a fifth of the time goes to walking). What is
+  written between two measurements can pass the limit, by the sandbox's write rate times
+  the interval (tens of MB at page-cache speed).
 
 Either way, :meth:`DiskQuota.exceeded` tells the parent that the limit was reached; the
 sandbox is then killed with the ``disk`` outcome and the directory emptied
@@ -25,15 +26,16 @@ import functools
 import os
 import stat
 import tempfile
+import time
 from pathlib import Path
 from typing import Literal
 
 QuotaKind = Literal["tmpfs", "polled"]
 """How a workspace's disk use is bounded (see the module docstring)."""
 
-POLL_SECONDS: dict[QuotaKind, float] = {"tmpfs": 0.05, "polled": 0.1}
+POLL_SECONDS: dict[QuotaKind, float] = {"tmpfs": 0.05, "polled": 0.02}
 """How often a running sandbox's directory is measured: a tmpfs costs one ``statvfs``, a
-polled directory a walk of its tree."""
+polled directory a walk of its tree (then at least four times the last walk's duration)."""
 BYTES_PER_FILE = 4096
 """The quota allows one file (or directory) per this many bytes, and at least 1024."""
 
@@ -105,6 +107,7 @@ class DiskQuota:
         self.max_files = file_limit(max_bytes)
         self.kind: QuotaKind = kind
         self.interval = POLL_SECONDS[kind]
+        """Seconds until the directory should be measured again."""
         self._mounted = False
 
     def mount(self, uid: int, gid: int) -> None:
@@ -132,7 +135,12 @@ class DiskQuota:
                 return False
             # The kernel refuses writes once no block (or inode) is free.
             return info.f_bfree == 0 or info.f_ffree == 0
-        return self._measure_exceeds()
+        started = time.monotonic()
+        try:
+            return self._measure_exceeds()
+        finally:
+            spent = time.monotonic() - started
+            self.interval = max(POLL_SECONDS["polled"], 4 * spent)
 
     def _measure_exceeds(self) -> bool:
         """Walk the directory, adding allocated bytes and entries; stop once over a limit."""
