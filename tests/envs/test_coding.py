@@ -2,7 +2,8 @@
 
 Security tests are parametrized over the sandbox modes; a mode that does not work here
 is skipped with the probe's reason (``.ci/setup-sandbox.sh`` installs what they need).
-Limits are small (1 CPU second, 2 s wall clock) so that every test stays short.
+CPU limits are small (1 CPU second) so that every test stays short; wall clocks are
+generous except where a test is about them, so that a loaded machine passes too.
 """
 
 from __future__ import annotations
@@ -46,8 +47,10 @@ from corral.sandbox import canonical, processes_of
 
 FAST = SandboxLimits(
     cpu_seconds=1,
-    wall_seconds=2,
-    test_wall_seconds=2,
+    # Wall clocks a loaded machine meets (sandboxes run niced); the tests about the wall
+    # clock set a short one themselves.
+    wall_seconds=30,
+    test_wall_seconds=30,
     memory_bytes=256 * 1024 * 1024,
     max_processes=16,
     start_timeout=30,
@@ -378,7 +381,7 @@ def test_hidden_test_timeouts_keep_the_cases_that_passed(
     make_env: Callable[..., CodingEnv],
 ) -> None:
     # The CPU budget (1 s) ends the tests on any machine; the wall clock is only a backstop.
-    env = make_env(limits=FAST.model_copy(update={"test_wall_seconds": 60.0}))
+    env = make_env(limits=FAST.model_copy(update={"test_wall_seconds": 120.0}))
     env.reset(task="is_prime")
     # Correct but O(n): the last case (2**31 - 1) cannot finish in time.
     obs = run(env, "def is_prime(n):\n    return n > 1 and all(n % d for d in range(2, n))\n")
@@ -487,7 +490,7 @@ def test_comparison_is_type_aware_and_tolerant_for_floats() -> None:
 def test_an_infinite_sleep_is_killed_by_the_wall_clock(
     make_env: Callable[..., CodingEnv], mode: SandboxMode
 ) -> None:
-    env = make_env(mode)
+    env = make_env(mode, limits=FAST.model_copy(update={"wall_seconds": 2.0}))
     env.reset(task="fizzbuzz")
     marker = f"corral-test-{uuid.uuid4()}"
     obs = run(env, background_sleepers(marker) + "import time\nwhile True:\n    time.sleep(1)")
@@ -504,7 +507,7 @@ def test_an_infinite_sleep_is_killed_by_the_wall_clock(
 def test_a_busy_loop_is_killed_by_the_cpu_limit(
     make_env: Callable[..., CodingEnv], mode: SandboxMode
 ) -> None:
-    env = make_env(mode, limits=FAST.model_copy(update={"wall_seconds": 20.0}))
+    env = make_env(mode, limits=FAST.model_copy(update={"wall_seconds": 120.0}))
     env.reset(task="fizzbuzz")
     obs = run(env, "while True:\n    pass")
     assert obs.timed_out and obs.killed_reason == "cpu_time"

@@ -227,7 +227,7 @@ def test_no_orphans_after_exit_or_sigkill(tmp_path: Path, how: str, sandbox: str
     assert done.stdout, done.stderr
     pid, port = map(int, done.stdout.split())
     assert wait_dead(pid), f"server {pid} outlived its parent ({how}, {sandbox})"
-    # The sandboxed server itself (not only its launcher) is gone: the port is free.
+    # The sandboxed server itself (not only bwrap or unshare) is gone: the port is free.
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -349,7 +349,7 @@ async def test_sandbox_isolation(hog_dir: Path, tmp_path: Path, mode: str) -> No
         assert not root.exists(), "the sandbox directory outlived its server"
 
 
-def test_sigterm_of_the_launcher_stops_a_sandboxed_server(hog_dir: Path) -> None:
+def test_sigterm_to_bwrap_stops_the_sandboxed_server(hog_dir: Path) -> None:
     if not sandbox_works("bwrap"):
         pytest.skip("bwrap does not work here")
     with LocalProcessProvider(cwd=hog_dir, sandbox="bwrap").sync() as provider:
