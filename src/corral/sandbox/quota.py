@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import functools
 import os
 import stat
@@ -67,7 +68,7 @@ def unmount(path: Path) -> None:
     """Detach the mount at ``path`` (lazily: it goes once nothing uses it); no error if none."""
     if _libc().umount2(os.fsencode(path), _MNT_DETACH) != 0:
         code = ctypes.get_errno()
-        if code not in (22, 2):  # EINVAL: not a mount point; ENOENT: no such path
+        if code not in (errno.EINVAL, errno.ENOENT):  # not a mount point, or no such path
             raise OSError(code, f"unmount {path}: {os.strerror(code)}")
 
 
