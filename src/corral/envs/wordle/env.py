@@ -18,8 +18,15 @@ guesses run out; it is *truncated* (``done=True, truncated=True``) when ``max_tu
 observation only once the episode is over.
 
 Reset options: ``max_guesses`` (int >= 1, default 6), ``max_turns`` (int >= 1 or ``None``
-for no limit, default 20), ``word`` (force the secret; must be in the list) and
+for no limit, default 20), ``word`` (force the secret; must be in the list),
+``split`` and ``index`` (play task ``index`` of split ``train`` or ``test``) and
 ``episode_id`` (str).
+
+Tasks: the word list is split into ``train`` (about four words in five) and ``test`` by a
+hash of each word (:func:`~corral.envs.wordle.game.split_of`); task ``i`` of a split is
+its ``i``-th word in alphabetical order (:class:`WordleTask`). ``reset(seed=...)`` alone
+still draws from the whole list. The final observation's ``metadata["success"]`` says
+whether the word was found.
 """
 
 from __future__ import annotations
@@ -34,15 +41,18 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from corral.contract import Action, Environment, Observation, State, WireModel
 from corral.contract.options import parse_reset_options
+from corral.contract.tasks import Task, resolve_task, task_ref
 from corral.envs.wordle.game import (
     CORRECT,
     PRESENT,
+    SPLITS,
     WORD_LENGTH,
     LetterScore,
     load_words,
     parse_word_list,
     pattern_scores,
     score_guess,
+    split_words,
 )
 from corral.errors import InvalidArgument
 
@@ -65,7 +75,8 @@ _SOLVED_PATTERN = CORRECT * WORD_LENGTH
 _OPTIONS_HELP = (
     f"max_guesses (int 1..{MAX_GUESSES_LIMIT}, default {DEFAULT_MAX_GUESSES}), "
     f"max_turns (int >= 1, or None for no limit; default {DEFAULT_MAX_TURNS}), "
-    "word (a word from the list, to force the secret), episode_id (str)"
+    "word (a word from the list, to force the secret), split (train or test) with "
+    "index (int >= 0, the task), episode_id (str)"
 )
 
 
@@ -124,6 +135,12 @@ class WordleObservation(Observation):
     secret: str | None = None
 
 
+class WordleTask(Task):
+    """One Wordle task: the secret word of position ``index`` in its split."""
+
+    word: str
+
+
 class WordleState(State):
     """The game as a trainer may inspect it, secret included.
 
@@ -139,6 +156,7 @@ class WordleState(State):
         solved: the secret was guessed.
         done: the episode is over (solved, out of guesses, or truncated).
         seed: the seed the episode was reset with.
+        task: the id of the task it plays (``test-12``), when reset with one.
     """
 
     secret: str | None = None
@@ -150,6 +168,7 @@ class WordleState(State):
     solved: bool = False
     done: bool = False
     seed: int | None = None
+    task: str | None = None
 
 
 _StrictPositive = Annotated[int, Field(strict=True, ge=1)]
@@ -163,6 +182,8 @@ class _ResetOptions(BaseModel):
     max_guesses: Annotated[int, Field(strict=True, ge=1, le=MAX_GUESSES_LIMIT)]
     max_turns: _StrictPositive | None
     word: str | None = None
+    split: str | None = None
+    index: int | None = Field(default=None, strict=True)
     episode_id: str | None = None
 
 
@@ -191,6 +212,7 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
         "the list costs a turn but not a guess."
     )
     contract_version = "1.0.0"
+    task_type = WordleTask
 
     def __init__(
         self,
@@ -201,6 +223,7 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
     ) -> None:
         self._words = load_words() if words is None else parse_word_list(words, source="words")
         self._allowed = frozenset(self._words)
+        self._splits = split_words(self._words)
         defaults = _parse_options({"max_guesses": max_guesses, "max_turns": max_turns})
         self._max_guesses = defaults.max_guesses
         self._max_turns = defaults.max_turns
@@ -222,7 +245,17 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
         opts = _parse_options(
             {"max_guesses": self._max_guesses, "max_turns": self._max_turns, **options}
         )
-        if opts.word is None:
+        ref = task_ref(opts.split, opts.index)
+        task: Task | None = None
+        if ref is not None:
+            if opts.word is not None:
+                raise InvalidArgument(
+                    "reset options word and split/index both choose the secret; pass one"
+                )
+            task = resolve_task(self, ref.split, ref.index)
+        if isinstance(task, WordleTask):
+            secret = task.word
+        elif opts.word is None:
             secret = random.Random(seed).choice(self._words)
         else:
             secret = opts.word.lower()
@@ -238,6 +271,7 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
             max_guesses=opts.max_guesses,
             max_turns=opts.max_turns,
             seed=seed,
+            task=task.id if task is not None else None,
         )
         self._history = []
         return WordleObservation(
@@ -248,6 +282,18 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
                 "G (right spot), Y (in the word, elsewhere) or . (not in the word)."
             ),
         )
+
+    def splits(self) -> list[str]:
+        """``["train", "test"]``."""
+        return list(SPLITS)
+
+    def num_tasks(self, split: str) -> int:
+        """The number of words in ``split``."""
+        return len(self._splits[split])
+
+    def task(self, split: str, index: int) -> WordleTask:
+        """The ``index``-th word (alphabetical) of ``split``."""
+        return WordleTask(split=split, index=index, word=self._splits[split][index])
 
     def step(self, action: WordleAction) -> WordleObservation:
         """Score one guess, or reject a word that is not in the list.
@@ -292,6 +338,7 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
             reward=round(reward, 6),
             done=state.done,
             truncated=truncated,
+            metadata={"success": state.solved} if state.done else {},
         )
 
     def state(self) -> WordleState:
