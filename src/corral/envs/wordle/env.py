@@ -12,6 +12,9 @@ Rewards (shaped so a simple policy has something to climb):
   the episode, plus ``0.05`` per letter marked green or yellow for the first time;
 * a word that is not in the list: ``0.0``; it does not use a guess and ``message`` says so.
 
+Each step's ``reward_components`` splits its reward into ``solve``, or ``new_greens`` and
+``new_letters``.
+
 The episode *terminates* (``done=True, truncated=False``) when the word is solved or the
 guesses run out; it is *truncated* (``done=True, truncated=True``) when ``max_turns`` steps
 (rejected words included) have been taken without either. The secret appears in the
@@ -311,13 +314,13 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
         pattern = ""
         if guess in self._allowed:
             pattern = score_guess(guess, state.secret)
-            reward = self._reward(guess, pattern)
+            components = self._reward(guess, pattern)
             self._history.append(GuessRecord(guess=guess, pattern=pattern))
             state.guesses.append(guess)
             state.guesses_made += 1
             state.solved = pattern == _SOLVED_PATTERN
         else:
-            reward = 0.0
+            components = {}
             state.rejected += 1
         guesses_left = state.max_guesses - state.guesses_made
         terminated = state.solved or guesses_left == 0
@@ -335,7 +338,8 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
             turns_left=None if state.max_turns is None else state.max_turns - state.step_count,
             message=self._message(guess, pattern, guesses_left, truncated),
             secret=state.secret if state.done else None,
-            reward=round(reward, 6),
+            reward=round(sum(components.values()), 6),
+            reward_components=components,
             done=state.done,
             truncated=truncated,
             metadata={"success": state.solved} if state.done else {},
@@ -345,11 +349,11 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
         """A copy of the current state, secret included."""
         return self._state.model_copy(deep=True)
 
-    def _reward(self, guess: str, pattern: str) -> float:
-        """The reward of an accepted guess, given the guesses before it."""
+    def _reward(self, guess: str, pattern: str) -> dict[str, float]:
+        """The reward components of an accepted guess, given the guesses before it."""
         if pattern == _SOLVED_PATTERN:
             guesses_left = self._state.max_guesses - self._state.guesses_made - 1
-            return SOLVE_REWARD + SOLVE_BONUS_PER_GUESS_LEFT * guesses_left
+            return {"solve": round(SOLVE_REWARD + SOLVE_BONUS_PER_GUESS_LEFT * guesses_left, 6)}
         known_greens = {
             i
             for record in self._history
@@ -368,7 +372,10 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
             for letter, mark in zip(guess, pattern, strict=True)
             if mark in (CORRECT, PRESENT)
         } - known_letters
-        return NEW_GREEN_REWARD * len(new_greens) + NEW_LETTER_REWARD * len(new_letters)
+        return {
+            "new_greens": round(NEW_GREEN_REWARD * len(new_greens), 6),
+            "new_letters": round(NEW_LETTER_REWARD * len(new_letters), 6),
+        }
 
     def _message(self, guess: str, pattern: str, guesses_left: int, truncated: bool) -> str:
         state = self._state
