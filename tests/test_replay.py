@@ -196,3 +196,62 @@ async def test_corral_validates_determinism_with_the_same_comparison() -> None:
     assert determinism.ok is False
     assert "episode with seed 0: step 1 differs at observation.metadata.calls" in determinism.detail
     assert "derive all randomness" in determinism.detail
+
+
+def run_pytest(path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=path.parent,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
+
+
+async def test_an_episode_file_becomes_a_passing_regression_test(tmp_path: Path) -> None:
+    path = tmp_path / "wordle.jsonl"
+    with running(WordleEnv, max_sessions=4) as srv:
+        await record_wordle(path, srv.url)
+    test = tmp_path / "gen" / "test_wordle_regression.py"
+    made = run_cli(
+        "replay", str(path), "--pytest", str(test), "--env", "corral.envs.wordle:WordleEnv"
+    )
+    assert made.returncode == 0 and "4 test(s)" in made.stdout, made.stderr
+    source = test.read_text()
+    assert "4 recorded episode(s) of wordle" in source and "EPISODES = read([" in source
+    passed = run_pytest(test)  # starts its own server from ENV
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert "4 passed" in passed.stdout
+
+
+async def test_a_regression_test_fails_with_the_divergence(tmp_path: Path) -> None:
+    path = tmp_path / "flaky.jsonl"
+    with running(FlakyEnv, max_sessions=4) as srv:
+        await record_flaky(path, srv.url)
+        test = tmp_path / "test_flaky_regression.py"
+        made = run_cli("replay", str(path), "--pytest", str(test), "--ignore", "metadata")
+        assert made.returncode == 0, made.stderr
+        failed = run_pytest(test, {"CORRAL_URL": srv.url})
+    assert failed.returncode == 1
+    assert "2 failed" in failed.stdout
+    assert "step 2 differs at observation.noise" in failed.stdout
+    skipped = run_pytest(test)  # no server given at all
+    assert skipped.returncode == 0 and "2 skipped" in skipped.stdout, skipped.stdout
+
+
+def test_pytest_modules_need_episodes_and_a_proper_target() -> None:
+    from corral.regression import pytest_module
+
+    with pytest.raises(ValueError, match="no episodes"):
+        pytest_module([])
+    episode = read(
+        [
+            Header().model_dump_json(),
+            StepRecord(episode="a", index=0, op="reset", observation={}).model_dump_json(),
+        ]
+    )
+    with pytest.raises(ValueError, match="module:Class"):
+        pytest_module(episode, env="os.system('x')")

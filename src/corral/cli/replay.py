@@ -2,9 +2,12 @@
 
     corral replay runs/wordle/episodes.jsonl --url http://127.0.0.1:8000
     corral replay episodes.jsonl --env corral.envs.wordle:WordleEnv --ignore metadata.ms
+    corral replay episodes.jsonl --env corral.envs.wordle:WordleEnv --pytest tests/test_regr.py
 
 Exit status: 0 when every episode replayed identically (or was skipped), 1 when one
-diverged or its replay failed, 2 when the file or the server could not be used.
+diverged or its replay failed, 2 when the file or the server could not be used. With
+``--pytest`` nothing is replayed now: a pytest module that replays the episodes is
+written (:mod:`corral.regression`); ``--url``/``--env`` become its defaults.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from corral.episodes import EpisodeFormatError
+from corral.episodes import EpisodeFormatError, read
 from corral.errors import CorralError
+from corral.regression import pytest_module
 from corral.replay import ReplayReport, replay
 
 
@@ -50,12 +54,22 @@ def replay_command(
         Path | None, typer.Option("--out", help="Also record the replayed episodes here.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    pytest_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--pytest",
+            help="Write a pytest module replaying the episodes to this file instead.",
+        ),
+    ] = None,
     token: Annotated[
         str | None, typer.Option(envvar="CORRAL_TOKEN", help="Bearer token for the server.")
     ] = None,
 ) -> None:
     """Re-run recorded episodes from their seeds, tasks and actions; report the first
     diverging observation of each."""
+    if pytest_out is not None:
+        _write_pytest(file, pytest_out, url, env, ignore or [], episode)
+        return
     if (url is None) == (env is None):
         raise typer.BadParameter("give exactly one of --url and --env")
     try:
@@ -70,6 +84,28 @@ def replay_command(
     else:
         print_report(report, Console(highlight=False, soft_wrap=True))
     raise typer.Exit(0 if report.ok else 1)
+
+
+def _write_pytest(
+    file: Path,
+    out: Path,
+    url: str | None,
+    env: str | None,
+    ignore: list[str],
+    wanted: list[str] | None,
+) -> None:
+    console = Console(highlight=False, soft_wrap=True)
+    try:
+        episodes = read(file)
+        if wanted is not None:
+            episodes = [e for e in episodes if e.id in set(wanted)]
+        source = pytest_module(episodes, url=url, env=env, ignore=ignore, source=file.name)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(source)
+    except (EpisodeFormatError, OSError, ValueError) as exc:
+        Console(stderr=True, highlight=False).print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from None
+    console.print(f"wrote {escape(str(out))}: {len(episodes)} test(s); run it with pytest")
 
 
 async def _run(
