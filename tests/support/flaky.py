@@ -8,6 +8,7 @@ draw could repeat and make a test flaky).
 from __future__ import annotations
 
 import itertools
+import os
 import random
 import time
 from typing import Any
@@ -65,3 +66,35 @@ class SlowEnv(FlakyEnv):
     def step(self, action: Move) -> Noisy:
         time.sleep(0.5)
         return super().step(action)
+
+
+_SEEN: set[int] = set()
+
+
+class FragileEnv(FlakyEnv):
+    """Three steps of reward 1 (success), except: seeds ``7k+3`` raise on every step
+    (``ENV_ERROR`` each attempt), seeds ``7k+5`` raise the first time this server sees
+    them only. Each step sleeps ``$FRAGILE_DELAY`` seconds (default 0)."""
+
+    name = "fragile"
+
+    def reset(self, seed: int | None = None, **options: Any) -> Noisy:
+        self._seed = seed
+        return super().reset(seed)
+
+    def step(self, action: Move) -> Noisy:
+        time.sleep(float(os.environ.get("FRAGILE_DELAY", "0")))
+        seed = self._seed or 0
+        if seed % 7 == 3:
+            raise RuntimeError(f"seed {seed} always breaks")
+        if seed % 7 == 5 and seed not in _SEEN:
+            _SEEN.add(seed)
+            raise RuntimeError(f"seed {seed} breaks once")
+        self._state.step_count += 1
+        done = self._state.step_count >= 3
+        return Noisy(
+            n=self._state.step_count,
+            reward=1.0,
+            done=done,
+            metadata={"success": True} if done else {},
+        )

@@ -114,6 +114,13 @@ class Environment(Generic[ActT, ObsT, StateT]):
         raise NotImplementedError(f"{type(self).__name__} publishes no tasks")
 
     @classmethod
+    def scripted_policy(cls, seed: int | None) -> Callable[[Any], Any] | None:
+        """A baseline player shipped with the environment (``corral eval --policy
+        scripted``): observation in, action out; None when there is none (the default).
+        """
+        return None
+
+    @classmethod
     def has_tasks(cls) -> bool:
         """True when the environment implements the tasks face."""
         return cls.splits is not Environment.splits

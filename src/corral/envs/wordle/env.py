@@ -37,7 +37,7 @@ from __future__ import annotations
 import random
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -285,6 +285,13 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
                 "G (right spot), Y (in the word, elsewhere) or . (not in the word)."
             ),
         )
+
+    @classmethod
+    def scripted_policy(cls, seed: int | None) -> Callable[[Any], Any]:
+        """:class:`~corral.envs.wordle.SimplePolicy`'s ``act``, seeded."""
+        from corral.envs.wordle.policy import SimplePolicy  # it imports this module
+
+        return SimplePolicy(seed=seed).act
 
     def splits(self) -> list[str]:
         """``["train", "test"]``."""
