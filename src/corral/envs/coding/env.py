@@ -26,7 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from corral.contract import Action, Environment, Observation, State, WireModel
 from corral.contract.options import parse_reset_options
-from corral.envs.coding.sandbox import (
+from corral.envs.coding.tasks import TASKS, Task, matches
+from corral.errors import InvalidArgument
+from corral.sandbox import (
     DEFAULT_UID_RANGE,
     ExecOutcome,
     KilledReason,
@@ -38,8 +40,6 @@ from corral.envs.coding.sandbox import (
     Workspace,
     resolve_profile,
 )
-from corral.envs.coding.tasks import TASKS, Task, matches
-from corral.errors import InvalidArgument
 
 MAX_CODE_CHARS = 100_000
 """Largest accepted action, in characters."""
@@ -96,7 +96,8 @@ class CodeObservation(Observation):
         timed_out: a time limit (wall clock or CPU) was hit.
         killed_reason: why the sandboxed process ended early: ``wall_clock``,
             ``cpu_time``, ``memory`` (the address-space limit was hit, MemoryError),
-            ``output_limit``, ``signal`` (another signal, e.g. a crash), ``exited`` (the
+            ``output_limit``, ``disk`` (the working directory reached ``max_disk_bytes``;
+            it is emptied), ``signal`` (another signal, e.g. a crash), ``exited`` (the
             code ended the process, e.g. ``os._exit``), ``protocol`` (the code tampered
             with the worker's reply channel) or ``closed`` (the environment was closed).
         killed_phase: ``"code"`` (while running the action) or ``"tests"``.
@@ -144,7 +145,7 @@ class CodeState(State):
         last_reward / best_reward: the last and the best reward of the episode.
         solved: some action passed every hidden case.
         done: the episode is over.
-        worker_alive: the persistent interpreter is running.
+        worker_alive: the persistent interpreter is running (checked when asked).
         worker_restarts: how often the persistent interpreter had to be restarted.
     """
 
@@ -203,7 +204,8 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
         max_steps: default for the ``max_steps`` reset option.
         persistent: default for the ``persistent`` reset option.
         workdir_root: where episode directories are created (default: the system temp
-            dir); put it on a filesystem with a quota to bound disk use.
+            dir). Their size is bounded by ``limits.max_disk_bytes`` (a tmpfs of that size
+            in the namespace modes as root, a polled bound otherwise).
         extra_ro_paths: more host paths to show read-only in the sandbox (for an
             interpreter installed outside its prefix).
         hidden_paths: host paths never to show in the sandbox even when a parent is
@@ -285,7 +287,12 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
             task = self._choose(seed, opts.task)
             self._end_episode()
             persistent = self._persistent if opts.persistent is None else opts.persistent
-            workspace = Workspace(self._profile, self._hidden_paths, self._workdir_root)
+            workspace = Workspace(
+                self._profile,
+                self._hidden_paths,
+                self._workdir_root,
+                max_disk_bytes=self._limits.max_disk_bytes,
+            )
             state = CodeState(
                 episode_id=opts.episode_id or str(uuid.uuid4()),
                 task=task.name,
@@ -357,11 +364,14 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
             return self._observe(episode, worker, outcome, tests, restarted)
 
     def state(self) -> CodeState:
-        """A copy of the current state."""
+        """A copy of the current state (``worker_alive`` is checked now, not at the last step)."""
         with self._lock:
             episode = self._episode
-            source = episode.state if episode is not None else self._idle_state
-            return source.model_copy(deep=True)
+            if episode is None:
+                return self._idle_state.model_copy(deep=True)
+            state = episode.state.model_copy(deep=True)
+            state.worker_alive = episode.worker is not None and episode.worker.alive()
+            return state
 
     def close(self) -> None:
         """Kill the sandbox (even mid-step, from another thread) and delete the workspace."""
@@ -414,10 +424,12 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
             episode.workspace.close()
 
     def _metadata(self, episode: _Episode) -> dict[str, Any]:
+        quota = episode.workspace.quota
         return {
             "sandbox_mode": str(self._profile.mode),
             "sandbox_strategy": self._profile.strategy,
             "persistent": episode.persistent,
+            "disk_quota": quota.kind if quota is not None else None,
         }
 
     def _observe(

@@ -3,7 +3,7 @@
 Each :class:`Task` asks for one Python function. Its :class:`TaskCase` list is hidden
 from the agent: the arguments are sent into the sandbox only after the agent's code
 ran, and the expected values never enter it. The sandbox reports each return value in
-:func:`~corral.envs.coding._worker.canonical` form and :func:`matches` compares it with
+:func:`~corral.sandbox.canonical` form and :func:`matches` compares it with
 the expected value here, in the parent process, so code in the sandbox cannot fake a
 pass by overriding ``__eq__`` or patching the test runner.
 
@@ -21,7 +21,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from corral.envs.coding._worker import canonical
+from corral.sandbox import canonical
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
