@@ -14,6 +14,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "corral"
 LAYERS = [
     {"cli", "demo", "__main__"},
     {"testing"},
+    {"evaluation", "regression", "replay"},
     {"adapters"},
     {"providers"},
     {"client"},

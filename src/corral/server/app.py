@@ -15,6 +15,7 @@ from corral.server.metrics import metrics_router
 from corral.server.openenv_http import openenv_router
 from corral.server.openenv_ws import openenv_fallback
 from corral.server.service import EnvService
+from corral.server.tasks import tasks_router
 from corral.server.workers import Worker, WorkerPool, env_reference
 from corral.server.ws import FallbackHandler, ws_endpoint
 
@@ -52,6 +53,7 @@ def create_app(
         cfg = ServerConfig(**{**cfg.__dict__, **overrides})
     service = EnvService(env, cfg)
     workers = _worker_pool(env, service) if cfg.workers else None
+    tasks, catalog = tasks_router(service)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -62,6 +64,7 @@ def create_app(
             yield
         finally:
             await service.shutdown()
+            await catalog.close()
             if workers is not None:
                 await workers.shutdown()
 
@@ -77,6 +80,7 @@ def create_app(
     if openenv:
         app.include_router(openenv_router(service))
         fallback = fallback or openenv_fallback(service)
+    app.include_router(tasks)  # last: its /{env}/... paths must not shadow others
     if cfg.token is not None:
         app.add_middleware(BearerAuth, token=cfg.token)
 

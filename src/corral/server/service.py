@@ -132,6 +132,8 @@ class EnvService:
             thread_affinity=env_type.thread_affinity,
         )
         self.admission = Admission(env_type, self.contract)
+        self.rewards = self.admission.rewards
+        """Reward and reward-component histograms (``/metrics``)."""
         self.gate = ConnectionGate(config.max_connections_per_client)
         """WebSocket connections by client address (for the per-client limit)."""
         self.greeting = Greeting(
