@@ -143,37 +143,36 @@ export function fromJsonl(text) {
   return [...episodes.values()];
 }
 
-// A pytest module that replays the episode against a served environment and checks each
-// observation (or error code). The episode travels inside it in the file format above.
+// A pytest module that replays the episode on a fresh session against a served environment
+// and checks each observation (or error code) with corral.episodes' own comparison rule.
+// The episode travels inside it, in the file format above (a bytes literal: ASCII only).
 export function toPytest(ep, meta) {
-  const jsonl = toJsonl(ep, meta).replace(/\\/g, '\\\\').replace(/'''/g, "\\'\\'\\'");
+  const ascii = toJsonl(ep, meta).replace(/[\u0080-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+  const literal = ascii.replace(/\\/g, '\\\\').replace(/'''/g, "\\'\\'\\'");
   return `"""Regression test exported by corral's web UI: ${meta.env ?? 'env'}, seed ${ep.seed ?? 'none'}, ${ep.steps.length - 1} steps.
 
 It replays the recorded episode on a fresh session and checks that every observation
 (or error code) is the one recorded. Run it against a served environment:
 
-    CORRAL_URL=${meta.url} python -m pytest ${'<this file>'}
+    CORRAL_URL=${meta.url} python -m pytest THIS_FILE.py
 
 (set CORRAL_TOKEN too if the server requires one).
 """
 
-import json
 import os
 
-import pytest
-
+from corral import episodes
 from corral.client import SyncEnvClient
 from corral.errors import CorralError
 
 URL = os.environ.get("CORRAL_URL", ${JSON.stringify(meta.url)})
-EPISODE = '''\\
-${jsonl}'''
-LINES = [json.loads(line) for line in EPISODE.splitlines() if line.strip()]
-RECORDS = [line for line in LINES if line["kind"] == "step"]
+EPISODE = b'''\\
+${literal}'''
+RECORDED = episodes.read(EPISODE)[0]
 
 
 def test_contract_is_unchanged() -> None:
-    recorded = LINES[0]["env"].get("fingerprint")
+    recorded = RECORDED.header.env.fingerprint
     with SyncEnvClient.connect_to(URL, codec="json") as env:
         env.connect()
         if recorded is not None:
@@ -181,19 +180,20 @@ def test_contract_is_unchanged() -> None:
 
 
 def test_episode_replays_identically() -> None:
-    reset = RECORDS[0]
     with SyncEnvClient.connect_to(URL, codec="json") as env:
-        first = env.reset(seed=reset.get("seed"), **reset.get("options", {}))
-        assert first.observation.model_dump(mode="json") == reset["observation"], "the reset"
-        for record in RECORDS[1:]:
-            expected = record.get("error")
-            if expected is not None:
-                with pytest.raises(CorralError) as failed:
-                    env.step(record["action"])
-                assert failed.value.code == expected["code"], f"step {record['index']}"
-                continue
-            result = env.step(record["action"])
-            got = result.observation.model_dump(mode="json")
-            assert got == record["observation"], f"step {record['index']}"
+        for record in RECORDED.records:
+            seen = {"episode": record.episode, "index": record.index, "op": record.op}
+            try:
+                if record.op == "reset":
+                    result = env.reset(seed=record.seed, **(record.options or {}))
+                else:
+                    result = env.step(record.action)
+                seen["observation"] = result.observation.model_dump(mode="json")
+            except CorralError as exc:
+                seen["error"] = episodes.ErrorInfo.of(exc)
+            replayed = episodes.StepRecord(action=record.action, **seen)
+            found = episodes.compare_records(record, replayed)
+            where = "the reset" if record.index == 0 else f"step {record.index}"
+            assert found is None, f"{where} differs at {found[0]}: {found[1]!r} -> {found[2]!r}"
 `;
 }
