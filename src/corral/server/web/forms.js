@@ -407,12 +407,12 @@ export class Form {
   }
 
   nullable(s, path, opts) {
-    const inner = this.build(s, path, { ...opts, required: true });
+    const inner = this.build(s, path, opts);
     const id = `${this.inputId(path)}-null`;
     const isSet = h('input', { type: 'checkbox', id, 'aria-label': `set ${path.join('.') || 'value'}` });
     const sync = () => inner.el.classList.toggle('unset', !isSet.checked);
     isSet.addEventListener('change', sync);
-    const el = h('div', { class: 'nullable' }, h('label', { class: 'null-toggle', for: id }, isSet, ' set'), inner.el);
+    const el = h('div', { class: 'nullable' }, h('label', { class: 'null-toggle', for: id, title: 'send a value (else null)' }, isSet, 'set'), inner.el);
     const w = {
       el,
       get: () => (isSet.checked ? inner.get() : opts.required ? null : s.default === undefined ? undefined : null),

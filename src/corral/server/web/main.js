@@ -175,7 +175,9 @@ function optionsValue() {
 
 function record(kind, action, reply, ms, error) {
   const obs = reply ? reply.observation : null;
-  return { kind, action, observation: obs, ...flagsOf(obs), ms, error: error ? { code: error.code, message: error.message, details: error.details } : null, state: null, t: Date.now() };
+  const error_ = error ? { code: error.code, message: error.message, details: error.details } : null;
+  // t: when the request was sent (the episode format's meaning), in ms.
+  return { kind, action, observation: obs, ...flagsOf(obs), ms, error: error_, state: null, t: Date.now() - (ms ?? 0) };
 }
 
 async function doReset(seed = seedValue(), options = null) {
@@ -197,6 +199,7 @@ async function doReset(seed = seedValue(), options = null) {
     app.selected = 0;
     app.diverged = null;
     note('');
+    clear($('#import-note'));
     render();
     updateLink();
   } catch (e) {
@@ -225,7 +228,7 @@ async function doStep(given) {
     entry.state = await app.session.state().catch(() => null);
   } catch (e) {
     if (!(e instanceof WireError)) throw e;
-    entry = record('step', action, null, null, e);
+    entry = record('step', action, null, e.ms ?? null, e);
     showError(e, app.actionForm);
   } finally {
     setBusy(false);
@@ -459,8 +462,9 @@ async function doImport(file) {
     app.selected = 0;
     app.diverged = null;
     render();
+    note('');
     clear(
-      $('#episode-note'),
+      $('#import-note'),
       h(
         'p',
         {},

@@ -107,10 +107,16 @@ export class Session {
     return reply;
   }
 
+  // The reply and its round-trip time; a failure carries its time as error.ms.
   async timed(message) {
     const started = performance.now();
-    const reply = await this.wire.request({ ...message, session: this.id });
-    return { reply, ms: performance.now() - started };
+    try {
+      const reply = await this.wire.request({ ...message, session: this.id });
+      return { reply, ms: performance.now() - started };
+    } catch (error) {
+      error.ms = performance.now() - started;
+      throw error;
+    }
   }
 
   reset(seed, options) {
