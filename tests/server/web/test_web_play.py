@@ -211,3 +211,31 @@ async def test_server_view_lists_live_sessions(context, wordle):
     await expect(page.locator("#server [data-stat=active]")).to_contain_text("/ 1024")
     await expect(page.locator("#server svg.spark")).to_have_count(4)
     await screenshot(page, "web-server")
+
+
+async def test_close_reopen_and_resume_after_a_dropped_connection(context, wordle):
+    ctx, _ = context
+    page = await open_ui(ctx, wordle.url)
+    first = await state(page, "window.corral.session.id")
+    await page.fill("#action-guess", "crane")
+    await page.click("#step")
+    await expect(page.locator("#timeline li")).to_have_count(2)
+    # The connection drops (not a clean close): the session waits to be re-attached.
+    await page.evaluate("() => window.corral.wire.ws.close(4000, 'test drop')")
+    await expect(page.locator("#conn")).to_have_text("disconnected (4000)")
+    await expect(page.locator("#step")).to_be_disabled()
+    await page.click("#open")
+    await expect(page.locator("#conn")).to_have_text("resumed")
+    assert await state(page, "window.corral.session.id") == first
+    await page.fill("#action-guess", "moist")
+    await page.click("#step")
+    await expect(page.locator("#timeline li")).to_have_count(3)
+    history = "window.corral.episode.steps.at(-1).observation.history.map(h => h.guess)"
+    assert await state(page, history) == ["crane", "moist"]  # the same episode went on
+    # Close the session, then open a new one.
+    await page.click("#close")
+    await expect(page.locator("#session-info")).to_have_text("session closed")
+    await expect(page.locator("#step")).to_be_disabled()
+    await page.click("#open")
+    await expect(page.locator("#timeline li")).to_have_count(1)
+    assert await state(page, "window.corral.session.id") != first

@@ -67,8 +67,9 @@ function showError(error, form) {
 
 function setBusy(busy) {
   app.busy = busy;
-  for (const id of ['#new-episode', '#reset', '#step', '#verify', '#close']) $(id).disabled = busy || !app.session;
-  $('#step').disabled = busy || !app.session || !app.episode || app.episode.imported;
+  const live = Boolean(app.session && app.session.wire.open);
+  for (const id of ['#new-episode', '#reset', '#verify', '#close']) $(id).disabled = busy || !live;
+  $('#step').disabled = busy || !live || !app.episode || app.episode.imported;
 }
 
 // -- auth ----------------------------------------------------------------------------
@@ -137,7 +138,7 @@ async function openSession() {
       status('resumed', 'ok');
       $('#open').hidden = true;
       setBusy(false);
-      return;
+      return true;
     } catch (e) {
       note(`could not resume the session (${e.code}): a new one is opened`, 'warn');
     }
@@ -146,6 +147,7 @@ async function openSession() {
   $('#session-info').textContent = `session ${app.session.id.slice(0, 8)}…`;
   $('#open').hidden = true;
   setBusy(false);
+  return false;
 }
 
 async function closeSession() {
@@ -574,7 +576,8 @@ async function start() {
   $('#reset').onclick = () => doReset();
   $('#step').onclick = () => doStep();
   $('#close').onclick = closeSession;
-  $('#open').onclick = () => openSession().then(() => doReset()).catch((e) => showError(e));
+  // A resumed session goes on with its episode; a new one starts one.
+  $('#open').onclick = () => openSession().then((resumed) => resumed || doReset()).catch((e) => showError(e));
   $('#new-episode').onclick = () => {
     randomSeed();
     doReset();

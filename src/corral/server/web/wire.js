@@ -17,11 +17,14 @@ export function wsUrl(path = 'ws') {
   return url.href;
 }
 
+// Request ids are unique for the page's lifetime, not per connection: a session resumed
+// on a new connection remembers its recent ids and answers a repeated one from its cache.
+let nextId = 1;
+
 export class Wire {
   constructor({ onFrame = () => {}, onClose = () => {} } = {}) {
     this.onFrame = onFrame;
     this.onClose = onClose;
-    this.nextId = 1;
     this.pending = new Map();
     this.welcome = null;
     this.ws = null;
@@ -74,7 +77,7 @@ export class Wire {
     if (!this.open) {
       return Promise.reject(new WireError({ code: 'CONNECTION_LOST', message: 'not connected' }));
     }
-    const frame = { ...message, id: this.nextId++ };
+    const frame = { ...message, id: nextId++ };
     const text = JSON.stringify(frame);
     return new Promise((resolve, reject) => {
       this.pending.set(frame.id, { resolve, reject });
