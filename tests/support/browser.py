@@ -20,6 +20,13 @@ async def open_ui(ctx: Any, url: str, path: str = "/") -> Any:
 async def screenshot(page: Any, name: str) -> None:
     """Save a screenshot for the docs when ``CORRAL_WEB_SCREENSHOTS`` names a directory."""
     target = os.environ.get("CORRAL_WEB_SCREENSHOTS")
-    if target:
-        Path(target).mkdir(parents=True, exist_ok=True)
-        await page.screenshot(path=str(Path(target) / f"{name}.png"))
+    if not target:
+        return
+    path = Path(target) / f"{name}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    await page.screenshot(path=str(path))
+    from PIL import Image  # a 256-colour palette keeps the docs' images small
+
+    with Image.open(path) as image:
+        small = image.convert("RGB").quantize(256)
+    small.save(path, optimize=True)

@@ -15,6 +15,7 @@ from tests.support.web_envs import IMAGE, CalcEnv, SinkEnv
 
 from corral.envs.echo import EchoEnv
 
+MASK = "\u2022" * 6  # how the UI shows a secret-looking field's value
 TIMES = "\u00d7"  # the multiplication sign the UI writes shapes with
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
@@ -107,15 +108,20 @@ async def test_form_and_json_editor_stay_in_sync_and_step_sends_it(context, sink
         "shape": {"kind": "square", "side": 2.5},
         "grid": [[1, 2], [3, 4]],
     }
-    assert raw == expected
+    assert raw == {**expected, "api_key": MASK}  # secrets are masked wherever shown
     await page.click("#step")
     await expect(page.locator("#timeline li")).to_have_count(2)
     echo = await js(page, "window.corral.episode.steps[1].observation.echo")
     assert echo == {**expected, "grid": {"dtype": "|u1", "shape": [2, 2], "data": "AQIDBA=="}}
     await expect(page.locator("[data-stat=reward] b")).to_have_text("7")
-    # Typing JSON updates the form, and what was typed is what is sent.
-    await page.fill("#action-raw", json.dumps({**expected, "colour": "blue", "level": 11}))
+    await expect(page.locator("#detail pre").first).to_contain_text(MASK)
+    await expect(page.locator("#detail pre").first).not_to_contain_text("hunter2")
+    # Typing JSON updates the form, and what was typed is what is sent (the mask standing
+    # for the real secret).
+    await page.fill("#action-raw", json.dumps({**raw, "colour": "blue", "level": 11}))
     await expect(page.locator("#action-colour option:checked")).to_have_text("blue")
+    sent = await js(page, "window.corral.actionForm.value")
+    assert sent["api_key"] == "hunter2-secret" and sent["level"] == 11
     await page.click("#step")
     card = page.locator(".error-card")
     await expect(card).to_have_attribute("data-code", "INVALID_ACTION")

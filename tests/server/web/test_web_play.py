@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -210,6 +211,14 @@ async def test_server_view_lists_live_sessions(context, wordle):
     await expect(page.locator("#server table.sessions")).to_contain_text(session[:8])
     await expect(page.locator("#server [data-stat=active]")).to_contain_text("/ 1024")
     await expect(page.locator("#server svg.spark")).to_have_count(4)
+    if os.environ.get("CORRAL_WEB_SCREENSHOTS"):  # let the sparklines gather a few samples
+        for guess in ("crane", "slate", "moist"):
+            await page.click("#tab-play")
+            await page.fill("#action-guess", guess)
+            await page.click("#step")
+            await page.click("#tab-server")
+            await page.wait_for_function("() => window.corral.server.last?.history.length > 1")
+        await page.wait_for_function("() => window.corral.server.last.history.length >= 5")
     await screenshot(page, "web-server")
 
 

@@ -63,3 +63,27 @@ export function diff(before, after, path = [], out = []) {
   out.push({ path, before, after });
   return out;
 }
+
+// Secret-looking keys (api_key, password, token, ...) are shown masked wherever the page
+// displays a value; unmask() puts the real values back into what was typed over a mask.
+export const SECRET = /secret|passw(or)?d|token|api[-_]?key|credential|private[-_]?key/i;
+export const MASK = '••••••';
+
+export function mask(value, key = '') {
+  if (SECRET.test(key) && typeof value === 'string' && value !== '') return MASK;
+  if (Array.isArray(value)) return value.map((v) => mask(v));
+  if (value !== null && typeof value === 'object') {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, mask(v, k)]));
+  }
+  return value;
+}
+
+export function unmask(typed, real) {
+  if (typed === MASK) return real;
+  if (Array.isArray(typed)) return typed.map((v, i) => unmask(v, Array.isArray(real) ? real[i] : undefined));
+  if (typed !== null && typeof typed === 'object') {
+    const source = real !== null && typeof real === 'object' ? real : {};
+    return Object.fromEntries(Object.entries(typed).map(([k, v]) => [k, unmask(v, source[k])]));
+  }
+  return typed;
+}

@@ -2,9 +2,8 @@
 // A widget is {el, get(), set(value)}; get() returns undefined for an optional field left
 // empty (it is then not sent) and throws InputError for input that is not even JSON.
 
-import { h, json, equal } from './dom.js';
+import { h, json, equal, mask, unmask, SECRET } from './dom.js';
 
-const SECRET = /secret|passw(or)?d|token|api[-_]?key|credential|private[-_]?key/i;
 const LONG = /code|text|content|body|prompt|source|program|script|message|answer|query/i;
 
 export class InputError extends Error {
@@ -497,7 +496,7 @@ export class FormWithJson {
   formChanged() {
     this.fromRaw = false;
     try {
-      this.raw.value = json(this.form.value);
+      this.raw.value = json(mask(this.form.value));
       this.rawError.textContent = '';
     } catch (e) {
       this.rawError.textContent = e.message;
@@ -508,7 +507,7 @@ export class FormWithJson {
   // to see how the server answers them); the form shows what it can of it.
   rawChanged() {
     try {
-      this.form.value = JSON.parse(this.raw.value);
+      this.form.value = this.parseRaw();
       this.fromRaw = true;
       this.rawError.textContent = '';
     } catch (e) {
@@ -516,10 +515,15 @@ export class FormWithJson {
     }
   }
 
+  // The editor shows secrets masked; a mask left as it was stands for the real value.
+  parseRaw() {
+    return unmask(JSON.parse(this.raw.value), this.form.value);
+  }
+
   get value() {
     if (this.fromRaw) {
       try {
-        return JSON.parse(this.raw.value);
+        return this.parseRaw();
       } catch (e) {
         throw new InputError([], `the JSON editor holds invalid JSON: ${e.message}`);
       }

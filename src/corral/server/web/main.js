@@ -1,6 +1,6 @@
 // The web UI: one corral/1 session per tab, forms from /schema, timeline, replay.
 
-import { h, $, clear, json, short, download, equal, diff } from './dom.js';
+import { h, $, clear, json, short, download, equal, diff, mask } from './dom.js';
 import { Wire, Session, WireError, http } from './wire.js';
 import { FormWithJson, InputError } from './forms.js';
 import { FLAGS, fieldTable, flagsOf, diffView, valueView } from './observe.js';
@@ -287,7 +287,7 @@ function renderDetail(index) {
   if (step.kind === 'reset') {
     parts.push(h('p', {}, 'reset with seed ', h('code', { text: String(ep.seed) }), ' and options ', h('code', { text: json(ep.options, 0) })));
   } else {
-    parts.push(h('h3', { text: 'action' }), h('pre', { class: 'obj', text: json(step.action) }));
+    parts.push(h('h3', { text: 'action' }), h('pre', { class: 'obj', text: json(mask(step.action)) }));
   }
   if (step.error) {
     parts.push(h('p', { class: 'warn' }, h('span', { class: 'code', text: step.error.code }), ' ', step.error.message));
@@ -297,7 +297,7 @@ function renderDetail(index) {
   }
   if (step.state) {
     parts.push(h('h3', { text: prev && prev !== step ? 'state diff against the previous step' : 'state' }));
-    parts.push(prev && prev !== step && prev.state ? diffView(prev.state, step.state) : h('pre', { class: 'obj', text: json(step.state) }));
+    parts.push(prev && prev !== step && prev.state ? diffView(prev.state, step.state) : h('pre', { class: 'obj', text: json(mask(step.state)) }));
   }
   clear($('#detail'), parts);
 }
@@ -319,7 +319,7 @@ function renderTimeline() {
           'button',
           { type: 'button', 'aria-current': i === app.selected ? 'step' : null, onclick: () => select(i) },
           h('span', { class: 'n', text: i === 0 ? 'reset' : `#${i}` }),
-          h('span', { class: 'act', text: i === 0 ? `seed ${app.episode.seed ?? '—'}` : short(s.action, 40) }),
+          h('span', { class: 'act', text: i === 0 ? `seed ${app.episode.seed ?? '—'}` : short(mask(s.action), 40) }),
           s.error ? h('span', { class: 'code', text: s.error.code }) : h('span', { class: 'r', text: s.reward === null ? '' : `r=${+Number(s.reward).toFixed(4)}` }),
           s.terminated ? h('span', { class: 'flag on', text: 'T' }) : null,
           s.truncated ? h('span', { class: 'flag on', text: 'trunc' }) : null,

@@ -1,6 +1,6 @@
 // Observations: the field table, arrays drawn on a <canvas>, long text as <pre>, diffs.
 
-import { h, json, short, diff } from './dom.js';
+import { h, json, short, diff, mask } from './dom.js';
 
 export const FLAGS = ['done', 'truncated', 'reward', 'metadata'];
 
@@ -56,10 +56,12 @@ export function valueView(value, label) {
   return h('code', { text: value === undefined ? '' : JSON.stringify(value) });
 }
 
-export function fieldTable(obj, { skip = [], caption } = {}) {
-  const rows = Object.entries(obj || {})
+export function fieldTable(obj, { skip = [], caption, plain = false } = {}) {
+  const rows = Object.entries(mask(obj || {}))
     .filter(([key]) => !skip.includes(key))
-    .map(([key, value]) => h('tr', { 'data-field': key }, h('th', { scope: 'row', text: key }), h('td', {}, valueView(value, key))));
+    .map(([key, value]) =>
+      h('tr', { 'data-field': key }, h('th', { scope: 'row', text: key }), h('td', {}, plain && typeof value === 'string' ? value : valueView(value, key))),
+    );
   return h('table', { class: 'fields-table' }, caption ? h('caption', { text: caption }) : null, h('tbody', {}, rows));
 }
 
@@ -70,7 +72,7 @@ export function flagsOf(obs) {
 }
 
 export function diffView(before, after, { empty = 'no change' } = {}) {
-  const changes = diff(before, after);
+  const changes = diff(mask(before), mask(after));
   if (!changes.length) return h('p', { class: 'hint', text: empty });
   return h(
     'table',

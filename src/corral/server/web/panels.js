@@ -1,6 +1,6 @@
 // The other views: contract, protocol inspector (+ copy as Python/curl), server view.
 
-import { h, $, clear, json } from './dom.js';
+import { h, $, clear, json, mask } from './dom.js';
 import { fieldTable, sparkline } from './observe.js';
 
 const MAX_FRAMES = 500;
@@ -35,7 +35,7 @@ export class Inspector {
   }
 
   show(frame) {
-    this.detail.textContent = frame.message ? json(frame.message) : frame.text;
+    this.detail.textContent = frame.message ? json(mask(frame.message)) : frame.text;
   }
 
   clear() {
@@ -165,6 +165,7 @@ export class ServerView {
   }
 
   show(s) {
+    this.last = s;
     const hist = s.history || [];
     const errorsPer = hist.map((x, i) => (i ? Math.max(0, x.errors - hist[i - 1].errors) : 0));
     const cap = s.capacity;
@@ -190,7 +191,7 @@ export class ServerView {
         spark('errors / sample', errorsPer, String(errorsPer[errorsPer.length - 1] ?? 0)),
       ),
       h('h3', { text: 'Counters' }),
-      fieldTable({ ...s.counters, ...Object.fromEntries(Object.entries(s.latency).map(([op, l]) => [`${op} latency`, `p50 ${ms(l.p50_s)} · p99 ${ms(l.p99_s)} · n=${l.count}`])) }),
+      fieldTable({ ...s.counters, ...Object.fromEntries(Object.entries(s.latency).map(([op, l]) => [`${op} latency`, `p50 ${ms(l.p50_s)} · p99 ${ms(l.p99_s)} · n=${l.count}`])) }, { plain: true }),
       h('h3', { text: 'Errors by code' }),
       Object.keys(s.errors).length ? fieldTable(s.errors) : h('p', { class: 'hint', text: 'none' }),
       h('h3', { text: `Live sessions (${s.sessions_total})` }),
