@@ -9,6 +9,11 @@ from typing import Any
 from playwright.async_api import expect
 
 
+async def js(page: Any, expression: str) -> Any:
+    """The value of a JavaScript expression in ``page`` (``window.corral`` is the UI's state)."""
+    return await page.evaluate(f"() => {expression}")
+
+
 async def open_ui(ctx: Any, url: str, path: str = "/") -> Any:
     """A new tab on the UI, once its first episode has been reset."""
     page = await ctx.new_page()

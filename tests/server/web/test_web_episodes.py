@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("playwright")
 
 from playwright.async_api import expect
-from tests.support.browser import open_ui, screenshot
+from tests.support.browser import js, open_ui, screenshot
 from tests.support.servers import running
 from tests.support.web_envs import FlakyCoinEnv
 
@@ -35,10 +35,6 @@ def wordle():
 def flaky():
     with running(FlakyCoinEnv, web=True) as srv:
         yield srv
-
-
-async def js(page, expression):
-    return await page.evaluate(f"() => {expression}")
 
 
 async def play(page, guesses):

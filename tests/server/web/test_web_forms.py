@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("playwright")
 
 from playwright.async_api import expect
-from tests.support.browser import open_ui, screenshot
+from tests.support.browser import js, open_ui, screenshot
 from tests.support.servers import running
 from tests.support.web_envs import IMAGE, CalcEnv, SinkEnv
 
@@ -25,10 +25,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 def sink():
     with running(SinkEnv, web=True) as srv:
         yield srv
-
-
-async def js(page, expression):
-    return await page.evaluate(f"() => {expression}")
 
 
 async def test_every_kind_of_field_gets_its_widget(context, sink):

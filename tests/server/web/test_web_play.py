@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("playwright")
 
 from playwright.async_api import expect
-from tests.support.browser import open_ui, screenshot
+from tests.support.browser import js, open_ui, screenshot
 from tests.support.servers import running
 
 from corral.envs.wordle import WordleEnv
@@ -25,10 +25,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 def wordle():
     with running(WordleEnv, web=True) as srv:
         yield srv
-
-
-async def state(page, expression):
-    return await page.evaluate(f"() => {expression}")
 
 
 async def test_a_new_user_plays_wordle_and_sees_the_history(context, wordle):
@@ -55,11 +51,9 @@ async def test_a_new_user_plays_wordle_and_sees_the_history(context, wordle):
     await suggestion.click()
     await expect(page.locator("#timeline li")).to_have_count(3)
     await expect(page.locator("#timeline li").nth(2)).to_contain_text(label.removeprefix("try "))
-    steps = await state(page, "window.corral.episode.steps.map(s => s.observation.guess)")
+    steps = await js(page, "window.corral.episode.steps.map(s => s.observation.guess)")
     assert steps == ["", "crane", label.removeprefix("try ")]
-    ret = await state(
-        page, "window.corral.episode.steps.slice(1).reduce((a, s) => a + s.reward, 0)"
-    )
+    ret = await js(page, "window.corral.episode.steps.slice(1).reduce((a, s) => a + s.reward, 0)")
     await expect(page.locator("[data-stat=return] b")).to_have_text(
         str(round(ret, 6)).rstrip("0").rstrip(".")
     )
@@ -87,12 +81,12 @@ async def test_a_failed_step_shows_an_error_card_and_the_session_lives_on(contex
     await expect(failed).to_have_count(1)
     await expect(failed).to_contain_text("INVALID_ACTION")
     # The same session goes on.
-    session = await state(page, "window.corral.session.id")
+    session = await js(page, "window.corral.session.id")
     await page.fill("#action-guess", "slate")
     await page.click("#step")
     await expect(page.locator(".error-card")).to_have_count(0)
     await expect(page.locator("#timeline li")).to_have_count(3)
-    assert await state(page, "window.corral.session.id") == session
+    assert await js(page, "window.corral.session.id") == session
     await expect(field).not_to_have_class(re.compile(r"\binvalid\b"))
 
 
@@ -104,15 +98,15 @@ async def test_reset_with_a_seed_and_options_and_the_r_key(context, wordle):
     await page.fill("#seed", "42")
     await page.click("#reset")
     await expect(page.locator("#observation tr[data-field=guesses_left] td")).to_have_text("3")
-    first = await state(page, "window.corral.episode.steps[0].state.secret")
+    first = await js(page, "window.corral.episode.steps[0].state.secret")
     # r resets again with the same seed: the same secret.
     await page.fill("#action-guess", "crane")
     await page.click("#step")
     await expect(page.locator("#timeline li")).to_have_count(2)
     await page.locator("body").press("r")
     await expect(page.locator("#timeline li")).to_have_count(1)
-    assert await state(page, "window.corral.episode.steps[0].state.secret") == first
-    assert await state(page, "window.corral.episode.seed") == 42
+    assert await js(page, "window.corral.episode.steps[0].state.secret") == first
+    assert await js(page, "window.corral.episode.seed") == 42
     # A bad option is an error card; the session stays usable.
     await page.fill("#options-value", '{"bogus": 1}')
     await page.click("#reset")
@@ -127,9 +121,7 @@ async def test_two_tabs_have_two_independent_episodes(context, wordle):
     ctx, _ = context
     one = await open_ui(ctx, wordle.url)
     two = await open_ui(ctx, wordle.url)
-    assert await state(one, "window.corral.session.id") != await state(
-        two, "window.corral.session.id"
-    )
+    assert await js(one, "window.corral.session.id") != await js(two, "window.corral.session.id")
     await one.fill("#seed", "1")
     await one.click("#reset")
     await two.fill("#seed", "1")
@@ -141,8 +133,8 @@ async def test_two_tabs_have_two_independent_episodes(context, wordle):
     await two.click("#step")
     await expect(two.locator("#timeline li")).to_have_count(2)
     history = "window.corral.episode.steps.at(-1).observation.history.map(h => h.guess)"
-    assert await state(one, history) == ["crane"]
-    assert await state(two, history) == ["slate"]
+    assert await js(one, history) == ["crane"]
+    assert await js(two, history) == ["slate"]
     assert wordle.manager.active >= 2
 
 
@@ -158,7 +150,7 @@ async def test_a_link_replays_the_episode(context, wordle):
     copy = await open_ui(ctx, link.split("/web/", 1)[0], "/web/" + link.split("/web/", 1)[1])
     await expect(copy.locator("#timeline li")).to_have_count(3)
     observations = "window.corral.episode.steps.map(s => s.observation)"
-    assert await state(copy, observations) == await state(page, observations)
+    assert await js(copy, observations) == await js(page, observations)
 
 
 async def test_inspector_contract_and_copy_as_python_and_curl(context, wordle):
@@ -196,7 +188,7 @@ async def test_inspector_contract_and_copy_as_python_and_curl(context, wordle):
     assert '"guess":"crane"' in ran.stdout.replace(" ", "")
     # The contract panel shows the server's schemas and fingerprint.
     await page.click("#tab-contract")
-    schema = json.loads(await state(page, "JSON.stringify(window.corral.schema)"))
+    schema = json.loads(await js(page, "JSON.stringify(window.corral.schema)"))
     await expect(page.locator("#contract")).to_contain_text(schema["fingerprint"])
     await expect(page.locator("#contract")).to_contain_text("max_frame_bytes")
     await expect(page.locator("#contract details.schema").first).to_contain_text("guess")
@@ -206,7 +198,7 @@ async def test_inspector_contract_and_copy_as_python_and_curl(context, wordle):
 async def test_server_view_lists_live_sessions(context, wordle):
     ctx, _ = context
     page = await open_ui(ctx, wordle.url)
-    session = await state(page, "window.corral.session.id")
+    session = await js(page, "window.corral.session.id")
     await page.click("#tab-server")
     await expect(page.locator("#server table.sessions")).to_contain_text(session[:8])
     await expect(page.locator("#server [data-stat=active]")).to_contain_text("/ 1024")
@@ -225,7 +217,7 @@ async def test_server_view_lists_live_sessions(context, wordle):
 async def test_close_reopen_and_resume_after_a_dropped_connection(context, wordle):
     ctx, _ = context
     page = await open_ui(ctx, wordle.url)
-    first = await state(page, "window.corral.session.id")
+    first = await js(page, "window.corral.session.id")
     await page.fill("#action-guess", "crane")
     await page.click("#step")
     await expect(page.locator("#timeline li")).to_have_count(2)
@@ -235,16 +227,16 @@ async def test_close_reopen_and_resume_after_a_dropped_connection(context, wordl
     await expect(page.locator("#step")).to_be_disabled()
     await page.click("#open")
     await expect(page.locator("#conn")).to_have_text("resumed")
-    assert await state(page, "window.corral.session.id") == first
+    assert await js(page, "window.corral.session.id") == first
     await page.fill("#action-guess", "moist")
     await page.click("#step")
     await expect(page.locator("#timeline li")).to_have_count(3)
     history = "window.corral.episode.steps.at(-1).observation.history.map(h => h.guess)"
-    assert await state(page, history) == ["crane", "moist"]  # the same episode went on
+    assert await js(page, history) == ["crane", "moist"]  # the same episode went on
     # Close the session, then open a new one.
     await page.click("#close")
     await expect(page.locator("#session-info")).to_have_text("session closed")
     await expect(page.locator("#step")).to_be_disabled()
     await page.click("#open")
     await expect(page.locator("#timeline li")).to_have_count(1)
-    assert await state(page, "window.corral.session.id") != first
+    assert await js(page, "window.corral.session.id") != first
