@@ -33,7 +33,6 @@ async def test_every_kind_of_field_gets_its_widget(context, sink):
     form = page.locator("#action")
     kinds = {
         "#action-colour": "select",
-        "#action-mode": "select",
         "#action-flag": "checkbox",
         "#action-level": "number",
         "#action-ratio": "number",
@@ -51,6 +50,9 @@ async def test_every_kind_of_field_gets_its_widget(context, sink):
         assert found == kind, selector
     colours = await page.eval_on_selector_all("#action-colour option", "os => os.map(o => o.text)")
     assert colours == ["red", "green", "blue"]
+    # An Enum class is a select; a Literal of a few values, radios.
+    await expect(form.locator("#action-mode .tab")).to_have_text(["fast", "slow"])
+    await expect(form.locator("#action-mode-0")).to_be_checked()
     # A bounded number gets a slider too; nested models are fieldsets; lists add rows.
     await expect(form.locator(".field[data-path=level] input[type=range]")).to_have_count(1)
     await expect(form.locator(".field[data-path=ratio] input[type=range]")).to_have_count(0)
@@ -73,6 +75,7 @@ async def test_form_and_json_editor_stay_in_sync_and_step_sends_it(context, sink
     page = await open_ui(ctx, sink.url)
     await page.select_option("#action-colour", label="green")
     await page.check("#action-flag")
+    await page.check("#action-mode-1")
     await page.fill("#action-level", "7")
     await page.fill("#action-where\\.x", "4")
     add = page.locator("fieldset.list[data-path=tags] > button")
@@ -97,7 +100,7 @@ async def test_form_and_json_editor_stay_in_sync_and_step_sends_it(context, sink
         "name": "",
         "code": "",
         "api_key": "hunter2-secret",
-        "mode": "fast",
+        "mode": "slow",
         "where": {"x": 4, "y": 0},
         "tags": [20],
         "limit": 5,

@@ -64,6 +64,13 @@ async def test_a_new_user_plays_wordle_and_sees_the_history(context, wordle):
     await expect(diff).to_contain_text("step_count")
     await expect(diff).to_contain_text("guesses_made")
     await screenshot(page, "web-play")
+    # Light and dark: the toggle overrides the system's choice.
+    background = "() => getComputedStyle(document.body).backgroundColor"
+    before = await page.evaluate(background)
+    await page.click("#theme")
+    assert await page.evaluate(background) != before
+    await page.click("#theme")
+    assert await page.evaluate(background) == before
 
 
 async def test_a_failed_step_shows_an_error_card_and_the_session_lives_on(context, wordle):

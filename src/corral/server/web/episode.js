@@ -21,7 +21,7 @@ function success(step) {
 // The lines of one episode as the UI recorded it ({seed, options, steps: [...]}).
 export function toLines(ep, meta) {
   const id = episodeId(ep);
-  const session = meta.session ?? ep.session ?? null;
+  const session = ep.session ?? meta.session ?? null; // an imported episode keeps its own
   const header = {
     kind: 'header',
     format: FORMAT,

@@ -121,7 +121,8 @@ export class Form {
       }
       return this.union(s, variants, path, opts);
     }
-    if (s.enum) return this.select(s, path, opts);
+    // An Enum class (a $ref) is a select; an inline Literal of a few values, radios.
+    if (s.enum) return !schema.$ref && s.enum.length <= 6 ? this.radios(s, path, opts) : this.select(s, path, opts);
     if (s.const !== undefined) return this.constant(s, path, opts);
     if (s['x-corral-ndarray']) return this.ndarray(s, path, opts);
     switch (s.type) {
@@ -263,6 +264,29 @@ export class Form {
       set: (v) => {
         const index = s.enum.findIndex((e) => equal(e, v === undefined ? s.default : v));
         input.value = index >= 0 ? String(index) : input.options[0]?.value ?? '';
+      },
+    };
+    w.set(undefined);
+    return w;
+  }
+
+  radios(s, path, opts) {
+    const name = this.inputId(path);
+    const buttons = s.enum.map((value, i) => h('input', { type: 'radio', name, value: String(i), id: `${name}-${i}` }));
+    const group = h(
+      'div',
+      { class: 'tabs', role: 'radiogroup', id: name, 'aria-label': String(path[path.length - 1] ?? 'value') },
+      buttons.map((b, i) => h('label', { class: 'tab', for: b.id }, b, String(s.enum[i]))),
+    );
+    const w = {
+      el: this.field(s, path, opts, group),
+      get: () => {
+        const i = buttons.findIndex((b) => b.checked);
+        return i < 0 ? undefined : s.enum[i];
+      },
+      set: (v) => {
+        const index = s.enum.findIndex((e) => equal(e, v === undefined ? s.default : v));
+        buttons.forEach((b, i) => (b.checked = i === index));
       },
     };
     w.set(undefined);
