@@ -18,7 +18,13 @@ from pydantic import BaseModel
 from corral.contract.tasks import TaskRef
 from corral.episodes.episode import Tally
 from corral.episodes.files import AnyLine, EpisodeWriter
-from corral.episodes.format import SESSION_ENDING_CODES, ErrorInfo, Outcome, StepRecord
+from corral.episodes.format import (
+    SESSION_ENDING_CODES,
+    EpisodeEnd,
+    ErrorInfo,
+    Outcome,
+    StepRecord,
+)
 
 Sink = Callable[[AnyLine], None]
 """Where lines go: an :class:`EpisodeWriter`'s ``write``, a list's ``append``, ..."""
@@ -53,6 +59,8 @@ class EpisodeRecorder:
         self._new_id = new_id or (lambda: uuid.uuid4().hex[:16])
         self._open: dict[str, _Open] = {}
         self._ended: set[str] = set()
+        self.last_end: EpisodeEnd | None = None
+        """The end line written last."""
 
     def episode_of(self, session: str) -> str | None:
         """The id of the episode ``session`` is in, None if none is open."""
@@ -171,7 +179,8 @@ class EpisodeRecorder:
         if current is None:
             return
         self._ended.add(session)
-        self._write(current.tally.end(current.first, outcome, error))
+        self.last_end = current.tally.end(current.first, outcome, error)
+        self._write(self.last_end)
 
     def close(self) -> None:
         """End every open episode as ``abandoned`` (the sink stays open)."""

@@ -18,6 +18,7 @@ from corral.server.openenv_ws import openenv_fallback
 from corral.server.render import render_router
 from corral.server.service import EnvService
 from corral.server.status import status_router
+from corral.server.tasks import tasks_router
 from corral.server.webui import is_public, web_router
 from corral.server.workers import Worker, WorkerPool, env_reference
 from corral.server.ws import FallbackHandler, ws_endpoint
@@ -57,6 +58,7 @@ def create_app(
         cfg = ServerConfig(**{**cfg.__dict__, **overrides})
     service = EnvService(env, cfg)
     workers = _worker_pool(env, service) if cfg.workers else None
+    tasks, catalog = tasks_router(service)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -68,6 +70,7 @@ def create_app(
         finally:
             await service.batches.shutdown()
             await service.manager.shutdown()
+            await catalog.close()
             if workers is not None:
                 await workers.shutdown()
 
@@ -95,6 +98,7 @@ def create_app(
         app.include_router(status_router(service))
         if cfg.token is not None:
             app.include_router(auth_router(cfg.token))
+    app.include_router(tasks)  # last: its /{env}/... paths must not shadow others
     if cfg.token is not None:
         app.add_middleware(
             BearerAuth, token=cfg.token, cookies=cfg.web, public=is_public if cfg.web else None

@@ -41,6 +41,7 @@ from corral.protocol.handshake import Compat, check_protocol, negotiate
 from corral.protocol.session import Op
 from corral.server.batching import BatchHandler
 from corral.server.config import ServerConfig
+from corral.server.rewards import RewardStats
 from corral.server.runner import EnvFactory
 from corral.server.sessions import Session, SessionManager
 
@@ -111,6 +112,8 @@ class EnvService:
         self.connections: dict[str, int] = {}
         """Open WebSocket connections by client address (for the per-client limit)."""
         self.batches = BatchHandler(self)
+        self.rewards = RewardStats()
+        """Reward and reward-component histograms (``/metrics``)."""
 
     # -- descriptions -------------------------------------------------------------
 
@@ -294,6 +297,7 @@ class EnvService:
                 f"{type(obs).__name__}, not {self.contract.observation.__name__}",
                 details={"returned": type(obs).__name__},
             )
+        self.rewards.observe(obs)
         return obs
 
     def _load_action(self, channel: Channel, raw: Any) -> BaseModel:

@@ -15,6 +15,7 @@ from corral.envs.wordle.env import (
     WordleEnv,
     WordleObservation,
     WordleState,
+    WordleTask,
 )
 from corral.envs.wordle.game import LetterScore, load_words, score_guess
 from corral.envs.wordle.policy import SimplePolicy
@@ -27,6 +28,7 @@ __all__ = [
     "WordleEnv",
     "WordleObservation",
     "WordleState",
+    "WordleTask",
     "load_words",
     "score_guess",
 ]

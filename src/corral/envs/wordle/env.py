@@ -12,14 +12,24 @@ Rewards (shaped so a simple policy has something to climb):
   the episode, plus ``0.05`` per letter marked green or yellow for the first time;
 * a word that is not in the list: ``0.0``; it does not use a guess and ``message`` says so.
 
+Each step's ``reward_components`` splits its reward into ``solve``, or ``new_greens`` and
+``new_letters``.
+
 The episode *terminates* (``done=True, truncated=False``) when the word is solved or the
 guesses run out; it is *truncated* (``done=True, truncated=True``) when ``max_turns`` steps
 (rejected words included) have been taken without either. The secret appears in the
 observation only once the episode is over.
 
 Reset options: ``max_guesses`` (int >= 1, default 6), ``max_turns`` (int >= 1 or ``None``
-for no limit, default 20), ``word`` (force the secret; must be in the list) and
+for no limit, default 20), ``word`` (force the secret; must be in the list),
+``split`` and ``index`` (play task ``index`` of split ``train`` or ``test``) and
 ``episode_id`` (str).
+
+Tasks: the word list is split into ``train`` (about four words in five) and ``test`` by a
+hash of each word (:func:`~corral.envs.wordle.game.split_of`); task ``i`` of a split is
+its ``i``-th word in alphabetical order (:class:`WordleTask`). ``reset(seed=...)`` alone
+still draws from the whole list. The final observation's ``metadata["success"]`` says
+whether the word was found.
 """
 
 from __future__ import annotations
@@ -28,22 +38,25 @@ import html
 import random
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from corral.contract import Action, Environment, Observation, State, WireModel
 from corral.contract.options import parse_reset_options
+from corral.contract.tasks import Task, resolve_task, task_ref
 from corral.envs.wordle.game import (
     CORRECT,
     PRESENT,
+    SPLITS,
     WORD_LENGTH,
     LetterScore,
     load_words,
     parse_word_list,
     pattern_scores,
     score_guess,
+    split_words,
 )
 from corral.errors import InvalidArgument
 
@@ -66,7 +79,8 @@ _SOLVED_PATTERN = CORRECT * WORD_LENGTH
 _OPTIONS_HELP = (
     f"max_guesses (int 1..{MAX_GUESSES_LIMIT}, default {DEFAULT_MAX_GUESSES}), "
     f"max_turns (int >= 1, or None for no limit; default {DEFAULT_MAX_TURNS}), "
-    "word (a word from the list, to force the secret), episode_id (str)"
+    "word (a word from the list, to force the secret), split (train or test) with "
+    "index (int >= 0, the task), episode_id (str)"
 )
 
 
@@ -125,6 +139,12 @@ class WordleObservation(Observation):
     secret: str | None = None
 
 
+class WordleTask(Task):
+    """One Wordle task: the secret word of position ``index`` in its split."""
+
+    word: str
+
+
 class WordleState(State):
     """The game as a trainer may inspect it, secret included.
 
@@ -140,6 +160,7 @@ class WordleState(State):
         solved: the secret was guessed.
         done: the episode is over (solved, out of guesses, or truncated).
         seed: the seed the episode was reset with.
+        task: the id of the task it plays (``test-12``), when reset with one.
     """
 
     secret: str | None = None
@@ -151,6 +172,7 @@ class WordleState(State):
     solved: bool = False
     done: bool = False
     seed: int | None = None
+    task: str | None = None
 
 
 _StrictPositive = Annotated[int, Field(strict=True, ge=1)]
@@ -164,6 +186,8 @@ class _ResetOptions(BaseModel):
     max_guesses: Annotated[int, Field(strict=True, ge=1, le=MAX_GUESSES_LIMIT)]
     max_turns: _StrictPositive | None
     word: str | None = None
+    split: str | None = None
+    index: int | None = Field(default=None, strict=True)
     episode_id: str | None = None
 
 
@@ -192,6 +216,7 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
         "the list costs a turn but not a guess."
     )
     contract_version = "1.0.0"
+    task_type = WordleTask
 
     def __init__(
         self,
@@ -202,6 +227,7 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
     ) -> None:
         self._words = load_words() if words is None else parse_word_list(words, source="words")
         self._allowed = frozenset(self._words)
+        self._splits = split_words(self._words)
         defaults = _parse_options({"max_guesses": max_guesses, "max_turns": max_turns})
         self._max_guesses = defaults.max_guesses
         self._max_turns = defaults.max_turns
@@ -223,7 +249,17 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
         opts = _parse_options(
             {"max_guesses": self._max_guesses, "max_turns": self._max_turns, **options}
         )
-        if opts.word is None:
+        ref = task_ref(opts.split, opts.index)
+        task: Task | None = None
+        if ref is not None:
+            if opts.word is not None:
+                raise InvalidArgument(
+                    "reset options word and split/index both choose the secret; pass one"
+                )
+            task = resolve_task(self, ref.split, ref.index)
+        if isinstance(task, WordleTask):
+            secret = task.word
+        elif opts.word is None:
             secret = random.Random(seed).choice(self._words)
         else:
             secret = opts.word.lower()
@@ -239,6 +275,7 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
             max_guesses=opts.max_guesses,
             max_turns=opts.max_turns,
             seed=seed,
+            task=task.id if task is not None else None,
         )
         self._history = []
         return WordleObservation(
@@ -249,6 +286,25 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
                 "G (right spot), Y (in the word, elsewhere) or . (not in the word)."
             ),
         )
+
+    @classmethod
+    def scripted_policy(cls, seed: int | None) -> Callable[[Any], Any]:
+        """:class:`~corral.envs.wordle.SimplePolicy`'s ``act``, seeded."""
+        from corral.envs.wordle.policy import SimplePolicy  # it imports this module
+
+        return SimplePolicy(seed=seed).act
+
+    def splits(self) -> list[str]:
+        """``["train", "test"]``."""
+        return list(SPLITS)
+
+    def num_tasks(self, split: str) -> int:
+        """The number of words in ``split``."""
+        return len(self._splits[split])
+
+    def task(self, split: str, index: int) -> WordleTask:
+        """The ``index``-th word (alphabetical) of ``split``."""
+        return WordleTask(split=split, index=index, word=self._splits[split][index])
 
     def step(self, action: WordleAction) -> WordleObservation:
         """Score one guess, or reject a word that is not in the list.
@@ -266,13 +322,13 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
         pattern = ""
         if guess in self._allowed:
             pattern = score_guess(guess, state.secret)
-            reward = self._reward(guess, pattern)
+            components = self._reward(guess, pattern)
             self._history.append(GuessRecord(guess=guess, pattern=pattern))
             state.guesses.append(guess)
             state.guesses_made += 1
             state.solved = pattern == _SOLVED_PATTERN
         else:
-            reward = 0.0
+            components = {}
             state.rejected += 1
         guesses_left = state.max_guesses - state.guesses_made
         terminated = state.solved or guesses_left == 0
@@ -290,9 +346,11 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
             turns_left=None if state.max_turns is None else state.max_turns - state.step_count,
             message=self._message(guess, pattern, guesses_left, truncated),
             secret=state.secret if state.done else None,
-            reward=round(reward, 6),
+            reward=round(sum(components.values()), 6),
+            reward_components=components,
             done=state.done,
             truncated=truncated,
+            metadata={"success": state.solved} if state.done else {},
         )
 
     def state(self) -> WordleState:
@@ -336,11 +394,11 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
         picks = [best, *[word for word in policy.candidates if word != best][:2]]
         return [(f"try {word}", WordleAction(guess=word)) for word in picks]
 
-    def _reward(self, guess: str, pattern: str) -> float:
-        """The reward of an accepted guess, given the guesses before it."""
+    def _reward(self, guess: str, pattern: str) -> dict[str, float]:
+        """The reward components of an accepted guess, given the guesses before it."""
         if pattern == _SOLVED_PATTERN:
             guesses_left = self._state.max_guesses - self._state.guesses_made - 1
-            return SOLVE_REWARD + SOLVE_BONUS_PER_GUESS_LEFT * guesses_left
+            return {"solve": round(SOLVE_REWARD + SOLVE_BONUS_PER_GUESS_LEFT * guesses_left, 6)}
         known_greens = {
             i
             for record in self._history
@@ -359,7 +417,10 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
             for letter, mark in zip(guess, pattern, strict=True)
             if mark in (CORRECT, PRESENT)
         } - known_letters
-        return NEW_GREEN_REWARD * len(new_greens) + NEW_LETTER_REWARD * len(new_letters)
+        return {
+            "new_greens": round(NEW_GREEN_REWARD * len(new_greens), 6),
+            "new_letters": round(NEW_LETTER_REWARD * len(new_letters), 6),
+        }
 
     def _message(self, guess: str, pattern: str, guesses_left: int, truncated: bool) -> str:
         state = self._state
