@@ -80,7 +80,7 @@ async def test_off_by_default():
 
 def test_public_paths_are_the_static_files_only():
     assert is_public("/") and is_public("/web") and is_public("/web/main.js")
-    for private in ("/ws", "/status", "/render", "/schema", "/webx", "/auth", "/docs"):
+    for private in ("/ws", "/status", "/render", "/regression", "/schema", "/webx", "/auth"):
         assert not is_public(private), private
 
 
@@ -93,3 +93,26 @@ def test_the_wheel_ships_the_ui():
         names = set(archive.namelist())
     for asset in load_assets():
         assert f"corral/server/web/{asset}" in names, asset
+
+
+async def test_regression_turns_an_episode_file_into_a_pytest_module(tmp_path):
+    from corral import episodes
+
+    path = tmp_path / "one.jsonl"
+    with episodes.EpisodeWriter(path, episodes.Header(source="test")) as out:
+        recorder = episodes.EpisodeRecorder(out)
+        recorder.reset("s", seed=3, observation={"echoed_message": "ready"})
+        recorder.step("s", action={"message": "hi"}, observation={"echoed_message": "hi"})
+    with running(EchoEnv, web=True, max_frame_bytes=2048) as srv:
+        async with httpx.AsyncClient(base_url=srv.url) as http:
+            made = await http.post(
+                "/regression", params={"url": srv.url}, content=path.read_bytes()
+            )
+            assert made.status_code == 200
+            assert made.headers["content-type"].startswith("text/x-python")
+            compile(made.text, "test_x.py", "exec")
+            assert f"URL = {srv.url!r}" in made.text
+            for body, status in ((b"junk\n", 422), (b"", 422), (b"x" * 4096, 413)):
+                refused = await http.post("/regression", content=body)
+                assert refused.status_code == status, body[:10]
+                assert refused.json()["code"] in ("INVALID_ARGUMENT", "FRAME_TOO_LARGE")

@@ -19,7 +19,7 @@ from corral.server.render import render_router
 from corral.server.service import EnvService
 from corral.server.status import status_router
 from corral.server.tasks import tasks_router
-from corral.server.webui import is_public, web_router
+from corral.server.webui import is_public, regression_router, web_router
 from corral.server.workers import Worker, WorkerPool, env_reference
 from corral.server.ws import FallbackHandler, ws_endpoint
 
@@ -96,6 +96,7 @@ def create_app(
         app.include_router(web_router())
         app.include_router(render_router(service))
         app.include_router(status_router(service))
+        app.include_router(regression_router(cfg.max_frame_bytes))
         if cfg.token is not None:
             app.include_router(auth_router(cfg.token))
     app.include_router(tasks)  # last: its /{env}/... paths must not shadow others

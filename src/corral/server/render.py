@@ -22,13 +22,12 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from corral.contract import Environment
-from corral.errors import CorralError, EnvError, FrameTooLarge, InvalidArgument
+from corral.errors import CorralError, EnvError, InvalidArgument
 from corral.protocol.codecs import JsonCodec
 from corral.server.service import EnvService
+from corral.server.webui import error_reply, read_limited
 
 _CONCURRENT_RENDERS = 2
-
-_STATUS = {InvalidArgument: 422, FrameTooLarge: 413, EnvError: 500}
 
 
 def hooks_of(env_type: type[Environment[Any, Any, Any]]) -> dict[str, bool]:
@@ -47,23 +46,6 @@ class Renderer:
         self.hooks = hooks_of(service.env_type)
         self._codec = JsonCodec()
         self._slots = asyncio.Semaphore(_CONCURRENT_RENDERS)
-
-    async def read(self, request: Request) -> bytes:
-        """The request body, refused as soon as it outgrows the server's frame limit.
-
-        Raises:
-            FrameTooLarge: the body exceeds the limit.
-        """
-        limit = self.service.config.max_frame_bytes
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise FrameTooLarge(
-                    f"the request is over the {limit}-byte limit", details={"limit": limit}
-                )
-            chunks.append(chunk)
-        return b"".join(chunks)
 
     def load(self, body: bytes) -> Any:
         """The observation model from a request body.
@@ -144,10 +126,9 @@ def render_router(service: EnvService) -> APIRouter:
     @router.post("/render", summary="The environment's HTML view and one-click actions")
     async def render(request: Request) -> JSONResponse:
         try:
-            observation = renderer.load(await renderer.read(request))
-            return JSONResponse(await renderer.render(observation))
+            body = await read_limited(request, service.config.max_frame_bytes)
+            return JSONResponse(await renderer.render(renderer.load(body)))
         except CorralError as exc:
-            status = next((s for t, s in _STATUS.items() if isinstance(exc, t)), 500)
-            return JSONResponse(exc.to_wire(), status_code=status)
+            return error_reply(exc)
 
     return router

@@ -5,8 +5,12 @@ app is made and served from memory with a strict Content-Security-Policy (script
 this origin only, no inline script, connections to this origin only, nothing from a
 CDN). ``/`` and ``/web`` redirect to ``/web/``. The UI talks to the server through the
 public protocol and routes only (``/ws`` with ``corral/1`` and the JSON codec,
-``/schema``, ``/metadata``, ``/mcp``, ``/render``, ``/status``); nothing in the server
-treats it differently from any other client.
+``/schema``, ``/metadata``, ``/mcp``, ``/render``, ``/status``, ``/regression``);
+nothing in the server treats it differently from any other client.
+
+``POST /regression`` turns an episode file (``corral.episodes``' format, as the UI
+exports it) into a pytest module with :func:`corral.regression.pytest_module`, the one
+template ``corral replay --pytest`` also writes.
 """
 
 from __future__ import annotations
@@ -15,9 +19,14 @@ import hashlib
 import mimetypes
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
-from fastapi import APIRouter, Request
-from fastapi.responses import RedirectResponse, Response
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+
+from corral.episodes import EpisodeFormatError, read
+from corral.errors import CorralError, FrameTooLarge, InvalidArgument
+from corral.regression import pytest_module
 
 WEB_DIR = Path(__file__).with_name("web")
 """Where the UI's static files live (package data)."""
@@ -109,5 +118,64 @@ def web_router(assets: dict[str, Asset] | None = None) -> APIRouter:
         if request.headers.get("if-none-match") == found.etag:
             return Response(status_code=304, headers=headers)
         return Response(found.body, media_type=found.media_type, headers=headers)
+
+    return router
+
+
+async def read_limited(request: Request, limit: int) -> bytes:
+    """The request body, refused as soon as it outgrows ``limit`` bytes.
+
+    Raises:
+        FrameTooLarge: the body is larger than ``limit``.
+    """
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise FrameTooLarge(
+                f"the request is over the {limit}-byte limit", details={"limit": limit}
+            )
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def error_reply(exc: CorralError) -> JSONResponse:
+    """``{code, message, details}`` with the status the UI's routes use for ``exc``."""
+    status = (
+        413 if isinstance(exc, FrameTooLarge) else 422 if isinstance(exc, InvalidArgument) else 500
+    )
+    return JSONResponse(exc.to_wire(), status_code=status)
+
+
+def regression_router(limit: int) -> APIRouter:
+    """``POST /regression``: an episode file in, a pytest module out."""
+    router = APIRouter(tags=["web"])
+
+    @router.post(
+        "/regression",
+        summary="An episode file as a pytest regression test",
+        response_class=Response,
+        responses={200: {"content": {"text/x-python": {"schema": {"type": "string"}}}}},
+    )
+    async def regression(
+        request: Request,
+        url: Annotated[
+            str | None,
+            Query(
+                max_length=2048,
+                description="The server the test replays against when $CORRAL_URL is not set.",
+            ),
+        ] = None,
+    ) -> Response:
+        try:
+            body = await read_limited(request, limit)
+            try:
+                episodes = read(body)
+                source = pytest_module(episodes, url=url, source="the web UI")
+            except (EpisodeFormatError, ValueError) as exc:
+                raise InvalidArgument(f"not an episode file: {exc}") from None
+        except CorralError as exc:
+            return error_reply(exc)
+        return Response(source, media_type="text/x-python")
 
     return router

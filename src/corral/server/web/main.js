@@ -4,7 +4,7 @@ import { h, $, clear, json, short, download, equal, diff, mask } from './dom.js'
 import { Wire, Session, WireError, http } from './wire.js';
 import { FormWithJson, InputError } from './forms.js';
 import { FLAGS, fieldTable, flagsOf, diffView, valueView } from './observe.js';
-import { toJsonl, fromJsonl, toPytest } from './episode.js';
+import { toJsonl, fromJsonl } from './episode.js';
 import { Inspector, showContract, ServerView, pythonSnippet, curlSnippet, showSnippet } from './panels.js';
 
 const app = {
@@ -455,6 +455,21 @@ async function doVerify() {
   }
 }
 
+// The server writes the module (corral.regression, the template `corral replay --pytest`
+// uses) from the episode file this page would export.
+async function exportPytest() {
+  if (!app.episode) return;
+  const url = encodeURIComponent(meta().url);
+  try {
+    const source = await authed(() =>
+      http(`regression?url=${url}`, { method: 'POST', body: toJsonl(app.episode, meta()), headers: { 'Content-Type': 'application/x-ndjson' } }),
+    );
+    download(`test_${(app.metadata?.name || 'env').replace(/\W/g, '_')}_episode.py`, source, 'text/x-python');
+  } catch (e) {
+    note(`could not export: ${e.code || ''} ${e.message}`, 'bad');
+  }
+}
+
 async function doImport(file) {
   try {
     const episodes = fromJsonl(await file.text());
@@ -584,7 +599,7 @@ async function start() {
   };
   $('#verify').onclick = doVerify;
   $('#export').onclick = () => app.episode && download(`${app.metadata?.name || 'episode'}-${Date.now()}.jsonl`, toJsonl(app.episode, meta()), 'application/x-ndjson');
-  $('#export-pytest').onclick = () => app.episode && download(`test_${(app.metadata?.name || 'env').replace(/\W/g, '_')}_episode.py`, toPytest(app.episode, meta()), 'text/x-python');
+  $('#export-pytest').onclick = exportPytest;
   $('#share').onclick = () => {
     updateLink();
     showSnippet('Link to this episode', location.href);

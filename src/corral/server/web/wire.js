@@ -146,7 +146,7 @@ export async function http(path, { method = 'GET', body, headers = {} } = {}) {
   const init = { method, headers: { ...headers }, credentials: 'same-origin' };
   if (body !== undefined) {
     init.body = typeof body === 'string' ? body : JSON.stringify(body);
-    init.headers['Content-Type'] = 'application/json';
+    init.headers['Content-Type'] ??= 'application/json';
   }
   const response = await fetch(new URL(path, new URL('..', location.href)), init);
   const text = await response.text();
