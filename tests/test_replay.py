@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support.cli import corral
 from tests.support.flaky import FlakyEnv, Move, SlowEnv
 from tests.support.recording import play
 from tests.support.servers import running
@@ -24,8 +25,6 @@ from corral.episodes import (
     read,
 )
 from corral.replay import replay
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def header_of(client: AsyncEnvClient, url: str) -> Header:
@@ -143,38 +142,28 @@ async def test_stops_at_a_recorded_session_loss_and_fails_on_a_new_one(tmp_path:
     assert result.status == "failed" and "STEP_TIMEOUT" in result.note and not report.ok
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "corral.cli.main", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
-
-
 async def test_the_command(tmp_path: Path) -> None:
     path = tmp_path / "flaky.jsonl"
     with running(FlakyEnv, max_sessions=4) as srv:
         await record_flaky(path, srv.url)
         url = srv.url
-        diverged = run_cli("replay", str(path), "--url", url)
+        diverged = corral("replay", str(path), "--url", url)
         assert diverged.returncode == 1, diverged.stderr
         assert "diverged" in diverged.stdout and "metadata.calls" in diverged.stdout
-        clean = run_cli(
+        clean = corral(
             "replay", str(path), "--url", url, "--ignore", "metadata", "--ignore", "noise", "--json"
         )
         assert clean.returncode == 0, clean.stderr
         data = json.loads(clean.stdout)
         assert data["ok"] and data["counts"]["identical"] == 2
-    local = run_cli("replay", str(path), "--env", "tests.support.flaky:FlakyEnv", "--json")
+    local = corral("replay", str(path), "--env", "tests.support.flaky:FlakyEnv", "--json")
     assert local.returncode == 1, local.stderr
     assert json.loads(local.stdout)["counts"]["diverged"] == 2
 
     (tmp_path / "bad.jsonl").write_text("not json\n")
-    bad = run_cli("replay", str(tmp_path / "bad.jsonl"), "--url", "http://127.0.0.1:9")
+    bad = corral("replay", str(tmp_path / "bad.jsonl"), "--url", "http://127.0.0.1:9")
     assert bad.returncode == 2 and "line 1" in bad.stderr
-    both = run_cli("replay", str(path))
+    both = corral("replay", str(path))
     assert both.returncode == 2 and "exactly one of --url and --env" in both.stderr
 
 
@@ -216,7 +205,7 @@ async def test_an_episode_file_becomes_a_passing_regression_test(tmp_path: Path)
     with running(WordleEnv, max_sessions=4) as srv:
         await record_wordle(path, srv.url)
     test = tmp_path / "gen" / "test_wordle_regression.py"
-    made = run_cli(
+    made = corral(
         "replay", str(path), "--pytest", str(test), "--env", "corral.envs.wordle:WordleEnv"
     )
     assert made.returncode == 0 and "4 test(s)" in made.stdout, made.stderr
@@ -232,7 +221,7 @@ async def test_a_regression_test_fails_with_the_divergence(tmp_path: Path) -> No
     with running(FlakyEnv, max_sessions=4) as srv:
         await record_flaky(path, srv.url)
         test = tmp_path / "test_flaky_regression.py"
-        made = run_cli("replay", str(path), "--pytest", str(test), "--ignore", "metadata")
+        made = corral("replay", str(path), "--pytest", str(test), "--ignore", "metadata")
         assert made.returncode == 0, made.stderr
         failed = run_pytest(test, {"CORRAL_URL": srv.url})
     assert failed.returncode == 1

@@ -17,6 +17,7 @@ from corral.episodes import (
     Header,
     StepRecord,
     TaskRef,
+    dump_line,
     read,
 )
 from corral.errors import EnvError, InvalidAction, SessionLost
@@ -204,3 +205,38 @@ def test_any_contract_round_trips_through_a_file(
     assert reset.observation_as(obs_cls) == obs
     assert step.action_as(act_cls) == action
     assert step.observation_as(obs_cls) == obs
+
+
+def test_the_writers_fast_path_writes_what_the_models_would() -> None:
+    """Step lines go to a writer without a model; the bytes must be dump_line's."""
+
+    def scenario(recorder: EpisodeRecorder) -> None:
+        recorder.reset(
+            "s",
+            seed=3,
+            options={"split": "test", "index": 1, "x": [1, 2]},
+            t=1.5,
+            observation={"text": "héllo", "reward": None},
+            latency_s=0.25,
+            state={"step_count": 0},
+        )
+        recorder.step(
+            "s",
+            action={"a": 1},
+            observation={"reward": 1, "reward_components": {"w": 1}, "metadata": {"k": None}},
+            t=2.0,
+        )
+        recorder.step("s", action={"a": 2}, error=InvalidAction("bad", details={"loc": ("a",)}))
+        recorder.step("s", action={"a": 3}, observation={"reward": float("nan")})
+        recorder.step("s", action={"a": 4}, observation={"done": True, "truncated": True})
+        recorder.reset("t", observation={}, t=0)
+        recorder.step("t", action={"a": 5}, error=SessionLost("gone"))
+
+    buffer = io.BytesIO()
+    with EpisodeWriter(buffer, HEADER) as out:
+        scenario(EpisodeRecorder(out, new_id=iter(["e1", "e2"]).__next__))
+    models = Recorded(new_id=iter(["e1", "e2"]).__next__)
+    scenario(models.recorder)
+    fast = buffer.getvalue().splitlines(keepends=True)[1:]  # the header aside
+    assert fast == [dump_line(line) for line in models.lines]  # type: ignore[arg-type]
+    assert len(fast) == 9  # 6 lines of s (5 requests, its end), 3 of t

@@ -3,9 +3,9 @@ re-run from their seeds and actions, and compared."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
+from tests.support.recording import play
 from tests.support.servers import running
 
 from corral.client import AsyncEnvClient
@@ -19,42 +19,6 @@ from corral.episodes import (
     compare,
     read,
 )
-from corral.errors import CorralError
-
-
-async def play(
-    client: AsyncEnvClient, recorder: EpisodeRecorder, seed: int, actions: list | None = None
-) -> None:
-    """One episode with the policy (or the given actions), every request recorded."""
-    session = client.session_id or "?"
-    policy = SimplePolicy(seed=seed)
-    started = time.time()
-    result = await client.reset(seed=seed)
-    recorder.reset(
-        session,
-        seed=seed,
-        options={},
-        observation=result.observation,
-        t=started,
-        latency_s=time.time() - started,
-        state=await client.state(),
-    )
-    queue = list(actions) if actions is not None else None
-    while not result.done and (queue is None or queue):
-        action = queue.pop(0) if queue is not None else policy.act(result.observation)
-        started = time.time()
-        try:
-            result = await client.step(action)
-        except CorralError as exc:
-            recorder.step(session, action=action, error=exc, t=started)
-            continue
-        recorder.step(
-            session,
-            action=action,
-            observation=result.observation,
-            t=started,
-            latency_s=time.time() - started,
-        )
 
 
 async def test_recorded_wordle_episodes_read_back_and_re_run(tmp_path: Path) -> None:
@@ -70,16 +34,13 @@ async def test_recorded_wordle_episodes_read_back_and_re_run(tmp_path: Path) -> 
             )
             with EpisodeWriter(path, header) as out:
                 recorder = EpisodeRecorder(out)
-                await play(client, recorder, seed=3)
+                await play(client, recorder, 3, policy=SimplePolicy(seed=3).act, states=True)
                 # A word that is not in the list: a turn used, no guess; then a failure.
                 await play(
-                    client,
-                    recorder,
-                    seed=4,
-                    actions=[{"guess": "qqqqq"}, WordleAction(guess="crane")],
+                    client, recorder, 4, actions=[{"guess": "qqqqq"}, WordleAction(guess="crane")]
                 )
                 raw = {"guess": "toolong"}
-                await play(client, recorder, seed=5, actions=[raw, WordleAction(guess="slate")])
+                await play(client, recorder, 5, actions=[raw, WordleAction(guess="slate")])
                 recorder.close()
 
         episodes = read(path)
@@ -104,7 +65,7 @@ async def test_recorded_wordle_episodes_read_back_and_re_run(tmp_path: Path) -> 
             for episode in episodes:
                 lines: list = []
                 await play(
-                    client, EpisodeRecorder(lines.append), episode.seed, list(episode.actions)
+                    client, EpisodeRecorder(lines.append), episode.seed, actions=episode.actions
                 )
                 again.append(collect(lines, Header()))
             for recorded, (replayed,) in zip(episodes, again, strict=True):
@@ -112,7 +73,7 @@ async def test_recorded_wordle_episodes_read_back_and_re_run(tmp_path: Path) -> 
 
             # ... and another seed does not.
             lines = []
-            await play(client, EpisodeRecorder(lines.append), 99, list(won.actions))
+            await play(client, EpisodeRecorder(lines.append), 99, actions=won.actions)
             (other,) = collect(lines, Header())
             found = compare(won, other)
             assert found is not None and found.index >= 1 and found.path.startswith("observation.")

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.support.cli import REPO, corral
 from tests.support.flaky import FragileEnv
 from tests.support.llm_standin import standin_app
 from tests.support.peers import AppThread
@@ -22,7 +23,6 @@ from corral.episodes import read
 from corral.evaluation import EvalError, evaluate
 from corral.evaluation.report import final_attempts, parse_episode_id
 
-REPO = Path(__file__).resolve().parents[2]
 WORDLE = "corral.envs.wordle:WordleEnv"
 FRAGILE = "tests.support.flaky:FragileEnv"
 
@@ -38,17 +38,6 @@ def fragile_url() -> Iterator[str]:
 def wordle_url() -> Iterator[str]:
     with running(WordleEnv, max_sessions=64) as srv:
         yield srv.url
-
-
-def corral(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "corral.cli.main", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=300,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def test_wordle_scripted_on_the_test_split(tmp_path: Path) -> None:

@@ -15,9 +15,9 @@ import pytest
 
 from corral.client import AsyncEnvClient
 from corral.client.launcher import ServerStartError
-from corral.envs.coding.sandbox import SandboxMode, available_modes
 from corral.providers.local import LocalProcessProvider
 from corral.providers.venv import MARKER, VenvError, ensure_venv, venv_key
+from corral.sandbox import SandboxMode, available_modes
 
 pytestmark = [pytest.mark.network]
 

@@ -22,7 +22,6 @@ from rich.console import Console
 from rich.markup import escape
 
 from corral.errors import CorralError
-from corral.evaluation import EvalError, evaluate, summary_table
 
 
 def eval_command(
@@ -81,6 +80,9 @@ def eval_command(
     ] = None,
 ) -> None:
     """Evaluate a policy on an environment: N episodes, recorded, summarized."""
+    # Imported here: the pool needs numpy, which every other corral command can skip.
+    from corral.evaluation import EvalError, evaluate, summary_table
+
     console = Console(highlight=False, soft_wrap=True)
     errors = Console(stderr=True, highlight=False, soft_wrap=True)
     where: Any = target.split(",") if "," in target else target

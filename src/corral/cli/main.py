@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import typer
 
-import corral.cli.validate_local  # noqa: F401 - registers the PATH mode of corral validate
 from corral.cli.build import build_command
 from corral.cli.eval import eval_command
 from corral.cli.init import init_command

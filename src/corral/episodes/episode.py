@@ -43,21 +43,49 @@ class Tally:
 
     def add(self, record: StepRecord) -> None:
         """Account for one step line."""
+        self.count(
+            record.op,
+            record.t,
+            record.latency_s,
+            record.error,
+            record.reward,
+            record.reward_components,
+            record.terminated,
+            record.truncated,
+            record.observation,
+        )
+
+    def count(
+        self,
+        op: str,
+        t: float,
+        latency_s: float | None,
+        error: ErrorInfo | None,
+        reward: float | None,
+        components: dict[str, float | None],
+        terminated: bool,
+        truncated: bool,
+        observation: dict[str, Any] | None,
+    ) -> None:
+        """Account for one step line given by its fields (the recorder's fast path)."""
         if self.started is None:
-            self.started = record.t
-        self.finished = record.t + (record.latency_s or 0.0)
-        if record.op == "step":
+            self.started = t
+        self.finished = t + (latency_s or 0.0)
+        if op == "step":
             self.length += 1
-        if record.error is not None:
-            self.error = record.error
+        if error is not None:
+            self.error = error
             return
         self.error = None
-        if record.op == "step" and record.reward is not None:
-            self.total_reward += record.reward
-        for name, value in record.reward_components.items():
-            self.components[name] = self.components.get(name, 0.0) + value
-        self.terminated, self.truncated = record.terminated, record.truncated
-        self.success = success_of(record) if record.done else None
+        if op == "step" and reward is not None:
+            self.total_reward += reward
+        for name, value in components.items():
+            self.components[name] = self.components.get(name, 0.0) + (
+                math.nan if value is None else value
+            )
+        self.terminated, self.truncated = terminated, truncated
+        done = terminated or truncated
+        self.success = success_of(observation, terminated, truncated, reward) if done else None
 
     @property
     def done(self) -> bool:
@@ -66,11 +94,14 @@ class Tally:
 
     def end(
         self,
-        first: StepRecord,
+        episode: str,
+        session: str | None,
+        seed: int | None,
+        task: TaskRef | None,
         outcome: Outcome | None = None,
         error: ErrorInfo | None = None,
     ) -> EpisodeEnd:
-        """The end line, for the episode whose first line is ``first``.
+        """The end line of ``episode``.
 
         ``outcome`` defaults to how the last line ended it (``terminated``/``truncated``).
         """
@@ -80,26 +111,32 @@ class Tally:
         if self.started is not None and self.finished is not None:
             duration = max(0.0, self.finished - self.started)
         return EpisodeEnd(
-            episode=first.episode,
-            session=first.session,
-            seed=first.seed,
-            task=first.task,
+            episode=episode,
+            session=session,
+            seed=seed,
+            task=task,
             outcome=outcome,
             length=self.length,
             total_reward=self.total_reward if math.isfinite(self.total_reward) else None,
-            reward_components=self.components,
+            reward_components={
+                k: v if math.isfinite(v) else None for k, v in self.components.items()
+            },
             success=self.success if outcome in ("terminated", "truncated") else None,
             duration_s=duration,
             error=error,
         )
 
 
-def success_of(record: StepRecord) -> bool:
-    """Whether the episode ``record`` ended was a success (see :class:`EpisodeEnd`)."""
-    metadata = (record.observation or {}).get("metadata")
+def success_of(
+    observation: dict[str, Any] | None, terminated: bool, truncated: bool, reward: float | None
+) -> bool:
+    """Whether an episode ended by this observation was a success (see
+    :class:`EpisodeEnd`): its ``metadata["success"]``, else terminated with a positive
+    reward."""
+    metadata = (observation or {}).get("metadata")
     if isinstance(metadata, dict) and isinstance(metadata.get("success"), bool):
         return bool(metadata["success"])
-    return record.terminated and not record.truncated and (record.reward or 0.0) > 0.0
+    return terminated and not truncated and (reward or 0.0) > 0.0
 
 
 @dataclass
@@ -181,7 +218,8 @@ class Episode:
         first = self.first
         if first is None:
             return EpisodeEnd(episode=self.id, outcome="incomplete")
-        return tally.end(first, None if tally.done else "incomplete", tally.error)
+        outcome: Outcome | None = None if tally.done else "incomplete"
+        return tally.end(first.episode, first.session, first.seed, first.task, outcome, tally.error)
 
     def tally(self) -> Tally:
         """The running totals over all its lines."""

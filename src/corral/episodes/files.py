@@ -20,8 +20,9 @@ import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Self
+from typing import IO, Any, Self
 
+import orjson
 from pydantic import ValidationError
 
 from corral.episodes.episode import Episode, EpisodeFormatError, assemble
@@ -93,6 +94,25 @@ class EpisodeWriter:
             self.lines += 1
             if not isinstance(line, StepRecord):
                 self._file.flush()
+
+    def write_fields(self, fields: dict[str, Any]) -> bool:
+        """Write a step line given as its JSON-ready fields (in the model's order, nulls
+        left out): what :class:`~corral.episodes.EpisodeRecorder` does to skip building
+        a model per step. Returns False, writing nothing, if a value is not JSON.
+
+        Raises:
+            ValueError: the writer is closed.
+        """
+        try:
+            data = orjson.dumps(fields, option=orjson.OPT_APPEND_NEWLINE)
+        except TypeError:
+            return False
+        with self._lock:
+            if self.closed:
+                raise ValueError("write to a closed EpisodeWriter")
+            self._file.write(data)
+            self.lines += 1
+        return True
 
     def flush(self) -> None:
         """Push buffered lines to the operating system."""

@@ -159,7 +159,8 @@ class StepRecord(_Line):
         observation: the observation returned (JSON form), or null when it failed.
         state: a snapshot of the environment's state after the request, if recorded.
         reward / reward_components / terminated / truncated: as the observation gave
-            them, lifted out for readers that do not parse observations.
+            them, lifted out for readers that do not parse observations (JSON has no
+            NaN or infinity: a value that is not a finite number is written as null).
         t: when the request was sent (Unix time, seconds).
         latency_s: how long its reply took, as the recorder measured it.
         error: the error the request got, when it failed.
@@ -177,7 +178,7 @@ class StepRecord(_Line):
     observation: dict[str, Any] | None = None
     state: dict[str, Any] | None = None
     reward: float | None = None
-    reward_components: dict[str, float] = Field(default_factory=dict)
+    reward_components: dict[str, float | None] = Field(default_factory=dict)
     terminated: bool = False
     truncated: bool = False
     t: float = 0.0
@@ -224,7 +225,8 @@ class EpisodeEnd(_Line):
         length: the number of ``step`` requests (the reset not counted).
         total_reward: the sum of the step rewards (``None`` rewards count 0; null when
             the sum is not a finite number).
-        reward_components: each named component summed over the episode.
+        reward_components: each named component summed over the episode (null when
+            the sum is not a finite number).
         success: whether the task was solved: the final observation's
             ``metadata["success"]`` when the environment gives one, else terminated with
             a positive final reward; null when the episode did not end.
@@ -240,7 +242,7 @@ class EpisodeEnd(_Line):
     outcome: Outcome
     length: int = Field(default=0, ge=0)
     total_reward: float | None = 0.0
-    reward_components: dict[str, float] = Field(default_factory=dict)
+    reward_components: dict[str, float | None] = Field(default_factory=dict)
     success: bool | None = None
     duration_s: float | None = Field(default=None, ge=0)
     error: ErrorInfo | None = None

@@ -8,10 +8,11 @@ the pool, the eval runner and replay all record through it, so their files agree
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -32,7 +33,9 @@ Sink = Callable[[AnyLine], None]
 
 @dataclass
 class _Open:
-    first: StepRecord
+    episode: str
+    seed: int | None
+    task: TaskRef | None
     tally: Tally = field(default_factory=Tally)
     next_index: int = 1
 
@@ -45,6 +48,10 @@ class EpisodeRecorder:
         auto_reset: the environment resets itself on a step after the end, so such a
             step is recorded as the reset of a new episode.
         new_id: makes the id of each new episode (default: random, 16 hex digits).
+
+    With an :class:`EpisodeWriter` as the sink, step lines are encoded straight from
+    their fields (no model is built for them: recording costs less per step); the bytes
+    are the same as :func:`~corral.episodes.format.dump_line` of the model would give.
     """
 
     def __init__(
@@ -54,6 +61,7 @@ class EpisodeRecorder:
         auto_reset: bool = False,
         new_id: Callable[[], str] | None = None,
     ) -> None:
+        self._writer = sink if isinstance(sink, EpisodeWriter) else None
         self._write: Sink = sink.write if isinstance(sink, EpisodeWriter) else sink
         self.auto_reset = auto_reset
         self._new_id = new_id or (lambda: uuid.uuid4().hex[:16])
@@ -65,7 +73,7 @@ class EpisodeRecorder:
     def episode_of(self, session: str) -> str | None:
         """The id of the episode ``session`` is in, None if none is open."""
         current = self._open.get(session)
-        return current.first.episode if current is not None else None
+        return current.episode if current is not None else None
 
     def reset(
         self,
@@ -91,25 +99,13 @@ class EpisodeRecorder:
         options = dict(options or {})
         if task is None:
             task = _task_of(options)
-        record = _record(
-            episode=episode or self._new_id(),
-            session=session,
-            index=0,
-            op="reset",
-            seed=seed,
-            task=task,
-            options=options,
-            action=action,
-            observation=observation,
-            error=error,
-            t=t,
-            latency_s=latency_s,
-            state=state,
-        )
-        self._open[session] = current = _Open(first=record)
+        current = _Open(episode=episode or self._new_id(), seed=seed, task=task)
+        self._open[session] = current
         self._ended.discard(session)
-        self._add(session, current, record)
-        return record.episode
+        self._add(
+            session, current, 0, "reset", options, action, observation, error, t, latency_s, state
+        )
+        return current.episode
 
     def step(
         self,
@@ -139,37 +135,13 @@ class EpisodeRecorder:
             )
             return
         if current is None:
-            record = _record(
-                episode=self._new_id(),
-                session=session,
-                index=0,
-                op="step",
-                action=action,
-                observation=observation,
-                error=error,
-                t=t,
-                latency_s=latency_s,
-                state=state,
-            )
-            self._open[session] = current = _Open(first=record)
-        else:
-            first = current.first
-            record = _record(
-                episode=first.episode,
-                session=session,
-                index=current.next_index,
-                op="step",
-                seed=first.seed,
-                task=first.task,
-                action=action,
-                observation=observation,
-                error=error,
-                t=t,
-                latency_s=latency_s,
-                state=state,
-            )
-            current.next_index += 1
-        self._add(session, current, record)
+            current = _Open(episode=self._new_id(), seed=None, task=None, next_index=0)
+            self._open[session] = current
+        index = current.next_index
+        current.next_index += 1
+        self._add(
+            session, current, index, "step", None, action, observation, error, t, latency_s, state
+        )
 
     def end(
         self, session: str, outcome: Outcome = "abandoned", error: ErrorInfo | None = None
@@ -179,7 +151,9 @@ class EpisodeRecorder:
         if current is None:
             return
         self._ended.add(session)
-        self.last_end = current.tally.end(current.first, outcome, error)
+        self.last_end = current.tally.end(
+            current.episode, session, current.seed, current.task, outcome, error
+        )
         self._write(self.last_end)
 
     def close(self) -> None:
@@ -187,47 +161,91 @@ class EpisodeRecorder:
         for session in list(self._open):
             self.end(session, "abandoned")
 
-    def _add(self, session: str, current: _Open, record: StepRecord) -> None:
-        self._write(record)
-        current.tally.add(record)
-        if record.error is not None and record.error.code in SESSION_ENDING_CODES:
-            self.end(session, "failed", record.error)
-        elif record.done:
-            self.end(session, "truncated" if record.truncated else "terminated")
+    def _add(
+        self,
+        session: str,
+        current: _Open,
+        index: int,
+        op: Literal["reset", "step"],
+        options: dict[str, Any] | None,
+        action: BaseModel | Mapping[str, Any] | None,
+        observation: BaseModel | Mapping[str, Any] | None,
+        error: BaseException | ErrorInfo | None,
+        t: float,
+        latency_s: float | None,
+        state: BaseModel | Mapping[str, Any] | None,
+    ) -> None:
+        obs = _json(observation) if error is None else None
+        info = (
+            None
+            if error is None
+            else error
+            if isinstance(error, ErrorInfo)
+            else ErrorInfo.of(error)
+        )
+        if obs is None and info is None:
+            raise ValueError("a step line needs an observation or an error")
+        if op == "step" and action is None:
+            raise ValueError("a step line with op 'step' needs its action")
+        reward, components, terminated, truncated = _outcome(obs)
+        # The fields in StepRecord's order, null ones left out, as dump_line writes them.
+        fields: dict[str, Any] = {
+            "kind": "step",
+            "episode": current.episode,
+            "session": session,
+            "index": index,
+            "op": op,
+        }
+        if current.seed is not None:
+            fields["seed"] = current.seed
+        if current.task is not None:
+            fields["task"] = {"split": current.task.split, "index": current.task.index}
+        for name, value in (
+            ("options", options),
+            ("action", _json(action)),
+            ("observation", obs),
+            ("state", _json(state)),
+            ("reward", reward),
+        ):
+            if value is not None:
+                fields[name] = value
+        fields["reward_components"] = components
+        fields["terminated"] = terminated
+        fields["truncated"] = truncated
+        fields["t"] = float(t)
+        if latency_s is not None:
+            fields["latency_s"] = float(latency_s)
+        if info is not None:
+            fields["error"] = info.model_dump(mode="json", exclude_none=True)
+        if self._writer is None or not self._writer.write_fields(fields):
+            self._write(StepRecord.model_validate(fields))
+        current.tally.count(op, t, latency_s, info, reward, components, terminated, truncated, obs)
+        if info is not None and info.code in SESSION_ENDING_CODES:
+            self.end(session, "failed", info)
+        elif terminated or truncated:
+            self.end(session, "truncated" if truncated else "terminated")
 
 
-def _record(
-    *,
-    observation: BaseModel | Mapping[str, Any] | None,
-    error: BaseException | ErrorInfo | None,
-    action: BaseModel | Mapping[str, Any] | None,
-    state: BaseModel | Mapping[str, Any] | None,
-    **fields: Any,
-) -> StepRecord:
-    obs = _json(observation)
-    reward: float | None = None
-    done = truncated = False
-    components: dict[str, float] = {}
-    if obs is not None and error is None:
-        raw_reward = obs.get("reward")
-        reward = float(raw_reward) if isinstance(raw_reward, (int, float)) else None
-        done, truncated = bool(obs.get("done")), bool(obs.get("truncated"))
-        raw_components = obs.get("reward_components")
-        if isinstance(raw_components, Mapping):
-            components = {str(k): float(v) for k, v in raw_components.items()}
-    if error is not None and not isinstance(error, ErrorInfo):
-        error = ErrorInfo.of(error)
-    return StepRecord(
-        observation=obs if error is None else None,
-        error=error,
-        action=_json(action),
-        state=_json(state),
-        reward=reward,
-        reward_components=components,
-        terminated=done and not truncated,
-        truncated=truncated,
-        **fields,
-    )
+def _outcome(
+    obs: dict[str, Any] | None,
+) -> tuple[float | None, dict[str, float | None], bool, bool]:
+    """``(reward, components, terminated, truncated)`` of an observation's JSON form."""
+    if obs is None:
+        return None, {}, False, False
+    reward = _finite(obs.get("reward"))
+    done, truncated = bool(obs.get("done")), bool(obs.get("truncated"))
+    raw_components = obs.get("reward_components")
+    components: dict[str, float | None] = {}
+    if isinstance(raw_components, Mapping):
+        components = {str(k): _finite(v) for k, v in raw_components.items()}
+    return reward, components, done and not truncated, truncated
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a float, None unless it is a finite number (JSON has no NaN)."""
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 def _json(value: BaseModel | Mapping[str, Any] | None) -> dict[str, Any] | None:

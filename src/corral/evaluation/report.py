@@ -126,7 +126,7 @@ def summarize(
             if final.total_reward is not None:
                 returns.append(final.total_reward)
             lengths.append(final.length)
-            components.update(final.reward_components)
+            components.update({k: v for k, v in final.reward_components.items() if v is not None})
     finished = len(lengths)
     stats = throughput or Throughput()
     return EvalSummary(
