@@ -5,7 +5,8 @@
 
 1. **Recording overhead.** The same stepping loop with and without an
    :class:`~corral.episodes.EpisodeRecorder` writing every step to an episode file, in
-   one run, the two variants taking turns (ABAB...) so a busy machine slows both alike;
+   one run, the two variants taking turns (ABAB...) so a busy machine slows both alike
+   (both decode the typed observations, as a trainer does);
    for a lockstep client (one session) and for an ``EnvPool`` (batched sessions), on
    Echo (a tiny observation) and Wordle (about 1 KB). The figure is the median of the
    repeats; the ratio is recorded/plain steps per second.
@@ -107,8 +108,9 @@ async def _pool(
             batch = await pool.step(actions)
             latency = time.perf_counter() - clock
             steps += len(batch)
+            observations = batch.observations  # decoded as a trainer would, recording or not
             if recorder:
-                for i, obs in zip(batch.ids.tolist(), batch.observations, strict=True):
+                for i, obs in zip(batch.ids.tolist(), observations, strict=True):
                     recorder.step(
                         labels[i], action=actions[i], observation=obs, t=t, latency_s=latency
                     )

@@ -77,12 +77,12 @@ def test_bad_requests_get_corral_errors(http: httpx.Client) -> None:
     assert errors and float(errors[0].split()[-1]) >= 4
 
 
-def test_an_environment_without_tasks_answers_501() -> None:
+def test_an_environment_without_tasks_answers_404() -> None:
     with running(EchoEnv) as srv, httpx.Client(base_url=srv.url) as http:
         assert http.get("/list_environments").json() == ["echo"]
         reply = http.get("/echo/splits")
-        assert reply.status_code == 501 and reply.json()["details"] == {"reason": "no_tasks"}
-        assert http.post("/echo/task", json={"split": "x", "index": 0}).status_code == 501
+        assert reply.status_code == 404 and reply.json()["details"] == {"reason": "no_tasks"}
+        assert http.post("/echo/task", json={"split": "x", "index": 0}).status_code == 404
 
 
 def test_the_task_routes_are_in_the_openapi_document(http: httpx.Client) -> None:

@@ -13,7 +13,8 @@ summarizes the episode file.
 from corral.evaluation.llm import LLMAgent, LLMClient, llm_policy
 from corral.evaluation.policies import Agent, Policy, PolicyError, SchemaSampler, load_policy
 from corral.evaluation.report import EvalSummary, Throughput, summarize, summary_table
-from corral.evaluation.runner import EvalError, RunSettings, evaluate
+from corral.evaluation.rundir import EvalError, RunSettings
+from corral.evaluation.runner import evaluate
 
 __all__ = [
     "Agent",

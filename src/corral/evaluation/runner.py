@@ -17,6 +17,11 @@ An attempt fails, and is retried up to ``retries`` times, when its session is lo
 times out, the environment raises, or the policy does (``POLICY_ERROR``). An invalid
 action is not a failure: it is recorded, the agent is told, and the episode goes on.
 ``max_steps`` truncates episodes the environment does not end.
+
+The module is one thing, the play loop: starting episodes, a round of actions, and what
+follows an error or an end all update the same state (the queue, the running episodes,
+the counts), so they stay together; the run directory and the progress bar live in
+:mod:`~corral.evaluation.rundir` and :mod:`~corral.evaluation.progress`.
 """
 
 from __future__ import annotations
@@ -29,19 +34,11 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 from corral.auth import bearer_header, resolve_token
 from corral.client.pool import AutoresetMode, EnvPool, ServerHandle
@@ -60,18 +57,18 @@ from corral.episodes.export import to_dataset, to_parquet
 from corral.errors import CorralError, InvalidAction
 from corral.evaluation.llm import llm_policy
 from corral.evaluation.policies import Agent, Policy, PolicyError, load_policy
-from corral.evaluation.report import (
-    EvalSummary,
-    Throughput,
-    episode_id,
-    final_attempts,
-    summarize,
+from corral.evaluation.progress import ProgressBar
+from corral.evaluation.report import EvalSummary, Throughput, episode_id, summarize
+from corral.evaluation.rundir import (
+    EPISODES_FILE,
+    SUMMARY_FILE,
+    EvalError,
+    RunSettings,
+    plan,
+    previous_settings,
+    save_settings,
 )
 from corral.server.target import TargetError, load_target
-
-RUN_FILE = "run.json"
-EPISODES_FILE = "episodes.jsonl"
-SUMMARY_FILE = "summary.json"
 
 POLICY_ERROR = "POLICY_ERROR"
 """The code of an attempt the policy failed (it raised, or gave no action)."""
@@ -87,36 +84,6 @@ FAILS_ATTEMPT = SESSION_ENDING_CODES | {
     POLICY_ERROR,
 }
 """Error codes that end an attempt as failed (to be retried)."""
-
-
-class EvalError(Exception):
-    """The evaluation cannot run as asked; the message says why and what to do."""
-
-
-class RunSettings(BaseModel):
-    """What ``run.json`` keeps: the settings that define a run's episodes, and the rest."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    target: str
-    policy: str
-    episodes: int = Field(ge=1)
-    split: str | None = None
-    seed: int = 0
-    max_steps: int = Field(ge=1)
-    retries: int = Field(ge=0)
-    concurrency: int = Field(ge=1)
-    options: dict[str, Any] = Field(default_factory=dict)
-
-    DEFINING: ClassVar[tuple[str, ...]] = ("policy", "split", "seed", "max_steps", "options")
-
-    def conflicts(self, other: RunSettings) -> list[str]:
-        """The defining settings that differ from ``other``'s."""
-        return [
-            f"{name}: {getattr(other, name)!r} before, {getattr(self, name)!r} now"
-            for name in self.DEFINING
-            if getattr(self, name) != getattr(other, name)
-        ]
 
 
 @dataclass
@@ -271,7 +238,7 @@ class _Evaluation:
     # -- setting up ----------------------------------------------------------------
 
     async def run(self) -> EvalSummary:
-        previous = self._previous_settings()
+        previous = previous_settings(self.out, resume=self.resume)
         # A policy that needs no schema is loaded before any server starts: a typo in
         # its name fails at once.
         early = None if self._needs_schema() else self._policy(None, EnvInfo())
@@ -335,28 +302,12 @@ class _Evaluation:
             concurrency=self.concurrency,
             options=self.options,
         )
-        if previous is not None and (conflicts := settings.conflicts(previous)):
-            raise EvalError(
-                f"{self.out} holds a run with other settings ({'; '.join(conflicts)}): "
-                "use another --out, or the same settings to resume it"
-            )
-        self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / RUN_FILE).write_text(settings.model_dump_json(indent=2) + "\n")
-        self._plan(planned)
+        save_settings(self.out, settings, previous)
+        todo = plan(self.episodes_path, planned, self.retries)
+        self.queue.extend(todo.queue)
+        self.failures = todo.failures
+        self.finished, self.successes = todo.finished, todo.successes
         return settings
-
-    def _previous_settings(self) -> RunSettings | None:
-        path = self.out / RUN_FILE
-        if not path.exists():
-            return None
-        if not self.resume:
-            raise EvalError(f"{self.out} already holds a run: resume it, or use another --out")
-        try:
-            return RunSettings.model_validate_json(path.read_text())
-        except ValidationError as exc:
-            raise EvalError(
-                f"{path} is not a run's settings file: {exc.error_count()} error(s)"
-            ) from None
 
     async def _describe(self, url: str) -> tuple[EnvInfo, int | None]:
         """The served environment (name, contract, schemas) and the split's task count."""
@@ -387,27 +338,6 @@ class _Evaluation:
             if count < 1:
                 raise EvalError(f"split {self.split!r} of {info.name} has no tasks")
             return info, count
-
-    def _plan(self, planned: int) -> None:
-        """Queue every episode still to play, resuming what the file holds."""
-        attempts = (
-            final_attempts(read(self.episodes_path, strict=False))
-            if self.episodes_path.exists()
-            else {}
-        )
-        for k in range(planned):
-            tried = attempts.get(k, [])
-            complete = [a for a in tried if a.complete]
-            failed = sum(a.summary.outcome == "failed" for a in complete)
-            self.failures[k] = failed
-            if complete and complete[-1].summary.outcome != "failed":
-                self._count(complete[-1].summary.success)
-                continue
-            if failed > self.retries:
-                self._count(False)
-                continue
-            nxt = 1 + max((int(a.id.rsplit("-a", 1)[1]) for a in tried), default=-1)
-            self.queue.append((k, nxt))
 
     def _count(self, success: bool | None) -> None:
         self.finished += 1
@@ -445,7 +375,7 @@ class _Evaluation:
         policy: Policy,
         recorder: EpisodeRecorder,
         tasks: int | None,
-        bar: _Bar,
+        bar: ProgressBar,
     ) -> None:
         while self.queue or self.running:
             free = [s for s in range(pool.num_envs) if s not in self.running]
@@ -464,7 +394,7 @@ class _Evaluation:
         recorder: EpisodeRecorder,
         tasks: int | None,
         starts: list[tuple[int, int, int]],
-        bar: _Bar,
+        bar: ProgressBar,
     ) -> None:
         seeds, options, refs = [], [], []
         for _, k, _ in starts:
@@ -525,7 +455,7 @@ class _Evaluation:
                 self._finish(recorder, slot, observations[slot].metadata.get("success"), bar)
 
     async def _round(
-        self, pool: EnvPool[Any, Any, Any], recorder: EpisodeRecorder, bar: _Bar
+        self, pool: EnvPool[Any, Any, Any], recorder: EpisodeRecorder, bar: ProgressBar
     ) -> None:
         slots = sorted(self.running)
         chosen = await asyncio.gather(
@@ -574,7 +504,12 @@ class _Evaluation:
                 self._finish(recorder, slot, False, bar)
 
     def _after_error(
-        self, recorder: EpisodeRecorder, slot: int, current: _Running, error: CorralError, bar: _Bar
+        self,
+        recorder: EpisodeRecorder,
+        slot: int,
+        current: _Running,
+        error: CorralError,
+        bar: ProgressBar,
     ) -> None:
         if str(error.code) in FAILS_ATTEMPT:
             self._fail(recorder, slot, current, ErrorInfo.of(error), bar)
@@ -587,7 +522,7 @@ class _Evaluation:
             recorder.end(f"pool-{slot}", "truncated")
             self._finish(recorder, slot, False, bar)
 
-    def _finish(self, recorder: EpisodeRecorder, slot: int, success: Any, bar: _Bar) -> None:
+    def _finish(self, recorder: EpisodeRecorder, slot: int, success: Any, bar: ProgressBar) -> None:
         self.running.pop(slot, None)
         self.stats.episodes += 1
         if not isinstance(success, bool):
@@ -602,7 +537,7 @@ class _Evaluation:
         slot: int,
         current: _Running,
         error: ErrorInfo,
-        bar: _Bar,
+        bar: ProgressBar,
         *,
         running: bool = True,
     ) -> None:
@@ -616,48 +551,9 @@ class _Evaluation:
         self._count(False)
         bar.advance(self.finished, self.successes)
 
-    def _progress(self, total: int, policy: str, env: str) -> _Bar:
-        return _Bar(self.show_progress, self.console, total, self.finished, f"{env}: {policy}")
-
-
-class _Bar:
-    """The run's progress bar (or nothing): episodes done of planned, success so far."""
-
-    def __init__(self, enabled: bool, console: Console, total: int, done: int, label: str) -> None:
-        self.label = label
-        self.progress = (
-            Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("{task.fields[success]}"),
-                TimeElapsedColumn(),
-                TimeRemainingColumn(),
-                console=console,
-                transient=False,
-            )
-            if enabled
-            else None
-        )
-        self.task = (
-            self.progress.add_task(label, total=total, completed=done, success="")
-            if self.progress is not None
-            else None
-        )
-
-    def __enter__(self) -> _Bar:
-        if self.progress is not None:
-            self.progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-
-    def advance(self, done: int, successes: int) -> None:
-        if self.progress is not None and self.task is not None:
-            rate = f"success {successes / done:.0%}" if done else ""
-            self.progress.update(self.task, completed=done, success=rate)
+    def _progress(self, total: int, policy: str, env: str) -> ProgressBar:
+        label = f"{env}: {policy}"
+        return ProgressBar(self.show_progress, self.console, total, self.finished, label)
 
 
 def _idle(observation: Any) -> Any:

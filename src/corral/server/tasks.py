@@ -14,9 +14,10 @@ of the environment made on first use (the tasks face is side-effect free) and cl
 with the app.
 
 Errors are JSON ``{"detail", "code", "message", "details"}`` like corral's other HTTP
-routes: ``404`` for an unknown environment name or split, ``400`` for an index out of
-range or a listing too large (``code`` ``INVALID_ARGUMENT``, ``details.reason`` says
-which), ``501`` when the environment publishes no tasks, ``422`` for a malformed body.
+routes, ``code`` ``INVALID_ARGUMENT`` and ``details.reason`` saying which: ``404`` for an
+unknown environment name or split, and when the environment publishes no tasks
+(``no_tasks``; OpenEnv answers 501 there, a status corral keeps for its own failures),
+``400`` for an index out of range or a listing too large, ``422`` for a malformed body.
 """
 
 from __future__ import annotations
@@ -33,12 +34,13 @@ from starlette.concurrency import run_in_threadpool
 from corral.contract import Environment
 from corral.contract.tasks import count_tasks, resolve_task, split_kind, task_range
 from corral.errors import CorralError, FactoryError, InvalidArgument
+from corral.server.openenv_http import ErrorReply
 from corral.server.service import EnvService
 
 T = TypeVar("T")
 
 _STATUS_BY_REASON = {
-    "no_tasks": 501,
+    "no_tasks": 404,
     "unknown_split": 404,
     "unknown_environment": 404,
 }
@@ -63,6 +65,45 @@ class RangeBody(SplitBody):
 
     start: int | None = Field(default=None, description="Inclusive start index")
     stop: int | None = Field(default=None, description="Exclusive stop index")
+
+
+class SplitInfo(BaseModel):
+    """A split as OpenEnv and ORS describe it."""
+
+    name: str
+    type: str
+
+
+class TaskList(BaseModel):
+    """``/{env}/tasks``' answer."""
+
+    tasks: list[dict[str, Any]]
+    env_name: str
+
+
+class TaskCount(BaseModel):
+    """``/{env}/num_tasks``' answer."""
+
+    num_tasks: int
+
+
+class OneTask(BaseModel):
+    """``/{env}/task``' answer."""
+
+    task: dict[str, Any]
+
+
+class TaskSlice(BaseModel):
+    """``/{env}/task_range``' answer."""
+
+    tasks: list[dict[str, Any]]
+
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorReply, "description": "An index out of range, or too many tasks."},
+    404: {"model": ErrorReply, "description": "No such environment or split, or no tasks."},
+    500: {"model": ErrorReply, "description": "The environment could not be made."},
+}
 
 
 class TaskCatalog:
@@ -142,14 +183,14 @@ def tasks_router(service: EnvService) -> tuple[APIRouter, TaskCatalog]:
         """The environments this server serves (one)."""
         return catalog.listed()
 
-    @router.get("/{env_name}/splits")
+    @router.get("/{env_name}/splits", response_model=list[SplitInfo], responses=_ERRORS)
     async def splits(env_name: str) -> JSONResponse:
         """The task splits, as ``{"name", "type"}``."""
         return await answer(
             env_name, lambda env: [{"name": s, "type": split_kind(s)} for s in env.splits()]
         )
 
-    @router.post("/{env_name}/tasks")
+    @router.post("/{env_name}/tasks", response_model=TaskList, responses=_ERRORS)
     async def tasks(env_name: str, body: SplitBody) -> JSONResponse:
         """Every task of a split."""
         return await answer(
@@ -160,19 +201,19 @@ def tasks_router(service: EnvService) -> tuple[APIRouter, TaskCatalog]:
             },
         )
 
-    @router.post("/{env_name}/num_tasks")
+    @router.post("/{env_name}/num_tasks", response_model=TaskCount, responses=_ERRORS)
     async def num_tasks(env_name: str, body: SplitBody) -> JSONResponse:
         """How many tasks a split holds."""
         return await answer(env_name, lambda env: {"num_tasks": count_tasks(env, body.split)})
 
-    @router.post("/{env_name}/task")
+    @router.post("/{env_name}/task", response_model=OneTask, responses=_ERRORS)
     async def task(env_name: str, body: TaskBody) -> JSONResponse:
         """One task."""
         return await answer(
             env_name, lambda env: {"task": _dump(resolve_task(env, body.split, body.index))}
         )
 
-    @router.post("/{env_name}/task_range")
+    @router.post("/{env_name}/task_range", response_model=TaskSlice, responses=_ERRORS)
     async def range_(env_name: str, body: RangeBody) -> JSONResponse:
         """The tasks ``start:stop`` of a split."""
         return await answer(
