@@ -92,6 +92,21 @@ class Environment(Generic[ActT, ObsT, StateT]):
     def close(self) -> None:
         """Release the environment's resources; called once when its session ends."""
 
+    # Optional web-UI hooks (OpenEnv's ``render_web`` / ``web_actions`` map onto them).
+    # The server calls them on a short-lived instance of its own, not on a session's: they
+    # must depend only on the observation they are given.
+
+    def render_html(self, observation: ObsT) -> str | None:
+        """HTML the web UI shows for ``observation``, or None for no custom view.
+
+        It is shown in a sandboxed frame: scripts do not run and it cannot reach the page.
+        """
+        return None
+
+    def web_actions(self, observation: ObsT) -> list[tuple[str, ActT]]:
+        """One-click actions the web UI offers after ``observation``: ``(label, action)``."""
+        return []
+
     # -- the optional tasks face: metadata only, side-effect free, may run on a
     # -- fresh instance that never sees a reset (the server's task routes do).
 

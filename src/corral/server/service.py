@@ -125,6 +125,8 @@ class EnvService:
         self.fingerprint = self.contract.fingerprint
         self.config = config
         self.instance = uuid.uuid4().hex
+        self.started = time.time()
+        """Wall-clock start time (the status page's uptime)."""
         self.manager = SessionManager(
             factory,
             config,

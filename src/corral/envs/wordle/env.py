@@ -34,6 +34,7 @@ whether the word was found.
 
 from __future__ import annotations
 
+import html
 import random
 import uuid
 from collections.abc import Callable, Iterable
@@ -267,6 +268,43 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
     def state(self) -> WordleState:
         """A copy of the current state, secret included."""
         return self._state.model_copy(deep=True)
+
+    def render_html(self, observation: WordleObservation) -> str:
+        """The board for the web UI: one row of coloured tiles per accepted guess."""
+        colour = {CORRECT: "#6aaa64", PRESENT: "#c9b458"}
+        rows = []
+        for record in observation.history:
+            tiles = "".join(
+                f'<span style="background:{colour.get(mark, "#787c7e")}">{html.escape(letter)}'
+                "</span>"
+                for letter, mark in zip(record.guess.upper(), record.pattern, strict=True)
+            )
+            rows.append(f'<div class="row">{tiles}</div>')
+        left = max(observation.guesses_left, 0)
+        rows.extend(['<div class="row">' + "<span></span>" * WORD_LENGTH + "</div>"] * left)
+        return (
+            "<style>body{font:600 22px system-ui,sans-serif;margin:8px;color:#fff}"
+            ".row{display:flex;gap:5px;margin-bottom:5px}"
+            ".row span{width:44px;height:44px;display:flex;align-items:center;"
+            "justify-content:center;border:2px solid #d3d6da}"
+            "p{color:#333;font-size:14px;font-weight:400}</style>"
+            + "".join(rows)
+            + f"<p>{html.escape(observation.message)}</p>"
+        )
+
+    def web_actions(self, observation: WordleObservation) -> list[tuple[str, WordleAction]]:
+        """Up to three words consistent with the board so far (the simple policy's pick
+        first), as one-click guesses."""
+        if observation.done:
+            return []
+        from corral.envs.wordle.policy import SimplePolicy  # the policy imports this module
+
+        policy = SimplePolicy(self._words, seed=0, top=1)
+        for record in observation.history:
+            policy.observe(record.guess, record.pattern)
+        best = policy.next_guess()
+        picks = [best, *[word for word in policy.candidates if word != best][:2]]
+        return [(f"try {word}", WordleAction(guess=word)) for word in picks]
 
     def _reward(self, guess: str, pattern: str) -> dict[str, float]:
         """The reward components of an accepted guess, given the guesses before it."""
