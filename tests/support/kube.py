@@ -48,6 +48,38 @@ from corral.providers.kubernetes.api import PODS, SECRETS, KubeAPI, connect
 from corral.providers.kubernetes.pods import PROBE_HOST_ENV
 
 RESOURCES = ("v1/pods", "v1/secrets", "coordination.k8s.io/v1/leases")
+
+FLEET_KINDS = {
+    "v1/services": "Service",
+    "apps/v1/deployments": "Deployment",
+    "apps/v1/daemonsets": "DaemonSet",
+    "autoscaling/v2/horizontalpodautoscalers": "HorizontalPodAutoscaler",
+    "policy/v1/poddisruptionbudgets": "PodDisruptionBudget",
+    "networking.k8s.io/v1/networkpolicies": "NetworkPolicy",
+    "networking.k8s.io/v1/ingresses": "Ingress",
+    "gateway.networking.k8s.io/v1/httproutes": "HTTPRoute",
+    "monitoring.coreos.com/v1/servicemonitors": "ServiceMonitor",
+    "monitoring.coreos.com/v1/prometheusrules": "PrometheusRule",
+    "extensions.agents.x-k8s.io/v1beta1/sandboxtemplates": "SandboxTemplate",
+    "extensions.agents.x-k8s.io/v1beta1/sandboxwarmpools": "SandboxWarmPool",
+}
+"""The resources ``corral deploy k8s`` renders, with their kinds (for kubectl's discovery)."""
+
+
+def declare(emulator: kmock.KubernetesEmulator, kinds: Mapping[str, str]) -> None:
+    """Declare namespaced resources with their kinds, as a cluster's discovery lists them."""
+    for resource, kind in kinds.items():
+        emulator.resources[resource] = {
+            "kind": kind,
+            "namespaced": True,
+            "singular": kind.lower(),
+            "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+            "shortnames": [],
+            "categories": [],
+            "subresources": [],
+        }
+
+
 NAMESPACE = "rl"
 
 
@@ -67,11 +99,14 @@ class RunningPod:
 
 
 class Emulator(kmock.KubernetesEmulator):
-    """kmock's emulator with ``pods/log`` and ``pods/portforward`` (see the module docstring)."""
+    """kmock's emulator with ``pods/log`` and ``pods/portforward`` (see the module docstring),
+    and the core group's discovery document as a real API server writes it."""
 
     kubelet: FakeKubelet | None = None
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        if raw_request.path == "/api/v1":
+            return self._core_resources()
         parts = raw_request.path.strip("/").split("/")
         if self.kubelet is not None and len(parts) == 7 and parts[4] == "pods":
             pod = self.kubelet.pods.get(parts[5])
@@ -80,6 +115,26 @@ class Emulator(kmock.KubernetesEmulator):
             if parts[6] == "portforward":
                 return await self._portforward(pod, raw_request)
         return await super().__call__(raw_request)
+
+    def _core_resources(self) -> aiohttp.web.Response:
+        """The core group's discovery document (kmock writes its groupVersion as "/v1")."""
+        resources = []
+        for resource in self.resources:
+            if resource.group != "" or resource.version != "v1":
+                continue
+            info = self.resources[resource]
+            resources.append(
+                {
+                    "name": resource.plural,
+                    "kind": info.kind or str(resource.plural).capitalize(),
+                    "singularName": info.singular or "",
+                    "namespaced": info.namespaced if info.namespaced is not None else True,
+                    "verbs": list(info.verbs),
+                }
+            )
+        return aiohttp.web.json_response(
+            {"kind": "APIResourceList", "groupVersion": "v1", "resources": resources}
+        )
 
     def _log(
         self, pod: RunningPod | None, request: aiohttp.web.BaseRequest

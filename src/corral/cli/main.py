@@ -6,6 +6,7 @@ import typer
 
 import corral.cli.validate_local  # noqa: F401 - registers the PATH mode of corral validate
 from corral.cli.build import build_command
+from corral.cli.deploy import deploy_app, k8s_app
 from corral.cli.init import init_command
 from corral.cli.push import push_command
 from corral.cli.schema import schema_app
@@ -38,6 +39,8 @@ app.command("validate")(validate_command)
 app.command("build")(build_command)
 app.command("push")(push_command)
 app.add_typer(schema_app)
+app.add_typer(deploy_app)
+app.add_typer(k8s_app)
 
 
 def main() -> None:

@@ -51,6 +51,8 @@ from corral.providers.manifest import Manifest
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 """The do-nothing container that keeps a pre-pull Pod alive once its image is pulled."""
+HEADLESS_LABEL = "corral.dev/headless"
+"""Marks the headless Service (so that Prometheus scrapes each Pod once)."""
 SESSIONS_METRIC = "corral_sessions_active"
 """The per-Pod gauge the autoscaler scales on."""
 
@@ -211,7 +213,9 @@ class _Fleet:
         headless = {
             "apiVersion": "v1",
             "kind": "Service",
-            "metadata": self.meta(f"{self.name}-pods"),
+            "metadata": _meta(
+                f"{self.name}-pods", {**self.labels, HEADLESS_LABEL: "true"}, self.options.namespace
+            ),
             "spec": {
                 "clusterIP": "None",
                 "selector": self.selector,
@@ -421,7 +425,11 @@ class _Fleet:
             "kind": "ServiceMonitor",
             "metadata": self.meta(self.name),
             "spec": {
-                "selector": {"matchLabels": self.selector},
+                # The fleet's Service only: the headless one reaches the same Pods.
+                "selector": {
+                    "matchLabels": self.selector,
+                    "matchExpressions": [{"key": HEADLESS_LABEL, "operator": "DoesNotExist"}],
+                },
                 "endpoints": [endpoint],
             },
         }
