@@ -127,15 +127,13 @@ async def test_an_image_without_a_known_command_takes_no_server_options(kube: Cl
 
 async def test_image_pull_backoff_fails_at_once_with_the_reason(kube: Cluster) -> None:
     async with provider_for(kube, startup_timeout=600) as provider:
-        started = time.monotonic()
         with pytest.raises(ServerStartError) as caught:
             await provider.start("unpullable/corral-echo:9")
-        # Reported by the watch, long before the 600 s startup timeout.
-        assert time.monotonic() - started < 300
         message = str(caught.value)
         assert "ImagePullBackOff" in message
         assert 'Back-off pulling image "unpullable/corral-echo:9"' in message
         assert "imagePullSecrets" in message
+        # Reported by the watch (a timeout would say "not ready within 600 s").
         assert caught.value.details["reason"] == "ImagePullBackOff"
         # Nothing is left behind.
         await wait_for_empty(kube)
