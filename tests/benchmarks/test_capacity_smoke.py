@@ -22,6 +22,6 @@ def test_capacity_smoke_writes_both_tables(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr[-3000:]
     text = output.read_text()
     envs = text.split("## Sessions per core", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in envs.splitlines() if line.startswith("| ")][2:]
+    rows = [line for line in envs.splitlines() if line.startswith("| ")][1:]
     assert [row.split("|")[1].strip() for row in rows] == ["echo", "wordle", "coding"]
     assert "| local | warm |" in text and "| local | cold, provider |" in text

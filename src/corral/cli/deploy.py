@@ -22,12 +22,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from corral.providers.kubernetes.manifests import (
-    FleetOptions,
-    file_name,
-    kustomization,
-    render_fleet,
-)
 from corral.providers.manifest import ManifestError, load_manifest
 
 deploy_app = typer.Typer(
@@ -131,6 +125,14 @@ def deploy_k8s(
     ] = True,
 ) -> None:
     """Render the Kubernetes manifests of a fleet serving the environment at PATH."""
+    # Imported here: every corral command (corral serve too) imports this module.
+    from corral.providers.kubernetes.manifests import (
+        FleetOptions,
+        file_name,
+        kustomization,
+        render_fleet,
+    )
+
     try:
         manifest = load_manifest(path)
     except ManifestError as exc:
