@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from corral.cli.build import build_command
+from corral.cli.deploy import deploy_app, k8s_app
 from corral.cli.eval import eval_command
 from corral.cli.init import init_command
 from corral.cli.push import push_command
@@ -41,6 +42,8 @@ app.command("push")(push_command)
 app.command("replay")(replay_command)
 app.command("eval")(eval_command)
 app.add_typer(schema_app)
+app.add_typer(deploy_app)
+app.add_typer(k8s_app)
 
 
 def main() -> None:
