@@ -73,11 +73,12 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = service
-    app.include_router(info_router(service))
-    app.include_router(metrics_router(service))
     if openenv:
+        # First: an OpenEnv environment's /schema and /metadata are OpenEnv's.
         app.include_router(openenv_router(service))
         fallback = fallback or openenv_fallback(service)
+    app.include_router(info_router(service))
+    app.include_router(metrics_router(service))
     if cfg.token is not None:
         app.add_middleware(BearerAuth, token=cfg.token)
 

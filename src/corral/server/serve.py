@@ -21,6 +21,7 @@ import contextlib
 import os
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,7 @@ def serve(
     log_level: str = "warning",
     config: ServerConfig | None = None,
     sock: socket.socket | None = None,
+    customize: Callable[[Any], None] | None = None,
 ) -> None:
     """Serve ``env`` until interrupted (blocking). Binds 127.0.0.1 by default.
 
@@ -138,6 +140,7 @@ def serve(
         config: the server's limits and timeouts.
         sock: accept on this listening socket (e.g. :func:`inherited_socket`) instead of
             binding ``host:port``.
+        customize: called with the app before it serves (e.g. to mount more routes).
 
     The calling process becomes the server: it runs on uvloop when installed and with
     the garbage collector tuned for many sessions (see :mod:`corral.runtime`).
@@ -153,6 +156,8 @@ def serve(
     if warning is not None:
         print(warning, file=sys.stderr, flush=True)
     app = create_app(env, cfg)
+    if customize is not None:
+        customize(app)
     if sock is None:
         sock = bind_socket(host, port)
     bound_port = sock.getsockname()[1]
