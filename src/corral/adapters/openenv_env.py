@@ -301,6 +301,11 @@ class OpenEnvRuntime:
         model = self.types.ResetResponse if kind == "reset" else self.types.StepResponse
         return cast(dict[str, Any], model(**data).model_dump(mode="json"))
 
+    def http_state(self, data: dict[str, Any]) -> dict[str, Any]:
+        """OpenEnv's ``GET /state`` body: the state as its response model declares it."""
+        fields = (self.spec.state_cls or self.types.State).model_fields
+        return {k: v for k, v in data.items() if k in fields}
+
     def task_request(self, name: str) -> type[BaseModel]:
         """The Task API's request model for ``tasks``/``num_tasks``/``task``/``task_range``."""
         models = {
@@ -593,7 +598,6 @@ def _adapter_class(
 
         def __init__(self) -> None:
             self.inner = make()
-            self._mcp_stack: contextlib.AsyncExitStack | None = None
 
         # corral's face
         def state(self) -> State:
@@ -610,19 +614,19 @@ def _adapter_class(
             return dict(value) if value else {}
 
         async def openenv_enter_mcp(self) -> None:
-            """Hold the environment's MCP session open for the session's lifetime."""
-            factory = getattr(self.inner, "mcp_session", None)
-            if self._mcp_stack is None and callable(factory):
-                stack = contextlib.AsyncExitStack()
-                await stack.enter_async_context(factory())
-                self._mcp_stack = stack
+            """Kept for the routes' symmetry: the MCP session is entered per operation.
+
+            OpenEnv holds ``mcp_session()`` open for a session's lifetime; its transport
+            (anyio) must be left in the task that entered it, and corral runs each call
+            in a task of its own, so each operation enters and leaves it instead.
+            """
 
         async def openenv_mcp(self, method: str, params: dict[str, Any]) -> Any:
             """Run ``tools/list`` / ``tools/call`` on this instance, as OpenEnv's ``/mcp``.
 
             Returns the JSON-RPC result; raises :class:`McpFailure` for an error answer.
             """
-            return await _openenv_mcp(self, runtime, method, params, managed=True)
+            return await _own_task(_openenv_mcp(self, runtime, method, params, managed=True))
 
         async def openenv_task(self, method: str, *args: Any) -> Any:
             """A Task API method of the environment (NotImplementedError when absent)."""
@@ -633,10 +637,6 @@ def _adapter_class(
             return await result if inspect.isawaitable(result) else result
 
         async def close(self) -> None:  # type: ignore[override]
-            if self._mcp_stack is not None:
-                with contextlib.suppress(Exception):
-                    await self._mcp_stack.aclose()
-                self._mcp_stack = None
             await asyncio.to_thread(self.inner.close)
 
     # Each method is async exactly when the OpenEnv class overrides its *_async twin,
@@ -646,13 +646,13 @@ def _adapter_class(
         async def reset_async(self: Any, seed: int | None = None, /, **options: Any) -> Any:
             kwargs = reset_kwargs(self.inner.reset_async, seed, options)
             try:
-                return to_observation(await self.inner.reset_async(**kwargs))
+                return to_observation(await _own_task(self.inner.reset_async(**kwargs)))
             except Exception as exc:
                 raise failure(exc) from exc
 
         async def openenv_reset_async(self: Any, data: dict[str, Any]) -> dict[str, Any]:
             kwargs = _get_valid_kwargs(self.inner.reset_async, data)
-            return runtime.serialize(await self.inner.reset_async(**kwargs))
+            return runtime.serialize(await _own_task(self.inner.reset_async(**kwargs)))
 
         OpenEnvAdapter.reset = reset_async  # type: ignore[method-assign,assignment]
         OpenEnvAdapter.openenv_reset = openenv_reset_async  # type: ignore[attr-defined]
@@ -676,7 +676,7 @@ def _adapter_class(
         async def step_async(self: Any, action: Action) -> Any:
             await self.openenv_enter_mcp()
             try:
-                return to_observation(await self.inner.step_async(corral_action(action)))
+                return to_observation(await _own_task(self.inner.step_async(corral_action(action))))
             except Exception as exc:
                 raise failure(exc) from exc
 
@@ -686,7 +686,7 @@ def _adapter_class(
             await self.openenv_enter_mcp()
             extra = _get_valid_kwargs(self.inner.step_async, kwargs or {})
             extra.pop("action", None)
-            return runtime.serialize(await self.inner.step_async(action, **extra))
+            return runtime.serialize(await _own_task(self.inner.step_async(action, **extra)))
 
         OpenEnvAdapter.step = step_async  # type: ignore[method-assign]
         OpenEnvAdapter.openenv_step = openenv_step_async  # type: ignore[attr-defined]
@@ -711,6 +711,16 @@ def _adapter_class(
     OpenEnvAdapter.__name__ = OpenEnvAdapter.__qualname__ = f"{env.__name__}Adapter"
     OpenEnvAdapter.__module__ = env.__module__
     return OpenEnvAdapter
+
+
+def _own_task(coro: Any) -> Any:
+    """Run an OpenEnv coroutine wholly in a task of its own.
+
+    corral's runner starts a coroutine in the caller's task and finishes it in another
+    when it suspends; anyio (under FastMCP's client) requires a cancel scope to be left
+    in the task that entered it, so OpenEnv's coroutines get one task from start to end.
+    """
+    return asyncio.ensure_future(coro)
 
 
 class McpFailure(Exception):
@@ -748,7 +758,7 @@ async def _openenv_mcp(
 
     async def client_op(op: Callable[[], Any]) -> Any:
         assert mcp_client is not None
-        if mcp_client.is_connected():
+        if mcp_client.is_connected() and not managed:
             return await op()
         factory = getattr(env, "mcp_session", None)
         if callable(factory):

@@ -222,6 +222,10 @@ class PeerRuntime(Protocol):
         """The Task API request model of route ``name``."""
         ...
 
+    def http_state(self, data: dict[str, Any]) -> dict[str, Any]:
+        """OpenEnv's ``GET /state`` body for a state."""
+        ...
+
     def metadata(self) -> dict[str, Any]:
         """OpenEnv's ``GET /metadata`` body."""
         ...

@@ -180,9 +180,11 @@ def peer_router(service: EnvService, registry: LinkRegistry) -> APIRouter:
             if x_corral_session is not None:
                 link = session_link(x_corral_session)
                 async with link.lock:
-                    return JSONResponse(to_json(await link.call("openenv_state")))
-            async with _Fresh(service) as env:
-                return JSONResponse(to_json(await env.call("openenv_state")))
+                    data = await link.call("openenv_state")
+            else:
+                async with _Fresh(service) as env:
+                    data = await env.call("openenv_state")
+            return JSONResponse(runtime.http_state(to_json(data)))
         except HTTPException:
             raise
         except Exception:
