@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from inspect import iscoroutinefunction
 
 import pytest
 from openenv.core.env_server import types as oe_types
@@ -42,7 +43,8 @@ def test_the_models_are_corral_twins_of_the_openenv_models():
         env.action_type(amount=13)
     with pytest.raises(ValidationError):  # the author's bounds
         env.action_type(amount=101)
-    assert env.thread_affinity and not env.is_async("reset") and not env.is_async("step")
+    assert env.thread_affinity and not iscoroutinefunction(env.reset)
+    assert not iscoroutinefunction(env.step)
     assert env.contract().fingerprint.startswith("sha256:")
 
 
@@ -86,7 +88,8 @@ def test_models_come_from_generics_annotations_or_arguments():
 
 def test_async_overrides_are_awaited():
     env = from_openenv(AsyncCountEnv)
-    assert env.is_async("reset") and env.is_async("step") and not env.is_async("state")
+    assert iscoroutinefunction(env.reset) and iscoroutinefunction(env.step)
+    assert not iscoroutinefunction(env.state)
 
 
 def test_detection_and_corral_serve_resolution():

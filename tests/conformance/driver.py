@@ -56,10 +56,10 @@ def normalize(value: Any) -> Any:
 
 
 @contextlib.contextmanager
-def server(command: list[str], url_file: Path, cwd: str) -> Any:
+def server(command: list[str], url_file: Path, cwd: str, env: dict[str, str] | None = None) -> Any:
     log = open(url_file.with_suffix(".log"), "wb")  # noqa: SIM115
     proc = subprocess.Popen(
-        command, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True
+        command, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True, env=env
     )
     try:
         deadline = time.monotonic() + 90

@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from tests.conformance.venvs import REPO, ensure, peer_env
 
@@ -209,3 +210,34 @@ def test_corral_serve_answers_as_openenv_does(peer: Path, name: str, tmp_path: P
     print(f"{peer.parent.parent.name} | {name}: {compared} frames, {len(diffs)} different")
     assert compared > 20
     assert not diffs, "\n".join(diffs)
+
+
+def test_openenv_web_hooks_become_corrals(peer: Path, tmp_path: Path) -> None:
+    """OpenEnv 0.10's ``render_web`` / ``web_actions`` answer ``corral serve --web``'s
+    ``/render``; under 0.3 (no such hooks) the environment has none."""
+    from tests.conformance.driver import server
+
+    url_file = tmp_path / "corral.url"
+    command = [str(peer), "-m", "corral", "serve", f"{PEER}.connect4:app", "--web"]
+    command += ["--port", "0", "--port-file", str(url_file)]
+    with server(command, url_file, str(REPO), env=peer_env(peer)) as url:
+        hooks = httpx.get(f"{url}/render", timeout=30).json()
+        board = [[0, 0, 0, 0], [0, 0, 0, 0], [0, 1, 0, 0]]
+        observation = {"board": board, "legal_actions": [0, 2], "done": False, "reward": None}
+        drawn = httpx.post(f"{url}/render", json={"observation": observation}, timeout=30)
+        ended = httpx.post(
+            f"{url}/render", json={"observation": {**observation, "done": True}}, timeout=30
+        )
+    if "openenv-core-0.3" in str(peer):
+        assert hooks == {"render_html": False, "web_actions": False}
+        assert drawn.json() == {"html": None, "actions": []}
+        return
+    assert hooks == {"render_html": True, "web_actions": True}
+    assert drawn.status_code == 200, drawn.text
+    body = drawn.json()
+    assert body["html"].startswith("<table><tr><td>0</td>") and "<td>1</td>" in body["html"]
+    assert [(a["label"], a["action"]["column"]) for a in body["actions"]] == [
+        ("column 0", 0),
+        ("column 2", 2),
+    ]
+    assert ended.json()["actions"] == []  # OpenEnv offers no actions after the end

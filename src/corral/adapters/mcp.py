@@ -85,7 +85,7 @@ _LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 class _NoReplies:
     """The owner of MCP sessions' corral sessions: tools answer directly, not by message."""
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, reply: object) -> None:
         """Drop protocol replies (an MCP episode never sends corral requests)."""
 
 

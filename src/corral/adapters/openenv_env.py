@@ -57,6 +57,7 @@ from pydantic_core import to_jsonable_python
 
 from corral.contract import Action, Environment, Observation, State
 from corral.errors import EnvError
+from corral.protocol.openenv import flatten_observation
 
 _OPENENV_BASE = ("openenv.core.env_server.interfaces", "Environment")
 
@@ -534,7 +535,7 @@ def from_openenv(
         runtime,
         (act, obs, st),
         (meta_name, meta_description, contract_version),
-        (_overrides(env, "reset_async", base), _overrides(env, "step_async", base)),
+        frozenset(name for name in _HOOKS if hasattr(base, name) and _overrides(env, name, base)),
     )
 
 
@@ -542,13 +543,13 @@ def _adapter_class(
     runtime: OpenEnvRuntime,
     models: tuple[type[Action], type[Observation], type[State]],
     identity: tuple[str, str, str],
-    asyncs: tuple[bool, bool],
+    overridden: frozenset[str],
 ) -> type[Environment[Any, Any, Any]]:
     act, obs, st = models
     env = runtime.spec.env_class
     make = runtime.spec.factory
     env_name, env_description, version = identity
-    reset_is_async, step_is_async = asyncs
+    reset_is_async, step_is_async = "reset_async" in overridden, "step_async" in overridden
     mcp_types = runtime.mcp_types
 
     def corral_action(action: Any) -> Any:
@@ -708,9 +709,37 @@ def _adapter_class(
         OpenEnvAdapter.step = step_sync  # type: ignore[method-assign]
         OpenEnvAdapter.openenv_step = openenv_step_sync  # type: ignore[attr-defined]
 
+    # OpenEnv 0.10's web hooks become corral's (the web UI's /render), only when the
+    # class overrides them: the UI asks which hooks an environment has.
+    if "render_web" in overridden:
+
+        def render_html(self: Any, observation: Observation) -> str | None:
+            return cast(str | None, self.inner.render_web(_web_observation(observation)))
+
+        OpenEnvAdapter.render_html = render_html  # type: ignore[method-assign]
+    if "web_actions" in overridden:
+
+        def web_actions(self: Any, observation: Observation) -> list[tuple[str, Any]]:
+            if observation.done:  # OpenEnv's /web offers no actions once the episode ended
+                return []
+            return list(self.inner.web_actions(_web_observation(observation)))
+
+        OpenEnvAdapter.web_actions = web_actions  # type: ignore[method-assign]
+
     OpenEnvAdapter.__name__ = OpenEnvAdapter.__qualname__ = f"{env.__name__}Adapter"
     OpenEnvAdapter.__module__ = env.__module__
     return OpenEnvAdapter
+
+
+_HOOKS = ("reset_async", "step_async", "render_web", "web_actions")
+"""OpenEnv ``Environment`` methods whose override changes how the adapter is built."""
+
+
+def _web_observation(observation: Observation) -> dict[str, Any]:
+    """What OpenEnv's ``render_web`` / ``web_actions`` get: the serialized observation's
+    fields plus top-level ``reward`` and ``done``."""
+    flat = flatten_observation(observation.model_dump(mode="json"))
+    return {**flat["observation"], "reward": flat["reward"], "done": flat["done"]}
 
 
 def _own_task(coro: Any) -> Any:

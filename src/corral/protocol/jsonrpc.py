@@ -29,25 +29,7 @@ import orjson
 from pydantic import ValidationError
 
 from corral.contract.tools import Tool
-
-
-def validation_errors(exc: ValidationError) -> list[dict[str, Any]]:
-    """Pydantic's errors reduced to JSON-safe values (no exception objects, no URLs).
-
-    Keeping ``ctx`` out is what stops a custom validator's exception from making the
-    error reply unserializable (which ends the session in OpenEnv).
-    """
-    out = []
-    for err in exc.errors(include_url=False, include_context=False):
-        item: dict[str, Any] = {"type": err["type"], "loc": list(err["loc"]), "msg": err["msg"]}
-        if "input" in err:
-            try:
-                orjson.dumps(err["input"])
-                item["input"] = err["input"]
-            except TypeError:
-                item["input"] = repr(err["input"])[:200]
-        out.append(item)
-    return out
+from corral.errors import validation_errors
 
 
 class RpcCode(IntEnum):
@@ -337,5 +319,4 @@ __all__ = [
     "tool_error",
     "tool_result",
     "tools_list_result",
-    "validation_errors",
 ]

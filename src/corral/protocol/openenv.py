@@ -70,9 +70,9 @@ from corral.errors import (
     UnknownType,
     UnsupportedProtocol,
     error_from_wire,
+    validation_errors,
 )
 from corral.protocol import messages as m
-from corral.protocol.jsonrpc import validation_errors
 
 PROTOCOL_NAME = "openenv"
 """How corral names the OpenEnv envelope in handshakes, reports and logs."""
@@ -240,14 +240,20 @@ class PeerRuntime(Protocol):
         ...
 
 
+def envelope(kind: str, data: Any = None) -> dict[str, Any]:
+    """The OpenEnv frame ``{"type": kind, "data": data}`` (no ``data`` when None: ``state``
+    and ``close`` requests carry none)."""
+    return {"type": kind} if data is None else {"type": kind, "data": data}
+
+
 def mcp_frame(response: dict[str, Any]) -> dict[str, Any]:
     """The OpenEnv frame carrying a JSON-RPC response."""
-    return {"type": "mcp", "data": response}
+    return envelope("mcp", response)
 
 
 # -- observations ------------------------------------------------------------------
 
-LIFTED_KEYS = ("reward", "done", "metadata", "truncated")
+LIFTED_KEYS = ("reward", "done", "metadata", "truncated", "reward_components")
 """Observation fields that OpenEnv carries beside the observation rather than inside it."""
 
 
@@ -258,19 +264,27 @@ def flatten_observation(
 
     ``{"observation": <fields but the lifted ones>, "reward", "done", "metadata",
     "truncated"}``: OpenEnv clients read the first three; ``metadata`` is where OpenEnv
-    0.10 puts it (top-level); ``truncated`` is corral's (OpenEnv clients ignore it). With
-    ``nested_metadata`` (OpenEnv 0.10's layout) ``metadata`` also stays inside
-    ``observation``; 0.3's typed clients pass ``metadata=`` beside the observation's
-    fields, so they must not get it there.
+    0.10 puts it (top-level); ``truncated`` is corral's (OpenEnv clients ignore it), and so
+    is ``reward_components``, there only when the observation has some (inside the
+    observation it would break OpenEnv's typed clients, whose models forbid unknown
+    fields). With ``nested_metadata`` (OpenEnv 0.10's layout) ``metadata`` also stays
+    inside ``observation``; 0.3's typed clients pass ``metadata=`` beside the
+    observation's fields, so they must not get it there.
     """
-    lifted = LIFTED_KEYS if not nested_metadata else ("reward", "done", "truncated")
-    return {
+    lifted = (
+        LIFTED_KEYS if not nested_metadata else tuple(k for k in LIFTED_KEYS if k != "metadata")
+    )
+    flat = {
         "observation": {k: v for k, v in observation.items() if k not in lifted},
         "reward": observation.get("reward"),
         "done": bool(observation.get("done", False)),
         "metadata": observation.get("metadata") or {},
         "truncated": bool(observation.get("truncated", False)),
     }
+    components = observation.get("reward_components")
+    if components:
+        flat["reward_components"] = components
+    return flat
 
 
 def unflatten_observation(data: Any) -> dict[str, Any]:
@@ -537,8 +551,8 @@ def client_reply(kind: str, frame: str | bytes, *, request_id: int, session: str
     if got == "state":
         if not isinstance(data, Mapping):
             raise BadMessage("an OpenEnv state reply must carry an object", request_id=request_id)
-        return m.state_reply(request_id, session, dict(data))
-    return m.result(request_id, session, unflatten_observation(data))
+        return m.StateReply(request_id, session, dict(data)).to_wire()
+    return m.Result(request_id, session, unflatten_observation(data)).to_wire()
 
 
 _FROM_OPENENV: dict[str, type[CorralError]] = {

@@ -53,7 +53,7 @@ from corral.protocol.jsonrpc import (
     rpc_result,
     tools_list_result,
 )
-from corral.protocol.openenv import Call, flatten_observation
+from corral.protocol.openenv import Call, envelope, flatten_observation
 from corral.server.openenv_link import LinkRegistry, LockstepLink, PeerLink
 from corral.server.openenv_peer_http import mcp_transport_request, peer_router
 from corral.server.openenv_ws import registry_of, serve_mcp_socket
@@ -179,7 +179,7 @@ def lookup(registry: LinkRegistry, session_id: str) -> LockstepLink | PeerLink:
 class _NoOwner:
     """An owner no session has: looking a session up with it yields its tombstone."""
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, reply: object) -> None:
         """Never called."""
 
 
@@ -270,7 +270,7 @@ def openenv_router(service: EnvService) -> APIRouter:
         x_corral_session: SessionHeader = None,
     ) -> JSONResponse:
         data = body.model_dump(exclude_unset=True)
-        return await run([{"type": "reset", "data": data}], x_corral_session)
+        return await run([envelope("reset", data)], x_corral_session)
 
     @router.post(
         "/step",
@@ -284,10 +284,10 @@ def openenv_router(service: EnvService) -> APIRouter:
         body: StepBody,
         x_corral_session: SessionHeader = None,
     ) -> JSONResponse:
-        frame = {"type": "step", "data": body.action}
+        frame = envelope("step", body.action)
         if x_corral_session is not None:
             return await run([frame], x_corral_session)
-        return await run([{"type": "reset", "data": {}}, frame], None)
+        return await run([envelope("reset", {}), frame], None)
 
     @router.get(
         "/state",
@@ -298,7 +298,7 @@ def openenv_router(service: EnvService) -> APIRouter:
     async def state(
         x_corral_session: SessionHeader = None,
     ) -> JSONResponse:
-        return await run([{"type": "state"}], x_corral_session)
+        return await run([envelope("state")], x_corral_session)
 
     @router.post(
         "/sessions",

@@ -33,6 +33,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
 
+from corral.contract.options import accepted_reset_options
 from corral.contract.tools import Tool
 from corral.errors import CorralError, SessionLost, StepTimeout
 from corral.protocol import messages as m
@@ -60,6 +61,7 @@ from corral.protocol.openenv import (
     OpenEnvCode,
     PeerRuntime,
     ServerTranslator,
+    envelope,
     error_frame,
     mcp_frame,
     peer_error,
@@ -90,6 +92,23 @@ class LinkRegistry:
         if self.runtime is not None:
             return PeerLink(self.service, self.runtime, self)
         return LockstepLink(self.service, self.tools, self)
+
+    async def start(self) -> LockstepLink | PeerLink:
+        """A link on a new session of its own (a WebSocket's: not registered).
+
+        Raises:
+            CapacityReached / FactoryError: counted, and the half-made session closed.
+        """
+        link = self.new_link()
+        try:
+            await link.open()
+            if isinstance(link, PeerLink):
+                await link.call("openenv_enter_mcp")
+        except CorralError as exc:
+            link.count_error(str(exc.code))
+            await link.close("the session could not start")
+            raise
+        return link
 
     async def create(self) -> LockstepLink | PeerLink:
         """Open a session kept between requests.
@@ -261,7 +280,7 @@ class LockstepLink(_LinkBase):
             # under it (server shutdown).
             reason = session.machine.closed_reason or "the session ended"
             error = SessionLost(f"session is gone: {reason}", details={"reason": reason})
-            return m.error(request.id, str(error.code), error.message, details=error.details)
+            return m.ErrorReply(request.id, str(error.code), error.message, error.details).to_wire()
         return self._replies.get_nowait()
 
     async def frame(self, raw: str | bytes) -> dict[str, Any] | None:
@@ -336,17 +355,7 @@ class LockstepLink(_LinkBase):
 
 def reset_options(service: EnvService) -> frozenset[str] | None:
     """Reset keywords the served environment accepts besides ``seed`` (None: any)."""
-    import inspect
-
-    params = inspect.signature(service.env_type.reset).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return None
-    return frozenset(
-        name
-        for name, p in params.items()
-        if name not in ("self", "seed")
-        and p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    )
+    return accepted_reset_options(service.env_type.reset)
 
 
 def to_json(value: Any) -> Any:
@@ -413,13 +422,13 @@ class PeerLink(_LinkBase):
             if kind == "mcp":
                 return mcp_frame(await self.answer_rpc(msg.data))  # type: ignore[attr-defined]
             if kind == "state":
-                return {"type": "state", "data": to_json(await self.call("openenv_state"))}
+                return envelope("state", to_json(await self.call("openenv_state")))
             if kind == "reset":
                 data = await self.call("openenv_reset", msg.data)  # type: ignore[attr-defined]
             else:
                 action = runtime.deserialize_action(msg.data)  # type: ignore[attr-defined]
                 data = await self.call("openenv_step", action)
-            return {"type": "observation", "data": to_json(data)}
+            return envelope("observation", to_json(data))
         except ValidationError as exc:
             self.count_error(OpenEnvCode.VALIDATION_ERROR)
             return peer_error(

@@ -42,7 +42,6 @@ from corral.protocol.openenv import OpenEnvCode, error_frame, is_fatal, peer_err
 from corral.server.openenv_link import (
     LinkRegistry,
     LockstepLink,
-    PeerLink,
     capacity_message,
 )
 from corral.server.service import EnvService
@@ -77,9 +76,9 @@ def wants_nested_metadata(websocket: WebSocket) -> bool:
         return False
 
 
-def open_failure(link: LockstepLink | PeerLink, exc: CorralError) -> dict[str, Any]:
+def open_failure(registry: LinkRegistry, exc: CorralError) -> dict[str, Any]:
     """The frame reporting that a session could not be opened."""
-    if isinstance(link, LockstepLink):
+    if registry.runtime is None:
         return error_frame(exc)
     if exc.code in (ErrorCode.CAPACITY_REACHED, ErrorCode.TOO_MANY_SESSIONS):
         return peer_error(
@@ -115,17 +114,12 @@ async def serve_openenv(websocket: WebSocket, registry: LinkRegistry) -> None:
             return
         attached = wanted
     else:
-        link = registry.new_link()
         try:
-            await link.open()
-            if isinstance(link, PeerLink):
-                await link.call("openenv_enter_mcp")
+            link = await registry.start()
         except CorralError as exc:
             # OpenEnv reports a full server (or a failing factory) after accepting: one
             # error frame, then close 1000.
-            link.count_error(str(exc.code))
-            await link.close("the session could not start")
-            await _finish(websocket, codec, open_failure(link, exc))
+            await _finish(websocket, codec, open_failure(registry, exc))
             return
     if isinstance(link, LockstepLink):
         link.nested_metadata = attached is not None or wants_nested_metadata(websocket)
@@ -173,17 +167,12 @@ async def serve_mcp_socket(websocket: WebSocket, registry: LinkRegistry) -> None
     """Run one ``/mcp`` WebSocket: raw JSON-RPC on a session of its own."""
     await websocket.accept()
     codec = JsonCodec()
-    link = registry.new_link()
     try:
-        await link.open()
-        if isinstance(link, PeerLink):
-            await link.call("openenv_enter_mcp")
+        link = await registry.start()
     except CorralError as exc:
-        link.count_error(str(exc.code))
-        await link.close("the session could not start")
         data = {k: v for k, v in exc.details.items() if k in ("active_sessions", "max_sessions")}
         reason = capacity_message(exc) if data else exc.message
-        body = _rpc_error(link, RpcCode.SERVER_ERROR, reason, data or None)
+        body = _rpc_error(registry, RpcCode.SERVER_ERROR, reason, data or None)
         await _finish(websocket, codec, body)
         return
     try:
@@ -196,7 +185,7 @@ async def serve_mcp_socket(websocket: WebSocket, registry: LinkRegistry) -> None
             try:
                 payload = json.loads(raw)
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                out = _rpc_error(link, RpcCode.PARSE_ERROR, f"Parse error: {exc}")
+                out = _rpc_error(registry, RpcCode.PARSE_ERROR, f"Parse error: {exc}")
             else:
                 async with link.lock:
                     out = await link.answer_rpc(payload)
@@ -210,10 +199,10 @@ async def serve_mcp_socket(websocket: WebSocket, registry: LinkRegistry) -> None
 
 
 def _rpc_error(
-    link: LockstepLink | PeerLink, code: RpcCode, message: str, data: Any = None
+    registry: LinkRegistry, code: RpcCode, message: str, data: Any = None
 ) -> dict[str, Any]:
-    if isinstance(link, PeerLink):
-        return link.runtime.rpc_error(code, message, None, data)
+    if registry.runtime is not None:
+        return registry.runtime.rpc_error(code, message, None, data)
     return rpc_error(None, code, message, data)
 
 

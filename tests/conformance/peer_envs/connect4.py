@@ -53,6 +53,17 @@ class Connect4Env(Environment):
     def state(self):
         return self._state
 
+    # OpenEnv 0.10's web hooks (0.3 has none): corral's web UI maps them onto its own.
+    def render_web(self, observation):
+        rows = "".join(
+            "<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>"
+            for row in observation["board"]
+        )
+        return f"<table>{rows}</table>"
+
+    def web_actions(self, observation):
+        return [(f"column {c}", {"column": c}) for c in observation["legal_actions"]]
+
 
 app = create_app(
     lambda: Connect4Env(rows=3, columns=4),

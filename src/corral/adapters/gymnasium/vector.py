@@ -25,8 +25,9 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array,
 
 from corral.adapters.gymnasium.remote import ContractSpaces, info_of
 from corral.adapters.gymnasium.spaces import DEFAULT_MAX_TEXT_LENGTH
-from corral.client import AsyncEnvClient, LocalServer
-from corral.client.loop import run_blocking
+from corral.blocking import run_blocking
+from corral.client import AsyncEnvClient
+from corral.client.local_server import LocalServer
 from corral.contract import StepResult
 
 ResetRequest = tuple[int, int | None, dict[str, Any]]
