@@ -207,3 +207,51 @@ def test_reaped_episodes_answer_404(reaping_server: ThreadServer) -> None:
     assert wait_until(lambda: server.manager.active == 0, timeout=60)  # idle_timeout_s=0.5
     call = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
     assert httpx.post(url, json=call, headers={SESSION_HEADER: session}).status_code == 404
+
+
+def test_args_docstring_becomes_parameter_descriptions():
+    from corral.contract.tools import tools_of
+
+    spec = tools_of(NotebookEnv)["add_note"]
+    props = spec.input_schema["properties"]
+    assert props["text"]["description"] == "what to write."
+    assert props["priority"]["description"] == "1 (low) to 5 (high)."
+    assert spec.description == "Write a note."
+
+
+async def test_stdio_transport_runs_one_episode():
+    import asyncio
+
+    import orjson
+
+    from corral.adapters.mcp import serve_stdio
+    from corral.server import ServerConfig
+    from corral.server.service import EnvService
+
+    service = EnvService(NotebookEnv, ServerConfig())
+    lines = [
+        {"jsonrpc": "2.0", "id": 0, "method": "tools/list"},
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "add_note", "arguments": {"text": "hi"}},
+        },
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "count"}},
+    ]
+    queue = [orjson.dumps(line) + b"\n" for line in lines] + [b"not json\n", b""]
+    out: list[Any] = []
+
+    async def read_line() -> bytes:
+        await asyncio.sleep(0)
+        return queue.pop(0)
+
+    await serve_stdio(service, read_line, lambda data: out.append(orjson.loads(data)))
+    assert out[0]["error"]["code"] == -32600  # not initialized yet
+    assert out[1]["result"]["serverInfo"]["name"] == "NotebookEnv"
+    assert out[2]["result"]["structuredContent"] == {"text": "hi", "priority": 1}
+    assert out[3]["result"]["data"] == 1
+    assert out[4]["error"]["code"] == -32700
+    assert len(out) == 5 and service.manager.active == 0  # the episode ended with the input

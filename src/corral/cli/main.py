@@ -8,6 +8,7 @@ from corral.cli.build import build_command
 from corral.cli.deploy import deploy_app, k8s_app
 from corral.cli.eval import eval_command
 from corral.cli.init import init_command
+from corral.cli.mcp import mcp_command
 from corral.cli.push import push_command
 from corral.cli.replay import replay_command
 from corral.cli.schema import schema_app
@@ -41,6 +42,7 @@ app.command("build")(build_command)
 app.command("push")(push_command)
 app.command("replay")(replay_command)
 app.command("eval")(eval_command)
+app.command("mcp")(mcp_command)
 app.add_typer(schema_app)
 app.add_typer(deploy_app)
 app.add_typer(k8s_app)

@@ -83,14 +83,15 @@ def create_app(
         redoc_url=None,
     )
     app.state.service = service
+    if openenv:
+        # First: an OpenEnv environment's /schema and /metadata are OpenEnv's.
+        app.include_router(openenv_router(service))
+        fallback = fallback or openenv_fallback(service)
     app.include_router(info_router(service))
     app.include_router(metrics_router(service))
     docs = docs_router(app.title)
     if docs is not None:
         app.include_router(docs)
-    if openenv:
-        app.include_router(openenv_router(service))
-        fallback = fallback or openenv_fallback(service)
     if cfg.web:
         app.include_router(web_router())
         app.include_router(render_router(service))

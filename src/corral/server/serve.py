@@ -28,6 +28,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -217,6 +218,7 @@ def serve(
     config: ServerConfig | None = None,
     sock: socket.socket | None = None,
     drain_timeout: float | None = None,
+    customize: Callable[[Any], None] | None = None,
 ) -> None:
     """Serve ``env`` until interrupted (blocking). Binds 127.0.0.1 by default.
 
@@ -234,6 +236,7 @@ def serve(
         drain_timeout: on SIGTERM, answer ``/ready`` with 503 and keep serving the open
             sessions for up to this many seconds (default: ``$CORRAL_DRAIN_SECONDS``;
             unset or 0: stop at once).
+        customize: called with the app before it serves (e.g. to mount more routes).
 
     The calling process becomes the server: it runs on uvloop when installed and with
     the garbage collector tuned for many sessions (see :mod:`corral.runtime`).
@@ -250,6 +253,8 @@ def serve(
         print(warning, file=sys.stderr, flush=True)
     app = create_app(env, cfg)
     deadline = drain_seconds(drain_timeout)
+    if customize is not None:
+        customize(app)
     if sock is None:
         sock = bind_socket(host, port)
     bound_port = sock.getsockname()[1]
