@@ -4,6 +4,13 @@ The server binds the socket itself (port 0 lets the OS pick a free port) before 
 starts, then announces the bound address: on stdout as ``CORRAL_LISTENING <url>`` and,
 if asked, in a file written atomically. A launcher reads that instead of guessing a port.
 
+One port serves everything. Each connection starts on the front door
+(:mod:`corral.server.front`), which reads the request head under a deadline and hands
+the socket to the native ``corral/1`` transport (:mod:`corral.server.native`, on picows,
+outside ASGI) or to uvicorn's HTTP protocol (every HTTP route, OpenEnv's ``/ws``
+envelope, ``/mcp``). ``ServerConfig.transport`` picks the native path (``"auto"``: when
+picows is installed) or the ASGI one (uvicorn serves ``corral/1`` too).
+
 It binds 127.0.0.1 unless told otherwise; binding any other interface without a bearer
 token prints a warning, since anyone who can reach the port could then run the
 environment.
@@ -25,11 +32,14 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
+import uvicorn.config
+import uvicorn.importer
 
 from corral import runtime
 from corral.auth import TOKEN_ENV, TOKEN_FILE_ENV, resolve_token
 from corral.server.app import create_app
 from corral.server.config import ServerConfig
+from corral.server.front import HandshakeGuard, front_factory
 
 LISTENING = "CORRAL_LISTENING"
 """The stdout line prefix a server prints once it is bound."""
@@ -86,6 +96,55 @@ def uvicorn_config(app: Any, config: ServerConfig, log_level: str) -> uvicorn.Co
         lifespan="on",
         timeout_graceful_shutdown=5,
     )
+
+
+def native_available() -> bool:
+    """Whether the native transport can run here (picows is installed)."""
+    try:
+        import picows  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def resolve_transport(config: ServerConfig) -> str:
+    """``"native"`` or ``"asgi"``: what serves ``corral/1`` for ``config``.
+
+    Raises:
+        ValueError: the native transport was asked for and picows is not installed.
+    """
+    if config.transport == "asgi":
+        return "asgi"
+    if native_available():
+        return "native"
+    if config.transport == "native":
+        raise ValueError(
+            "the native transport needs picows (pip install picows), or use transport='asgi'"
+        )
+    return "asgi"
+
+
+def build_server(app: Any, log_level: str = "warning") -> uvicorn.Server:
+    """The uvicorn server for ``app`` (from :func:`create_app`) behind the front door.
+
+    The front door gives every connection the handshake deadline and bound, and sends
+    native upgrades to the native transport when it is the one in use.
+    """
+    service = app.state.service
+    cfg: ServerConfig = service.config
+    server = uvicorn.Server(uvicorn_config(app, cfg, log_level))
+    http_class = uvicorn.importer.import_from_string(
+        uvicorn.config.HTTP_PROTOCOLS[str(server.config.http)]
+    )
+    guard = HandshakeGuard(cfg.max_pending_handshakes, cfg.handshake_timeout_s)
+    adopt = None
+    if resolve_transport(cfg) == "native":
+        from corral.server.native import NativeDoor
+
+        adopt = NativeDoor(service, cfg, server.server_state.connections).adopt
+    server.config.http = front_factory(http_class, guard, adopt)  # type: ignore[assignment]
+    app.state.handshakes = guard
+    return server
 
 
 def _has_sansio() -> bool:
@@ -157,7 +216,7 @@ def serve(
         sock = bind_socket(host, port)
     bound_port = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
-    server = uvicorn.Server(uvicorn_config(app, cfg, log_level))
+    server = build_server(app, log_level)
     runtime.tune_gc()
 
     async def main() -> None:
