@@ -11,6 +11,7 @@ from fastapi import FastAPI, WebSocket
 from corral.server.auth import BearerAuth
 from corral.server.config import ServerConfig
 from corral.server.http import info_router
+from corral.server.http_limits import HttpLimits
 from corral.server.metrics import metrics_router
 from corral.server.openenv_http import openenv_router
 from corral.server.openenv_ws import openenv_fallback
@@ -77,6 +78,10 @@ def create_app(
     if openenv:
         app.include_router(openenv_router(service))
         fallback = fallback or openenv_fallback(service)
+    # Added first, so the bearer check (added after) runs before any body is read.
+    app.add_middleware(
+        HttpLimits, max_body_bytes=cfg.max_frame_bytes, body_timeout_s=cfg.http_body_timeout_s
+    )
     if cfg.token is not None:
         app.add_middleware(BearerAuth, token=cfg.token)
 
