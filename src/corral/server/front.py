@@ -22,7 +22,7 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from corral.protocol.codecs import SUBPROTOCOLS
 
@@ -92,8 +92,8 @@ class FrontDoor(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Start the head's deadline and count the connection as waiting."""
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # uvloop's transports do not subclass asyncio.Transport, but are one.
+        self._transport = cast(asyncio.Transport, transport)
         loop = asyncio.get_running_loop()
         self._timer = loop.call_later(self._guard.timeout_s, self._expire)
         self._guard.enter(self)
