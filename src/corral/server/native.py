@@ -58,8 +58,8 @@ log = logging.getLogger("corral.server")
 
 _CLEAN_CLOSE = {1000, 1001}
 _HIGH_WATER = 1024 * 1024
-"""Write-buffer bytes past which a link stops reading from its peer."""
-_LOW_WATER = 256 * 1024
+"""Write-buffer bytes past which a link stops reading from its peer (at most half of
+``max_outgoing_bytes``); it reads again below a quarter of that."""
 _ABORT_AFTER_S = 1.0
 """Grace a closing peer gets to read the close frame before the socket is aborted."""
 
@@ -110,7 +110,8 @@ class NativeLink(WSListener):
         self.ws = transport
         raw = transport.underlying_transport
         self._raw = raw
-        raw.set_write_buffer_limits(high=_HIGH_WATER, low=_LOW_WATER)
+        high = min(_HIGH_WATER, self.door.max_outgoing // 2)
+        raw.set_write_buffer_limits(high=high, low=high // 4)
         self.conn = self.service.connect(self.codec, self.write)
         self.door.links.add(self)
 
