@@ -30,6 +30,8 @@ class RawSocket:
         self.buffer = b""
         self.last_rsv1 = False
         """Whether the last frame read was compressed."""
+        self.inflater = zlib.decompressobj(-15)
+        """Inflates the server's compressed messages (with context takeover, if it uses it)."""
 
     def upgrade(
         self,
@@ -109,10 +111,20 @@ class RawSocket:
                 decoded: dict[str, Any] = msgpack.unpackb(payload)
                 return decoded
 
+    def read_inflated(self) -> dict[str, Any]:
+        """The next data frame's msgpack message, inflated if it came compressed."""
+        opcode, payload = self.read_frame()
+        if opcode == 8:
+            raise ConnectionError(f"closed: {close_code(payload)}")
+        if self.last_rsv1:
+            payload = self.inflater.decompress(payload + b"\x00\x00\xff\xff")
+        decoded: dict[str, Any] = msgpack.unpackb(payload)
+        return decoded
+
     def hello(self) -> dict[str, Any]:
         """The corral/1 handshake over this upgraded connection."""
         self.send_message({"type": "hello", "id": 0, "protocol": PROTOCOL})
-        return self.read_message()
+        return self.read_inflated()
 
     def _read(self, n: int) -> bytes:
         while len(self.buffer) < n:
