@@ -33,10 +33,10 @@ from corral.envs.coding import (
     CodeAction,
     CodeObservation,
     CodingEnv,
+    Problem,
     SandboxLimits,
     SandboxMode,
     SandboxUnavailable,
-    Task,
     TaskCase,
     available_modes,
 )
@@ -442,7 +442,7 @@ def test_step_before_reset_and_after_close_fail(make_env: Callable[..., CodingEn
 
 
 def test_custom_tasks_and_their_validation(make_env: Callable[..., CodingEnv]) -> None:
-    double = Task(
+    double = Problem(
         name="double",
         signature="def double(x: int) -> int",
         description="Return 2 * x.",
@@ -455,9 +455,9 @@ def test_custom_tasks_and_their_validation(make_env: Callable[..., CodingEnv]) -
     with pytest.raises(ValueError, match="JSON"):
         TaskCase(args=(object(),), expected=1)
     with pytest.raises(ValueError, match="signature"):
-        Task(name="t", signature="lambda: 1", description="", examples=(), cases=double.cases)
+        Problem(name="t", signature="lambda: 1", description="", examples=(), cases=double.cases)
     with pytest.raises(ValueError, match="no hidden cases"):
-        Task(name="t", signature="def t()", description="", examples=(), cases=())
+        Problem(name="t", signature="def t()", description="", examples=(), cases=())
     with pytest.raises(ValueError, match="unique"):
         CodingEnv(tasks=[double, double])
 

@@ -20,6 +20,7 @@ SERVER_ONLY = (
     "http_body_timeout_s",
     "max_outgoing_bytes",
     "deflate",
+    "web",
 )
 """Settings the handshake does not tell clients."""
 
@@ -66,6 +67,9 @@ class ServerConfig:
             reading from that peer until it reads its replies (back-pressure).
         deflate: accept permessage-deflate when a native client asks for it
             (inflated messages are bounded like frames).
+        web: serve the web UI at ``/web`` (``/`` redirects there), with the routes it
+            reads (``/render``, ``/status``) and, with a token, the browser cookie
+            exchange ``POST /auth``; see :mod:`corral.server.webui`.
     """
 
     max_sessions: int = 1024
@@ -88,6 +92,7 @@ class ServerConfig:
     http_body_timeout_s: float = 30.0
     max_outgoing_bytes: int = 64 * 1024 * 1024
     deflate: bool = True
+    web: bool = False
 
     def __post_init__(self) -> None:
         for name in (

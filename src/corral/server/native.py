@@ -9,7 +9,8 @@ an error, a replay) or from the task that ran the environment.
 This module only moves bytes and applies the transport's limits; every protocol decision
 stays in :mod:`corral.protocol`. What it does by itself:
 
-* the upgrade decision (:class:`NativeDoor`): the bearer token, the per-client
+* the upgrade decision (:class:`NativeDoor`): the bearer token (or the web UI's
+  cookie, :func:`~corral.server.auth.authorised`), the per-client
   connection gate (HTTP 429), the capacity check with the resume header (HTTP 503 and
   ``Retry-After``), the subprotocol (the codec) and permessage-deflate — the same
   answers as the ASGI ``/ws`` route, decided by the same registry and gate;
@@ -45,11 +46,11 @@ from picows import (
 )
 from picows.picows import WSProtocol  # type: ignore[attr-defined]
 
-from corral.auth import bearer_matches
 from corral.errors import CorralError, Unauthorized
 from corral.protocol.codecs import Codec, Frame, codec_for_subprotocols
 from corral.protocol.handshake import RESUME_HEADER
 from corral.protocol.messages import ErrorReply
+from corral.server.auth import authorised
 from corral.server.config import ServerConfig
 from corral.server.deflate import Deflater, InflateTooLarge, negotiate
 from corral.server.service import Connection, EnvService
@@ -327,13 +328,15 @@ class NativeDoor:
         """picows's listener factory: accept with a link, or refuse with an HTTP status."""
         headers = request.headers
         service = self.service
-        if self.token is not None and not bearer_matches(headers.get("Authorization"), self.token):
-            given = headers.get("Authorization") is not None
-            error: CorralError = Unauthorized(
-                "wrong bearer token" if given else "this server requires a bearer token",
-                details={"fix": "send 'Authorization: Bearer <token>'"},
-            )
-            return _refusal(401, error, {"WWW-Authenticate": 'Bearer realm="corral"'})
+        if self.token is not None:
+            raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+            if not authorised(raw, self.token, cookies=self.config.web):
+                given = headers.get("Authorization") is not None
+                error: CorralError = Unauthorized(
+                    "wrong bearer token" if given else "this server requires a bearer token",
+                    details={"fix": "send 'Authorization: Bearer <token>'"},
+                )
+                return _refusal(401, error, {"WWW-Authenticate": 'Bearer realm="corral"'})
         codec = codec_for_subprotocols(subprotocols(request))
         assert codec is not None  # the front door only sends corral subprotocols here
         refusal = service.gate.enter(address)

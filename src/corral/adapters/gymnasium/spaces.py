@@ -50,13 +50,14 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
 from corral.contract.arrays import Array
-from corral.contract.models import WireModel
+from corral.contract.models import Observation, WireModel
 
 GYM_SPACE_KEY = "x-gym-space"
 """The JSON Schema keyword carrying what standard keywords cannot say about a space."""
 
-OBSERVATION_BASE_FIELDS = frozenset({"done", "truncated", "reward", "metadata"})
-"""Observation fields that Gymnasium returns outside the observation (and in ``info``)."""
+OBSERVATION_BASE_FIELDS = frozenset(Observation.model_fields)
+"""Observation fields that Gymnasium returns outside the observation (and in ``info``):
+the base class's (``done``, ``truncated``, ``reward``, ``reward_components``, ``metadata``)."""
 
 DEFAULT_MAX_TEXT_LENGTH = 4096
 """``Text.max_length`` for string fields whose schema gives no ``maxLength``."""

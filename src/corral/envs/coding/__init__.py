@@ -25,7 +25,7 @@ from corral.envs.coding.env import (
     CodeState,
     CodingEnv,
 )
-from corral.envs.coding.tasks import TASKS, Task, TaskCase
+from corral.envs.coding.tasks import TASKS, CodingTask, Problem, TaskCase
 from corral.sandbox import (
     KilledReason,
     SandboxError,
@@ -42,12 +42,13 @@ __all__ = [
     "CodeObservation",
     "CodeState",
     "CodingEnv",
+    "CodingTask",
     "KilledReason",
+    "Problem",
     "SandboxError",
     "SandboxLimits",
     "SandboxMode",
     "SandboxUnavailable",
-    "Task",
     "TaskCase",
     "available_modes",
 ]
