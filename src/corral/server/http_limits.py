@@ -9,8 +9,10 @@ routes, ``/sessions``, ``/mcp``, the web UI):
 * **time**: the body must arrive within ``http_body_timeout_s`` (408), so a peer
   dribbling a body cannot hold a request open;
 * **JSON**: a JSON body (or one with no content type, which FastAPI reads as JSON) must
-  be strict UTF-8 JSON: ``NaN``, ``1e400`` (infinite as a double) and non-UTF-8 bytes get
-  400 ``BAD_FRAME``, never a 500. ``/mcp`` keeps its own JSON-RPC parse errors.
+  be strict UTF-8 JSON: ``NaN``, ``Infinity``, ``1e400`` (infinite as a double) — which
+  Python's parser would let through to fail later as a 500 — and non-UTF-8 bytes get 400
+  ``BAD_FRAME``. Plain invalid JSON is left to the route's own answer (422), and ``/mcp``
+  keeps its JSON-RPC parse errors.
 
 Error bodies have the shape of the OpenEnv routes' errors: ``detail``, ``code``,
 ``message``, ``details``.
@@ -19,6 +21,7 @@ Error bodies have the shape of the OpenEnv routes' errors: ``detail``, ``code``,
 from __future__ import annotations
 
 import asyncio
+import json
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -189,13 +192,27 @@ class _Body:
 
 
 def _json_error(data: bytes) -> BadFrame | None:
+    """The error for a body Python's lenient parser would take but strict JSON refuses.
+
+    Plain invalid JSON is left to the route, which answers it in its own way.
+    """
     if not data.strip():
         return None
     try:
         orjson.loads(data)
     except orjson.JSONDecodeError as exc:
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            return BadFrame(
+                f"the request body is not UTF-8: {bad}", details={"fix": "send UTF-8 JSON"}
+            )
+        try:
+            json.loads(data)  # accepts NaN, Infinity and numbers beyond a double
+        except ValueError:
+            return None
         return BadFrame(
             f"the request body is not strict JSON: {exc}",
-            details={"fix": "send UTF-8 JSON without NaN, Infinity or numbers beyond a double"},
+            details={"fix": "send JSON without NaN, Infinity or numbers beyond a double"},
         )
     return None
