@@ -93,3 +93,18 @@ def test_a_slow_body_gets_408(server):
 def test_a_body_within_the_limit_passes(server):
     reply = httpx.post(server.url + "/step", json={"action": {"message": "x" * 30_000}})
     assert reply.status_code == 200
+
+
+def test_http_sessions_count_in_the_per_client_limit():
+    with running(EchoEnv, max_connections_per_client=3, max_sessions=64) as srv:
+        opened = [httpx.post(srv.url + "/sessions") for _ in range(3)]
+        assert [r.status_code for r in opened] == [201, 201, 201]
+        refused = httpx.post(srv.url + "/sessions")
+        assert refused.status_code == 429 and refused.json()["code"] == "TOO_MANY_CONNECTIONS"
+        assert refused.headers["retry-after"] == "1"
+        rpc = {"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create", "params": {}}
+        assert "error" in httpx.post(srv.url + "/mcp", json=rpc).json()
+        sid = opened[0].json()["session_id"]
+        assert httpx.delete(f"{srv.url}/sessions/{sid}").status_code == 200
+        assert httpx.post(srv.url + "/sessions").status_code == 201
+        assert srv.service.manager.active == 3

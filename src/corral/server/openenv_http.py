@@ -77,6 +77,7 @@ _HTTP_STATUS: dict[str, int] = {
     ErrorCode.SESSION_LOST: 410,
     ErrorCode.CAPACITY_REACHED: 503,
     ErrorCode.TOO_MANY_SESSIONS: 503,
+    ErrorCode.TOO_MANY_CONNECTIONS: 429,
     ErrorCode.STEP_TIMEOUT: 504,
 }
 
@@ -165,20 +166,40 @@ class HttpSessions:
         self.service = service
         self.tools = tools
         self._links: dict[str, LockstepLink] = {}
+        self._clients: dict[str, str] = {}
+        """The client address of each session: it counts in that client's limit."""
 
-    async def create(self) -> LockstepLink:
-        """Open a session (a fresh environment instance).
+    async def create(self, address: str = "") -> LockstepLink:
+        """Open a session (a fresh environment instance) for the client at ``address``.
+
+        Each HTTP session counts as one of the client's connections
+        (``ServerConfig.max_connections_per_client``), like a WebSocket holding it.
 
         Raises:
+            TooManyConnections: the client holds its limit already.
             CapacityReached / FactoryError: as for any new session.
         """
         live = self.service.manager.sessions
         for sid in [sid for sid in self._links if sid not in live]:
-            del self._links[sid]  # reaped since: forget it
+            self._forget(sid)  # reaped since: forget it
+        refusal = self.service.gate.enter(address)
+        if refusal is not None:
+            raise refusal
         link = LockstepLink(self.service, self.tools)
-        session = await link.open()
+        try:
+            session = await link.open()
+        except BaseException:
+            self.service.gate.leave(address)
+            raise
         self._links[session.id] = link
+        self._clients[session.id] = address
         return link
+
+    def _forget(self, session_id: str) -> None:
+        self._links.pop(session_id, None)
+        address = self._clients.pop(session_id, None)
+        if address is not None:
+            self.service.gate.leave(address)
 
     def get(self, session_id: str) -> LockstepLink:
         """The live session ``session_id`` (and mark it active).
@@ -191,14 +212,14 @@ class HttpSessions:
         try:
             self.service.manager.get(session_id, link.channel if link is not None else _NOBODY)
         except UnknownSession:
-            self._links.pop(session_id, None)
+            self._forget(session_id)
             raise UnknownSession(
                 f"no HTTP session {session_id!r}; open one with POST /sessions and send its "
                 f"id in the {SESSION_HEADER} header",
                 details={"session": session_id},
             ) from None
         except CorralError:
-            self._links.pop(session_id, None)
+            self._forget(session_id)
             raise
         assert link is not None
         return link
@@ -212,7 +233,11 @@ class HttpSessions:
         link = self.get(session_id)
         async with link.lock:
             await link.close("closed by the HTTP client")
-        self._links.pop(session_id, None)
+        self._forget(session_id)
+
+
+def _address(request: Request) -> str:
+    return request.client.host if request.client is not None else ""
 
 
 def error_response(exc: CorralError) -> JSONResponse:
@@ -229,7 +254,7 @@ def error_response(exc: CorralError) -> JSONResponse:
             else [{"type": str(exc.code), "loc": ["body"], "msg": exc.message}]
         )
     body = {"detail": detail, "code": str(exc.code), "message": exc.message, "details": details}
-    headers = {"Retry-After": "1"} if status == 503 else None
+    headers = {"Retry-After": "1"} if status in (429, 503) else None
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -331,9 +356,9 @@ def openenv_router(service: EnvService) -> APIRouter:
         responses=_ERROR_RESPONSES,
         summary="Open a stateful HTTP session (corral extension)",
     )
-    async def open_session() -> JSONResponse:
+    async def open_session(request: Request) -> JSONResponse:
         try:
-            link = await sessions.create()
+            link = await sessions.create(_address(request))
         except CorralError as exc:
             service.manager.stats.error(str(exc.code))
             return error_response(exc)
@@ -361,9 +386,10 @@ def openenv_router(service: EnvService) -> APIRouter:
         request: Request,
         x_corral_session: SessionHeader = None,
     ) -> JSONResponse:
-        return JSONResponse(await answer_mcp(await request.body(), x_corral_session))
+        answer = await answer_mcp(await request.body(), x_corral_session, _address(request))
+        return JSONResponse(answer)
 
-    async def answer_mcp(body: bytes, header_session: str | None) -> dict[str, Any]:
+    async def answer_mcp(body: bytes, header_session: str | None, address: str) -> dict[str, Any]:
         try:
             plan = plan_rpc(parse_rpc_bytes(body), tools, service.contract.name)
         except RpcError as exc:
@@ -372,7 +398,7 @@ def openenv_router(service: EnvService) -> APIRouter:
             return rpc_result(plan.id, tools_list_result(tools))
         if isinstance(plan, CreateSession):
             try:
-                link = await sessions.create()
+                link = await sessions.create(address)
             except CorralError as exc:
                 return _rpc_failure(plan.id, exc)
             assert link.session is not None
