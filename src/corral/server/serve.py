@@ -40,6 +40,7 @@ from corral.auth import TOKEN_ENV, TOKEN_FILE_ENV, resolve_token
 from corral.server.app import create_app
 from corral.server.config import ServerConfig
 from corral.server.front import HandshakeGuard, front_factory
+from corral.server.gc_pacer import GcPacer
 
 LISTENING = "CORRAL_LISTENING"
 """The stdout line prefix a server prints once it is bound."""
@@ -198,8 +199,9 @@ def serve(
         sock: accept on this listening socket (e.g. :func:`inherited_socket`) instead of
             binding ``host:port``.
 
-    The calling process becomes the server: it runs on uvloop when installed and with
-    the garbage collector tuned for many sessions (see :mod:`corral.runtime`).
+    The calling process becomes the server: it runs on uvloop when installed, and its
+    garbage collector runs between pieces of work, with what start-up and reset waves
+    built frozen (see :mod:`corral.server.gc_pacer`).
     """
     cfg = config or ServerConfig()
     if cfg.token is None:
@@ -223,9 +225,16 @@ def serve(
         startup = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started and not startup.done():
             await asyncio.sleep(0.01)
+        pacer = GcPacer(app.state.service.manager.stats) if GcPacer.wanted() else None
         if server.started:
+            if pacer is not None:
+                pacer.start()
             _announce(f"http://{shown}:{bound_port}", port_file)
-        await startup
+        try:
+            await startup
+        finally:
+            if pacer is not None:
+                pacer.stop()
 
     try:
         runtime.run(main())
