@@ -230,11 +230,14 @@ def test_deflate_offer_parsing():
 
 def test_native_upgrade_detection():
     head = (
-        b"GET /ws?x=1 HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade"
-        b"\r\nSec-WebSocket-Key: abc\r\nSec-WebSocket-Version: 13\r\n"
+        b"GET /ws?x=1 HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade"
+        b"\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
         b"Sec-WebSocket-Protocol: chat, corral.v1.json"
     )
     assert is_native_upgrade(head)
+    # What picows would refuse after the decision goes to uvicorn, which serves it too.
+    assert not is_native_upgrade(head.replace(b"Connection: Upgrade", b"Connection: a, Upgrade"))
+    assert not is_native_upgrade(head.replace(b"dGhlIHNhbXBsZSBub25jZQ==", b"abc"))
     assert not is_native_upgrade(head.replace(b"corral.v1.json", b"openenv"))
     assert not is_native_upgrade(head.replace(b"/ws?", b"/mcp?"))
     assert not is_native_upgrade(head.replace(b"GET", b"POST"))
@@ -341,3 +344,12 @@ def test_asgi_transport_is_selectable():
             env.reset()
             assert env.step(EchoAction(message="a")).observation.echoed_message == "a"
         assert not links(srv)
+
+
+def test_an_upgrade_picows_would_refuse_is_served_by_uvicorn(server):
+    raw = RawSocket(port_of(server.url))
+    status, headers, _ = raw.upgrade(headers={"Connection": "keep-alive, Upgrade"})
+    assert status == 101 and headers["sec-websocket-protocol"] == "corral.v1.msgpack"
+    assert raw.hello()["type"] == "welcome"
+    assert not links(server)
+    raw.close()

@@ -40,17 +40,17 @@ class RawSocket:
         path: str = "/ws",
     ) -> tuple[int, dict[str, str], bytes]:
         """Send an upgrade request; return the answer's status, headers and body."""
-        lines = [
-            f"GET {path} HTTP/1.1",
-            "Host: 127.0.0.1",
-            "Upgrade: websocket",
-            "Connection: Upgrade",
-            f"Sec-WebSocket-Key: {base64.b64encode(os.urandom(16)).decode()}",
-            "Sec-WebSocket-Version: 13",
-        ]
+        fields = {
+            "Host": "127.0.0.1",
+            "Upgrade": "websocket",
+            "Connection": "Upgrade",
+            "Sec-WebSocket-Key": base64.b64encode(os.urandom(16)).decode(),
+            "Sec-WebSocket-Version": "13",
+        }
         if subprotocol is not None:
-            lines.append(f"Sec-WebSocket-Protocol: {subprotocol}")
-        lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+            fields["Sec-WebSocket-Protocol"] = subprotocol
+        fields.update(headers or {})
+        lines = [f"GET {path} HTTP/1.1", *(f"{k}: {v}" for k, v in fields.items())]
         self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
         return self.read_response(body=True)
 

@@ -19,6 +19,8 @@ A healthy client sends its head at once and never waits long enough to be the ol
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
@@ -154,8 +156,9 @@ class FrontDoor(asyncio.Protocol):
 def is_native_upgrade(head: bytes) -> bool:
     """Whether ``head`` is a well-formed WebSocket upgrade on ``/ws`` offering corral/1.
 
-    Anything less goes to uvicorn, which answers it (an OpenEnv client on ``/ws``, a
-    malformed upgrade with its 400), so only requests the native path can accept reach it.
+    Anything else goes to uvicorn, which answers it (an OpenEnv client on ``/ws``, a
+    malformed upgrade with its 400, an upgrade picows would refuse but uvicorn serves), so
+    only requests the native path accepts reach it.
     """
     line, _, rest = head.partition(b"\r\n")
     parts = line.split(b" ")
@@ -169,18 +172,29 @@ def is_native_upgrade(head: bytes) -> bool:
         if not sep:
             return False
         headers.setdefault(name.strip().lower(), []).append(value.strip())
-    upgrade = b",".join(headers.get(b"upgrade", [])).lower()
-    connection = b",".join(headers.get(b"connection", [])).lower()
-    if b"websocket" not in upgrade or b"upgrade" not in connection:
+    # Exactly what picows accepts (it checks after the upgrade decision, and a refusal
+    # then would skip the link's clean-up); anything looser, say Firefox's
+    # "Connection: keep-alive, Upgrade", is served by uvicorn instead.
+    if [v.lower() for v in headers.get(b"upgrade", [])] != [b"websocket"]:
+        return False
+    if [v.lower() for v in headers.get(b"connection", [])] != [b"upgrade"]:
         return False
     if headers.get(b"sec-websocket-version") != [b"13"]:
         return False
-    if len(headers.get(b"sec-websocket-key", [])) != 1:
+    keys = headers.get(b"sec-websocket-key", [])
+    if len(keys) != 1 or not _valid_key(keys[0]):
         return False
     if b"content-length" in headers or b"transfer-encoding" in headers:
         return False
     offered = b",".join(headers.get(b"sec-websocket-protocol", [])).decode("latin-1")
     return any(part.strip() in SUBPROTOCOLS for part in offered.split(","))
+
+
+def _valid_key(key: bytes) -> bool:
+    try:
+        return len(base64.b64decode(key, validate=True)) == 16
+    except (binascii.Error, ValueError):
+        return False
 
 
 def front_factory(
