@@ -136,8 +136,15 @@ class NativeLink(WSListener):
         conn = self.conn
         if conn is None:
             return
-        received = transport.close_handshake.recv if transport.close_handshake else None
-        clean = received is not None and int(received.code.value) in _CLEAN_CLOSE
+        # Clean only when the client closed first with 1000/1001: a close the server began
+        # (a keepalive timeout, back-pressure, shutdown) keeps the sessions for resume.
+        handshake = transport.close_handshake
+        clean = (
+            handshake is not None
+            and handshake.recv is not None
+            and handshake.recv_then_sent
+            and int(getattr(handshake.recv.code, "value", handshake.recv.code)) in _CLEAN_CLOSE
+        )
         self.door.spawn(self.service.disconnect(conn, clean))
 
     def pause_writing(self) -> None:
