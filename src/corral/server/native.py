@@ -143,7 +143,7 @@ class NativeLink(WSListener):
             handshake is not None
             and handshake.recv is not None
             and handshake.recv_then_sent
-            and int(getattr(handshake.recv.code, "value", handshake.recv.code)) in _CLEAN_CLOSE
+            and _code(handshake.recv.code) in _CLEAN_CLOSE
         )
         self.door.spawn(self.service.disconnect(conn, clean))
 
@@ -375,6 +375,11 @@ class NativeDoor:
         """Wait for the disconnect work of closed links."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+def _code(code: Any) -> int:
+    """A close code as a number (picows gives an enum member, or an int outside it)."""
+    return int(getattr(code, "value", code))
 
 
 def _refusal(
