@@ -126,14 +126,21 @@ def resolve_transport(config: ServerConfig) -> str:
 
 
 def build_server(app: Any, log_level: str = "warning") -> uvicorn.Server:
-    """The uvicorn server for ``app`` (from :func:`create_app`) behind the front door.
+    """The uvicorn server for ``app`` (from :func:`create_app`) behind the front door."""
+    server = uvicorn.Server(uvicorn_config(app, app.state.service.config, log_level))
+    install_front(server, app)
+    return server
 
-    The front door gives every connection the handshake deadline and bound, and sends
-    native upgrades to the native transport when it is the one in use.
+
+def install_front(server: uvicorn.Server, app: Any) -> HandshakeGuard:
+    """Put the front door before ``server``'s HTTP protocol (before it starts).
+
+    Every connection then gets the handshake deadline and bound, and native upgrades go
+    to the native transport when it is the one in use. ``app`` is the app from
+    :func:`create_app` (its ``state.service``); the guard is also ``app.state.handshakes``.
     """
     service = app.state.service
     cfg: ServerConfig = service.config
-    server = uvicorn.Server(uvicorn_config(app, cfg, log_level))
     http_class = uvicorn.importer.import_from_string(
         uvicorn.config.HTTP_PROTOCOLS[str(server.config.http)]
     )
@@ -145,7 +152,7 @@ def build_server(app: Any, log_level: str = "warning") -> uvicorn.Server:
         adopt = NativeDoor(service, cfg, server.server_state.connections).adopt
     server.config.http = front_factory(http_class, guard, adopt)  # type: ignore[assignment]
     app.state.handshakes = guard
-    return server
+    return guard
 
 
 def _has_sansio() -> bool:
