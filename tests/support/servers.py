@@ -9,10 +9,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import uvicorn
-
 from corral.server import ServerConfig, create_app
-from corral.server.serve import bind_socket, uvicorn_config
+from corral.server.serve import bind_socket, build_server
 
 
 class ThreadServer:
@@ -21,8 +19,7 @@ class ThreadServer:
     def __init__(self, env: Any, **config: Any) -> None:
         self.app = create_app(env, ServerConfig(**config))
         self.service = self.app.state.service
-        cfg = uvicorn_config(self.app, self.service.config, "warning")
-        self.server = uvicorn.Server(cfg)
+        self.server = build_server(self.app, "warning")
         self.server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
         self.sock = bind_socket("127.0.0.1", 0)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"

@@ -11,7 +11,7 @@ import typer
 from corral.adapters.openenv_env import load_openenv, openenv_target
 from corral.auth import read_token_file
 from corral.providers.manifest import Manifest, ManifestError, load_manifest
-from corral.server.config import ServerConfig
+from corral.server.config import TRANSPORTS, ServerConfig
 from corral.server.serve import inherited_socket, serve
 from corral.server.target import TargetError, load_target
 
@@ -181,6 +181,16 @@ def serve_command(
             "/mcp/stream (an MCP client's initialize on /mcp is answered there too).",
         ),
     ] = False,
+    transport: Annotated[
+        str,
+        typer.Option(
+            help="What serves corral/1 WebSockets: native (picows, on the same port), asgi "
+            "(uvicorn), or auto (native when picows is installed)."
+        ),
+    ] = "auto",
+    handshake_timeout: Annotated[
+        float, typer.Option(help="A connection's request head must arrive within this (s).")
+    ] = 10.0,
 ) -> None:
     """Serve an environment over WebSocket and HTTP (loopback by default)."""
     chosen = parse_serve_target(target)
@@ -198,6 +208,8 @@ def serve_command(
             token = read_token_file(token_file)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--token-file") from None
+    if transport not in TRANSPORTS:
+        raise typer.BadParameter(f"choose one of {sorted(TRANSPORTS)}", param_hint="--transport")
     config = ServerConfig(
         max_sessions=max_sessions,
         idle_timeout_s=idle_timeout or None,
@@ -210,6 +222,8 @@ def serve_command(
         executor_threads=executor_threads,
         token=token,
         workers=workers,
+        transport=transport,
+        handshake_timeout_s=handshake_timeout,
         web=web,
     )
     sock = None

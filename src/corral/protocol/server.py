@@ -349,10 +349,18 @@ class ServerConnection(Generic[S]):
                 details={"size": size, "limit": self.max_frame_bytes},
             )
             with contextlib.suppress(CorralError):
-                message = self.codec.decode(frame)
-                error.request_id = peek_id(message)
-                self.session_hint = peek_session(message)
-            raise error
+                found = self.codec.decode(frame)
+                error.request_id = peek_id(found)
+                self.session_hint = peek_session(found)
+                del found
+            # The error's traceback holds this call's locals, and the local ``error``
+            # holds the error: a cycle the tuned GC may not collect for long. Refused
+            # frames must be freed at once (issue 11.4), so nothing big stays here.
+            del frame
+            try:
+                raise error
+            finally:
+                del error
         message = self.codec.decode(frame)
         try:
             return parse_request(message)

@@ -12,6 +12,7 @@ from corral.server.auth import BearerAuth, auth_router
 from corral.server.config import ServerConfig
 from corral.server.docs import docs_router
 from corral.server.http import info_router
+from corral.server.http_limits import HttpLimits
 from corral.server.metrics import metrics_router
 from corral.server.openenv_http import openenv_router
 from corral.server.openenv_ws import openenv_fallback
@@ -100,6 +101,10 @@ def create_app(
         if cfg.token is not None:
             app.include_router(auth_router(cfg.token))
     app.include_router(tasks)  # last: its /{env}/... paths must not shadow others
+    # Added first, so the bearer check (added after) runs before any body is read.
+    app.add_middleware(
+        HttpLimits, max_body_bytes=cfg.max_frame_bytes, body_timeout_s=cfg.http_body_timeout_s
+    )
     if cfg.token is not None:
         app.add_middleware(
             BearerAuth, token=cfg.token, cookies=cfg.web, public=is_public if cfg.web else None

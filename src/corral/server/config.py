@@ -7,6 +7,23 @@ from typing import Any
 
 from corral.auth import check_token
 
+TRANSPORTS = frozenset({"auto", "native", "asgi"})
+"""The values of :attr:`ServerConfig.transport`."""
+
+SERVER_ONLY = (
+    "executor_threads",
+    "token",
+    "workers",
+    "transport",
+    "handshake_timeout_s",
+    "max_pending_handshakes",
+    "http_body_timeout_s",
+    "max_outgoing_bytes",
+    "deflate",
+    "web",
+)
+"""Settings the handshake does not tell clients."""
+
 
 @dataclass(frozen=True)
 class ServerConfig:
@@ -35,6 +52,21 @@ class ServerConfig:
             authentication). Never shown in the handshake's limits or in ``repr``.
         workers: worker processes holding the environments (0: in this process); see
             :mod:`corral.server.workers`.
+        transport: what serves ``corral/1`` WebSockets: ``"native"`` (picows, outside
+            ASGI, on the same port as the HTTP routes), ``"asgi"`` (uvicorn and the
+            Starlette route), or ``"auto"``: native when picows is installed.
+        handshake_timeout_s: a new connection's request head (an HTTP request or a
+            WebSocket upgrade) must arrive within this; slower ones get 408 and are
+            closed (slowloris).
+        max_pending_handshakes: connections waiting for their request head at once;
+            past it the one waiting longest is dropped, so slow peers cannot starve
+            healthy clients of file descriptors.
+        http_body_timeout_s: an HTTP request body must arrive within this (408).
+        max_outgoing_bytes: unread reply bytes a native connection may hold; past it
+            the connection is closed (1008). Long before, at 1 MiB, the server stops
+            reading from that peer until it reads its replies (back-pressure).
+        deflate: accept permessage-deflate when a native client asks for it
+            (inflated messages are bounded like frames).
         web: serve the web UI at ``/web`` (``/`` redirects there), with the routes it
             reads (``/render``, ``/status``) and, with a token, the browser cookie
             exchange ``POST /auth``; see :mod:`corral.server.webui`.
@@ -54,6 +86,12 @@ class ServerConfig:
     reply_cache: int = 64
     token: str | None = field(default=None, repr=False)
     workers: int = 0
+    transport: str = "auto"
+    handshake_timeout_s: float = 10.0
+    max_pending_handshakes: int = 256
+    http_body_timeout_s: float = 30.0
+    max_outgoing_bytes: int = 64 * 1024 * 1024
+    deflate: bool = True
     web: bool = False
 
     def __post_init__(self) -> None:
@@ -62,9 +100,17 @@ class ServerConfig:
             "max_sessions_per_connection",
             "max_frame_bytes",
             "executor_threads",
+            "max_pending_handshakes",
+            "max_outgoing_bytes",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"ServerConfig.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("handshake_timeout_s", "http_body_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"ServerConfig.{name} must be > 0, got {getattr(self, name)}")
+        if self.transport not in TRANSPORTS:
+            choices = sorted(TRANSPORTS)
+            raise ValueError(f"ServerConfig.transport must be one of {choices}: {self.transport!r}")
         for name in ("idle_timeout_s", "step_timeout_s", "ping_interval_s", "ping_timeout_s"):
             value = getattr(self, name)
             if value is not None and value <= 0:
@@ -80,8 +126,6 @@ class ServerConfig:
     def limits(self) -> dict[str, Any]:
         """The limits a client is told in the handshake."""
         data = asdict(self)
-        data.pop("executor_threads")
-        data.pop("token")
-        data.pop("workers")
-        data.pop("web")
+        for name in SERVER_ONLY:
+            data.pop(name)
         return data

@@ -75,6 +75,7 @@ _HTTP_STATUS: dict[str, int] = {
     ErrorCode.SESSION_LOST: 410,
     ErrorCode.CAPACITY_REACHED: 503,
     ErrorCode.TOO_MANY_SESSIONS: 503,
+    ErrorCode.TOO_MANY_CONNECTIONS: 429,
     ErrorCode.STEP_TIMEOUT: 504,
 }
 
@@ -183,6 +184,10 @@ class _NoOwner:
         """Never called."""
 
 
+def _address(request: Request) -> str:
+    return request.client.host if request.client is not None else ""
+
+
 def error_response(exc: CorralError) -> JSONResponse:
     """The HTTP error response for ``exc`` (status by code, see the module docstring)."""
     status = _HTTP_STATUS.get(str(exc.code), 500)
@@ -197,7 +202,7 @@ def error_response(exc: CorralError) -> JSONResponse:
             else [{"type": str(exc.code), "loc": ["body"], "msg": exc.message}]
         )
     body = {"detail": detail, "code": str(exc.code), "message": exc.message, "details": details}
-    headers = {"Retry-After": "1"} if status == 503 else None
+    headers = {"Retry-After": "1"} if status in (429, 503) else None
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -306,9 +311,9 @@ def openenv_router(service: EnvService) -> APIRouter:
         responses=_ERROR_RESPONSES,
         summary="Open a stateful HTTP session (corral extension)",
     )
-    async def open_session() -> JSONResponse:
+    async def open_session(request: Request) -> JSONResponse:
         try:
-            link = await registry.create()
+            link = await registry.create(_address(request))
         except CorralError as exc:
             service.manager.stats.error(str(exc.code))
             return error_response(exc)
@@ -346,13 +351,13 @@ def openenv_router(service: EnvService) -> APIRouter:
         handover = await mcp_transport_request(request, body)
         if handover is not None:
             return handover
-        return JSONResponse(await answer_mcp(body, x_corral_session))
+        return JSONResponse(await answer_mcp(body, x_corral_session, _address(request)))
 
     @router.websocket("/mcp")
     async def mcp_socket(websocket: WebSocket) -> None:
         await serve_mcp_socket(websocket, registry)
 
-    async def answer_mcp(body: bytes, header_session: str | None) -> dict[str, Any]:
+    async def answer_mcp(body: bytes, header_session: str | None, address: str) -> dict[str, Any]:
         try:
             plan = plan_rpc(parse_rpc_bytes(body), tools, service.contract.name)
         except RpcError as exc:
@@ -361,7 +366,7 @@ def openenv_router(service: EnvService) -> APIRouter:
             return rpc_result(plan.id, tools_list_result(tools))
         if isinstance(plan, CreateSession):
             try:
-                link = await registry.create()
+                link = await registry.create(address)
             except CorralError as exc:
                 return _rpc_failure(plan.id, exc)
             assert link.session is not None

@@ -86,6 +86,8 @@ class LinkRegistry:
         self.links: dict[str, LockstepLink | PeerLink] = {}
         self.attached: set[str] = set()
         self.pending_close: set[str] = set()
+        self.clients: dict[str, str] = {}
+        """The client address of each registered session: it counts in that client's limit."""
 
     def new_link(self) -> LockstepLink | PeerLink:
         """A link of the right kind for the served environment (not opened yet)."""
@@ -110,19 +112,38 @@ class LinkRegistry:
             raise
         return link
 
-    async def create(self) -> LockstepLink | PeerLink:
-        """Open a session kept between requests.
+    async def create(self, address: str = "") -> LockstepLink | PeerLink:
+        """Open a session kept between requests, for the client at ``address``.
+
+        Each such session counts as one of the client's connections
+        (``ServerConfig.max_connections_per_client``), like a WebSocket holding it.
 
         Raises:
+            TooManyConnections: the client holds its limit already.
             CapacityReached / FactoryError: as for any new session.
         """
         live = self.service.manager.sessions
         for sid in [sid for sid in self.links if sid not in live]:
-            del self.links[sid]  # reaped since: forget it
+            self._forget(sid)  # reaped since: forget it
+        refusal = self.service.gate.enter(address)
+        if refusal is not None:
+            raise refusal
         link = self.new_link()
-        session = await link.open()
+        try:
+            session = await link.open()
+        except BaseException:
+            self.service.gate.leave(address)
+            raise
         self.links[session.id] = link
+        self.clients[session.id] = address
         return link
+
+    def _forget(self, session_id: str) -> None:
+        """Drop a registered session and give its client's slot back."""
+        self.links.pop(session_id, None)
+        address = self.clients.pop(session_id, None)
+        if address is not None:
+            self.service.gate.leave(address)
 
     def find(self, session_id: str) -> LockstepLink | PeerLink | None:
         """The live registered session ``session_id`` (marked active), else None."""
@@ -130,7 +151,7 @@ class LinkRegistry:
         if link is None:
             return None
         if link.session is None or link.session.id not in self.service.manager.sessions:
-            del self.links[session_id]
+            self._forget(session_id)
             return None
         link.session.touch()
         return link
@@ -146,7 +167,7 @@ class LinkRegistry:
             return "closing"
         async with link.lock:
             await link.close(reason)
-        self.links.pop(session_id, None)
+        self._forget(session_id)
         return "closed"
 
     def attach(self, session_id: str) -> LockstepLink | PeerLink:

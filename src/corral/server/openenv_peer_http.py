@@ -207,9 +207,10 @@ def peer_router(service: EnvService, registry: LinkRegistry) -> APIRouter:
         handover = await mcp_transport_request(request, body)
         if handover is not None:
             return handover
-        return JSONResponse(await answer_mcp(body))
+        client = request.client.host if request.client is not None else ""
+        return JSONResponse(await answer_mcp(body, client))
 
-    async def answer_mcp(body: bytes) -> dict[str, Any]:
+    async def answer_mcp(body: bytes, address: str) -> dict[str, Any]:
         try:
             payload = json.loads(body)
             rpc = runtime.rpc_request(payload)
@@ -224,7 +225,7 @@ def peer_router(service: EnvService, registry: LinkRegistry) -> APIRouter:
             return runtime.rpc_error(RpcCode.INVALID_PARAMS, "Params must be an object", rpc.id)
         if rpc.method == "openenv/session/create":
             try:
-                link = await registry.create()
+                link = await registry.create(address)
                 assert isinstance(link, PeerLink)
                 await link.call("openenv_enter_mcp")
             except CorralError as exc:

@@ -4,6 +4,13 @@ The server binds the socket itself (port 0 lets the OS pick a free port) before 
 starts, then announces the bound address: on stdout as ``CORRAL_LISTENING <url>`` and,
 if asked, in a file written atomically. A launcher reads that instead of guessing a port.
 
+One port serves everything. Each connection starts on the front door
+(:mod:`corral.server.front`), which reads the request head under a deadline and hands
+the socket to the native ``corral/1`` transport (:mod:`corral.server.native`, on picows,
+outside ASGI) or to uvicorn's HTTP protocol (every HTTP route, OpenEnv's ``/ws``
+envelope, ``/mcp``). ``ServerConfig.transport`` picks the native path (``"auto"``: when
+picows is installed) or the ASGI one (uvicorn serves ``corral/1`` too).
+
 It binds 127.0.0.1 unless told otherwise; binding any other interface without a bearer
 token prints a warning, since anyone who can reach the port could then run the
 environment.
@@ -34,6 +41,8 @@ from types import FrameType
 from typing import Any
 
 import uvicorn
+import uvicorn.config
+import uvicorn.importer
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -41,6 +50,8 @@ from corral import runtime
 from corral.auth import TOKEN_ENV, TOKEN_FILE_ENV, resolve_token
 from corral.server.app import create_app
 from corral.server.config import ServerConfig
+from corral.server.front import HandshakeGuard, front_factory
+from corral.server.gc_pacer import GcPacer
 from corral.server.sessions import SessionManager
 
 LISTENING = "CORRAL_LISTENING"
@@ -101,6 +112,62 @@ def uvicorn_config(app: Any, config: ServerConfig, log_level: str) -> uvicorn.Co
         lifespan="on",
         timeout_graceful_shutdown=5,
     )
+
+
+def native_available() -> bool:
+    """Whether the native transport can run here (picows is installed)."""
+    try:
+        import picows  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def resolve_transport(config: ServerConfig) -> str:
+    """``"native"`` or ``"asgi"``: what serves ``corral/1`` for ``config``.
+
+    Raises:
+        ValueError: the native transport was asked for and picows is not installed.
+    """
+    if config.transport == "asgi":
+        return "asgi"
+    if native_available():
+        return "native"
+    if config.transport == "native":
+        raise ValueError(
+            "the native transport needs picows (pip install picows), or use transport='asgi'"
+        )
+    return "asgi"
+
+
+def build_server(app: Any, log_level: str = "warning") -> uvicorn.Server:
+    """The uvicorn server for ``app`` (from :func:`create_app`) behind the front door."""
+    server = uvicorn.Server(uvicorn_config(app, app.state.service.config, log_level))
+    install_front(server, app)
+    return server
+
+
+def install_front(server: uvicorn.Server, app: Any) -> HandshakeGuard:
+    """Put the front door before ``server``'s HTTP protocol (before it starts).
+
+    Every connection then gets the handshake deadline and bound, and native upgrades go
+    to the native transport when it is the one in use. ``app`` is the app from
+    :func:`create_app` (its ``state.service``); the guard is also ``app.state.handshakes``.
+    """
+    service = app.state.service
+    cfg: ServerConfig = service.config
+    http_class = uvicorn.importer.import_from_string(
+        uvicorn.config.HTTP_PROTOCOLS[str(server.config.http)]
+    )
+    guard = HandshakeGuard(cfg.max_pending_handshakes, cfg.handshake_timeout_s)
+    adopt = None
+    if resolve_transport(cfg) == "native":
+        from corral.server.native import NativeDoor
+
+        adopt = NativeDoor(service, cfg, server.server_state.connections).adopt
+    server.config.http = front_factory(http_class, guard, adopt)  # type: ignore[assignment]
+    app.state.handshakes = guard
+    return guard
 
 
 def _has_sansio() -> bool:
@@ -238,8 +305,9 @@ def serve(
             unset or 0: stop at once).
         customize: called with the app before it serves (e.g. to mount more routes).
 
-    The calling process becomes the server: it runs on uvloop when installed and with
-    the garbage collector tuned for many sessions (see :mod:`corral.runtime`).
+    The calling process becomes the server: it runs on uvloop when installed, and its
+    garbage collector runs between pieces of work, with what start-up and reset waves
+    built frozen (see :mod:`corral.server.gc_pacer`).
     """
     cfg = config or ServerConfig()
     if cfg.token is None:
@@ -261,11 +329,12 @@ def serve(
     shown = f"[{host}]" if ":" in host else host
     server: uvicorn.Server
     if deadline is None:
-        server = uvicorn.Server(uvicorn_config(app, cfg, log_level))
+        server = build_server(app, log_level)
     else:
         gate = _Draining(app)
         settings = uvicorn_config(gate, cfg, log_level)
         server = _DrainingServer(settings, gate, app.state.service.manager, deadline)
+        install_front(server, app)
     runtime.tune_gc()
 
     async def main() -> None:
@@ -274,9 +343,16 @@ def serve(
         startup = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started and not startup.done():
             await asyncio.sleep(0.01)
+        pacer = GcPacer(app.state.service.manager.stats) if GcPacer.wanted() else None
         if server.started:
+            if pacer is not None:
+                pacer.start()
             _announce(f"http://{shown}:{bound_port}", port_file)
-        await startup
+        try:
+            await startup
+        finally:
+            if pacer is not None:
+                pacer.stop()
 
     try:
         runtime.run(main())

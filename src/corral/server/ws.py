@@ -10,7 +10,12 @@ decisions are the protocol's (the session registry and the connection gate).
 Past the handshake this module only moves bytes: every frame that arrives goes to
 :meth:`~corral.server.service.EnvService.receive`, and the frames the connection writes
 are sent, in order, by one writer task (Starlette's ``send`` is a coroutine, and
-concurrent sessions must never interleave a frame).
+concurrent sessions must never interleave a frame). Replies waiting to be written are
+bounded: past 1 MiB the connection stops reading requests until the peer reads, and
+past ``ServerConfig.max_outgoing_bytes`` it is closed with 1008.
+
+This is the ASGI transport (``ServerConfig.transport="asgi"``, or when picows is
+missing); :mod:`corral.server.native` is the default one.
 """
 
 from __future__ import annotations
@@ -52,13 +57,23 @@ async def refuse_capacity(websocket: WebSocket, service: EnvService) -> None:
 async def serve_native(websocket: WebSocket, service: EnvService, codec: Codec) -> None:
     """Run one ``corral/1`` connection until it closes."""
     await websocket.accept(subprotocol=codec.subprotocol)
-    outbox = Outbox()
+    outbox = Outbox(service.config.max_outgoing_bytes)
     conn = service.connect(codec, outbox.put)
     send = websocket.send_bytes if codec.binary else websocket.send_text
     writer = asyncio.create_task(_write(send, outbox), name="corral-ws-writer")  # type: ignore[arg-type]
     clean = False
     try:
         while True:
+            if outbox.size > outbox.high:
+                # The peer does not read its replies: stop reading its requests until it
+                # does (uvicorn then stops reading the socket: TCP back-pressure).
+                await outbox.drained()
+            if outbox.overflow:
+                service.manager.stats.error("SLOW_CONSUMER")
+                with contextlib.suppress(Exception):
+                    reason = f"replies unread past {outbox.limit} bytes; read your replies"
+                    await asyncio.wait_for(websocket.close(code=1008, reason=reason), 1.0)
+                break
             message = await websocket.receive()
             if message["type"] == "websocket.disconnect":
                 clean = message.get("code", 1000) in _CLEAN_CLOSE
@@ -76,33 +91,69 @@ async def serve_native(websocket: WebSocket, service: EnvService, codec: Codec) 
 
 
 class Outbox:
-    """The frames of one connection waiting to be written, in order.
+    """The frames of one connection waiting to be written, in order, bounded in bytes.
 
     A lighter stand-in for ``asyncio.Queue`` on the per-reply path: ``put`` appends and
     wakes the writer at most once; the writer takes everything queued at each wake-up.
+    Past :attr:`high` queued bytes the reader waits (:meth:`drained`); past ``limit`` the
+    box overflows: it drops what it holds and the connection is closed.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int) -> None:
         self._items: deque[Frame] = deque()
         self._waiter: asyncio.Future[None] | None = None
+        self._drain: asyncio.Future[None] | None = None
         self.closed = False
+        self.overflow = False
+        self.limit = limit
+        self.high = min(1024 * 1024, limit // 2)
+        self.size = 0
+        """Bytes queued or being written."""
 
     def put(self, frame: Frame) -> None:
         """Queue ``frame`` (ignored once closed)."""
         if self.closed:
             return
         self._items.append(frame)
+        self.size += len(frame)
+        if self.size > self.limit:
+            self.overflow = True
+            self._items.clear()
+            self.close()
+            return
         self._wake()
 
     def close(self) -> None:
         """Stop the writer once the queued frames are written."""
         self.closed = True
         self._wake()
+        self._drained_now()
 
     def _wake(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    def written(self, frame: Frame) -> None:
+        """``frame`` is written: the reader may go on once a quarter of ``high`` is left."""
+        self.size -= len(frame)
+        if self.size <= self.high // 4:
+            self._drained_now()
+
+    def _drained_now(self) -> None:
+        drain = self._drain
+        if drain is not None and not drain.done():
+            drain.set_result(None)
+
+    async def drained(self) -> None:
+        """Wait until the queued bytes fall to a quarter of ``high`` (or the box closes)."""
+        if self.closed or self.size <= self.high // 4:
+            return
+        self._drain = asyncio.get_running_loop().create_future()
+        try:
+            await self._drain
+        finally:
+            self._drain = None
 
     async def take(self) -> list[Frame]:
         """Everything queued, waiting for at least one frame; empty once closed."""
@@ -120,13 +171,14 @@ class Outbox:
 async def _write(send: Callable[[Frame], Awaitable[None]], outbox: Outbox) -> None:
     while True:
         frames = await outbox.take()
-        if not frames:
+        if not frames or outbox.overflow:
             return
         for frame in frames:
             try:
                 await send(frame)
             except Exception:
                 return  # the connection is gone; the reader loop sees the disconnect
+            outbox.written(frame)
 
 
 async def ws_endpoint(
