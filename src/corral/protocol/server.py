@@ -74,7 +74,7 @@ from corral.protocol.messages import (
     parse_request,
 )
 from corral.protocol.registry import SessionRegistry
-from corral.protocol.session import Op, Remembered, ReplySink, SessionState
+from corral.protocol.session import Op, Remembered, ReplySink, RequestKey, SessionState, reused_id
 
 log = logging.getLogger("corral.server")
 
@@ -87,6 +87,8 @@ CallRequest = Reset | Step | GetState
 _CALLS = (Reset, Step, GetState)
 _BATCHES = (StepBatch, ResetBatch)
 _ITEMS = (ItemResult, ItemError)
+_STEPS = (Step, StepItem)
+_RESETS = (Reset, ResetItem)
 
 
 class Peer(ReplySink, Protocol):
@@ -159,12 +161,13 @@ Event = OpenSession | CloseSession[S] | RunCall[S] | RunBatch[S]
 # -- admission of session requests, shared by every kind of connection -------------
 
 
-def _reused_id(request_id: int, single: bool) -> BadMessage:
-    kind = "a batch" if single else "a single request"
-    return BadMessage(
-        f"request id {request_id} was already answered as {kind}; use a fresh id",
-        details={"field": "id"},
-    )
+def request_key(kind: str, payload: Reset | Step | GetState | ResetItem | StepItem) -> RequestKey:
+    """The :data:`~corral.protocol.session.RequestKey` of a request or batch item."""
+    if isinstance(payload, _STEPS):
+        return kind, payload.action
+    if isinstance(payload, _RESETS):
+        return kind, (payload.seed, payload.options)
+    return kind, None
 
 
 def admit_call(
@@ -180,12 +183,12 @@ def admit_call(
         CorralError: the session is unknown or lost, or its lifecycle refuses the request.
     """
     session = registry.get(request.session, owner)
-    outcome = session.admit(request.type, request.id)
+    outcome = session.admit(request.type, request.id, request_key(request.type, request))
     if isinstance(outcome, Op):
         return RunCall(request, session, outcome)
-    if outcome is None or not isinstance(outcome, _ITEMS):
-        return outcome
-    raise _reused_id(request.id, single=True)
+    if isinstance(outcome, _ITEMS):  # remembered without its key: still not a replay
+        raise reused_id(request.id, request.type, "batch")
+    return outcome
 
 
 def admit_batch(
@@ -215,15 +218,16 @@ def admit_batch(
                     details={"running": request.id},
                 )
             seen.add(session.id)
-            outcome: Op | Remembered | None = session.admit(kind, request.id)
+            key = request_key(request.type, item)
+            outcome: Op | Remembered | None = session.admit(kind, request.id, key)
             if isinstance(outcome, Op):
                 batch.calls.append(BatchCall(index, item, session, outcome))
             elif outcome is None:
                 batch.joins.append((index, session))
             elif isinstance(outcome, _ITEMS):
                 batch.results[index] = outcome  # a re-sent batch: at most once
-            else:
-                raise _reused_id(request.id, single=False)
+            else:  # remembered without its key: a single request's reply, not a replay
+                raise reused_id(request.id, request.type, outcome.type)
         except CorralError as exc:
             count_error(str(exc.code))
             batch.results[index] = ItemError.of(item.session, exc)
