@@ -359,8 +359,15 @@ class ErrorReply:
 
     @classmethod
     def of(cls, error: CorralError, session: str | None = None) -> ErrorReply:
-        """The reply carrying ``error`` (answering its ``request_id``)."""
-        return cls(error.request_id, str(error.code), error.message, error.details, session)
+        """The reply carrying ``error`` (answering its ``request_id``), with what it echoes
+        of the request bounded (:func:`~corral.protocol.fields.echo`)."""
+        return cls(
+            error.request_id,
+            str(error.code),
+            f.clip(error.message, f.MESSAGE_CHARS),
+            f.echo(error.details),
+            None if session is None else f.clip(session),
+        )
 
     def exception(self) -> CorralError:
         """The exception this reply carries, as its code's class."""

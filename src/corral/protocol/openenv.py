@@ -75,6 +75,7 @@ from corral.errors import (
     validation_errors,
 )
 from corral.protocol import messages as m
+from corral.protocol.fields import MESSAGE_CHARS, clip, echo
 
 PROTOCOL_NAME = "openenv"
 """How corral names the OpenEnv envelope in handshakes, reports and logs."""
@@ -150,13 +151,13 @@ def is_fatal(frame: Mapping[str, Any]) -> bool:
 def error_frame(exc: CorralError) -> dict[str, Any]:
     """The OpenEnv ``error`` frame reporting ``exc``."""
     code = openenv_code(str(exc.code))
-    details = dict(exc.details)
-    data: dict[str, Any] = {"message": exc.message, "code": str(code)}
+    details = dict(echo(exc.details))
+    data: dict[str, Any] = {"message": clip(exc.message, MESSAGE_CHARS), "code": str(code)}
     if code is OpenEnvCode.VALIDATION_ERROR:
         errors = details.pop("errors", None)
         if not isinstance(errors, list):
             loc = [details["field"]] if isinstance(details.get("field"), str) else []
-            errors = [{"type": str(exc.code).lower(), "loc": loc, "msg": exc.message}]
+            errors = [{"type": str(exc.code).lower(), "loc": loc, "msg": data["message"]}]
         data["errors"] = errors
     elif code is OpenEnvCode.CAPACITY_REACHED:
         data["active_sessions"] = details.get("active_sessions")

@@ -31,7 +31,6 @@ from typing import Any, Generic, Protocol, TypeVar
 from corral.contract.environment import ActionMigration
 from corral.contract.schema import parse_semver
 from corral.errors import (
-    BadMessage,
     BadObservation,
     CorralError,
     FrameTooLarge,

@@ -15,9 +15,10 @@ operation leaves the session.
 :meth:`SessionState.admit` is the one door of a request into a session, for single
 requests and batch items alike: a request already answered gets its remembered reply
 (at most once, across reconnects), a request still running gets nothing new (its reply
-is on its way), and anything else goes through the lifecycle table. A remembered request is a replay only when the new one is the
-same request: equal in kind and payload (:func:`same_request`); another request under an
-answered or running id is ``REQUEST_ID_REUSED``, never the old reply.
+is on its way), and anything else goes through the lifecycle table. A remembered request
+is a replay only when the new one is the same request: equal in kind and payload
+(:func:`same_request`); another request under an answered or running id is
+``REQUEST_ID_REUSED``, never the old reply.
 """
 
 from __future__ import annotations

