@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests.support.envs import CounterEnv
+from tests.support.envs import AsyncCounterEnv, CounterEnv
 from tests.support.raw import RawPeer
 from tests.support.servers import ThreadServer, running
 
@@ -101,3 +101,39 @@ async def test_error_replies_echo_bounded_ids(counter: ThreadServer, codec: str)
         assert ok
     finally:
         await peer.close()
+
+
+# -- 11.9: any failure after a session is marked running releases it ---------------
+
+BAD_OPTIONS = [{1: 0, "zz": 0}, {"seed": 3}, {"timeout": 1}, {2: "x"}, {"limit": 5, 0: 1}]
+
+
+@pytest.mark.parametrize("env", [CounterEnv, AsyncCounterEnv])
+async def test_option_problems_are_invalid_argument_and_release_the_session(env: Any):
+    with running(env) as server:
+        peer = await RawPeer.open(server.url, "msgpack")
+        try:
+            a, b = await peer.open_session(), await peer.open_session()
+            for options in BAD_OPTIONS:
+                batch = await peer.request(
+                    {
+                        "type": "reset_batch",
+                        "items": [{"session": a, "options": options}, {"session": b}],
+                    }
+                )
+                assert batch["type"] == "batch", batch
+                bad, good = batch["results"]
+                assert bad["error"]["code"] == ErrorCode.INVALID_ARGUMENT, bad
+                assert "observation" in good, good
+                single = await peer.request({"type": "reset", "session": a, "options": options})
+                assert single["code"] == ErrorCode.INVALID_ARGUMENT, single
+                # Neither session is left running: both reset and step at once.
+                for sid in (a, b):
+                    reply = await peer.request({"type": "reset", "session": sid})
+                    assert reply["type"] == "result", reply
+                    reply = await peer.request(
+                        {"type": "step", "session": sid, "action": {"amount": 1}}
+                    )
+                    assert reply["type"] == "result", reply
+        finally:
+            await peer.close()

@@ -16,6 +16,7 @@ from corral.protocol.session import (
     ReplyCache,
     SessionMachine,
     SessionState,
+    ending,
 )
 
 
@@ -155,3 +156,21 @@ def test_deliver_sends_to_the_owner():
     error = ErrorReply(None, "BAD_FRAME", "x")  # no id: sent, not remembered
     s.deliver(error)
     assert got == [error] and len(s.cache) == 0
+
+
+def test_ending_releases_whatever_happens():
+    a, b = state(), state()
+    for s in (a, b):
+        assert s.admit("reset", 9, RESET) is Op.RESET
+    with pytest.raises(KeyError), ending([a, b], 9):
+        raise KeyError("a bug after the sessions were marked running")
+    assert a.machine.running is None and b.machine.running is None
+    assert a.admit("reset", 10, RESET) is Op.RESET
+    a.machine.finish(Op.RESET)
+    with ending([a], 10):  # finished normally: nothing to release, nothing changed
+        pass
+    assert a.machine.phase.value == "ready"
+    assert b.admit("reset", 11, RESET) is Op.RESET
+    with ending([b], 99):  # another request's end never releases a running one
+        pass
+    assert b.machine.running == 11

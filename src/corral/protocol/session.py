@@ -26,10 +26,10 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from types import MappingProxyType
+from types import MappingProxyType, TracebackType
 from typing import Any, Protocol
 
 import msgpack
@@ -308,7 +308,7 @@ class SessionState:
         """Whatever happened, request ``request_id`` no longer runs: if the session still
         counts it as running (it failed before :meth:`SessionMachine.finish`), abort it.
 
-        The one structural release of a call (see ``corral.server.runner.ending``).
+        The one structural release of a call (see :class:`ending`).
         """
         if self.machine.running == request_id:
             self.machine.abort()
@@ -329,3 +329,33 @@ class SessionState:
         # a newer one was admitted since; then nothing is known of its payload.
         running = self.machine.running
         return self.running_key if running is None or running == request_id else None
+
+
+class ending:
+    """``with ending(sessions, request_id):`` runs a call of ``sessions``; whatever happens
+    inside, none of them is left running request ``request_id`` after the block.
+
+    The one structural release of an admitted call, for single requests and batches
+    alike: a failure anywhere after :meth:`SessionState.admit` (option checks, a bug,
+    cancellation) aborts the call (:meth:`SessionState.end`) instead of leaving the
+    session ``SESSION_BUSY`` for good (the reaper skips running sessions). A call that
+    finished normally was already released by :meth:`SessionMachine.finish`.
+    """
+
+    __slots__ = ("request_id", "sessions")
+
+    def __init__(self, sessions: Iterable[SessionState], request_id: int) -> None:
+        self.sessions = sessions
+        self.request_id = request_id
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        for session in self.sessions:
+            session.end(self.request_id)

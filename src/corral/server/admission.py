@@ -6,8 +6,9 @@ cannot drift apart:
 * :meth:`Admission.call` turns an admitted operation into the runner call to make:
   the wire action loaded into the Action model (after the action migration of a client
   of an older contract major; ``INVALID_ACTION`` with pydantic's errors otherwise), or
-  the reset seed and options, checked against the keywords ``reset`` takes
-  (``INVALID_ARGUMENT``);
+  the reset seed and options, checked against the keywords ``reset`` takes and the
+  names the server cannot pass on (non-string keys, ``seed``, ``timeout``): every
+  option problem is ``INVALID_ARGUMENT``, the client's fault, never ``ENV_ERROR``;
 * :meth:`Admission.result` and :meth:`Admission.state` check that the environment
   returned its contract's model and dump it with the connection's codec
   (``BAD_OBSERVATION``);
@@ -29,9 +30,11 @@ from corral.errors import (
     CorralError,
     EnvError,
     InvalidAction,
+    InvalidArgument,
     validation_errors,
 )
 from corral.protocol.batch import ResetItem, StepItem
+from corral.protocol.fields import clip
 from corral.protocol.messages import GetState, Reset, Step
 from corral.protocol.server import Peer
 from corral.protocol.session import Op
@@ -41,6 +44,33 @@ Payload = Reset | Step | GetState | ResetItem | StepItem
 
 _STEPS = (Step, StepItem)
 _RESETS = (Reset, ResetItem)
+
+
+RESERVED_OPTIONS = frozenset({"seed", "timeout"})
+"""Option names the server cannot pass to ``reset`` as keywords: the seed has its own
+field, and ``timeout`` is the runner's (the step timeout)."""
+
+
+def check_passable(options: dict[Any, Any]) -> None:
+    """Refuse reset options no ``reset(seed, **options)`` call can carry.
+
+    Raises:
+        InvalidArgument: a key is not a string, or is one of :data:`RESERVED_OPTIONS`.
+    """
+    bad = [k for k in options if not isinstance(k, str)]
+    if bad:
+        raise InvalidArgument(
+            f"reset option names must be strings; got {len(bad)} that are not "
+            f"(first: {type(bad[0]).__name__} {clip(repr(bad[0]))})",
+            details={"option": clip(repr(bad[0])), "reason": "not a string"},
+        )
+    reserved = sorted(RESERVED_OPTIONS.intersection(options))
+    if reserved:
+        raise InvalidArgument(
+            f"reset option(s) {reserved} cannot be passed as options: send the seed in the "
+            "reset's 'seed' field; 'timeout' is the server's step timeout",
+            details={"reserved": reserved},
+        )
 
 
 class Admission:
@@ -66,6 +96,7 @@ class Admission:
             return "state", (), {}
         # A reset, or a step that auto-resets an ended episode (no seed, no options).
         if isinstance(payload, _RESETS):
+            check_passable(payload.options)
             check_reset_options(payload.options, self.reset_options, self.env_name)
             return "reset", (payload.seed,), payload.options
         return "reset", (None,), {}

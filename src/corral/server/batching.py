@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from corral.errors import CorralError, InternalError, SessionBusy, SessionLost, StepTimeout
 from corral.protocol import batch as b
 from corral.protocol.server import Peer, RunBatch
-from corral.protocol.session import Op
+from corral.protocol.session import Op, ending
 from corral.server.admission import Admission
 from corral.server.runner import EnvCall, run_calls
 from corral.server.sessions import Session, SessionManager
@@ -108,7 +108,7 @@ class BatchHandler:
             try:
                 method, args, kwargs = self.admission.call(peer, op, admitted.item)
             except CorralError as exc:
-                session.machine.abort()
+                session.end(batch.request.id)
                 batch.results[admitted.index] = self._error(session.id, exc)
                 continue
             calls.append(
@@ -125,6 +125,18 @@ class BatchHandler:
         return calls
 
     async def _run(
+        self,
+        peer: Peer,
+        request_id: int,
+        calls: list[_ItemCall],
+        results: list[b.BatchItemReply | None],
+        waits: list[tuple[int, Session, asyncio.Future[None]]],
+    ) -> None:
+        # Whatever happens in the batch (a bug, cancellation), no session stays running it.
+        with ending([call.session for call in calls], request_id):
+            await self._run_calls(peer, request_id, calls, results, waits)
+
+    async def _run_calls(
         self,
         peer: Peer,
         request_id: int,

@@ -55,7 +55,7 @@ from corral.protocol.server import (
     ServerConnection,
     admit_call,
 )
-from corral.protocol.session import Op
+from corral.protocol.session import Op, ending
 from corral.server.admission import Admission
 from corral.server.batching import BatchHandler
 from corral.server.config import ServerConfig
@@ -214,10 +214,10 @@ class EnvService:
                 self._close(peer, event)
         except Exception as exc:  # a bug: free what was admitted and answer the request
             if isinstance(event, RunCall):
-                event.session.machine.abort()
+                event.session.end(event.request.id)
             elif isinstance(event, RunBatch):
                 for call in event.calls:
-                    call.session.machine.abort()
+                    call.session.end(event.request.id)
             self.internal_error(peer, exc, event.request.id)
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
@@ -292,6 +292,11 @@ class EnvService:
     # -- environment calls --------------------------------------------------------------
 
     async def _run(self, peer: Peer, call: RunCall[Session]) -> None:
+        request, session = call.request, call.session
+        with ending((session,), request.id):
+            await self._call(peer, call)
+
+    async def _call(self, peer: Peer, call: RunCall[Session]) -> None:
         request, session, op = call.request, call.session, call.op
         admission = self.admission
         started = time.perf_counter()
@@ -314,12 +319,10 @@ class EnvService:
             error = admission.failure(exc, op)
             error.request_id = request.id
             self.manager.stats.error(str(error.code))
+            session.end(request.id)
+            session.deliver(m.ErrorReply.of(error, session.id))
             if isinstance(error, StepTimeout):
-                session.deliver(m.ErrorReply.of(error, session.id))
                 await self.manager.close(session, "a call overran the step timeout")
-            else:
-                session.machine.abort()
-                session.deliver(m.ErrorReply.of(error, session.id))
             return
         stats = self.manager.stats
         stats.observe(str(op), time.perf_counter() - started)
