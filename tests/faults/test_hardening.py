@@ -12,11 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from tests.faults.envs import HardAction, HardEnv
 from tests.support.envs import AsyncCounterEnv, CounterEnv
 from tests.support.raw import RawPeer
 from tests.support.servers import ThreadServer, running
 
-from corral.errors import ErrorCode
+from corral.client import AsyncEnvClient
+from corral.errors import ErrorCode, ReplyTooLarge
 
 CODECS = ["msgpack", "json"]
 
@@ -137,3 +139,88 @@ async def test_option_problems_are_invalid_argument_and_release_the_session(env:
                     assert reply["type"] == "result", reply
         finally:
             await peer.close()
+
+
+# -- 11.3 / 11.10: one rule for rewards; every request gets a reply --------------------
+
+
+@pytest.fixture(scope="module")
+def hard() -> Any:
+    with running(HardEnv, step_timeout_s=30) as server:
+        yield server
+
+
+@pytest.mark.parametrize("codec", CODECS)
+async def test_a_non_finite_reward_is_bad_observation_on_every_codec(hard: ThreadServer, codec):
+    peer = await RawPeer.open(hard.url, codec)
+    try:
+        session = await reset_session(peer)
+        for reward in ("nan", "inf", "-inf", "NaN"):
+            step = {"type": "step", "session": session, "action": {"reward": reward}}
+            reply = await peer.request(step)
+            assert reply["code"] == ErrorCode.BAD_OBSERVATION, reply
+            assert reply["details"]["field"] == "reward"
+            batch = await peer.request(
+                {"type": "step_batch", "items": [{"session": session, "action": step["action"]}]}
+            )
+            assert batch["results"][0]["error"]["code"] == ErrorCode.BAD_OBSERVATION
+        ok = await peer.request({"type": "step", "session": session, "action": {"reward": "2.5"}})
+        assert ok["observation"]["reward"] == 2.5
+    finally:
+        await peer.close()
+
+
+@pytest.mark.parametrize("codec", CODECS)
+async def test_an_unencodable_reply_is_an_error_reply_every_time(hard: ThreadServer, codec):
+    peer = await RawPeer.open(hard.url, codec)
+    try:
+        session = await reset_session(peer)
+        step = {"type": "step", "id": 42, "session": session, "action": {"unencodable": True}}
+        for _ in range(2):  # the retry of the same request gets the same answer, at once
+            reply = await peer.request(dict(step), timeout=10)
+            assert reply["type"] == "error" and reply["id"] == 42, reply
+            assert reply["code"] == ErrorCode.BAD_OBSERVATION, reply
+        batch = await peer.request(
+            {"type": "step_batch", "items": [{"session": session, "action": step["action"]}]}
+        )
+        assert batch["type"] == "batch"
+        assert batch["results"][0]["error"]["code"] == ErrorCode.BAD_OBSERVATION, batch
+        ok = await peer.request({"type": "step", "session": session, "action": {}})
+        assert ok["type"] == "result", ok
+    finally:
+        await peer.close()
+
+
+async def test_a_reply_larger_than_the_clients_limit_is_an_error_not_a_reconnect_loop(
+    hard: ThreadServer,
+):
+    limit = 64 * 1024
+    client = AsyncEnvClient(hard.url, env=HardEnv, max_frame_bytes=limit, timeout=20)
+    async with client:
+        await client.reset()
+        with pytest.raises(ReplyTooLarge) as caught:
+            await client.step(HardAction(size=4 * limit))
+        assert caught.value.details["limit"] == limit
+        assert client.connection.reconnects == 0  # type: ignore[union-attr]
+        result = await client.step(HardAction(size=limit // 2))
+        assert len(result.observation.payload) == limit // 2
+    # In a batch only the item at fault becomes an error.
+    peer = await RawPeer.open(hard.url, "msgpack", hello=False)
+    try:
+        hello = {"type": "hello", "protocol": "corral/1", "max_frame_bytes": limit}
+        assert (await peer.request(hello))["type"] == "welcome"
+        a, b = await reset_session(peer), await reset_session(peer)
+        batch = await peer.request(
+            {
+                "type": "step_batch",
+                "items": [
+                    {"session": a, "action": {"size": 4 * limit}},
+                    {"session": b, "action": {"size": 10}},
+                ],
+            }
+        )
+        big, small = batch["results"]
+        assert big["error"]["code"] == ErrorCode.REPLY_TOO_LARGE, big
+        assert small["observation"]["payload"] == b"x" * 10
+    finally:
+        await peer.close()

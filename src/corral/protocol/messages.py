@@ -105,7 +105,12 @@ class _TokenMessage:
 
 @dataclass(slots=True)
 class Hello:
-    """Opens the connection: protocol version, the client's contract, wanted extras."""
+    """Opens the connection: protocol version, the client's contract, wanted extras.
+
+    ``max_frame_bytes`` is the largest frame the client takes: the server answers a
+    reply larger than that with ``REPLY_TOO_LARGE`` instead of a frame the client's
+    socket would refuse (and drop the connection over).
+    """
 
     type: ClassVar[str] = "hello"
     id: int
@@ -113,6 +118,7 @@ class Hello:
     client: str = ""
     contract: ContractRef | None = None
     want_schemas: bool = False
+    max_frame_bytes: int | None = None
 
     def to_wire(self) -> dict[str, Any]:
         """The message's wire map (``contract`` only when there is one)."""
@@ -125,19 +131,28 @@ class Hello:
         }
         if self.contract is not None:
             msg["contract"] = self.contract.to_wire()
+        if self.max_frame_bytes is not None:
+            msg["max_frame_bytes"] = self.max_frame_bytes
         return msg
 
     @classmethod
     def from_wire(cls, msg: dict[str, Any]) -> Hello:
-        """Read a ``hello``."""
+        """Read a ``hello``; ``max_frame_bytes``, when sent, is a positive integer."""
         contract = f.optional(msg, "contract", dict)
         ref = None if contract is None else ContractRef.from_wire(contract)
+        limit = f.optional(msg, "max_frame_bytes", int)
+        if limit is not None and not 1 <= limit <= f.MAX_ID:
+            raise BadMessage(
+                "field 'max_frame_bytes' of 'hello' must be a positive integer",
+                details={"field": "max_frame_bytes"},
+            )
         return cls(
             id=f.request_id(msg),
             protocol=f.required(msg, "protocol", str),
             client=f.optional(msg, "client", str) or "",
             contract=ref,
             want_schemas=bool(f.optional(msg, "schemas", bool)),
+            max_frame_bytes=limit,
         )
 
 

@@ -11,13 +11,16 @@ cannot drift apart:
   option problem is ``INVALID_ARGUMENT``, the client's fault, never ``ENV_ERROR``;
 * :meth:`Admission.result` and :meth:`Admission.state` check that the environment
   returned its contract's model and dump it with the connection's codec
-  (``BAD_OBSERVATION``);
+  (``BAD_OBSERVATION``); a non-finite reward (NaN, ±inf) is ``BAD_OBSERVATION`` on
+  every codec, since JSON cannot carry it (it would arrive as ``null``, msgpack as
+  NaN): a reward is the same number whatever the wire, or an error;
 * :meth:`Admission.failure` maps whatever a call raised to the error to send: corral's
   own errors as they are, anything the environment raised as ``ENV_ERROR``.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -137,6 +140,14 @@ class Admission:
             raise BadObservation(
                 f"{self.env_name}.{method}() returned {type(value).__name__}, not {model.__name__}",
                 details={"returned": type(value).__name__},
+            )
+        reward = value.reward
+        if reward is not None and not math.isfinite(reward):
+            method = "step" if op is Op.STEP else "reset"
+            raise BadObservation(
+                f"{self.env_name}.{method}() returned a non-finite reward ({reward!r}); "
+                "rewards must be finite numbers (JSON cannot carry NaN or infinity)",
+                details={"field": "reward", "value": repr(reward)},
             )
         return self._dump(peer, value, model, "observation"), value.done
 
