@@ -41,6 +41,7 @@ from corral.protocol.fields import clip
 from corral.protocol.messages import GetState, Reset, Step
 from corral.protocol.server import Peer
 from corral.protocol.session import Op
+from corral.server.rewards import RewardStats
 
 Payload = Reset | Step | GetState | ResetItem | StepItem
 """What an environment call is made from: a single request, or one item of a batch."""
@@ -76,6 +77,28 @@ def check_passable(options: dict[Any, Any]) -> None:
         )
 
 
+def _check_finite(observation: Observation, env: str, method: str) -> None:
+    """Refuse a non-finite reward or reward component (the rule on every codec).
+
+    Raises:
+        BadObservation: naming the field and its value.
+    """
+    reward = observation.reward
+    named = [("reward", reward)] if reward is not None and not math.isfinite(reward) else []
+    named += [
+        (f"reward_components.{k}", v)
+        for k, v in observation.reward_components.items()
+        if not math.isfinite(v)
+    ]
+    if named:
+        field, value = named[0]
+        raise BadObservation(
+            f"{env}.{method}() returned a non-finite {field} ({value!r}); rewards must be "
+            "finite numbers on every codec (JSON cannot carry NaN or infinity)",
+            details={"field": field, "value": repr(value)},
+        )
+
+
 class Admission:
     """The payload and result rules of one environment class (see the module docstring)."""
 
@@ -84,6 +107,8 @@ class Admission:
         self.contract = contract
         self.reset_options = accepted_reset_options(env_type.reset)
         """Keywords ``reset`` takes besides ``seed`` (None: any)."""
+        self.rewards = RewardStats()
+        """Every returned observation's reward and components, single call or batch item."""
 
     def call(self, peer: Peer, op: Op, payload: Payload) -> tuple[str, tuple[Any, ...], Any]:
         """The runner call ``(method, args, kwargs)`` for ``op`` on ``payload``.
@@ -141,15 +166,10 @@ class Admission:
                 f"{self.env_name}.{method}() returned {type(value).__name__}, not {model.__name__}",
                 details={"returned": type(value).__name__},
             )
-        reward = value.reward
-        if reward is not None and not math.isfinite(reward):
-            method = "step" if op is Op.STEP else "reset"
-            raise BadObservation(
-                f"{self.env_name}.{method}() returned a non-finite reward ({reward!r}); "
-                "rewards must be finite numbers (JSON cannot carry NaN or infinity)",
-                details={"field": "reward", "value": repr(reward)},
-            )
-        return self._dump(peer, value, model, "observation"), value.done
+        _check_finite(value, self.env_name, "step" if op is Op.STEP else "reset")
+        wire = self._dump(peer, value, model, "observation")
+        self.rewards.observe(value)
+        return wire, value.done
 
     def state(self, peer: Peer, value: Any) -> Any:
         """The state ``state()`` returned, as a wire object.
