@@ -6,6 +6,7 @@ up in its state; ``RaisingEnv`` raises from whichever method it is told to.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -140,6 +141,10 @@ class ExplodingEnv(RecordingEnv):
         raise SystemExit("the constructor exits on purpose")
 
 
+RELEASE = threading.Event()
+"""Lets every ``HardAction(block=True)`` step return (in-process servers)."""
+
+
 class HardAction(Action):
     """What the next step returns or does: a reward (as text: ``"nan"``, ``"inf"``...), an
     object no codec can carry in ``metadata``, an observation of ``size`` bytes, or a
@@ -147,6 +152,7 @@ class HardAction(Action):
 
     reward: str = "1.0"
     unencodable: bool = False
+    block: bool = False
     size: int = Field(default=0, ge=0, le=64 * 1024 * 1024)
     sleep: float = Field(default=0.0, ge=0, le=60)
 
@@ -174,6 +180,8 @@ class HardEnv(Environment[HardAction, HardObservation, HardState]):
     def step(self, action: HardAction) -> HardObservation:
         if action.sleep:
             time.sleep(action.sleep)
+        if action.block:
+            RELEASE.wait(60)  # hung until the test lets go (bounded)
         self._state.step_count += 1
         metadata: dict[str, Any] = {"thing": object()} if action.unencodable else {}
         return HardObservation(

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
-from tests.faults.envs import HardAction, HardEnv
+from tests.faults.envs import RELEASE, HardAction, HardEnv
 from tests.support.envs import AsyncCounterEnv, CounterEnv
 from tests.support.raw import RawPeer
-from tests.support.servers import ThreadServer, running
+from tests.support.servers import ThreadServer, running, wait_until
 
 from corral.client import AsyncEnvClient
 from corral.errors import ErrorCode, ReplyTooLarge
@@ -224,3 +225,60 @@ async def test_a_reply_larger_than_the_clients_limit_is_an_error_not_a_reconnect
         assert small["observation"]["payload"] == b"x" * 10
     finally:
         await peer.close()
+
+
+# -- 11.11: hung steps cannot exhaust the server ---------------------------------------
+
+
+async def test_hung_calls_are_bounded_and_ready_tells_the_truth():
+    RELEASE.clear()
+    bound = 3
+    with running(HardEnv, step_timeout_s=0.3, max_hung_calls=bound) as server:
+        peer = await RawPeer.open(server.url, "msgpack")
+        try:
+            assert httpx.get(server.url + "/ready").status_code == 200
+            hung = [await reset_session(peer) for _ in range(bound)]
+            for index, session in enumerate(hung):
+                reply = await peer.request(
+                    {"type": "step", "session": session, "action": {"block": True}}
+                )
+                assert reply["code"] == ErrorCode.STEP_TIMEOUT, reply
+                expected = 200 if index + 1 < bound else 503
+                assert httpx.get(server.url + "/ready").status_code == expected
+            ready = httpx.get(server.url + "/ready")
+            assert ready.json()["ready"] is False and "hung" in ready.json()["reason"]
+            assert ready.headers["retry-after"] == "1"
+            assert server.manager.executor.hung == bound
+            refused = await peer.request({"type": "open"})
+            assert refused["code"] == ErrorCode.NOT_READY, refused
+            assert "hung" in refused["details"]["reason"]
+            # The hung threads return: the server is ready and serves sessions again.
+            RELEASE.set()
+            assert wait_until(lambda: httpx.get(server.url + "/ready").status_code == 200, 30)
+            assert await reset_session(peer)
+        finally:
+            RELEASE.set()
+            await peer.close()
+
+
+async def test_a_worker_holding_hung_calls_is_replaced():
+    with running(HardEnv, step_timeout_s=0.3, max_hung_calls=2, workers=1) as server:
+        peer = await RawPeer.open(server.url, "msgpack")
+        try:
+            a, b, c = [await reset_session(peer) for _ in range(3)]
+            pool = server.app.state.workers
+            first = pool.workers[0].process.pid
+            for session in (a, b):
+                reply = await peer.request(
+                    {"type": "step", "session": session, "action": {"sleep": 20}}
+                )
+                assert reply["code"] == ErrorCode.STEP_TIMEOUT, reply
+            # The worker held two hung calls: replaced; its other session is lost, loudly.
+            lost = await peer.request({"type": "step", "session": c, "action": {}})
+            assert lost["code"] == ErrorCode.SESSION_LOST, lost
+            assert wait_until(lambda: pool.workers[0].alive, 60)
+            assert pool.workers[0].process.pid != first
+            assert wait_until(lambda: httpx.get(server.url + "/ready").status_code == 200, 30)
+            assert await reset_session(peer)
+        finally:
+            await peer.close()

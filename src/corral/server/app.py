@@ -83,6 +83,7 @@ def create_app(
         redoc_url=None,
     )
     app.state.service = service
+    app.state.workers = workers
     app.include_router(info_router(service))
     app.include_router(metrics_router(service))
     docs = docs_router(app.title)
@@ -130,4 +131,5 @@ def _worker_pool(env: Any, service: EnvService) -> WorkerPool:
             await manager.close(session, f"its worker process died: {reason}")
 
     pool.on_death = close_sessions
+    service.readiness_checks.append(pool.unavailable)
     return pool

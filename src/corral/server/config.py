@@ -54,6 +54,8 @@ class ServerConfig:
     reply_cache: int = 64
     token: str | None = field(default=None, repr=False)
     workers: int = 0
+    max_hung_calls: int = 16
+    inline_step_s: float = 100e-6
     web: bool = False
 
     def __post_init__(self) -> None:
@@ -62,6 +64,7 @@ class ServerConfig:
             "max_sessions_per_connection",
             "max_frame_bytes",
             "executor_threads",
+            "max_hung_calls",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"ServerConfig.{name} must be >= 1, got {getattr(self, name)}")
@@ -74,6 +77,8 @@ class ServerConfig:
             raise ValueError(f"ServerConfig.max_connections_per_client must be >= 1, got {limit}")
         if self.token is not None:
             object.__setattr__(self, "token", check_token(self.token, "ServerConfig.token"))
+        if self.inline_step_s < 0:
+            raise ValueError(f"ServerConfig.inline_step_s must be >= 0, got {self.inline_step_s}")
         if self.workers < 0:
             raise ValueError(f"ServerConfig.workers must be >= 0, got {self.workers}")
 

@@ -8,6 +8,10 @@ is closed once its thread lets go of it, so a stuck environment never wedges the
 A thread cannot be killed, so a sync call that overran keeps its thread until it
 returns; the shared pool (:class:`EnvThreads`) then retires that thread's pool and
 carries on with a fresh one, so hung environments never starve the others of threads.
+Those abandoned threads are counted (:attr:`EnvThreads.hung`, a thread-affinity
+session's own thread included) until they return: past the server's bound
+(``ServerConfig.max_hung_calls``) the server reports itself not ready and refuses new
+sessions, since each hung call holds a thread and whatever the environment holds.
 
 Whatever an environment raises stays an ordinary exception of its call: ``SystemExit``,
 ``KeyboardInterrupt`` and other ``BaseException`` types are turned into ``EnvError``
@@ -74,6 +78,8 @@ class EnvThreads(concurrent.futures.Executor):
         self.threads = threads
         self.renewed = 0
         """How many times a stuck call made the pool be replaced."""
+        self._hung: set[concurrent.futures.Future[Any]] = set()
+        self._hung_lock = threading.Lock()
         self._pool = self._new_pool()
         self._owner: weakref.WeakKeyDictionary[
             concurrent.futures.Future[Any], concurrent.futures.ThreadPoolExecutor
@@ -98,6 +104,24 @@ class EnvThreads(concurrent.futures.Executor):
         retired.shutdown(wait=False)
         self.renewed += 1
 
+    def hang(self, future: concurrent.futures.Future[Any]) -> None:
+        """``future``'s call overran its timeout and still holds a thread: count it as
+        hung until it returns (whichever executor runs it)."""
+        with self._hung_lock:
+            if future.done():
+                return
+            self._hung.add(future)
+        future.add_done_callback(self._returned)  # runs at once if it returned meanwhile
+
+    def _returned(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._hung_lock:  # called from the thread that ran it
+            self._hung.discard(future)
+
+    @property
+    def hung(self) -> int:
+        """Calls abandoned after a timeout whose threads have not returned yet."""
+        return len(self._hung)
+
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Shut the current pool down (retired pools are winding down already)."""
         self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)
@@ -111,10 +135,12 @@ class EnvRunner:
         env: Environment[Any, Any, Any],
         executor: concurrent.futures.Executor,
         own_executor: bool,
+        threads: EnvThreads | None = None,
     ) -> None:
         self.env = env
         self._executor = executor
         self._own_executor = own_executor
+        self._threads = threads if threads is not None else _as_threads(executor)
         self._async = {m: inspect.iscoroutinefunction(getattr(env, m)) for m in _METHODS}
         self._stuck: asyncio.Future[Any] | concurrent.futures.Future[Any] | None = None
         self.closed = False
@@ -142,6 +168,9 @@ class EnvRunner:
         try:
             env = await asyncio.wait_for(asyncio.wrap_future(job), timeout)
         except Exception as exc:
+            threads = _as_threads(shared)
+            if threads is not None and isinstance(exc, TimeoutError):
+                threads.hang(job)
             if isinstance(executor, EnvThreads):
                 executor.abandon(job)
             if thread_affinity:
@@ -151,7 +180,7 @@ class EnvRunner:
                 f"the environment factory {kind}",
                 details={"factory": getattr(factory, "__qualname__", repr(factory))},
             ) from exc
-        return cls(env, executor, own_executor=thread_affinity)
+        return cls(env, executor, own_executor=thread_affinity, threads=_as_threads(shared))
 
     @property
     def shared(self) -> bool:
@@ -174,7 +203,11 @@ class EnvRunner:
         """A thread is still inside the env after a timeout: close the env once ``job`` is
         done, and let the shared pool move on to fresh threads."""
         self._stuck = job
-        if not job.cancel() and isinstance(self._executor, EnvThreads):
+        if job.cancel():
+            return  # it never started: no thread is held
+        if self._threads is not None:
+            self._threads.hang(job)
+        if isinstance(self._executor, EnvThreads):
             self._executor.abandon(job)
 
     def timeout_error(self, method: str, timeout: float) -> StepTimeout:
@@ -246,6 +279,10 @@ class EnvRunner:
 
 
 _METHODS = ("reset", "step", "state", "close")
+
+
+def _as_threads(executor: concurrent.futures.Executor) -> EnvThreads | None:
+    return executor if isinstance(executor, EnvThreads) else None
 
 
 def _escaped(method: str, exc: BaseException) -> EnvError:

@@ -149,6 +149,39 @@ class EnvService:
         )
         self.batches = BatchHandler(self.manager, self.admission, config.step_timeout_s)
         self._tasks: set[asyncio.Task[None]] = set()
+        self.readiness_checks: list[Callable[[], str | None]] = [self._hung_calls]
+        """Each says why no new session can be served now, or None (``/ready``)."""
+        self.manager.registry.unavailable = self.unavailable
+
+    # -- readiness ------------------------------------------------------------------
+
+    def _hung_calls(self) -> str | None:
+        hung, bound = self.manager.executor.hung, self.config.max_hung_calls
+        if hung >= bound:
+            return (
+                f"{hung} environment calls hung past the step timeout and still hold "
+                f"their threads (the bound is {bound})"
+            )
+        return None
+
+    def unavailable(self) -> str | None:
+        """Why a new session cannot be served now, capacity aside; None when it can."""
+        for check in self.readiness_checks:
+            reason = check()
+            if reason is not None:
+                return reason
+        return None
+
+    def readiness(self) -> tuple[bool, str | None]:
+        """``(ready, reason)``: whether a new session can be served now, and why not.
+
+        The truth ``/ready`` tells: not ready at capacity, or while any readiness
+        check fails (hung calls at their bound, no worker process alive).
+        """
+        reason = self.unavailable()
+        if reason is None and not self.manager.has_capacity():
+            reason = "at capacity"
+        return reason is None, reason
 
     # -- descriptions -------------------------------------------------------------
 

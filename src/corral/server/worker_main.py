@@ -74,6 +74,8 @@ class _WorkerServer:
                 raise InternalError(f"unknown worker op {op!r}")
         except Exception as exc:
             reply["error"] = wire_error(exc)
+        # The front replaces a worker whose abandoned (timed-out) calls reach its bound.
+        reply["hung"] = self.executor.hung
         write_frame(writer, self.codec, reply)
         await writer.drain()
 
