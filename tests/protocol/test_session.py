@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from corral.errors import EpisodeEnded, RequestIdReused, ResetRequired, SessionBusy, SessionLost
@@ -17,6 +18,7 @@ from corral.protocol.session import (
     SessionMachine,
     SessionState,
     ending,
+    same_request,
 )
 
 
@@ -174,3 +176,11 @@ def test_ending_releases_whatever_happens():
     with ending([b], 99):  # another request's end never releases a running one
         pass
     assert b.machine.running == 11
+
+
+def test_payloads_that_equality_cannot_compare():
+    arr = ("step", {"x": np.arange(4.0)})
+    assert same_request(arr, ("step", {"x": np.arange(4.0)}))
+    assert not same_request(arr, ("step", {"x": np.arange(4.0) + 1}))
+    assert not same_request(arr, ("step_batch", {"x": np.arange(4.0)}))
+    assert same_request(("step", float("nan")), ("step", float("nan")))

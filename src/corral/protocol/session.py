@@ -32,8 +32,6 @@ from enum import StrEnum
 from types import MappingProxyType, TracebackType
 from typing import Any, Protocol
 
-import msgpack
-
 from corral.errors import (
     EpisodeEnded,
     RequestIdReused,
@@ -43,6 +41,7 @@ from corral.errors import (
     SessionLost,
 )
 from corral.protocol.batch import BatchItemReply
+from corral.protocol.codecs import MsgpackCodec
 from corral.protocol.messages import Reply
 
 Remembered = Reply | BatchItemReply
@@ -177,18 +176,24 @@ None, as decoded from the wire.
 """
 
 
+_CANONICAL = MsgpackCodec()
+"""Payload bytes for comparing two payloads that ``==`` cannot (arrays, NaN)."""
+
+
 def same_request(a: RequestKey, b: RequestKey) -> bool:
     """True when ``a`` and ``b`` are the same request (a re-send, not a reuse of its id).
 
-    Payloads compare equal as decoded values; failing that, by their msgpack bytes, so a
-    re-sent payload holding NaN (never equal to itself) is still the same request.
+    Payloads compare equal as decoded values; failing that (or when comparing raises,
+    as numpy arrays do), by their msgpack bytes, so a re-sent payload holding NaN (never
+    equal to itself) or an array is still the same request.
     """
     if a[0] != b[0]:
         return False
-    if a[1] == b[1]:
-        return True
     with contextlib.suppress(Exception):
-        return bool(msgpack.packb(a[1]) == msgpack.packb(b[1]))
+        if a[1] == b[1]:
+            return True
+    with contextlib.suppress(Exception):
+        return _CANONICAL.encode({"p": a[1]}) == _CANONICAL.encode({"p": b[1]})
     return False
 
 

@@ -20,6 +20,7 @@ cannot drift apart:
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
@@ -137,7 +138,9 @@ class Admission:
         """
         model = self.contract.action
         if peer.migrate is not None and isinstance(raw, dict):
-            raw = peer.migrate(raw)
+            # A copy: the request's payload is also its key in the reply cache, which a
+            # migration editing the map in place would change under a retry.
+            raw = peer.migrate(copy.deepcopy(raw))
         try:
             return peer.codec.load(model, raw)
         except ValidationError as exc:
