@@ -204,6 +204,8 @@ class Worker:
             self.pool.reference,
             "--threads",
             str(config.executor_threads),
+            "--inline-step-s",
+            repr(float(config.inline_step_s)),
             *(["--thread-affinity"] if self.pool.thread_affinity else []),
         ]
         self.process = subprocess.Popen(
