@@ -19,6 +19,14 @@ request (client →)     class                       reply (← server)
 any                                                ``error`` :class:`ErrorReply`
 =====================  ==========================  ===========================
 
+Rules every peer can rely on: a request id names one request of a session; re-sending
+the same request (same kind, equal payload) under it is answered from the server's
+reply cache, any other request under it is ``REQUEST_ID_REUSED``. A reward (and each
+reward component) is a finite number on every codec, or the step is ``BAD_OBSERVATION``
+(JSON has no NaN or infinity). ``hello`` may carry the client's ``max_frame_bytes``; a
+reply larger than that is ``REPLY_TOO_LARGE`` instead. Error replies echo what they
+quote of a request bounded (:func:`corral.protocol.fields.echo`).
+
 Each type is a dataclass that the client builds and the server parses (and the other
 way round for replies), with one way out, ``to_wire()`` (the map a codec encodes), and
 one way in, ``from_wire(map)``, which is strict about types and raises a

@@ -38,6 +38,15 @@ class ServerConfig:
         web: serve the web UI at ``/web`` (``/`` redirects there), with the routes it
             reads (``/render``, ``/status``) and, with a token, the browser cookie
             exchange ``POST /auth``; see :mod:`corral.server.webui`.
+        max_hung_calls: environment calls abandoned after the step timeout whose
+            threads have not returned yet (each holds a thread and whatever the env
+            holds) that the server tolerates; at the bound ``/ready`` answers 503 and
+            new sessions are refused with ``NOT_READY`` until some return; with
+            ``workers`` a worker reaching it is replaced instead.
+        inline_step_s: a sync environment's calls run inline on the event loop while
+            their moving average stays under this many seconds (saving the thread hop,
+            ~100 µs of CPU); slower ones, and classes with ``blocking = True``, run on
+            the executor, under the step timeout. 0 runs every sync call off the loop.
     """
 
     max_sessions: int = 1024
@@ -89,4 +98,6 @@ class ServerConfig:
         data.pop("token")
         data.pop("workers")
         data.pop("web")
+        data.pop("max_hung_calls")
+        data.pop("inline_step_s")
         return data
