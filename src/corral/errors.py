@@ -20,11 +20,13 @@ to the classes)::
     │   ├── FrameTooLarge         FRAME_TOO_LARGE
     │   ├── BatchTooLarge         BATCH_TOO_LARGE
     │   ├── HandshakeRequired     HANDSHAKE_REQUIRED
-    │   └── UnsupportedProtocol   UNSUPPORTED_PROTOCOL
+    │   ├── UnsupportedProtocol   UNSUPPORTED_PROTOCOL
+    │   └── RequestIdReused       REQUEST_ID_REUSED
     ├── ContractMismatch          CONTRACT_MISMATCH
     ├── Unauthorized              UNAUTHORIZED
     ├── SessionError              the session (or server) does not allow the request now
     │   ├── CapacityReached       CAPACITY_REACHED
+    │   ├── NotReady              NOT_READY
     │   ├── TooManySessions       TOO_MANY_SESSIONS
     │   ├── TooManyConnections    TOO_MANY_CONNECTIONS
     │   ├── UnknownSession        UNKNOWN_SESSION
@@ -38,6 +40,7 @@ to the classes)::
     │   ├── EnvError              ENV_ERROR
     │   ├── FactoryError          FACTORY_ERROR
     │   ├── BadObservation        BAD_OBSERVATION
+    │   ├── ReplyTooLarge         REPLY_TOO_LARGE
     │   └── StepTimeout           STEP_TIMEOUT
     ├── InternalError             INTERNAL_ERROR
     ├── RequestTimeout            REQUEST_TIMEOUT (also a TimeoutError; client side)
@@ -74,6 +77,9 @@ class ErrorCode(StrEnum):
     """The frame is larger than the server's ``max_frame_bytes``."""
     BATCH_TOO_LARGE = "BATCH_TOO_LARGE"
     """A batch message carries more items than the server's ``max_batch``."""
+    REQUEST_ID_REUSED = "REQUEST_ID_REUSED"
+    """A request re-uses the id of another request of the session (only a re-send of the
+    same request, equal in kind and payload, is a replay of the remembered reply)."""
 
     # The connection and handshake.
     HANDSHAKE_REQUIRED = "HANDSHAKE_REQUIRED"
@@ -88,6 +94,9 @@ class ErrorCode(StrEnum):
     # Sessions and their lifecycle.
     CAPACITY_REACHED = "CAPACITY_REACHED"
     """The server holds its maximum number of sessions; retry later or elsewhere."""
+    NOT_READY = "NOT_READY"
+    """The server cannot serve new sessions now (``/ready`` says 503 with the reason, e.g.
+    too many environment calls hung past the step timeout); retry elsewhere."""
     TOO_MANY_CONNECTIONS = "TOO_MANY_CONNECTIONS"
     """This client address holds the server's maximum of WebSocket connections."""
     TOO_MANY_SESSIONS = "TOO_MANY_SESSIONS"
@@ -113,7 +122,10 @@ class ErrorCode(StrEnum):
     FACTORY_ERROR = "FACTORY_ERROR"
     """The environment could not be created for a new session."""
     BAD_OBSERVATION = "BAD_OBSERVATION"
-    """The environment returned something that is not its declared model."""
+    """The environment returned something that is not its declared model, or a value
+    the connection's codec cannot carry (a non-finite reward, an arbitrary object)."""
+    REPLY_TOO_LARGE = "REPLY_TOO_LARGE"
+    """The reply is larger than the frame limit the client announced in its ``hello``."""
     STEP_TIMEOUT = "STEP_TIMEOUT"
     """The environment overran the per-step timeout; the session is closed."""
 
@@ -195,6 +207,10 @@ class UnsupportedProtocol(ProtocolError):
     code = ErrorCode.UNSUPPORTED_PROTOCOL
 
 
+class RequestIdReused(ProtocolError):
+    code = ErrorCode.REQUEST_ID_REUSED
+
+
 class ContractMismatch(CorralError):
     code = ErrorCode.CONTRACT_MISMATCH
 
@@ -209,6 +225,10 @@ class SessionError(CorralError):
 
 class CapacityReached(SessionError):
     code = ErrorCode.CAPACITY_REACHED
+
+
+class NotReady(SessionError):
+    code = ErrorCode.NOT_READY
 
 
 class TooManySessions(SessionError):
@@ -263,6 +283,10 @@ class FactoryError(EnvFailure):
 
 class BadObservation(EnvFailure):
     code = ErrorCode.BAD_OBSERVATION
+
+
+class ReplyTooLarge(EnvFailure):
+    code = ErrorCode.REPLY_TOO_LARGE
 
 
 class StepTimeout(EnvFailure):

@@ -6,6 +6,7 @@ up in its state; ``RaisingEnv`` raises from whichever method it is told to.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -138,3 +139,57 @@ class ExplodingEnv(RecordingEnv):
 
     def __init__(self) -> None:
         raise SystemExit("the constructor exits on purpose")
+
+
+RELEASE = threading.Event()
+"""Lets every ``HardAction(block=True)`` step return (in-process servers)."""
+
+
+class HardAction(Action):
+    """What the next step returns or does: a reward (as text: ``"nan"``, ``"inf"``...), an
+    object no codec can carry in ``metadata``, an observation of ``size`` bytes, or a
+    ``sleep`` (a hung call when longer than the step timeout)."""
+
+    reward: str = "1.0"
+    unencodable: bool = False
+    block: bool = False
+    size: int = Field(default=0, ge=0, le=64 * 1024 * 1024)
+    sleep: float = Field(default=0.0, ge=0, le=60)
+
+
+class HardObservation(Observation):
+    payload: bytes = b""
+    steps: int = 0
+
+
+class HardState(State):
+    pass
+
+
+class HardEnv(Environment[HardAction, HardObservation, HardState]):
+    """Returns what its action asks for (non-finite rewards, unencodable metadata, huge
+    observations) or hangs; every other step is ordinary."""
+
+    def __init__(self) -> None:
+        self._state = HardState()
+
+    def reset(self, seed: int | None = None, **options: Any) -> HardObservation:
+        self._state = HardState()
+        return HardObservation()
+
+    def step(self, action: HardAction) -> HardObservation:
+        if action.sleep:
+            time.sleep(action.sleep)
+        if action.block:
+            RELEASE.wait(60)  # hung until the test lets go (bounded)
+        self._state.step_count += 1
+        metadata: dict[str, Any] = {"thing": object()} if action.unencodable else {}
+        return HardObservation(
+            reward=float(action.reward),
+            payload=b"x" * action.size,
+            steps=self._state.step_count,
+            metadata=metadata,
+        )
+
+    def state(self) -> HardState:
+        return self._state

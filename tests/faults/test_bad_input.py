@@ -12,6 +12,7 @@ its memory does not keep growing. The number of inputs tried is reported.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import time
 from collections import Counter
@@ -502,6 +503,187 @@ def test_oversized_frames(server, fuzz, baseline_rss):
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
     fuzz.inputs += 1
     fuzz.codes["close-1009"] += 1
+
+
+FRESH_IDS = itertools.count(3 * 2**61 + 12_345)
+"""Ids for requests that must succeed first: far from what the other fuzzers draw."""
+
+
+def test_reused_request_ids(fuzz, scale, baseline_rss):
+    """Another request under an answered id is REQUEST_ID_REUSED; the same one replays."""
+
+    def check(args: tuple[str, int, int, str]) -> None:
+        codec, seed, other_seed, other = args
+        rid = next(FRESH_IDS)  # never answered before, on any fuzzed connection
+        peer = fuzz.peers[codec]
+        first = {"type": "reset", "id": rid, "session": peer.session, "seed": seed}
+        answer = peer.request(dict(first))
+        assert answer["type"] == "result", answer
+        fuzz.inputs += 1
+        if other == "batch":
+            reply = peer.request(
+                {"type": "reset_batch", "id": rid, "items": [{"session": peer.session}]}
+            )
+            fuzz.inputs += 1
+            assert reply["results"][0]["error"]["code"] == ErrorCode.REQUEST_ID_REUSED, reply
+            fuzz.codes[ErrorCode.REQUEST_ID_REUSED] += 1
+        else:
+            reused = {
+                "reset": {**first, "seed": other_seed},
+                "step": {"type": "step", "id": rid, "session": peer.session, "action": {}},
+                "state": {"type": "state", "id": rid, "session": peer.session},
+                "options": {**first, "options": {"limit": 3}},
+            }[other]
+            reply = fuzz.message(codec, reused)
+            assert reply["code"] == ErrorCode.REQUEST_ID_REUSED, reply
+        assert peer.request(dict(first)) == answer  # the same request: replayed
+        fuzz.inputs += 1
+
+    run(
+        max(20, scale.fuzz_examples // 5),
+        st.tuples(
+            CODEC,
+            st.integers(0, 2**63 - 1),
+            st.integers(0, 2**63 - 1),
+            st.sampled_from(["reset", "step", "state", "options", "batch"]),
+        ).filter(lambda a: a[3] != "reset" or a[1] != a[2]),
+        check,
+    )
+
+
+NON_FINITE = st.sampled_from([float("nan"), float("inf"), float("-inf")])
+
+
+def test_non_finite_numbers(fuzz, scale, baseline_rss):
+    """NaN and infinities where numbers go: refused with a structured error (JSON has
+    no such tokens at all: a frame holding one does not decode)."""
+
+    def check(args: tuple[str, float, str]) -> None:
+        codec, value, where = args
+        peer = fuzz.peers[codec]
+        message: dict[str, Any] = {
+            "id": {"type": "state", "session": peer.session},
+            "seed": {"type": "reset", "id": next(FRESH_IDS), "session": peer.session},
+            "amount": {"type": "step", "id": next(FRESH_IDS), "session": peer.session},
+            "frame_limit": {"type": "hello", "id": next(FRESH_IDS), "protocol": "corral/1"},
+        }[where]
+        field = {"amount": "action", "frame_limit": "max_frame_bytes"}.get(where, where)
+        wire = {"amount": {"amount": value}}.get(where, value)
+        if codec == "msgpack":
+            reply = fuzz.message(codec, {**message, field: wire})
+        else:
+            token = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}[repr(value)]
+            raw = f'{{"amount":{token}}}' if where == "amount" else token
+            reply = fuzz.expect_error(codec, splice(codec, {**message, field: None}, raw))
+            assert reply["code"] == ErrorCode.BAD_FRAME, reply
+            return
+        assert reply["code"] in (
+            ErrorCode.BAD_MESSAGE,
+            ErrorCode.INVALID_ARGUMENT,
+            ErrorCode.INVALID_ACTION,
+        ), reply
+
+    run(
+        max(20, scale.fuzz_examples // 5),
+        st.tuples(CODEC, NON_FINITE, st.sampled_from(["id", "seed", "amount", "frame_limit"])),
+        check,
+    )
+
+
+def test_error_replies_stay_small(fuzz, scale, baseline_rss):
+    """However large the ids and strings a request sends, its error reply echoes them
+    bounded: a few KiB at most."""
+
+    def check(args: tuple[str, str, int, int]) -> None:
+        codec, where, size, copies = args
+        peer = fuzz.peers[codec]
+        huge = "i" * size
+        message: dict[str, Any] = {
+            "session": {"type": "step", "id": 60_000, "session": huge, "action": {}},
+            "token": {"type": "attach", "id": 60_001, "session": huge, "token": huge},
+            "type": {"type": huge, "id": 60_002, "session": huge},
+            "option": {
+                "type": "reset",
+                "id": 60_003,
+                "session": peer.session,
+                "options": {f"{huge}{n}": n for n in range(copies)},
+            },
+            "batch": {
+                "type": "step_batch",
+                "id": 60_004,
+                "items": [{"session": f"{huge}{n}", "action": {}} for n in range(copies)],
+            },
+        }[where]
+        peer.ws.send(peer.codec.encode(message))
+        fuzz.inputs += 1
+        frame = peer.ws.recv(timeout=15)
+        reply = peer.codec.decode(frame)
+        assert len(frame) <= 16 * 1024 * max(1, copies if where == "batch" else 1), (
+            where,
+            len(frame),
+        )
+        if reply["type"] == "batch":
+            codes = {r["error"]["code"] for r in reply["results"]}
+            assert codes == {ErrorCode.UNKNOWN_SESSION}, codes
+            fuzz.codes[ErrorCode.UNKNOWN_SESSION] += 1
+        else:
+            assert reply["type"] == "error" and reply["code"] in CODES, reply
+            fuzz.codes[reply["code"]] += 1
+
+    run(
+        max(10, scale.fuzz_examples // 10),
+        st.tuples(
+            CODEC,
+            st.sampled_from(["session", "token", "type", "option", "batch"]),
+            st.integers(1_000, FRAME_LIMIT // 8),
+            st.integers(1, 4),
+        ),
+        check,
+    )
+
+
+BAD_KEYS = st.one_of(
+    st.integers(-(2**31), 2**31),
+    st.booleans(),
+    st.binary(min_size=1, max_size=8),
+    st.sampled_from(["seed", "timeout"]),
+)
+
+
+def test_bad_reset_options(fuzz, scale, baseline_rss):
+    """Options the server cannot pass on are INVALID_ARGUMENT (single and batched), and
+    leave the session usable."""
+
+    def check(args: tuple[str, Any, str]) -> None:
+        codec, key, kind = args
+        if codec == "json" and not isinstance(key, str):
+            key = str(key)  # JSON keys are strings; a string is still a bad name here
+            assume(key not in ("limit", "label"))
+        peer = fuzz.peers[codec]
+        options = {key: 1, "limit": 5}
+        if kind == "single":
+            message = {
+                "type": "reset",
+                "id": next(FRESH_IDS),
+                "session": peer.session,
+                "options": options,
+            }
+            reply = fuzz.message(codec, message)
+            assert reply["code"] == ErrorCode.INVALID_ARGUMENT, reply
+        else:
+            item = {"session": peer.session, "options": options}
+            reply = peer.request({"type": "reset_batch", "id": next(FRESH_IDS), "items": [item]})
+            fuzz.inputs += 1
+            assert reply["results"][0]["error"]["code"] == ErrorCode.INVALID_ARGUMENT, reply
+            fuzz.codes[ErrorCode.INVALID_ARGUMENT] += 1
+        state = peer.request({"type": "state", "id": next(FRESH_IDS), "session": peer.session})
+        assert state["type"] == "state", state  # never left running
+
+    run(
+        max(20, scale.fuzz_examples // 5),
+        st.tuples(CODEC, BAD_KEYS, st.sampled_from(["single", "batch"])),
+        check,
+    )
 
 
 def test_server_survived_the_fuzz(server, fuzz, bystander, baseline_rss, figures):

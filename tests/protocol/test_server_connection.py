@@ -149,15 +149,19 @@ def test_a_session_request_becomes_one_call_and_replays_after():
     call = peer.send(m.Reset(4, session.id, seed=1, options={"k": 1}))
     assert isinstance(call, RunCall) and call.op is Op.RESET and call.session is session
     assert call.request == m.Reset(4, session.id, 1, {"k": 1})
-    assert peer.send(m.Reset(4, session.id)) is None and peer.frames == []  # running
+    assert peer.send(m.Reset(4, session.id, 1, {"k": 1})) is None and peer.frames == []
+    assert peer.send(m.Reset(4, session.id)) is None  # another reset under a running id
+    assert error(peer.reply()) == ErrorCode.REQUEST_ID_REUSED
     busy = peer.send(m.GetState(5, session.id))
     assert busy is None and error(peer.reply()) == ErrorCode.SESSION_BUSY
     session.machine.finish(Op.RESET)
     answer = m.Result(4, session.id, {"done": False})
     session.deliver(answer)
     assert peer.reply() == answer
-    assert peer.send(m.Reset(4, session.id)) is None
+    assert peer.send(m.Reset(4, session.id, 1, {"k": 1})) is None
     assert peer.reply() == answer  # answered again, never run twice
+    assert peer.send(m.Reset(4, session.id, 2, {"k": 1})) is None
+    assert error(reply := peer.reply()) == ErrorCode.REQUEST_ID_REUSED and reply.id == 4
     unknown = peer.send(m.GetState(6, "nope"))
     assert unknown is None and error(peer.reply()) == ErrorCode.UNKNOWN_SESSION
 
@@ -201,10 +205,10 @@ def test_request_ids_are_not_shared_by_single_and_batch_replies():
     session = peer.open()
     session.remember(7, b.ItemResult(session.id, {}))
     peer.send(m.GetState(7, session.id))
-    assert error(peer.reply()) == ErrorCode.BAD_MESSAGE
+    assert error(peer.reply()) == ErrorCode.REQUEST_ID_REUSED
     session.deliver(m.StateReply(8, session.id, {}))
     batch = peer.send(b.ResetBatch(8, (b.ResetItem(session.id),)))
-    assert batch.results[0].code == ErrorCode.BAD_MESSAGE
+    assert batch.results[0].code == ErrorCode.REQUEST_ID_REUSED
 
 
 def test_open_attach_close():

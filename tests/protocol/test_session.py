@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from corral.errors import EpisodeEnded, ResetRequired, SessionBusy, SessionLost
+from corral.errors import EpisodeEnded, RequestIdReused, ResetRequired, SessionBusy, SessionLost
 from corral.protocol.batch import ItemResult
 from corral.protocol.messages import ErrorReply, Result
 from corral.protocol.session import (
@@ -16,6 +17,8 @@ from corral.protocol.session import (
     ReplyCache,
     SessionMachine,
     SessionState,
+    ending,
+    same_request,
 )
 
 
@@ -104,21 +107,43 @@ def state(**kwargs):
     )
 
 
+RESET = ("reset", (None, {}))
+
+
 def test_admit_is_the_one_door():
     s = state()
-    assert s.admit("reset", 1) is Op.RESET
-    assert s.admit("reset", 1) is None  # the same request, still running: nothing new
+    assert s.admit("reset", 1, RESET) is Op.RESET
+    assert s.admit("reset", 1, RESET) is None  # the same request, still running: nothing new
     with pytest.raises(SessionBusy):
-        s.admit("step", 2)
+        s.admit("step", 2, ("step", {"a": 1}))
     s.machine.finish(Op.RESET)
     reply = Result(1, "s", {"done": False})
     s.deliver(reply)  # no owner: remembered all the same
-    assert s.admit("reset", 1) is reply  # answered: replayed, never run twice
-    assert s.admit("step", 2) is Op.STEP
+    assert s.admit("reset", 1, RESET) is reply  # answered: replayed, never run twice
+    assert s.admit("step", 2, ("step_batch", {"a": 1})) is Op.STEP
     s.machine.finish(Op.STEP)
     item = ItemResult("s", {"done": True})
-    s.remember(3, item)
-    assert s.admit("step", 3) is item
+    s.remember(2, item)
+    assert s.admit("step", 2, ("step_batch", {"a": 1})) is item
+
+
+def test_a_reused_id_is_not_a_replay():
+    s = state()
+    assert s.admit("reset", 1, RESET) is Op.RESET
+    with pytest.raises(RequestIdReused):  # running, but another request under its id
+        s.admit("reset", 1, ("reset", (7, {})))
+    s.machine.finish(Op.RESET)
+    s.deliver(Result(1, "s", {"done": False}))
+    for other in [("reset", (1, {})), ("step", None), ("reset_batch", (None, {}))]:
+        with pytest.raises(RequestIdReused) as caught:
+            s.admit(other[0].split("_")[0], 1, other)
+        assert caught.value.code == "REQUEST_ID_REUSED" and caught.value.details["id"] == 1
+    nan = ("step", {"x": float("nan")})
+    assert s.admit("step", 2, nan) is Op.STEP
+    s.machine.finish(Op.STEP)
+    s.deliver(Result(2, "s", {"done": False}))
+    # A re-sent payload holding NaN is the same request (NaN is never equal to itself).
+    assert isinstance(s.admit("step", 2, ("step", {"x": float("nan")})), Result)
 
 
 def test_deliver_sends_to_the_owner():
@@ -133,3 +158,29 @@ def test_deliver_sends_to_the_owner():
     error = ErrorReply(None, "BAD_FRAME", "x")  # no id: sent, not remembered
     s.deliver(error)
     assert got == [error] and len(s.cache) == 0
+
+
+def test_ending_releases_whatever_happens():
+    a, b = state(), state()
+    for s in (a, b):
+        assert s.admit("reset", 9, RESET) is Op.RESET
+    with pytest.raises(KeyError), ending([a, b], 9):
+        raise KeyError("a bug after the sessions were marked running")
+    assert a.machine.running is None and b.machine.running is None
+    assert a.admit("reset", 10, RESET) is Op.RESET
+    a.machine.finish(Op.RESET)
+    with ending([a], 10):  # finished normally: nothing to release, nothing changed
+        pass
+    assert a.machine.phase.value == "ready"
+    assert b.admit("reset", 11, RESET) is Op.RESET
+    with ending([b], 99):  # another request's end never releases a running one
+        pass
+    assert b.machine.running == 11
+
+
+def test_payloads_that_equality_cannot_compare():
+    arr = ("step", {"x": np.arange(4.0)})
+    assert same_request(arr, ("step", {"x": np.arange(4.0)}))
+    assert not same_request(arr, ("step", {"x": np.arange(4.0) + 1}))
+    assert not same_request(arr, ("step_batch", {"x": np.arange(4.0)}))
+    assert same_request(("step", float("nan")), ("step", float("nan")))

@@ -221,7 +221,7 @@ async def test_a_batch_resent_while_it_runs_gets_the_original_answer(server):
 
 async def test_sync_envs_share_one_executor_call():
     ThreadTrackingEnv.threads.clear()
-    with running(ThreadTrackingEnv, executor_threads=8) as srv:
+    with running(ThreadTrackingEnv, executor_threads=8, inline_step_s=0) as srv:
         peer = await RawPeer.open(srv.url)
         sids = await sessions(peer, 6)
         for _ in range(3):

@@ -164,6 +164,20 @@ def serve_command(
         int,
         typer.Option(help="Worker processes holding the environments (0: in the server)."),
     ] = 0,
+    max_hung_calls: Annotated[
+        int,
+        typer.Option(
+            help="Timed-out calls still holding threads before /ready says 503 and new "
+            "sessions are refused (NOT_READY); a worker reaching it is replaced."
+        ),
+    ] = 16,
+    inline_step: Annotated[
+        float,
+        typer.Option(
+            help="Run a sync env's calls on the event loop while they average under this "
+            "many seconds (0: never; envs with blocking = True never)."
+        ),
+    ] = 100e-6,
     web: Annotated[
         bool,
         typer.Option(
@@ -225,6 +239,8 @@ def serve_command(
         transport=transport,
         handshake_timeout_s=handshake_timeout,
         web=web,
+        max_hung_calls=max_hung_calls,
+        inline_step_s=inline_step,
     )
     sock = None
     if fd is not None:

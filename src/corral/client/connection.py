@@ -236,6 +236,7 @@ class Connection:
             reconnect=ReconnectPolicy() if reconnect is True else (reconnect or None),
             client=f"corral/{__version__}",
             seed=seed,
+            accept_frame_bytes=max_frame_bytes,
         )
         self._contract: ContractRef | None = None
         self._ws: Socket | None = None

@@ -76,6 +76,8 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
             default (backoff up to 2 s, give up after 30 s), False to fail at the first drop.
         dialer: opens the socket (default: a WebSocket); :mod:`corral.testing` passes an
             in-process one.
+        max_frame_bytes: the largest reply frame taken (announced to the server, which
+            answers a larger reply with ``REPLY_TOO_LARGE`` instead).
     """
 
     def __init__(
@@ -97,6 +99,7 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
         token: str | None = None,
         reconnect: ReconnectPolicy | bool = True,
         dialer: Dialer | None = None,
+        max_frame_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self.url = http_url(url)
         self.timeout = timeout
@@ -114,6 +117,7 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
             token=token,
             reconnect=reconnect,
             dialer=dialer,
+            max_frame_bytes=max_frame_bytes,
         )
         self.session_id: str | None = None
         self.resume_token: str | None = None

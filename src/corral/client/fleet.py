@@ -15,22 +15,41 @@ block ``j*n//M .. (j+1)*n//M - 1``, and each server's block is split over connec
 **Health.** Every ``health_interval`` seconds (and whenever the pool reports a failure,
 :meth:`Fleet.suspect`) the fleet checks a server: its handle is alive, none of its
 connections gave up reconnecting, and ``/health`` answers. A server that fails the check
-is recovered in the background, once at a time:
+is recovered in the background, once at a time. **A stalled server is not a dead one**:
+a server that stops answering (paused, swapping, a GC storm, a network partition) is
+probed every ``probe_interval`` seconds while its sessions wait (steps to it wait too,
+bounded); it is declared dead only when
 
-* alive: its dropped connections are replaced and their sessions re-attached with their
-  resume tokens, episodes intact (a session the server no longer has is opened afresh
-  and marked ``needs_reset``);
+* its process is gone (the handle says so: a server the fleet started), or
+* it stayed unreachable past ``dead_after`` seconds, a deadline that must be longer
+  than the server's resume window (default: twice that window, 60 s with the server's
+  default 30 s), so that a server coming back within its window always finds its
+  sessions re-attached.
+
+Then:
+
+* answering again: its dropped connections are replaced and their sessions re-attached
+  with their resume tokens, episodes intact (a session the server no longer has is
+  opened afresh and marked ``needs_reset``); requests in flight get their replies (the
+  server's reply cache answers a re-sent one at most once);
 * dead, started by the fleet, and ``replace_dead_servers``: a new server is started in
   its place and its sessions are opened again and marked ``needs_reset``;
-* otherwise its sessions are lost (:meth:`Fleet.unusable` says why).
+* dead otherwise: its sessions are lost (:meth:`Fleet.unusable` says why).
+
+A dead server's connections are closed at once, so its requests in flight fail with
+``SessionLost`` (never silently, never a wait for their timeout). The fleet's
+connections give up reconnecting by themselves only after ``dead_after``: the fleet,
+not a socket's backoff, decides when a server is gone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -40,6 +59,7 @@ from corral.client.connection import Connection, http_url
 from corral.client.health import answers, probe_client
 from corral.client.typed import TypedModels
 from corral.errors import SessionLost
+from corral.protocol.client import ReconnectPolicy
 from corral.protocol.messages import Open, Opened
 
 if TYPE_CHECKING:
@@ -165,6 +185,9 @@ class Fleet:
         sessions_per_connection / max_in_flight: the layout (module docstring).
         health_interval: seconds between health checks (None: only when suspected).
         replace_dead_servers: start a new server in place of a dead one it started.
+        dead_after: seconds a server may stay unreachable before it counts as dead
+            (None: twice the server's resume window); must exceed that window.
+        probe_interval: seconds between probes of a server being recovered.
         progress / console: the progress bar while starting (None: when stderr is a
             terminal and the fleet is large).
     """
@@ -187,7 +210,13 @@ class Fleet:
         token: str | None,
         progress: bool | None,
         console: Console | None,
+        dead_after: float | None = None,
+        probe_interval: float = 0.5,
     ) -> None:
+        if dead_after is not None and dead_after <= 0:
+            raise ValueError(f"dead_after must be > 0 or None, got {dead_after}")
+        if probe_interval <= 0:
+            raise ValueError(f"probe_interval must be > 0, got {probe_interval}")
         self.n = n
         self.source = source
         self.num_servers = num_servers
@@ -199,6 +228,11 @@ class Fleet:
         self.max_in_flight = max_in_flight
         self.health_interval = health_interval
         self.replace_dead_servers = replace_dead_servers
+        self.dead_after_wanted = dead_after
+        self.dead_after = dead_after if dead_after is not None else 60.0
+        """Seconds unreachable before a server counts as dead (resolved at the first
+        handshake, from the server's resume window, when not given)."""
+        self.probe_interval = probe_interval
         self.headers = dict(headers or {})
         self.token = resolve_token(token)
         self.servers: list[FleetServer] = []
@@ -207,6 +241,8 @@ class Fleet:
         self._progress_wanted = progress
         self._console = console
         self._monitor: asyncio.Task[None] | None = None
+        self.deaths: list[tuple[str, str, float]] = []
+        """Servers declared dead: ``(url, reason, seconds from suspicion to the verdict)``."""
 
     @property
     def urls(self) -> list[str]:
@@ -260,6 +296,7 @@ class Fleet:
         server.links = []
         first = await self.connect(server)
         limits = first.welcome.get("limits", {})
+        self._resolve_dead_after(limits)
         per = min(
             self.sessions_per_connection,
             int(limits.get("max_sessions_per_connection", self.sessions_per_connection)),
@@ -284,6 +321,24 @@ class Fleet:
         server.dead = None
         server.ready.set()
 
+    def _resolve_dead_after(self, limits: Mapping[str, Any]) -> None:
+        """Check or derive :attr:`dead_after` from the server's resume window.
+
+        Raises:
+            ValueError: ``dead_after`` was given and is not longer than the window.
+        """
+        window = limits.get("resume_window_s")
+        if not isinstance(window, int | float) or isinstance(window, bool):
+            return
+        if self.dead_after_wanted is None:
+            self.dead_after = max(self.dead_after, 2.0 * float(window))
+        elif self.dead_after_wanted <= window:
+            raise ValueError(
+                f"dead_after={self.dead_after_wanted:g} s must be longer than the server's "
+                f"resume window ({window:g} s): a server stalled within its window still "
+                "holds the sessions"
+            )
+
     async def connect(self, server: FleetServer) -> Connection:
         """A new connection to ``server``, handshake done (schemas adopted if needed)."""
         connection = Connection(
@@ -292,9 +347,14 @@ class Fleet:
             connect_timeout=self.connect_timeout,
             headers=self.headers,
             token=self.token,
+            reconnect=self._reconnect_policy(),
         )
         await self._handshake(connection)
         return connection
+
+    def _reconnect_policy(self) -> ReconnectPolicy:
+        # The fleet decides when a server is dead: a connection keeps trying a while longer.
+        return dataclasses.replace(ReconnectPolicy(), give_up_after_s=self.dead_after + 30.0)
 
     async def _handshake(self, connection: Connection) -> None:
         need_schemas = self.typed.incomplete
@@ -345,7 +405,7 @@ class Fleet:
         recovering = server.recovering
         if server.ready.is_set() or recovering is None:
             return
-        wait = 120.0 if self.timeout is None else self.timeout + 60.0
+        wait = self.dead_after + (60.0 if self.timeout is None else self.timeout) + 30.0
         with contextlib.suppress(Exception):
             await asyncio.wait_for(asyncio.shield(recovering), wait)
 
@@ -395,22 +455,47 @@ class Fleet:
         return {**self.headers, **(bearer_header(self.token) if self.token else {})}
 
     async def _recover(self, server: FleetServer) -> None:
+        """Probe ``server`` until it answers (re-attach), its process is gone, or it stayed
+        unreachable past :attr:`dead_after` (dead: replace it or lose its sessions)."""
+        since = time.monotonic()
         try:
-            alive = server.handle is None or await server.handle.alive()
-            if alive and await answers(server.url, headers=self._http_headers()):
-                await self._reattach(server)
-            elif server.handle is not None and self.replace_dead_servers:
-                await self._replace(server)
-            else:
-                server.dead = "the server does not answer its health check"
-                for slot in self.slots_of(server):
-                    slot.lost = server.dead
-                    slot.needs_reset = True
+            while True:
+                if server.handle is not None and not await server.handle.alive():
+                    await self._dead(server, "the server process exited", since)
+                    return
+                if await answers(server.url, headers=self._http_headers()):
+                    await self._reattach(server)
+                    return
+                if time.monotonic() - since >= self.dead_after:
+                    reason = f"the server did not answer for {self.dead_after:g} s"
+                    await self._dead(server, reason, since)
+                    return
+                await asyncio.sleep(self.probe_interval)
         except Exception as exc:
             server.dead = f"recovery failed: {exc}"
             log.warning("could not recover server %s: %s", server.url, exc)
         finally:
             server.recovering = None
+
+    async def _dead(self, server: FleetServer, reason: str, since: float) -> None:
+        """``server`` is gone: replace it if the fleet may, else lose its sessions.
+
+        Its connections are closed first, so requests in flight fail now with
+        ``SessionLost`` instead of waiting out their timeout.
+        """
+        detected = time.monotonic() - since
+        log.warning(
+            "server %s is dead (%s; %.1f s after it was suspected)", server.url, reason, detected
+        )
+        self.deaths.append((server.url, reason, detected))
+        server.dead = reason
+        if server.handle is not None and self.replace_dead_servers:
+            await self._replace(server)
+            return
+        for slot in self.slots_of(server):
+            slot.lost = reason
+            slot.needs_reset = True
+        await self._close_server(server)
 
     async def _reattach(self, server: FleetServer) -> None:
         """Re-establish the connections to a live server that gave up reconnecting.

@@ -146,6 +146,9 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         max_in_flight: messages outstanding per connection before ``send`` waits.
         health_interval: seconds between health checks (None: only on failures).
         replace_dead_servers: replace a dead server this pool started.
+        server_dead_after: seconds a server may stay unreachable before it counts as
+            dead (None: twice its resume window). A server that stalls and answers
+            again sooner keeps its sessions, re-attached; one that exits is dead at once.
         on_error: ``"raise"`` a :class:`PoolError` when sessions fail, or ``"return"``
             the failures in :attr:`PoolBatch.errors`.
         progress: show a progress bar while starting (None: when stderr is a terminal
@@ -177,6 +180,7 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         max_in_flight: int = 4,
         health_interval: float | None = 5.0,
         replace_dead_servers: bool = True,
+        server_dead_after: float | None = None,
         on_error: Literal["raise", "return"] = "raise",
         progress: bool | None = None,
         console: Console | None = None,
@@ -211,6 +215,7 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             max_in_flight=max_in_flight,
             health_interval=health_interval,
             replace_dead_servers=replace_dead_servers,
+            dead_after=server_dead_after,
             headers=headers,
             token=token,
             progress=progress,
@@ -549,9 +554,10 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             elif isinstance(exc, ClientClosed) and not self._closed:
                 # The pool closed this connection itself, replacing a dead server: the
                 # request's episode is lost, and the caller must hear it as such.
+                reason = link.server.dead or "server died"
                 exc = SessionLost(
-                    "the server died and is being replaced; this episode was lost",
-                    details={"reason": "server died", "server": link.server.url},
+                    f"the server is gone ({reason}); this episode was lost",
+                    details={"reason": reason, "server": link.server.url},
                 )
             return {s.index: _Outcome(error=exc) for s, _ in chunk}
         outcomes: dict[int, _Outcome] = {}

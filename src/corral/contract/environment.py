@@ -38,6 +38,12 @@ class Environment(Generic[ActT, ObsT, StateT]):
             first observation of the new episode, instead of ``EPISODE_ENDED``.
         thread_affinity: run every call of a session on one dedicated thread (for envs
             wrapping libraries that must stay on the thread that created them).
+        blocking: always run this sync environment's calls off the event loop, under the
+            step timeout. By default a sync env whose calls measure fast (a moving
+            average under ``ServerConfig.inline_step_s``, ~100 µs) runs inline on the
+            loop, saving a thread hop per call; set this for envs that may block
+            unpredictably (network, subprocesses, locks), since an inline call cannot
+            be timed out.
         action_migrations: ``{old_major: fn}`` turning an action dict of an older contract
             major version into one of the current version; clients of those majors are
             then accepted at the handshake.
@@ -56,6 +62,7 @@ class Environment(Generic[ActT, ObsT, StateT]):
     contract_version: ClassVar[str] = "1.0.0"
     auto_reset: ClassVar[bool] = False
     thread_affinity: ClassVar[bool] = False
+    blocking: ClassVar[bool] = False
     action_migrations: ClassVar[dict[int, ActionMigration]] = {}
     task_type: ClassVar[type[Task]] = Task
 

@@ -229,8 +229,13 @@ class ItemError:
 
     @classmethod
     def of(cls, session: str | None, error: CorralError) -> ItemError:
-        """The failed item for ``error``."""
-        return cls(session, str(error.code), error.message, error.details)
+        """The failed item for ``error``, what it echoes bounded (see ``fields.echo``)."""
+        return cls(
+            None if session is None else f.clip(session),
+            str(error.code),
+            f.clip(error.message, f.MESSAGE_CHARS),
+            f.echo(error.details),
+        )
 
     def exception(self, request_id: int | None = None) -> CorralError:
         """The exception this item carries, as its code's class."""

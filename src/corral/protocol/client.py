@@ -349,6 +349,9 @@ class ClientProtocol:
             drop instead.
         client: what the ``hello`` names as the client (``corral/VERSION``).
         seed: seeds the backoff jitter (tests).
+        accept_frame_bytes: the largest frame this side's socket takes, announced in
+            the ``hello`` so that the server answers a larger reply with an error
+            (``REPLY_TOO_LARGE``) instead of a frame the socket would drop (None: any).
     """
 
     def __init__(
@@ -358,8 +361,10 @@ class ClientProtocol:
         reconnect: ReconnectPolicy | None = None,
         client: str = "",
         seed: int | None = None,
+        accept_frame_bytes: int | None = None,
     ) -> None:
         self.codec = codec
+        self.accept_frame_bytes = accept_frame_bytes
         self.policy = reconnect
         self.client = client
         self.tracker = RequestTracker()
@@ -516,6 +521,7 @@ class ClientProtocol:
             self.client,
             contract=contract,
             want_schemas=want_schemas,
+            max_frame_bytes=self.accept_frame_bytes,
         )
         frame = self.send(hello, replay=False)
         assert frame is not None

@@ -118,3 +118,49 @@ def peek_session(msg: Any) -> str | None:
         if isinstance(sid, str):
             return sid
     return None
+
+
+ECHO_CHARS = 256
+"""Characters of a string (an id, a name, a value) an error reply echoes."""
+MESSAGE_CHARS = 2048
+"""Characters of an error reply's message."""
+ECHO_ITEMS = 64
+"""Items of a list or map inside an error's details."""
+_ECHO_DEPTH = 8
+
+
+def clip(text: str, limit: int = ECHO_CHARS) -> str:
+    """``text``, cut to ``limit`` characters with a note of how many were left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}…(+{len(text) - limit} chars)"
+
+
+def echo(value: Any, depth: int = 0) -> Any:
+    """``value`` bounded for an error reply: strings and bytes clipped, lists and maps cut
+    to :data:`ECHO_ITEMS` entries, nesting to a few levels.
+
+    The one bound on what an error echoes of its request (an id, a session, a
+    validation input), so that an error reply is never larger than a few KiB whatever
+    was sent: a 1 MiB session id comes back as its first :data:`ECHO_CHARS` characters.
+    """
+    if isinstance(value, str):
+        return clip(value)
+    if isinstance(value, bytes | bytearray):
+        return value if len(value) <= ECHO_CHARS else bytes(value[:ECHO_CHARS])
+    if depth >= _ECHO_DEPTH and isinstance(value, dict | list | tuple):
+        return clip(repr(value))
+    if isinstance(value, dict):
+        out = {
+            clip(str(k)) if not isinstance(k, str) else clip(k): echo(v, depth + 1)
+            for k, v in list(value.items())[:ECHO_ITEMS]
+        }
+        if len(value) > ECHO_ITEMS:
+            out["…"] = f"{len(value) - ECHO_ITEMS} more entries"
+        return out
+    if isinstance(value, list | tuple):
+        items = [echo(v, depth + 1) for v in value[:ECHO_ITEMS]]
+        if len(value) > ECHO_ITEMS:
+            items.append(f"…{len(value) - ECHO_ITEMS} more items")
+        return items
+    return value

@@ -19,6 +19,14 @@ request (client →)     class                       reply (← server)
 any                                                ``error`` :class:`ErrorReply`
 =====================  ==========================  ===========================
 
+Rules every peer can rely on: a request id names one request of a session; re-sending
+the same request (same kind, equal payload) under it is answered from the server's
+reply cache, any other request under it is ``REQUEST_ID_REUSED``. A reward (and each
+reward component) is a finite number on every codec, or the step is ``BAD_OBSERVATION``
+(JSON has no NaN or infinity). ``hello`` may carry the client's ``max_frame_bytes``; a
+reply larger than that is ``REPLY_TOO_LARGE`` instead. Error replies echo what they
+quote of a request bounded (:func:`corral.protocol.fields.echo`).
+
 Each type is a dataclass that the client builds and the server parses (and the other
 way round for replies), with one way out, ``to_wire()`` (the map a codec encodes), and
 one way in, ``from_wire(map)``, which is strict about types and raises a
@@ -105,7 +113,12 @@ class _TokenMessage:
 
 @dataclass(slots=True)
 class Hello:
-    """Opens the connection: protocol version, the client's contract, wanted extras."""
+    """Opens the connection: protocol version, the client's contract, wanted extras.
+
+    ``max_frame_bytes`` is the largest frame the client takes: the server answers a
+    reply larger than that with ``REPLY_TOO_LARGE`` instead of a frame the client's
+    socket would refuse (and drop the connection over).
+    """
 
     type: ClassVar[str] = "hello"
     id: int
@@ -113,6 +126,7 @@ class Hello:
     client: str = ""
     contract: ContractRef | None = None
     want_schemas: bool = False
+    max_frame_bytes: int | None = None
 
     def to_wire(self) -> dict[str, Any]:
         """The message's wire map (``contract`` only when there is one)."""
@@ -125,19 +139,28 @@ class Hello:
         }
         if self.contract is not None:
             msg["contract"] = self.contract.to_wire()
+        if self.max_frame_bytes is not None:
+            msg["max_frame_bytes"] = self.max_frame_bytes
         return msg
 
     @classmethod
     def from_wire(cls, msg: dict[str, Any]) -> Hello:
-        """Read a ``hello``."""
+        """Read a ``hello``; ``max_frame_bytes``, when sent, is a positive integer."""
         contract = f.optional(msg, "contract", dict)
         ref = None if contract is None else ContractRef.from_wire(contract)
+        limit = f.optional(msg, "max_frame_bytes", int)
+        if limit is not None and not 1 <= limit <= f.MAX_ID:
+            raise BadMessage(
+                "field 'max_frame_bytes' of 'hello' must be a positive integer",
+                details={"field": "max_frame_bytes"},
+            )
         return cls(
             id=f.request_id(msg),
             protocol=f.required(msg, "protocol", str),
             client=f.optional(msg, "client", str) or "",
             contract=ref,
             want_schemas=bool(f.optional(msg, "schemas", bool)),
+            max_frame_bytes=limit,
         )
 
 
@@ -359,8 +382,15 @@ class ErrorReply:
 
     @classmethod
     def of(cls, error: CorralError, session: str | None = None) -> ErrorReply:
-        """The reply carrying ``error`` (answering its ``request_id``)."""
-        return cls(error.request_id, str(error.code), error.message, error.details, session)
+        """The reply carrying ``error`` (answering its ``request_id``), with what it echoes
+        of the request bounded (:func:`~corral.protocol.fields.echo`)."""
+        return cls(
+            error.request_id,
+            str(error.code),
+            f.clip(error.message, f.MESSAGE_CHARS),
+            f.echo(error.details),
+            None if session is None else f.clip(session),
+        )
 
     def exception(self) -> CorralError:
         """The exception this reply carries, as its code's class."""

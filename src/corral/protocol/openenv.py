@@ -34,10 +34,11 @@ corral                                             OpenEnv               session
 BAD_FRAME                                          INVALID_JSON          kept
 UNKNOWN_TYPE                                       UNKNOWN_TYPE          kept
 BAD_MESSAGE, INVALID_ACTION, INVALID_ARGUMENT,     VALIDATION_ERROR      kept
-FRAME_TOO_LARGE, BATCH_TOO_LARGE                   (+ ``errors``)
+FRAME_TOO_LARGE, BATCH_TOO_LARGE,                  (+ ``errors``)
+REQUEST_ID_REUSED
 RESET_REQUIRED, EPISODE_ENDED, SESSION_BUSY,       EXECUTION_ERROR       kept
 ENV_ERROR, BAD_OBSERVATION, INTERNAL_ERROR, ...
-CAPACITY_REACHED                                   CAPACITY_REACHED      closed (1000)
+CAPACITY_REACHED, NOT_READY                        CAPACITY_REACHED      closed (1000)
                                                    (+ ``active_sessions``, ``max_sessions``)
 FACTORY_ERROR                                      FACTORY_ERROR         closed (1000)
 STEP_TIMEOUT, SESSION_LOST, UNKNOWN_SESSION, ...   SESSION_ERROR         closed (1000)
@@ -73,6 +74,7 @@ from corral.errors import (
     validation_errors,
 )
 from corral.protocol import messages as m
+from corral.protocol.fields import MESSAGE_CHARS, clip, echo
 
 PROTOCOL_NAME = "openenv"
 """How corral names the OpenEnv envelope in handshakes, reports and logs."""
@@ -103,11 +105,13 @@ OPENENV_CODES: dict[str, OpenEnvCode] = {
     _E.UNKNOWN_TYPE: _O.UNKNOWN_TYPE,
     _E.FRAME_TOO_LARGE: _O.VALIDATION_ERROR,
     _E.BATCH_TOO_LARGE: _O.VALIDATION_ERROR,
+    _E.REQUEST_ID_REUSED: _O.VALIDATION_ERROR,
     _E.HANDSHAKE_REQUIRED: _O.SESSION_ERROR,
     _E.UNSUPPORTED_PROTOCOL: _O.SESSION_ERROR,
     _E.CONTRACT_MISMATCH: _O.SESSION_ERROR,
     _E.UNAUTHORIZED: _O.SESSION_ERROR,
     _E.CAPACITY_REACHED: _O.CAPACITY_REACHED,
+    _E.NOT_READY: _O.CAPACITY_REACHED,
     _E.TOO_MANY_SESSIONS: _O.CAPACITY_REACHED,
     _E.TOO_MANY_CONNECTIONS: _O.CAPACITY_REACHED,
     _E.UNKNOWN_SESSION: _O.SESSION_ERROR,
@@ -120,6 +124,7 @@ OPENENV_CODES: dict[str, OpenEnvCode] = {
     _E.ENV_ERROR: _O.EXECUTION_ERROR,
     _E.FACTORY_ERROR: _O.FACTORY_ERROR,
     _E.BAD_OBSERVATION: _O.EXECUTION_ERROR,
+    _E.REPLY_TOO_LARGE: _O.EXECUTION_ERROR,
     _E.STEP_TIMEOUT: _O.SESSION_ERROR,
     _E.INTERNAL_ERROR: _O.EXECUTION_ERROR,
     _E.REQUEST_TIMEOUT: _O.EXECUTION_ERROR,
@@ -145,13 +150,13 @@ def is_fatal(frame: Mapping[str, Any]) -> bool:
 def error_frame(exc: CorralError) -> dict[str, Any]:
     """The OpenEnv ``error`` frame reporting ``exc``."""
     code = openenv_code(str(exc.code))
-    details = dict(exc.details)
-    data: dict[str, Any] = {"message": exc.message, "code": str(code)}
+    details = dict(echo(exc.details))
+    data: dict[str, Any] = {"message": clip(exc.message, MESSAGE_CHARS), "code": str(code)}
     if code is OpenEnvCode.VALIDATION_ERROR:
         errors = details.pop("errors", None)
         if not isinstance(errors, list):
             loc = [details["field"]] if isinstance(details.get("field"), str) else []
-            errors = [{"type": str(exc.code).lower(), "loc": loc, "msg": exc.message}]
+            errors = [{"type": str(exc.code).lower(), "loc": loc, "msg": data["message"]}]
         data["errors"] = errors
     elif code is OpenEnvCode.CAPACITY_REACHED:
         data["active_sessions"] = details.get("active_sessions")

@@ -7,6 +7,9 @@ them; the server's session manager only builds and closes environments around it
   session once it is (:meth:`~SessionRegistry.reserve`, :meth:`~SessionRegistry.add`);
   ``active`` counts both, so concurrent opens never overfill the server. Each owner (a
   connection) holds at most ``max_per_owner`` sessions, its pending opens included.
+  A server that cannot serve a new session for another reason (too many hung
+  environment calls) says so through :attr:`~SessionRegistry.unavailable`, and
+  ``reserve`` refuses with ``NOT_READY``.
 * **Ownership**: a session answers only the connection it is attached to. When that
   connection drops, the session is *detached* and waits ``resume_window_s`` for a client
   to re-attach it with its token (:meth:`~SessionRegistry.attach`).
@@ -21,10 +24,12 @@ from __future__ import annotations
 import secrets
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from corral.errors import (
     CapacityReached,
+    NotReady,
     SessionLost,
     TooManySessions,
     Unauthorized,
@@ -68,6 +73,8 @@ class SessionRegistry(Generic[S]):
         self._held: dict[ReplySink, int] = {}
         self._pending: dict[ReplySink, int] = {}
         self._tombstones: OrderedDict[str, str] = OrderedDict()
+        self.unavailable: Callable[[], str | None] = lambda: None
+        """Why the server cannot serve a new session now, capacity aside (None: it can)."""
 
     # -- capacity ------------------------------------------------------------------
 
@@ -115,6 +122,7 @@ class SessionRegistry(Generic[S]):
         Raises:
             TooManySessions: the owner holds its maximum.
             CapacityReached: the server is full.
+            NotReady: the server cannot serve a new session now (:attr:`unavailable`).
         """
         held = self.held(owner) if held is None else held
         if held >= self.max_per_owner:
@@ -124,6 +132,13 @@ class SessionRegistry(Generic[S]):
             )
         if not self.has_capacity():
             raise self.capacity_error()
+        reason = self.unavailable()
+        if reason is not None:
+            self.refused += 1
+            raise NotReady(
+                f"this server cannot serve a new session now: {reason}",
+                details={"reason": reason},
+            )
         self._reserved += 1
         _bump(self._pending, owner, 1)
 

@@ -31,12 +31,12 @@ from typing import Any, Generic, Protocol, TypeVar
 from corral.contract.environment import ActionMigration
 from corral.contract.schema import parse_semver
 from corral.errors import (
-    BadMessage,
     BadObservation,
     CorralError,
     FrameTooLarge,
     HandshakeRequired,
     InternalError,
+    ReplyTooLarge,
     SessionBusy,
     TooManyConnections,
 )
@@ -74,7 +74,7 @@ from corral.protocol.messages import (
     parse_request,
 )
 from corral.protocol.registry import SessionRegistry
-from corral.protocol.session import Op, Remembered, ReplySink, SessionState
+from corral.protocol.session import Op, Remembered, ReplySink, RequestKey, SessionState, reused_id
 
 log = logging.getLogger("corral.server")
 
@@ -87,6 +87,8 @@ CallRequest = Reset | Step | GetState
 _CALLS = (Reset, Step, GetState)
 _BATCHES = (StepBatch, ResetBatch)
 _ITEMS = (ItemResult, ItemError)
+_STEPS = (Step, StepItem)
+_RESETS = (Reset, ResetItem)
 
 
 class Peer(ReplySink, Protocol):
@@ -159,12 +161,13 @@ Event = OpenSession | CloseSession[S] | RunCall[S] | RunBatch[S]
 # -- admission of session requests, shared by every kind of connection -------------
 
 
-def _reused_id(request_id: int, single: bool) -> BadMessage:
-    kind = "a batch" if single else "a single request"
-    return BadMessage(
-        f"request id {request_id} was already answered as {kind}; use a fresh id",
-        details={"field": "id"},
-    )
+def request_key(kind: str, payload: Reset | Step | GetState | ResetItem | StepItem) -> RequestKey:
+    """The :data:`~corral.protocol.session.RequestKey` of a request or batch item."""
+    if isinstance(payload, _STEPS):
+        return kind, payload.action
+    if isinstance(payload, _RESETS):
+        return kind, (payload.seed, payload.options)
+    return kind, None
 
 
 def admit_call(
@@ -180,12 +183,12 @@ def admit_call(
         CorralError: the session is unknown or lost, or its lifecycle refuses the request.
     """
     session = registry.get(request.session, owner)
-    outcome = session.admit(request.type, request.id)
+    outcome = session.admit(request.type, request.id, request_key(request.type, request))
     if isinstance(outcome, Op):
         return RunCall(request, session, outcome)
-    if outcome is None or not isinstance(outcome, _ITEMS):
-        return outcome
-    raise _reused_id(request.id, single=True)
+    if isinstance(outcome, _ITEMS):  # remembered without its key: still not a replay
+        raise reused_id(request.id, request.type, "batch")
+    return outcome
 
 
 def admit_batch(
@@ -215,15 +218,16 @@ def admit_batch(
                     details={"running": request.id},
                 )
             seen.add(session.id)
-            outcome: Op | Remembered | None = session.admit(kind, request.id)
+            key = request_key(request.type, item)
+            outcome: Op | Remembered | None = session.admit(kind, request.id, key)
             if isinstance(outcome, Op):
                 batch.calls.append(BatchCall(index, item, session, outcome))
             elif outcome is None:
                 batch.joins.append((index, session))
             elif isinstance(outcome, _ITEMS):
                 batch.results[index] = outcome  # a re-sent batch: at most once
-            else:
-                raise _reused_id(request.id, single=False)
+            else:  # remembered without its key: a single request's reply, not a replay
+                raise reused_id(request.id, request.type, outcome.type)
         except CorralError as exc:
             count_error(str(exc.code))
             batch.results[index] = ItemError.of(item.session, exc)
@@ -315,6 +319,8 @@ class ServerConnection(Generic[S]):
         self.compat: Compat | None = None
         self.migrate: ActionMigration | None = None
         self.closed = False
+        self.reply_limit: int | None = None
+        """The largest frame the client takes (announced in its ``hello``; None: any)."""
         self.session_hint: str | None = None
         """The session a frame that failed to parse named, if readable."""
         self._write = write
@@ -408,6 +414,7 @@ class ServerConnection(Generic[S]):
         )
         if self.compat is Compat.MIGRATED and hello.contract is not None:
             self.migrate = greeting.migrations[parse_semver(hello.contract.version)[0]]
+        self.reply_limit = hello.max_frame_bytes
         self.send(
             Welcome(
                 hello.id,
@@ -441,10 +448,15 @@ class ServerConnection(Generic[S]):
     def send(self, reply: Reply) -> None:
         """Encode ``reply`` and write its frame (dropped once closed).
 
-        A reply the codec cannot encode (say, an integer beyond 64 bits in an
-        observation) is answered with an error for the same request instead, so the
-        client is never left waiting.
+        Every request gets a reply the client can take: a reply the codec cannot
+        encode (an object in ``metadata``, an integer beyond 64 bits) becomes a
+        ``BAD_OBSERVATION`` error for the same request, and one larger than the frame
+        limit the client announced in its ``hello`` becomes ``REPLY_TOO_LARGE``; in a
+        batch reply only the items at fault become errors, the others are delivered.
         """
+        self._send(reply, repair=True)
+
+    def _send(self, reply: Reply, repair: bool) -> None:
         if self.closed:
             return
         try:
@@ -453,13 +465,12 @@ class ServerConnection(Generic[S]):
             if isinstance(reply, ErrorReply):
                 log.exception("could not encode an error reply %s", reply.code)
                 return
+            if isinstance(reply, BatchReply) and repair:
+                self._send(self._repaired(reply), repair=False)
+                return
             # An environment's value the codec cannot carry is the environment's fault;
             # anything else is corral's.
-            cls = (
-                BadObservation
-                if isinstance(reply, Result | StateReply | BatchReply)
-                else InternalError
-            )
+            cls = BadObservation if isinstance(reply, Result | StateReply) else InternalError
             error = cls(
                 f"the {reply.type!r} reply could not be encoded with the {self.codec.name} "
                 f"codec: {exc}",
@@ -468,7 +479,48 @@ class ServerConnection(Generic[S]):
             )
             self.fail(error, getattr(reply, "session", None))
             return
+        limit = self.reply_limit
+        if limit is not None and len(frame) > limit and not isinstance(reply, ErrorReply):
+            if isinstance(reply, BatchReply) and repair:
+                self._send(self._repaired(reply), repair=False)
+                return
+            self.fail(self._too_large(reply.id, len(frame)), getattr(reply, "session", None))
+            return
         self._write(frame)
+
+    def _too_large(self, request_id: int | None, size: int) -> ReplyTooLarge:
+        return ReplyTooLarge(
+            f"the reply of {size} bytes exceeds the client's frame limit of "
+            f"{self.reply_limit} bytes (announced in its hello)",
+            details={"size": size, "limit": self.reply_limit},
+            request_id=request_id,
+        )
+
+    def _repaired(self, reply: BatchReply) -> BatchReply:
+        """``reply`` with each item the codec cannot encode, or too large for the
+        client, replaced by its error (the slow path: only after the whole failed)."""
+        # Items are measured on their own; the frame around them is kept under a margin.
+        limit = None if self.reply_limit is None else self.reply_limit - 1024
+        results: list[BatchItemReply] = []
+        total = 0
+        for item in reply.results:
+            try:
+                size = len(self.codec.encode(item.to_wire()))
+            except Exception as exc:
+                error: CorralError = BadObservation(
+                    f"the batch item could not be encoded with the {self.codec.name} codec: {exc}",
+                    details={"reply": reply.type},
+                )
+                item = ItemError.of(item.session, error)
+                size = 0
+            if limit is not None and isinstance(item, ItemResult) and total + size > limit:
+                item = ItemError.of(item.session, self._too_large(None, size))
+                size = 0
+            if isinstance(item, ItemError):
+                self._count_error(item.code)
+            total += size
+            results.append(item)
+        return BatchReply(reply.id, results)
 
     def fail(self, error: CorralError, session: str | None = None) -> None:
         """Answer with ``error`` (to its ``request_id``) and count it."""

@@ -15,21 +15,33 @@ operation leaves the session.
 :meth:`SessionState.admit` is the one door of a request into a session, for single
 requests and batch items alike: a request already answered gets its remembered reply
 (at most once, across reconnects), a request still running gets nothing new (its reply
-is on its way), and anything else goes through the lifecycle table.
+is on its way), and anything else goes through the lifecycle table. A remembered request
+is a replay only when the new one is the same request: equal in kind and payload
+(:func:`same_request`); another request under an answered or running id is
+``REQUEST_ID_REUSED``, never the old reply.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from types import MappingProxyType
-from typing import Protocol
+from types import MappingProxyType, TracebackType
+from typing import Any, Protocol
 
-from corral.errors import EpisodeEnded, ResetRequired, SessionBusy, SessionError, SessionLost
+from corral.errors import (
+    EpisodeEnded,
+    RequestIdReused,
+    ResetRequired,
+    SessionBusy,
+    SessionError,
+    SessionLost,
+)
 from corral.protocol.batch import BatchItemReply
+from corral.protocol.codecs import MsgpackCodec
 from corral.protocol.messages import Reply
 
 Remembered = Reply | BatchItemReply
@@ -155,26 +167,74 @@ class SessionMachine:
             self.closed_reason = reason
 
 
+RequestKey = tuple[str, Any]
+"""What makes two requests of one session the same request: ``(kind, payload)``.
+
+``kind`` is the message type (``step``, ``step_batch``, ...), so a batch item and a
+single request under one id differ; ``payload`` is the action, ``(seed, options)`` or
+None, as decoded from the wire.
+"""
+
+
+_CANONICAL = MsgpackCodec()
+"""Payload bytes for comparing two payloads that ``==`` cannot (arrays, NaN)."""
+
+
+def same_request(a: RequestKey, b: RequestKey) -> bool:
+    """True when ``a`` and ``b`` are the same request (a re-send, not a reuse of its id).
+
+    Payloads compare equal as decoded values; failing that (or when comparing raises,
+    as numpy arrays do), by their msgpack bytes, so a re-sent payload holding NaN (never
+    equal to itself) or an array is still the same request.
+    """
+    if a[0] != b[0]:
+        return False
+    with contextlib.suppress(Exception):
+        if a[1] == b[1]:
+            return True
+    with contextlib.suppress(Exception):
+        return _CANONICAL.encode({"p": a[1]}) == _CANONICAL.encode({"p": b[1]})
+    return False
+
+
+def reused_id(request_id: int, kind: str, earlier: str) -> RequestIdReused:
+    """The error for request ``request_id`` (``kind``) that is not the request the
+    session knows under that id (``earlier``)."""
+    what = f"another {kind!r} request" if kind == earlier else f"a {earlier!r} request"
+    return RequestIdReused(
+        f"request id {request_id} was already used by {what} of this session; only an "
+        "identical re-send is a replay: use a fresh id for a new request",
+        details={"id": request_id, "earlier": earlier, "now": kind},
+    )
+
+
 class ReplyCache:
     """The most recent replies of a session by request id, for at-most-once retries.
 
     A client that re-sends a request after a reconnect gets the remembered reply
-    instead of the environment running the request twice.
+    instead of the environment running the request twice. Each reply is kept with
+    the :data:`RequestKey` of its request, to tell a re-send from a reused id.
     """
 
     __slots__ = ("_replies", "size")
 
     def __init__(self, size: int = 64) -> None:
         self.size = size
-        self._replies: OrderedDict[int, Remembered] = OrderedDict()
+        self._replies: OrderedDict[int, tuple[RequestKey | None, Remembered]] = OrderedDict()
 
     def get(self, request_id: int) -> Remembered | None:
         """The reply already sent for ``request_id``, if remembered."""
+        entry = self._replies.get(request_id)
+        return None if entry is None else entry[1]
+
+    def lookup(self, request_id: int) -> tuple[RequestKey | None, Remembered] | None:
+        """The request key and reply remembered for ``request_id``, if any."""
         return self._replies.get(request_id)
 
-    def put(self, request_id: int, reply: Remembered) -> None:
-        """Remember ``reply``; the oldest entry is dropped past ``size``."""
-        self._replies[request_id] = reply
+    def put(self, request_id: int, reply: Remembered, key: RequestKey | None = None) -> None:
+        """Remember ``reply`` (of the request ``key``, when known); the oldest entry is
+        dropped past ``size``."""
+        self._replies[request_id] = (key, reply)
         self._replies.move_to_end(request_id)
         while len(self._replies) > self.size:
             self._replies.popitem(last=False)
@@ -212,13 +272,18 @@ class SessionState:
     created: float = field(default_factory=time.monotonic)
     last_active: float = field(default_factory=time.monotonic)
     detached_at: float | None = None
+    running_key: RequestKey | None = None
+    """The request key of the request admitted last (the running one, while one runs)."""
 
     def touch(self) -> None:
         """Mark activity now (any request counts, ``state`` included)."""
         self.last_active = time.monotonic()
 
-    def admit(self, kind: str, request_id: int) -> Op | Remembered | None:
+    def admit(self, kind: str, request_id: int, key: RequestKey) -> Op | Remembered | None:
         """Decide what request ``request_id`` of ``kind`` gets; the one door in.
+
+        ``key`` is the request's :data:`RequestKey`: only a request with the same key
+        as the one remembered (or running) under ``request_id`` is a re-send.
 
         Returns:
             The :class:`Op` to run (the session is now running it); the remembered
@@ -226,22 +291,76 @@ class SessionState:
             for a request that is running now (its reply is on its way).
 
         Raises:
+            RequestIdReused: ``request_id`` belongs to another request of the session.
             SessionError: the lifecycle refuses the request (see :data:`LIFECYCLE`).
         """
-        cached = self.cache.get(request_id)
-        if cached is not None:
-            return cached
+        entry = self.cache.lookup(request_id)
+        if entry is not None:
+            earlier, reply = entry
+            if earlier is not None and not same_request(earlier, key):
+                raise reused_id(request_id, key[0], earlier[0])
+            return reply
         if self.machine.running == request_id:
+            running = self.running_key
+            if running is not None and not same_request(running, key):
+                raise reused_id(request_id, key[0], running[0])
             return None
-        return self.machine.begin(kind, request_id)
+        op = self.machine.begin(kind, request_id)
+        self.running_key = key
+        return op
+
+    def end(self, request_id: int) -> None:
+        """Whatever happened, request ``request_id`` no longer runs: if the session still
+        counts it as running (it failed before :meth:`SessionMachine.finish`), abort it.
+
+        The one structural release of a call (see :class:`ending`).
+        """
+        if self.machine.running == request_id:
+            self.machine.abort()
 
     def deliver(self, reply: Reply) -> None:
         """Send a reply to the attached connection; remembered for retries either way."""
         if reply.id is not None:
-            self.cache.put(reply.id, reply)
+            self.cache.put(reply.id, reply, self._key_of(reply.id))
         if self.owner is not None:
             self.owner.send(reply)
 
     def remember(self, request_id: int, item: BatchItemReply) -> None:
         """Remember this session's item of batch ``request_id`` (sent in the batch reply)."""
-        self.cache.put(request_id, item)
+        self.cache.put(request_id, item, self._key_of(request_id))
+
+    def _key_of(self, request_id: int) -> RequestKey | None:
+        # The reply answers the request admitted last (one request runs at a time), unless
+        # a newer one was admitted since; then nothing is known of its payload.
+        running = self.machine.running
+        return self.running_key if running is None or running == request_id else None
+
+
+class ending:
+    """``with ending(sessions, request_id):`` runs a call of ``sessions``; whatever happens
+    inside, none of them is left running request ``request_id`` after the block.
+
+    The one structural release of an admitted call, for single requests and batches
+    alike: a failure anywhere after :meth:`SessionState.admit` (option checks, a bug,
+    cancellation) aborts the call (:meth:`SessionState.end`) instead of leaving the
+    session ``SESSION_BUSY`` for good (the reaper skips running sessions). A call that
+    finished normally was already released by :meth:`SessionMachine.finish`.
+    """
+
+    __slots__ = ("request_id", "sessions")
+
+    def __init__(self, sessions: Iterable[SessionState], request_id: int) -> None:
+        self.sessions = sessions
+        self.request_id = request_id
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        for session in self.sessions:
+            session.end(self.request_id)

@@ -6,17 +6,22 @@ cannot drift apart:
 * :meth:`Admission.call` turns an admitted operation into the runner call to make:
   the wire action loaded into the Action model (after the action migration of a client
   of an older contract major; ``INVALID_ACTION`` with pydantic's errors otherwise), or
-  the reset seed and options, checked against the keywords ``reset`` takes
-  (``INVALID_ARGUMENT``);
+  the reset seed and options, checked against the keywords ``reset`` takes and the
+  names the server cannot pass on (non-string keys, ``seed``, ``timeout``): every
+  option problem is ``INVALID_ARGUMENT``, the client's fault, never ``ENV_ERROR``;
 * :meth:`Admission.result` and :meth:`Admission.state` check that the environment
   returned its contract's model and dump it with the connection's codec
-  (``BAD_OBSERVATION``);
+  (``BAD_OBSERVATION``); a non-finite reward (NaN, ±inf) is ``BAD_OBSERVATION`` on
+  every codec, since JSON cannot carry it (it would arrive as ``null``, msgpack as
+  NaN): a reward is the same number whatever the wire, or an error;
 * :meth:`Admission.failure` maps whatever a call raised to the error to send: corral's
   own errors as they are, anything the environment raised as ``ENV_ERROR``.
 """
 
 from __future__ import annotations
 
+import copy
+import math
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -29,9 +34,11 @@ from corral.errors import (
     CorralError,
     EnvError,
     InvalidAction,
+    InvalidArgument,
     validation_errors,
 )
 from corral.protocol.batch import ResetItem, StepItem
+from corral.protocol.fields import clip
 from corral.protocol.messages import GetState, Reset, Step
 from corral.protocol.server import Peer
 from corral.protocol.session import Op
@@ -42,6 +49,55 @@ Payload = Reset | Step | GetState | ResetItem | StepItem
 
 _STEPS = (Step, StepItem)
 _RESETS = (Reset, ResetItem)
+
+
+RESERVED_OPTIONS = frozenset({"seed", "timeout"})
+"""Option names the server cannot pass to ``reset`` as keywords: the seed has its own
+field, and ``timeout`` is the runner's (the step timeout)."""
+
+
+def check_passable(options: dict[Any, Any]) -> None:
+    """Refuse reset options no ``reset(seed, **options)`` call can carry.
+
+    Raises:
+        InvalidArgument: a key is not a string, or is one of :data:`RESERVED_OPTIONS`.
+    """
+    bad = [k for k in options if not isinstance(k, str)]
+    if bad:
+        raise InvalidArgument(
+            f"reset option names must be strings; got {len(bad)} that are not "
+            f"(first: {type(bad[0]).__name__} {clip(repr(bad[0]))})",
+            details={"option": clip(repr(bad[0])), "reason": "not a string"},
+        )
+    reserved = sorted(RESERVED_OPTIONS.intersection(options))
+    if reserved:
+        raise InvalidArgument(
+            f"reset option(s) {reserved} cannot be passed as options: send the seed in the "
+            "reset's 'seed' field; 'timeout' is the server's step timeout",
+            details={"reserved": reserved},
+        )
+
+
+def _check_finite(observation: Observation, env: str, method: str) -> None:
+    """Refuse a non-finite reward or reward component (the rule on every codec).
+
+    Raises:
+        BadObservation: naming the field and its value.
+    """
+    reward = observation.reward
+    named = [("reward", reward)] if reward is not None and not math.isfinite(reward) else []
+    named += [
+        (f"reward_components.{k}", v)
+        for k, v in observation.reward_components.items()
+        if not math.isfinite(v)
+    ]
+    if named:
+        field, value = named[0]
+        raise BadObservation(
+            f"{env}.{method}() returned a non-finite {field} ({value!r}); rewards must be "
+            "finite numbers on every codec (JSON cannot carry NaN or infinity)",
+            details={"field": field, "value": repr(value)},
+        )
 
 
 class Admission:
@@ -69,6 +125,7 @@ class Admission:
             return "state", (), {}
         # A reset, or a step that auto-resets an ended episode (no seed, no options).
         if isinstance(payload, _RESETS):
+            check_passable(payload.options)
             check_reset_options(payload.options, self.reset_options, self.env_name)
             return "reset", (payload.seed,), payload.options
         return "reset", (None,), {}
@@ -81,7 +138,9 @@ class Admission:
         """
         model = self.contract.action
         if peer.migrate is not None and isinstance(raw, dict):
-            raw = peer.migrate(raw)
+            # A copy: the request's payload is also its key in the reply cache, which a
+            # migration editing the map in place would change under a retry.
+            raw = peer.migrate(copy.deepcopy(raw))
         try:
             return peer.codec.load(model, raw)
         except ValidationError as exc:
@@ -110,6 +169,7 @@ class Admission:
                 f"{self.env_name}.{method}() returned {type(value).__name__}, not {model.__name__}",
                 details={"returned": type(value).__name__},
             )
+        _check_finite(value, self.env_name, "step" if op is Op.STEP else "reset")
         wire = self._dump(peer, value, model, "observation")
         self.rewards.observe(value)
         return wire, value.done

@@ -88,6 +88,7 @@ def create_app(
         # First: an OpenEnv environment's /schema and /metadata are OpenEnv's.
         app.include_router(openenv_router(service))
         fallback = fallback or openenv_fallback(service)
+    app.state.workers = workers
     app.include_router(info_router(service))
     app.include_router(metrics_router(service))
     docs = docs_router(app.title)
@@ -136,4 +137,5 @@ def _worker_pool(env: Any, service: EnvService) -> WorkerPool:
             await manager.close(session, f"its worker process died: {reason}")
 
     pool.on_death = close_sessions
+    service.readiness_checks.append(pool.unavailable)
     return pool

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from corral.errors import CorralError, InternalError, SessionBusy, SessionLost, StepTimeout
 from corral.protocol import batch as b
 from corral.protocol.server import Peer, RunBatch
-from corral.protocol.session import Op
+from corral.protocol.session import Op, ending
 from corral.server.admission import Admission
 from corral.server.runner import EnvCall, run_calls
 from corral.server.sessions import Session, SessionManager
@@ -108,7 +108,7 @@ class BatchHandler:
             try:
                 method, args, kwargs = self.admission.call(peer, op, admitted.item)
             except CorralError as exc:
-                session.machine.abort()
+                session.end(batch.request.id)
                 batch.results[admitted.index] = self._error(session.id, exc)
                 continue
             calls.append(
@@ -132,35 +132,37 @@ class BatchHandler:
         results: list[b.BatchItemReply | None],
         waits: list[tuple[int, Session, asyncio.Future[None]]],
     ) -> None:
-        try:
-            if calls:
-                await run_calls(calls, self.manager.executor, self.step_timeout_s)
-        except Exception as exc:  # a bug in corral: answer every item rather than hang them
-            log.exception("batch %s failed", request_id)
+        # Whatever happens in the batch (a bug, cancellation), no session stays running it.
+        with ending([call.session for call in calls], request_id):
+            try:
+                if calls:
+                    await run_calls(calls, self.manager.executor, self.step_timeout_s)
+            except Exception as exc:  # a bug in corral: answer every item rather than hang them
+                log.exception("batch %s failed", request_id)
+                for call in calls:
+                    if call.error is None and call.value is None:
+                        call.error = InternalError(f"internal server error: {exc!r}")
+            stats = self.manager.stats
             for call in calls:
-                if call.error is None and call.value is None:
-                    call.error = InternalError(f"internal server error: {exc!r}")
-        stats = self.manager.stats
-        for call in calls:
-            session = call.session
-            item = self._finish(peer, call)
-            if isinstance(item, b.ItemResult):
-                stats.observe(str(call.op), call.seconds)
-                stats.count(call.op)
-            results[call.index] = item
-            session.remember(request_id, item)
-            if isinstance(call.error, StepTimeout):
-                await self.manager.close(session, "a call overran the step timeout")
-        for index, session, original in waits:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(original)
-            cached = session.cache.get(request_id)
-            results[index] = (
-                cached
-                if isinstance(cached, b.BatchItemReply)
-                else self._error(session.id, SessionLost("the session closed while it ran"))
-            )
-        peer.send(b.BatchReply(request_id, _complete(results)))
+                session = call.session
+                item = self._finish(peer, call)
+                if isinstance(item, b.ItemResult):
+                    stats.observe(str(call.op), call.seconds)
+                    stats.count(call.op)
+                results[call.index] = item
+                session.remember(request_id, item)
+                if isinstance(call.error, StepTimeout):
+                    await self.manager.close(session, "a call overran the step timeout")
+            for index, session, original in waits:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(original)
+                cached = session.cache.get(request_id)
+                results[index] = (
+                    cached
+                    if isinstance(cached, b.BatchItemReply)
+                    else self._error(session.id, SessionLost("the session closed while it ran"))
+                )
+            peer.send(b.BatchReply(request_id, _complete(results)))
 
     def _finish(self, peer: Peer, call: _ItemCall) -> b.BatchItemReply:
         session = call.session

@@ -21,6 +21,8 @@ SERVER_ONLY = (
     "max_outgoing_bytes",
     "deflate",
     "web",
+    "max_hung_calls",
+    "inline_step_s",
 )
 """Settings the handshake does not tell clients."""
 
@@ -70,6 +72,15 @@ class ServerConfig:
         web: serve the web UI at ``/web`` (``/`` redirects there), with the routes it
             reads (``/render``, ``/status``) and, with a token, the browser cookie
             exchange ``POST /auth``; see :mod:`corral.server.webui`.
+        max_hung_calls: environment calls abandoned after the step timeout whose
+            threads have not returned yet (each holds a thread and whatever the env
+            holds) that the server tolerates; at the bound ``/ready`` answers 503 and
+            new sessions are refused with ``NOT_READY`` until some return; with
+            ``workers`` a worker reaching it is replaced instead.
+        inline_step_s: a sync environment's calls run inline on the event loop while
+            their moving average stays under this many seconds (saving the thread hop,
+            ~100 µs of CPU); slower ones, and classes with ``blocking = True``, run on
+            the executor, under the step timeout. 0 runs every sync call off the loop.
     """
 
     max_sessions: int = 1024
@@ -92,6 +103,8 @@ class ServerConfig:
     http_body_timeout_s: float = 30.0
     max_outgoing_bytes: int = 64 * 1024 * 1024
     deflate: bool = True
+    max_hung_calls: int = 16
+    inline_step_s: float = 100e-6
     web: bool = False
 
     def __post_init__(self) -> None:
@@ -102,6 +115,7 @@ class ServerConfig:
             "executor_threads",
             "max_pending_handshakes",
             "max_outgoing_bytes",
+            "max_hung_calls",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"ServerConfig.{name} must be >= 1, got {getattr(self, name)}")
@@ -120,6 +134,8 @@ class ServerConfig:
             raise ValueError(f"ServerConfig.max_connections_per_client must be >= 1, got {limit}")
         if self.token is not None:
             object.__setattr__(self, "token", check_token(self.token, "ServerConfig.token"))
+        if self.inline_step_s < 0:
+            raise ValueError(f"ServerConfig.inline_step_s must be >= 0, got {self.inline_step_s}")
         if self.workers < 0:
             raise ValueError(f"ServerConfig.workers must be >= 0, got {self.workers}")
 

@@ -23,8 +23,10 @@ def info_router(service: EnvService) -> APIRouter:
     async def ready() -> JSONResponse:
         """Readiness: 200 while a new session can be accepted now, else 503."""
         manager = service.manager
+        ready, reason = service.readiness()
         body: dict[str, Any] = {
-            "ready": manager.has_capacity(),
+            "ready": ready,
+            "reason": reason,
             "active_sessions": manager.active,
             "max_sessions": service.config.max_sessions,
             "instance": service.instance,

@@ -1,13 +1,24 @@
 """Running one environment instance's methods without blocking the event loop.
 
 ``async def`` methods are awaited on the loop, in the caller's task; plain methods run in
-a thread pool (a dedicated single thread when the environment asks for thread affinity).
+a thread pool (a dedicated single thread when the environment asks for thread affinity),
+except **fast** ones: each runner keeps a moving average (EWMA) of each sync method's
+time, and while it stays under ``inline_s`` (``ServerConfig.inline_step_s``, ~100 µs)
+the method runs inline on the loop, saving the thread hop (submit, wake-up, GIL
+hand-off: ~125 µs of CPU, more than such a step itself). A method's first calls run in
+the executor to measure it; one slow call lifts the average over the bound and moves it
+back to the executor, where the step timeout holds. ``blocking = True`` on the class,
+and thread affinity, keep every call off the loop.
 Every call has an optional timeout; a call that overruns is abandoned, and the instance
 is closed once its thread lets go of it, so a stuck environment never wedges the server.
 
 A thread cannot be killed, so a sync call that overran keeps its thread until it
 returns; the shared pool (:class:`EnvThreads`) then retires that thread's pool and
 carries on with a fresh one, so hung environments never starve the others of threads.
+Those abandoned threads are counted (:attr:`EnvThreads.hung`, a thread-affinity
+session's own thread included) until they return: past the server's bound
+(``ServerConfig.max_hung_calls``) the server reports itself not ready and refuses new
+sessions, since each hung call holds a thread and whatever the environment holds.
 
 Whatever an environment raises stays an ordinary exception of its call: ``SystemExit``,
 ``KeyboardInterrupt`` and other ``BaseException`` types are turned into ``EnvError``
@@ -43,6 +54,12 @@ P = ParamSpec("P")
 
 EnvFactory = Callable[[], Environment[Any, Any, Any]]
 
+INLINE_S = 100e-6
+"""Default bound of a sync method's average time for running it inline on the loop."""
+_ALPHA = 0.2
+"""Weight of the newest call in the moving average: one call 50x over the bound lifts
+the average past it, so a method that turns slow leaves the loop at its next call."""
+
 
 class Runner(Protocol):
     """What a session runs its environment's methods through.
@@ -74,6 +91,8 @@ class EnvThreads(concurrent.futures.Executor):
         self.threads = threads
         self.renewed = 0
         """How many times a stuck call made the pool be replaced."""
+        self._hung: set[concurrent.futures.Future[Any]] = set()
+        self._hung_lock = threading.Lock()
         self._pool = self._new_pool()
         self._owner: weakref.WeakKeyDictionary[
             concurrent.futures.Future[Any], concurrent.futures.ThreadPoolExecutor
@@ -98,6 +117,24 @@ class EnvThreads(concurrent.futures.Executor):
         retired.shutdown(wait=False)
         self.renewed += 1
 
+    def hang(self, future: concurrent.futures.Future[Any]) -> None:
+        """``future``'s call overran its timeout and still holds a thread: count it as
+        hung until it returns (whichever executor runs it)."""
+        with self._hung_lock:
+            if future.done():
+                return
+            self._hung.add(future)
+        future.add_done_callback(self._returned)  # runs at once if it returned meanwhile
+
+    def _returned(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._hung_lock:  # called from the thread that ran it
+            self._hung.discard(future)
+
+    @property
+    def hung(self) -> int:
+        """Calls abandoned after a timeout whose threads have not returned yet."""
+        return len(self._hung)
+
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Shut the current pool down (retired pools are winding down already)."""
         self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)
@@ -111,10 +148,17 @@ class EnvRunner:
         env: Environment[Any, Any, Any],
         executor: concurrent.futures.Executor,
         own_executor: bool,
+        threads: EnvThreads | None = None,
+        inline_s: float = INLINE_S,
     ) -> None:
         self.env = env
         self._executor = executor
         self._own_executor = own_executor
+        self._threads = threads if threads is not None else _as_threads(executor)
+        self.inline_s = 0.0 if own_executor or getattr(env, "blocking", False) else inline_s
+        """Sync methods averaging under this run inline on the loop (0: never)."""
+        self.ewma: dict[str, float] = {}
+        """Moving average of each sync method's time (seconds), once measured."""
         self._async = {m: inspect.iscoroutinefunction(getattr(env, m)) for m in _METHODS}
         self._stuck: asyncio.Future[Any] | concurrent.futures.Future[Any] | None = None
         self.closed = False
@@ -127,6 +171,7 @@ class EnvRunner:
         *,
         thread_affinity: bool,
         timeout: float | None,
+        inline_s: float = INLINE_S,
     ) -> EnvRunner:
         """Build an environment with ``factory`` off the loop.
 
@@ -142,6 +187,9 @@ class EnvRunner:
         try:
             env = await asyncio.wait_for(asyncio.wrap_future(job), timeout)
         except Exception as exc:
+            threads = _as_threads(shared)
+            if threads is not None and isinstance(exc, TimeoutError):
+                threads.hang(job)
             if isinstance(executor, EnvThreads):
                 executor.abandon(job)
             if thread_affinity:
@@ -151,7 +199,13 @@ class EnvRunner:
                 f"the environment factory {kind}",
                 details={"factory": getattr(factory, "__qualname__", repr(factory))},
             ) from exc
-        return cls(env, executor, own_executor=thread_affinity)
+        return cls(
+            env,
+            executor,
+            own_executor=thread_affinity,
+            threads=_as_threads(shared),
+            inline_s=inline_s,
+        )
 
     @property
     def shared(self) -> bool:
@@ -170,11 +224,25 @@ class EnvRunner:
             is_async = self._async[method] = inspect.iscoroutinefunction(getattr(self.env, method))
         return is_async
 
+    def inline(self, method: str) -> bool:
+        """True when sync ``env.<method>`` measures fast enough to run on the loop."""
+        ewma = self.ewma.get(method)
+        return ewma is not None and ewma < self.inline_s
+
+    def observe(self, method: str, seconds: float) -> None:
+        """Fold one call's time into ``method``'s moving average."""
+        old = self.ewma.get(method)
+        self.ewma[method] = seconds if old is None else old + _ALPHA * (seconds - old)
+
     def mark_stuck(self, job: concurrent.futures.Future[Any]) -> None:
         """A thread is still inside the env after a timeout: close the env once ``job`` is
         done, and let the shared pool move on to fresh threads."""
         self._stuck = job
-        if not job.cancel() and isinstance(self._executor, EnvThreads):
+        if job.cancel():
+            return  # it never started: no thread is held
+        if self._threads is not None:
+            self._threads.hang(job)
+        if isinstance(self._executor, EnvThreads):
             self._executor.abandon(job)
 
     def timeout_error(self, method: str, timeout: float) -> StepTimeout:
@@ -190,8 +258,8 @@ class EnvRunner:
         An ``async def`` method starts in the caller's task: if it finishes without
         suspending (no I/O to wait for) it costs no task and no timer at all; if it
         suspends, it finishes in a task of its own, so that the timeout answers on time
-        even if the method ignores its cancellation. A sync method makes one hop to the
-        executor.
+        even if the method ignores its cancellation. A sync method measured fast runs
+        inline (see the module docstring); any other makes one hop to the executor.
 
         Raises:
             StepTimeout: the call overran ``timeout``; this runner is then unusable.
@@ -202,8 +270,15 @@ class EnvRunner:
             future: asyncio.Future[Any] = eager_start(_guarded_async(method, fn(*args, **kwargs)))
             if future.done():
                 return future.result()
+        elif self.inline(method):
+            started = time.perf_counter()
+            try:
+                return _guarded(method, functools.partial(fn, *args, **kwargs))
+            finally:
+                self.observe(method, time.perf_counter() - started)
         else:
-            job = self._executor.submit(_guarded, method, functools.partial(fn, *args, **kwargs))
+            call = functools.partial(fn, *args, **kwargs)
+            job = self._executor.submit(_timed, self, method, call)
             future = asyncio.wrap_future(job)
         if timeout is None:
             return await future
@@ -248,11 +323,25 @@ class EnvRunner:
 _METHODS = ("reset", "step", "state", "close")
 
 
+def _as_threads(executor: concurrent.futures.Executor) -> EnvThreads | None:
+    return executor if isinstance(executor, EnvThreads) else None
+
+
 def _escaped(method: str, exc: BaseException) -> EnvError:
     return EnvError(
         f"{type(exc).__name__}: {exc}",
         details={"exception": type(exc).__name__, "op": method},
     )
+
+
+def _timed(runner: EnvRunner, method: str, fn: Callable[[], T]) -> T:
+    """:func:`_guarded`, measured for the runner's moving average (in the worker thread:
+    the hop is not counted, only the method's own time)."""
+    started = time.perf_counter()
+    try:
+        return _guarded(method, fn)
+    finally:
+        runner.observe(method, time.perf_counter() - started)
 
 
 def _guarded(method: str, fn: Callable[[], T]) -> T:
@@ -368,7 +457,11 @@ async def run_calls(
         owner = getattr(call.runner, "batch_executor", None)
         if owner is not None:
             remote[owner].append(call)
-        elif call.runner.is_async(call.method) or not call.runner.shared:
+        elif (
+            call.runner.is_async(call.method)
+            or not call.runner.shared
+            or call.runner.inline(call.method)
+        ):
             # Started now: an async env with nothing to wait for is done without a task.
             started = eager_start(_one(call, timeout))
             if not started.done():
@@ -422,6 +515,7 @@ class _ThreadJob:
             except BaseException as exc:  # SystemExit and the like must not stop the server
                 call.error = _escaped(call.method, exc)
             call.seconds = time.monotonic() - self.started
+            call.runner.observe(call.method, call.seconds)
 
     def overdue(self, timeout: float) -> int | None:
         """If the running call overran ``timeout``, stop after it and return its index."""

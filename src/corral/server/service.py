@@ -55,7 +55,7 @@ from corral.protocol.server import (
     ServerConnection,
     admit_call,
 )
-from corral.protocol.session import Op
+from corral.protocol.session import Op, ending
 from corral.server.admission import Admission
 from corral.server.batching import BatchHandler
 from corral.server.config import ServerConfig
@@ -149,6 +149,39 @@ class EnvService:
         )
         self.batches = BatchHandler(self.manager, self.admission, config.step_timeout_s)
         self._tasks: set[asyncio.Task[None]] = set()
+        self.readiness_checks: list[Callable[[], str | None]] = [self._hung_calls]
+        """Each says why no new session can be served now, or None (``/ready``)."""
+        self.manager.registry.unavailable = self.unavailable
+
+    # -- readiness ------------------------------------------------------------------
+
+    def _hung_calls(self) -> str | None:
+        hung, bound = self.manager.executor.hung, self.config.max_hung_calls
+        if hung >= bound:
+            return (
+                f"{hung} environment calls hung past the step timeout and still hold "
+                f"their threads (the bound is {bound})"
+            )
+        return None
+
+    def unavailable(self) -> str | None:
+        """Why a new session cannot be served now, capacity aside; None when it can."""
+        for check in self.readiness_checks:
+            reason = check()
+            if reason is not None:
+                return reason
+        return None
+
+    def readiness(self) -> tuple[bool, str | None]:
+        """``(ready, reason)``: whether a new session can be served now, and why not.
+
+        The truth ``/ready`` tells: not ready at capacity, or while any readiness
+        check fails (hung calls at their bound, no worker process alive).
+        """
+        reason = self.unavailable()
+        if reason is None and not self.manager.has_capacity():
+            reason = "at capacity"
+        return reason is None, reason
 
     # -- descriptions -------------------------------------------------------------
 
@@ -218,10 +251,10 @@ class EnvService:
                 self._close(peer, event)
         except Exception as exc:  # a bug: free what was admitted and answer the request
             if isinstance(event, RunCall):
-                event.session.machine.abort()
+                event.session.end(event.request.id)
             elif isinstance(event, RunBatch):
                 for call in event.calls:
-                    call.session.machine.abort()
+                    call.session.end(event.request.id)
             self.internal_error(peer, exc, event.request.id)
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
@@ -296,6 +329,11 @@ class EnvService:
     # -- environment calls --------------------------------------------------------------
 
     async def _run(self, peer: Peer, call: RunCall[Session]) -> None:
+        request, session = call.request, call.session
+        with ending((session,), request.id):
+            await self._call(peer, call)
+
+    async def _call(self, peer: Peer, call: RunCall[Session]) -> None:
         request, session, op = call.request, call.session, call.op
         admission = self.admission
         started = time.perf_counter()
@@ -318,12 +356,10 @@ class EnvService:
             error = admission.failure(exc, op)
             error.request_id = request.id
             self.manager.stats.error(str(error.code))
+            session.end(request.id)
+            session.deliver(m.ErrorReply.of(error, session.id))
             if isinstance(error, StepTimeout):
-                session.deliver(m.ErrorReply.of(error, session.id))
                 await self.manager.close(session, "a call overran the step timeout")
-            else:
-                session.machine.abort()
-                session.deliver(m.ErrorReply.of(error, session.id))
             return
         stats = self.manager.stats
         stats.observe(str(op), time.perf_counter() - started)

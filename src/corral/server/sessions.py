@@ -121,6 +121,7 @@ class SessionManager:
                     self._executor,
                     thread_affinity=self.thread_affinity,
                     timeout=self.config.step_timeout_s,
+                    inline_s=self.config.inline_step_s,
                 )
         except BaseException:
             self.registry.release(owner)

@@ -146,7 +146,7 @@ class StatusView:
             "capacity": {
                 "active": manager.active,
                 "max": service.config.max_sessions,
-                "ready": manager.has_capacity(),
+                "ready": service.readiness()[0],
             },
             "connections": stats.connections,
             "counters": {

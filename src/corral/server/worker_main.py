@@ -24,7 +24,7 @@ from pydantic import BaseModel, ValidationError
 from corral.contract import Environment
 from corral.errors import BadObservation, InternalError, SessionLost
 from corral.protocol.codecs import MsgpackCodec
-from corral.server.runner import EnvCall, EnvRunner, EnvThreads, run_calls
+from corral.server.runner import INLINE_S, EnvCall, EnvRunner, EnvThreads, run_calls
 from corral.server.workers import PATH_ENV, read_frame, wire_error, write_frame
 
 
@@ -36,7 +36,9 @@ class _WorkerServer:
         factory: Callable[[], Environment[Any, Any, Any]],
         threads: int,
         thread_affinity: bool,
+        inline_s: float = INLINE_S,
     ) -> None:
+        self.inline_s = inline_s
         self.factory = factory
         self.thread_affinity = thread_affinity
         self.executor = EnvThreads(threads)
@@ -74,12 +76,18 @@ class _WorkerServer:
                 raise InternalError(f"unknown worker op {op!r}")
         except Exception as exc:
             reply["error"] = wire_error(exc)
+        # The front replaces a worker whose abandoned (timed-out) calls reach its bound.
+        reply["hung"] = self.executor.hung
         write_frame(writer, self.codec, reply)
         await writer.drain()
 
     async def _open(self, key: int, timeout: float | None) -> None:
         self.runners[key] = await EnvRunner.create(
-            self.factory, self.executor, thread_affinity=self.thread_affinity, timeout=timeout
+            self.factory,
+            self.executor,
+            thread_affinity=self.thread_affinity,
+            timeout=timeout,
+            inline_s=self.inline_s,
         )
 
     async def _batch(
@@ -137,7 +145,9 @@ def _factory(reference: str) -> Callable[[], Environment[Any, Any, Any]]:
     return factory
 
 
-async def _worker_main(fd: int, reference: str, threads: int, thread_affinity: bool) -> None:
+async def _worker_main(
+    fd: int, reference: str, threads: int, thread_affinity: bool, inline_s: float
+) -> None:
     sock = socket.socket(fileno=fd)
     reader, writer = await asyncio.open_unix_connection(sock=sock, limit=2**24)
     try:
@@ -148,7 +158,7 @@ async def _worker_main(fd: int, reference: str, threads: int, thread_affinity: b
         )
         await writer.drain()
         return
-    await _WorkerServer(factory, threads, thread_affinity).serve(reader, writer)
+    await _WorkerServer(factory, threads, thread_affinity, inline_s).serve(reader, writer)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -157,6 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--target", required=True)
     parser.add_argument("--threads", type=int, default=32)
+    parser.add_argument("--inline-step-s", type=float, default=INLINE_S)
     parser.add_argument("--thread-affinity", action="store_true")
     args = parser.parse_args(argv)
     for entry in reversed(os.environ.get(PATH_ENV, "").split(os.pathsep)):
@@ -169,7 +180,9 @@ def main(argv: list[str] | None = None) -> None:
     from corral import runtime
 
     runtime.tune_gc()
-    runtime.run(_worker_main(args.fd, args.target, args.threads, args.thread_affinity))
+    runtime.run(
+        _worker_main(args.fd, args.target, args.threads, args.thread_affinity, args.inline_step_s)
+    )
 
 
 if __name__ == "__main__":

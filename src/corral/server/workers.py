@@ -16,6 +16,9 @@ again by the worker's models (the process boundary is a trust boundary too).
 
 Inside a worker, calls run on an :class:`~corral.server.runner.EnvRunner` with the step
 timeout, so a stuck environment closes its session and leaves its worker responsive.
+Each reply tells the front how many of the worker's calls hung past the timeout and
+still hold their threads; a worker reaching ``max_hung_calls`` is replaced (its
+sessions end with ``SESSION_LOST``), which frees those threads for good.
 If a worker does not answer well past that timeout (its event loop itself is wedged), or
 if it dies, the front kills it, closes its sessions with ``SESSION_LOST`` and starts a
 replacement; the other workers' sessions never notice.
@@ -201,6 +204,8 @@ class Worker:
             self.pool.reference,
             "--threads",
             str(config.executor_threads),
+            "--inline-step-s",
+            repr(float(config.inline_step_s)),
             *(["--thread-affinity"] if self.pool.thread_affinity else []),
         ]
         self.process = subprocess.Popen(
@@ -236,6 +241,14 @@ class Worker:
             future = self._pending.pop(message.get("id", -1), None)
             if future is not None and not future.done():
                 future.set_result(message)
+            hung = message.get("hung")
+            if isinstance(hung, int) and hung >= self.pool.config.max_hung_calls:
+                self._death_reason = (
+                    f"{hung} of its calls hung past the step timeout (the bound is "
+                    f"{self.pool.config.max_hung_calls}); it was replaced"
+                )
+                self.kill()
+                break
         code = self.process.poll() if self.process is not None else None
         exited = "closed its socket" if code is None else f"exited with code {code}"
         self._lost(self._death_reason or f"its worker process {exited}")
@@ -425,6 +438,12 @@ class WorkerPool:
         if failure is not None:
             await self.shutdown()
             raise failure
+
+    def unavailable(self) -> str | None:
+        """Why no session can be opened now (no worker alive), or None."""
+        if any(w.alive for w in self.workers):
+            return None
+        return "no worker process is running (they are being restarted)"
 
     async def create_runner(self) -> WorkerRunner:
         """A new session on the least loaded live worker.
