@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
@@ -131,8 +131,51 @@ class Socket(Protocol):
         ...
 
     def __aiter__(self) -> AsyncIterator[Frame]:
-        """The frames that arrive, until the socket closes."""
+        """The frames that arrive, until the socket closes (a socket with ``listen``
+        delivers them by callback instead; see :class:`Listening`)."""
         ...
+
+
+class Listening(Protocol):
+    """A socket that calls back with each frame (no reader task): the native one."""
+
+    def listen(self, on_frame: Callable[[Frame], None], on_closed: Callable[[str], None]) -> None:
+        """Hand every frame to ``on_frame``; call ``on_closed`` with why, once, at the end."""
+        ...
+
+    def write(self, message: Frame) -> None:
+        """Write one frame now; raises ``ConnectionClosed`` once closed."""
+        ...
+
+
+TRANSPORTS = ("auto", "picows", "websockets")
+"""The client transports: ``auto`` is ``picows`` when it is importable, else ``websockets``."""
+
+
+def picows_available() -> bool:
+    """True when the native transport (``picows``) can be imported."""
+    try:
+        import picows  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def default_dialer(transport: str = "auto") -> Dialer:
+    """The dialer of ``transport`` (see :data:`TRANSPORTS`).
+
+    Raises:
+        ValueError: an unknown transport, or ``picows`` asked for but not installed.
+    """
+    if transport not in TRANSPORTS:
+        raise ValueError(f"unknown transport {transport!r}; use one of {', '.join(TRANSPORTS)}")
+    if transport == "websockets" or (transport == "auto" and not picows_available()):
+        return websocket_dialer
+    try:
+        from corral.client.picows_socket import picows_dialer
+    except ImportError as exc:
+        raise ValueError("transport='picows' needs the picows package: pip install picows") from exc
+    return picows_dialer
 
 
 class Dialer(Protocol):
@@ -171,7 +214,10 @@ async def websocket_dialer(
             user_agent_header=f"corral/{__version__}",
         )
     except InvalidStatus as exc:
-        raise _refusal(exc) from None
+        response = exc.response
+        raise refusal(
+            response.status_code, bytes(response.body or b""), response.headers.get("Retry-After")
+        ) from None
     except (OSError, TimeoutError, WebSocketException) as exc:
         raise ConnectionLost(f"cannot connect to {url}: {exc}") from None
     if ws.subprotocol != subprotocol:
@@ -199,7 +245,9 @@ class Connection:
         reconnect: the :class:`ReconnectPolicy`, True for the default one, False to fail
             every waiting request with ``ConnectionLost`` when the socket drops.
         seed: seeds the backoff jitter (tests).
-        dialer: opens the socket (default: a WebSocket to ``url``); the seam of
+        transport: ``"auto"`` (default: the native ``picows`` transport when it is
+            installed, else ``websockets``), ``"picows"`` or ``"websockets"``.
+        dialer: opens the socket (default: the ``transport``'s); the seam of
             :mod:`corral.testing`'s in-process transport.
     """
 
@@ -216,6 +264,7 @@ class Connection:
         token: str | None = None,
         reconnect: ReconnectPolicy | bool = True,
         seed: int | None = None,
+        transport: str = "auto",
         dialer: Dialer | None = None,
     ) -> None:
         if ping_interval is not None and ping_interval <= 0:
@@ -230,7 +279,7 @@ class Connection:
         self.max_frame_bytes = max_frame_bytes
         self.headers = headers or {}
         self.token = resolve_token(token)
-        self.dialer: Dialer = dialer or websocket_dialer
+        self.dialer: Dialer = dialer or default_dialer(transport)
         self.protocol = ClientProtocol(
             self.codec,
             reconnect=ReconnectPolicy() if reconnect is True else (reconnect or None),
@@ -239,6 +288,8 @@ class Connection:
         )
         self._contract: ContractRef | None = None
         self._ws: Socket | None = None
+        self._write_now: Callable[[Frame], None] | None = None
+        """The socket's synchronous write, when it has one (the native transport)."""
         self._waiters: dict[int, asyncio.Future[Reply]] = {}
         self._reader: asyncio.Task[None] | None = None
         self._keepalive: asyncio.Task[None] | None = None
@@ -363,7 +414,11 @@ class Connection:
         ws = self._ws
         if ws is not None:
             try:
-                await ws.send(frame)
+                write = self._write_now
+                if write is not None:
+                    write(frame)
+                else:
+                    await ws.send(frame)
                 return
             except ConnectionClosed as exc:
                 reason = str(exc)
@@ -399,7 +454,15 @@ class Connection:
         ws = await self._open_socket()
         generation = self.protocol.socket_opened()
         self._ws = ws
-        self._reader = asyncio.create_task(self._read(ws, generation), name="corral-client-reader")
+        listen = getattr(ws, "listen", None)
+        if listen is not None:  # the native socket calls back: no reader task
+            self._write_now = ws.write  # type: ignore[attr-defined]
+            listen(self._dispatch, lambda reason: self._on_lost(generation, reason))
+        else:
+            self._write_now = None
+            self._reader = asyncio.create_task(
+                self._read(ws, generation), name="corral-client-reader"
+            )
         if self.ping_interval is not None:
             self._keepalive = asyncio.create_task(
                 self._keep_alive(ws, generation), name="corral-client-keepalive"
@@ -425,6 +488,7 @@ class Connection:
             self.protocol.established(generation)
         except BaseException:
             self._ws = None
+            self._write_now = None
             with contextlib.suppress(Exception):
                 ws.transport.abort()
             raise
@@ -518,6 +582,7 @@ class Connection:
         if loss is None:
             return
         self._ws = None
+        self._write_now = None
         keepalive = self._keepalive
         if keepalive is not None and keepalive is not asyncio.current_task():
             keepalive.cancel()
@@ -589,24 +654,26 @@ def _expire(future: asyncio.Future[Reply]) -> None:
         future.set_exception(TimeoutError())
 
 
-def _refusal(exc: InvalidStatus) -> CorralError:
-    response = exc.response
-    body = bytes(response.body or b"")
+def refusal(status: int, body: bytes, retry_after: str | None) -> CorralError:
+    """The error for a WebSocket handshake the server answered with HTTP ``status``.
+
+    A structured body (``{code, message, details}``) becomes its own error class; the
+    ``Retry-After`` header lands in ``details["retry_after_s"]``.
+    """
     with contextlib.suppress(Exception):
         import orjson
 
         payload = orjson.loads(body)
         if isinstance(payload, dict) and "code" in payload:
             error = error_from_wire(payload)
-            retry = response.headers.get("Retry-After")
-            if retry is not None:
-                error.details["retry_after_s"] = float(retry)
+            if retry_after is not None:
+                error.details["retry_after_s"] = float(retry_after)
             return error
-    if response.status_code == 503:
+    if status == 503:
         return CapacityReached("server refused the connection: at capacity (HTTP 503)")
-    if response.status_code == 401:
+    if status == 401:
         return Unauthorized("server refused the connection: a bearer token is required (HTTP 401)")
     return ConnectionLost(
-        f"server refused the WebSocket handshake with HTTP {response.status_code}",
-        details={"status": response.status_code, "body": body[:500].decode(errors="replace")},
+        f"server refused the WebSocket handshake with HTTP {status}",
+        details={"status": status, "body": body[:500].decode(errors="replace")},
     )

@@ -74,7 +74,9 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
             or the file named by ``$CORRAL_TOKEN_FILE``).
         reconnect: a :class:`~corral.protocol.client.ReconnectPolicy`, True for the
             default (backoff up to 2 s, give up after 30 s), False to fail at the first drop.
-        dialer: opens the socket (default: a WebSocket); :mod:`corral.testing` passes an
+        transport: the client transport, ``"auto"`` (``picows`` when installed, else
+            ``websockets``), ``"picows"`` or ``"websockets"``.
+        dialer: opens the socket (default: the ``transport``'s); :mod:`corral.testing` passes an
             in-process one.
     """
 
@@ -96,6 +98,7 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
         openenv_fallback: bool = True,
         token: str | None = None,
         reconnect: ReconnectPolicy | bool = True,
+        transport: str = "auto",
         dialer: Dialer | None = None,
     ) -> None:
         self.url = http_url(url)
@@ -113,6 +116,7 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
             headers=dict(headers or {}),
             token=token,
             reconnect=reconnect,
+            transport=transport,
             dialer=dialer,
         )
         self.session_id: str | None = None

@@ -187,12 +187,14 @@ class Fleet:
         token: str | None,
         progress: bool | None,
         console: Console | None,
+        transport: str = "auto",
     ) -> None:
         self.n = n
         self.source = source
         self.num_servers = num_servers
         self.typed = typed
         self.codec = codec
+        self.transport = transport
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.sessions_per_connection = sessions_per_connection
@@ -292,6 +294,7 @@ class Fleet:
             connect_timeout=self.connect_timeout,
             headers=self.headers,
             token=self.token,
+            transport=self.transport,
         )
         await self._handshake(connection)
         return connection

@@ -155,6 +155,8 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         headers: extra HTTP headers for every connection.
         token: bearer token for servers that require one (default: ``$CORRAL_TOKEN``, or
             the file named by ``$CORRAL_TOKEN_FILE``).
+        transport: the client transport, ``"auto"`` (``picows`` when installed, else
+            ``websockets``), ``"picows"`` or ``"websockets"``.
     """
 
     def __init__(
@@ -183,6 +185,7 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         check_contract: bool = True,
         headers: Mapping[str, str] | None = None,
         token: str | None = None,
+        transport: str = "auto",
     ) -> None:
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"EnvPool needs n >= 1 sessions, got {n!r}")
@@ -215,6 +218,7 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             token=token,
             progress=progress,
             console=console,
+            transport=transport,
         )
         self._ready: deque[tuple[int, _Outcome, dict[str, Any] | None]] = deque()
         self._arrived = asyncio.Event()
