@@ -34,6 +34,7 @@ from picows import (
 from websockets.exceptions import ConnectionClosedError
 
 from corral import __version__
+from corral.client.refusal import refusal
 from corral.errors import ConnectionLost, UnsupportedProtocol
 from corral.protocol.codecs import Frame
 
@@ -213,8 +214,6 @@ async def picows_dialer(
         ConnectionLost: the server could not be reached.
         UnsupportedProtocol: the server did not accept ``subprotocol``.
     """
-    from corral.client.connection import refusal
-
     extra = {"User-Agent": f"corral/{__version__}", **headers}
     extra["Sec-WebSocket-Protocol"] = subprotocol
     try:
