@@ -261,7 +261,13 @@ def test_model_schemas_and_contract() -> None:
 def test_observation_and_state_bases_have_schemas() -> None:
     schemas = model_schemas(Action, Observation, State)
     assert schemas["action"]["additionalProperties"] is False
-    assert set(schemas["observation"]["properties"]) == {"done", "truncated", "reward", "metadata"}
+    assert set(schemas["observation"]["properties"]) == {
+        "done",
+        "truncated",
+        "reward",
+        "reward_components",
+        "metadata",
+    }
     assert set(schemas["state"]["properties"]) == {"episode_id", "step_count"}
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import typer
 
-import corral.cli.validate_local  # noqa: F401 - registers the PATH mode of corral validate
 from corral.cli.build import build_command
+from corral.cli.eval import eval_command
 from corral.cli.init import init_command
 from corral.cli.push import push_command
+from corral.cli.replay import replay_command
 from corral.cli.schema import schema_app
 from corral.cli.serve import serve_command
 from corral.cli.validate import validate_command
@@ -37,6 +38,8 @@ app.command("serve")(serve_command)
 app.command("validate")(validate_command)
 app.command("build")(build_command)
 app.command("push")(push_command)
+app.command("replay")(replay_command)
+app.command("eval")(eval_command)
 app.add_typer(schema_app)
 
 

@@ -158,6 +158,14 @@ def serve_command(
         int,
         typer.Option(help="Worker processes holding the environments (0: in the server)."),
     ] = 0,
+    web: Annotated[
+        bool,
+        typer.Option(
+            "--web/--no-web",
+            help="Serve the web UI at /web (/ redirects there); with a token, browsers "
+            "exchange it once for a short-lived cookie.",
+        ),
+    ] = False,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
     """Serve an environment over WebSocket and HTTP (loopback by default)."""
@@ -188,6 +196,7 @@ def serve_command(
         executor_threads=executor_threads,
         token=token,
         workers=workers,
+        web=web,
     )
     sock = None
     if fd is not None:

@@ -26,7 +26,8 @@ What is mapped (``Model.model_json_schema()`` output, plus common JSON Schema):
 - corral's ndarray fields (the ``x-corral-ndarray`` marker), as
   ``corral.contract.arrays.Array(dtype, shape)`` when numpy is installed.
 - Per field: ``title``, ``description``, ``examples``, ``deprecated``, unknown (``x-...``)
-  keywords; ``required``, and defaults: a field that is not required keeps its schema
+  keywords (``x-corral-omit-empty``: left out of dumps when empty, as the original);
+  ``required``, and defaults: a field that is not required keeps its schema
   default, or gets an empty container (``dict``/``list``/``set`` types) or ``None``.
 - Per model: ``title`` (the class name), ``description`` (the docstring) and
   ``additionalProperties`` (``false`` → ``extra="forbid"``, ``true`` → ``"allow"``, a schema →
@@ -77,7 +78,7 @@ from pydantic import (
 )
 from pydantic_core import SchemaError, SchemaValidator, core_schema
 
-from corral.contract.models import Action, Observation, State
+from corral.contract.models import OMIT_EMPTY, Action, Observation, State, omitted_when_empty
 from corral.contract.schema import canonical_schema
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -800,6 +801,8 @@ def _field(node: dict[str, Any], *, required: bool, alias: str | None) -> Any:
     )
     if extra:
         kwargs["json_schema_extra"] = extra
+    if node.get(OMIT_EMPTY) is True:
+        kwargs["exclude_if"] = omitted_when_empty
     if required:
         return Field(**kwargs)
     if "default" in node:

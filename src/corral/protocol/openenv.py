@@ -167,7 +167,7 @@ def error_frame(exc: CorralError) -> dict[str, Any]:
 
 # -- observations ------------------------------------------------------------------
 
-LIFTED_KEYS = ("reward", "done", "metadata", "truncated")
+LIFTED_KEYS = ("reward", "done", "metadata", "truncated", "reward_components")
 """Observation fields that OpenEnv carries beside the observation rather than inside it."""
 
 
@@ -176,15 +176,21 @@ def flatten_observation(observation: Mapping[str, Any]) -> dict[str, Any]:
 
     ``{"observation": <fields but the lifted ones>, "reward", "done", "metadata",
     "truncated"}``: OpenEnv clients read the first three; ``metadata`` is where OpenEnv
-    0.10 puts it; ``truncated`` is corral's (OpenEnv clients ignore it).
+    0.10 puts it; ``truncated`` is corral's (OpenEnv clients ignore it), and so is
+    ``reward_components``, there only when the observation has some (inside the
+    observation it would break OpenEnv's typed clients, whose models forbid unknown fields).
     """
-    return {
+    flat = {
         "observation": {k: v for k, v in observation.items() if k not in LIFTED_KEYS},
         "reward": observation.get("reward"),
         "done": bool(observation.get("done", False)),
         "metadata": observation.get("metadata") or {},
         "truncated": bool(observation.get("truncated", False)),
     }
+    components = observation.get("reward_components")
+    if components:
+        flat["reward_components"] = components
+    return flat
 
 
 def unflatten_observation(data: Any) -> dict[str, Any]:

@@ -27,8 +27,8 @@ the server runs as a user of its own, never enforced for root) and a niceness. A
 *rate* (``resources.cpu``) needs cgroups: the Docker provider enforces it, this one does
 not.
 
-**Sandbox** (``sandbox="bwrap" | "unshare" | "auto"``, probed with the coding
-environment's helpers, :func:`corral.envs.coding.sandbox.resolve_profile`): fresh pid,
+**Sandbox** (``sandbox="bwrap" | "unshare" | "auto"``, probed and built by
+:mod:`corral.sandbox`, as the coding environment's per-episode sandboxes are): fresh pid,
 IPC, UTS, mount *and network* namespaces; a read-only root holding only the system
 directories, the interpreter and its packages and the environment's directory (or the
 working directory, for an entry point), all read-only; a private writable ``/tmp`` and
@@ -66,7 +66,13 @@ from typing import Literal
 
 from corral.auth import TOKEN_ENV
 from corral.client.local_server import LocalServer
-from corral.envs.coding.sandbox import (
+from corral.errors import ServerStartError
+from corral.providers.base import Endpoint, Provider, ServerSpec, SpecLike
+from corral.providers.dockerfile import BuildError, Progress
+from corral.providers.guardian import guardian
+from corral.providers.manifest import Manifest, ManifestError, parse_memory
+from corral.providers.venv import ensure_venv
+from corral.sandbox import (
     MountEntry,
     SandboxError,
     SandboxMode,
@@ -74,20 +80,13 @@ from corral.envs.coding.sandbox import (
     Workspace,
     resolve_profile,
     sandbox_command,
-    with_parent_dirs,
 )
-from corral.errors import ServerStartError
-from corral.providers.base import Endpoint, Provider, ServerSpec, SpecLike
-from corral.providers.dockerfile import BuildError, Progress
-from corral.providers.guardian import guardian
-from corral.providers.manifest import Manifest, ManifestError, parse_memory
-from corral.providers.venv import ensure_venv
+from corral.sandbox.command import SANDBOX_PATH
+from corral.sandbox.workspace import path_under, with_parent_dirs
 from corral.server.serve import bind_socket
 
 Sandbox = Literal["none", "auto", "bwrap", "unshare"]
 """How a local server is isolated: not at all, or a namespace sandbox."""
-
-_SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 @dataclass(frozen=True)
@@ -166,7 +165,7 @@ class LocalEndpoint(Endpoint):
     """A server in a local process.
 
     Attributes:
-        pid: the process the provider started (with a sandbox: its launcher).
+        pid: the process the provider started (with a sandbox: bwrap or unshare).
         target: what it serves (an entry point or an environment directory).
         python: the interpreter it runs.
         sandbox: ``none``, ``bwrap`` or ``unshare``.
@@ -229,9 +228,7 @@ class _ServerSandbox:
         # Parents first: a directory bound after one of its subdirectories would hide it.
         wanted = {os.path.realpath(p) for p in [*interpreter_paths(self.python), *self.readable]}
         for real in sorted(wanted):
-            if os.path.exists(real) and not any(
-                real == b or real.startswith(b.rstrip("/") + "/") for b in bound
-            ):
+            if os.path.exists(real) and not path_under(real, bound):
                 entries.append(MountEntry("ro", real, real))
                 bound.append(real)
         return with_parent_dirs(entries)
@@ -241,7 +238,7 @@ class _ServerSandbox:
     ) -> Callable[[list[str]], list[str]]:
         """What turns the server's argv into the sandboxed one (given to LocalServer)."""
         env = {
-            "PATH": _SANDBOX_PATH,
+            "PATH": SANDBOX_PATH,
             "HOME": "/workspace",
             "TMPDIR": "/tmp",
             "LANG": "C.UTF-8",

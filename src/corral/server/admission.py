@@ -35,6 +35,7 @@ from corral.protocol.batch import ResetItem, StepItem
 from corral.protocol.messages import GetState, Reset, Step
 from corral.protocol.server import Peer
 from corral.protocol.session import Op
+from corral.server.rewards import RewardStats
 
 Payload = Reset | Step | GetState | ResetItem | StepItem
 """What an environment call is made from: a single request, or one item of a batch."""
@@ -51,6 +52,8 @@ class Admission:
         self.contract = contract
         self.reset_options = accepted_reset_options(env_type.reset)
         """Keywords ``reset`` takes besides ``seed`` (None: any)."""
+        self.rewards = RewardStats()
+        """Every returned observation's reward and components, single call or batch item."""
 
     def call(self, peer: Peer, op: Op, payload: Payload) -> tuple[str, tuple[Any, ...], Any]:
         """The runner call ``(method, args, kwargs)`` for ``op`` on ``payload``.
@@ -107,7 +110,9 @@ class Admission:
                 f"{self.env_name}.{method}() returned {type(value).__name__}, not {model.__name__}",
                 details={"returned": type(value).__name__},
             )
-        return self._dump(peer, value, model, "observation"), value.done
+        wire = self._dump(peer, value, model, "observation")
+        self.rewards.observe(value)
+        return wire, value.done
 
     def state(self, peer: Peer, value: Any) -> Any:
         """The state ``state()`` returned, as a wire object.

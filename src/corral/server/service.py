@@ -125,6 +125,8 @@ class EnvService:
         self.fingerprint = self.contract.fingerprint
         self.config = config
         self.instance = uuid.uuid4().hex
+        self.started = time.time()
+        """Wall-clock start time (the status page's uptime)."""
         self.manager = SessionManager(
             factory,
             config,
@@ -132,6 +134,8 @@ class EnvService:
             thread_affinity=env_type.thread_affinity,
         )
         self.admission = Admission(env_type, self.contract)
+        self.rewards = self.admission.rewards
+        """Reward and reward-component histograms (``/metrics``)."""
         self.gate = ConnectionGate(config.max_connections_per_client)
         """WebSocket connections by client address (for the per-client limit)."""
         self.greeting = Greeting(

@@ -16,8 +16,7 @@ round trip of every model, seeded determinism, reward and termination sanity.
 By default the server runs in a local process; when the image ``corral build`` made of
 this version exists and serves the current contract, it is validated in Docker too, so
 ``corral validate && corral build && corral validate`` validates the source, then the
-image. This module plugs into ``corral validate`` (:mod:`corral.cli.validate`), which
-owns the ``--url`` mode, the report and its output.
+image. The command (:mod:`corral.cli.validate.command`) prints the report.
 """
 
 from __future__ import annotations
@@ -29,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from corral.cli import validate
-from corral.cli.validate import Check, Report, Status
+from corral.cli.validate.report import Check, Report, Status
 from corral.contract import Environment
+from corral.contract.examples import example_for
 from corral.contract.lock import LockError, check_lock, read_lock
 from corral.contract.wiresafe import WireSafetyError, check_model
 from corral.providers.base import Provider
@@ -201,7 +200,7 @@ def _action(env: type[Environment[Any, Any, Any]], given: dict[str, Any] | None)
         candidate = given
     else:
         try:
-            candidate = validate.example_for(dict(schema))
+            candidate = example_for(dict(schema))
         except ValueError as exc:
             raise ValueError(
                 f"cannot synthesize an action from the schema ({exc}); pass --action JSON"
@@ -338,11 +337,3 @@ def validate_environment(path: Path, options: LocalOptions | None = None) -> Rep
             with contextlib.suppress(Exception):
                 asyncio.run(docker.close())
     return report
-
-
-def _static_validator(path: Path, **options: Any) -> Report:
-    """The hook :mod:`corral.cli.validate` calls for ``corral validate [PATH]``."""
-    return validate_environment(path, LocalOptions(**options))
-
-
-validate.STATIC_VALIDATOR = _static_validator

@@ -13,8 +13,9 @@ from tests.support.peers import AppThread, openenv_server
 from tests.support.servers import running
 from typer.testing import CliRunner
 
-from corral.cli import validate as v
 from corral.cli.main import app
+from corral.cli.validate import local
+from corral.cli.validate.report import Check, Report, Status
 from corral.envs.echo import EchoEnv
 from corral.envs.wordle import WordleEnv
 from corral.server import create_app
@@ -171,10 +172,6 @@ def test_argument_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, ["validate", "--static", "--json"])
     assert result.exit_code == 1 and "no corral.yaml or openenv.yaml" in result.output
-    monkeypatch.setattr(v, "STATIC_VALIDATOR", None)
-    result = runner.invoke(app, ["validate", str(tmp_path)])
-    assert result.exit_code == 2
-    assert "static validation (corral validate PATH) is not available" in result.output
     result = runner.invoke(app, ["validate", str(tmp_path), "--url", "http://127.0.0.1:9"])
     assert result.exit_code == 2 and "not both" in result.output
     for bad in ("{nope", "[1]"):
@@ -194,98 +191,16 @@ def test_a_given_action_is_checked_and_used():
     )
 
 
-def test_the_static_mode_plugs_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_the_path_mode_gets_the_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     seen: dict[str, object] = {}
 
-    def static(path: Path, **options: object) -> v.Report:
-        seen.update(options)
-        check = v.Check("static.manifest", "static", "a manifest", v.Status.PASS, str(path))
-        return v.Report(target=str(path), checks=[check])
+    def static(path: Path, options: local.LocalOptions) -> Report:
+        seen.update(vars(options))
+        check = Check("static.manifest", "static", "a manifest", Status.PASS, str(path))
+        return Report(target=str(path), checks=[check])
 
-    monkeypatch.setattr(v, "STATIC_VALIDATOR", static)
+    monkeypatch.setattr(local, "validate_environment", static)
     result = runner.invoke(app, ["validate", str(tmp_path), "--json", "--docker", "--seed", "3"])
     assert result.exit_code == 0
     assert json.loads(result.output)["checks"][0]["detail"] == str(tmp_path)
     assert seen["docker"] is True and seen["seed"] == 3 and seen["runtime"] is True
-
-
-# -- schema helpers ------------------------------------------------------------------
-
-ECHO = {
-    "type": "object",
-    "properties": {"m": {"type": "string", "minLength": 3}},
-    "required": ["m"],
-}
-
-
-@pytest.mark.parametrize(
-    ("schema", "expected"),
-    [
-        (ECHO, {"m": "aaa"}),
-        (
-            {"type": "object", "properties": {"k": {"enum": ["x", "y"]}}, "required": ["k"]},
-            {"k": "x"},
-        ),
-        (
-            {
-                "type": "object",
-                "properties": {"k": {"type": "integer", "exclusiveMinimum": 4}},
-                "required": ["k"],
-            },
-            {"k": 5},
-        ),
-        (
-            {
-                "type": "object",
-                "properties": {"k": {"type": "number", "minimum": 2, "maximum": 5}},
-                "required": ["k"],
-            },
-            {"k": 2.0},
-        ),
-        (
-            {
-                "type": "object",
-                "properties": {"k": {"anyOf": [{"type": "null"}, {"type": "boolean"}]}},
-                "required": ["k"],
-            },
-            {"k": None},
-        ),
-        (
-            {
-                "type": "object",
-                "properties": {"k": {"type": "array", "minItems": 2, "items": {"const": 1}}},
-                "required": ["k"],
-            },
-            {"k": [1, 1]},
-        ),
-        (
-            {
-                "type": "object",
-                "properties": {"k": {"$ref": "#/$defs/P"}},
-                "required": ["k"],
-                "$defs": {
-                    "P": {"type": "object", "properties": {"x": {"type": "integer", "default": 3}}}
-                },
-            },
-            {"k": {}},
-        ),
-        ({"type": "object", "properties": {"opt": {"type": "string"}}}, {}),
-        ({"type": ["string", "null"]}, "a"),
-    ],
-)
-def test_examples_from_schemas(schema, expected):
-    assert v.example_for(schema) == expected
-    assert v.schema_problem(schema, expected) is None
-
-
-def test_unsynthesizable_schemas_and_invalid_actions():
-    with pytest.raises(ValueError, match="cannot synthesize"):
-        v.example_for({"type": "object", "properties": {"k": {"not": {}}}, "required": ["k"]})
-    closed = {**ECHO, "additionalProperties": False}
-    assert v.invalid_action_for(closed, {"m": "aaa"}) == {
-        "m": "aaa",
-        "__corral_validate_unknown__": 1,
-    }
-    assert v.invalid_action_for(ECHO, {"m": "aaa"}) == {"m": 12345}
-    assert v.invalid_action_for({"type": "object"}, {}) is None
-    assert v.schema_problem(ECHO, {"m": 3}) == "m: 3 is not of type 'string'"

@@ -1,4 +1,4 @@
-"""Pid 1 of an ``unshare`` sandbox: builds the filesystem view, drops privileges, runs the worker.
+"""Pid 1 of an ``unshare`` sandbox: builds the filesystem view, drops privileges, runs the command.
 
 Like ``_worker.py`` this runs from source (``python -I -S -c <source> <config JSON>``), with
 the standard library only, as the first process of fresh mount, pid, network, IPC and UTS
@@ -10,9 +10,10 @@ into it (read-only unless marked writable; ``empty`` entries hide a path behind 
 read-only directory or file), adds ``/proc`` (of the new pid namespace) and a minimal
 ``/dev``, makes the new root read-only, ``chroot``s into it and names the host ``sandbox``.
 It then forks: the child drops to ``config["uid"]`` (real root) or sheds every capability
-(user namespace), sets ``no_new_privs`` and ``exec``s the worker; pid 1 stays behind to
-reap orphans, and exits with the worker's status (``128 + signal`` when the worker was
-killed by a signal). When pid 1 exits the kernel kills every process left in the namespace.
+(user namespace), sets ``no_new_privs`` and ``exec``s the command (a worker, or a whole
+server); pid 1 stays behind to reap orphans, and exits with the command's status
+(``128 + signal`` when it was killed by a signal). When pid 1 exits the kernel kills
+every process left in the namespace.
 """
 
 from __future__ import annotations
@@ -188,7 +189,7 @@ def main(argv: list[str]) -> int:
             argv_ = config["argv"]
             os.execve(argv_[0], argv_, config["env"])
         except BaseException as exc:
-            print(f"corral sandbox launcher: {exc}", file=sys.stderr, flush=True)
+            print(f"corral sandbox init: {exc}", file=sys.stderr, flush=True)
         os._exit(127)
     for key in config["close_fds"]:
         os.close(int(key))
