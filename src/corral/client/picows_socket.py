@@ -82,6 +82,7 @@ class PicowsSocket(WSListener):
         self._parts: bytearray | None = None
         self._parts_text = False
         self._gone = False
+        self._refused = False
         self._why = "connection lost"
 
     # -- the Socket face ----------------------------------------------------------
@@ -139,7 +140,10 @@ class PicowsSocket(WSListener):
 
     def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
         kind = frame.msg_type
-        if kind is WSMsgType.BINARY and frame.fin and self._parts is None:
+        if frame.payload_size > self.max_size or self._refused:
+            # picows refuses such a frame but may still hand it over while it closes
+            self._refuse(transport)
+        elif kind is WSMsgType.BINARY and frame.fin and self._parts is None:
             self._deliver(frame.get_payload_as_bytes())
         elif kind is WSMsgType.TEXT and frame.fin and self._parts is None:
             self._deliver(frame.get_payload_as_utf8_text())
@@ -167,14 +171,22 @@ class PicowsSocket(WSListener):
             return
         self._parts += frame.get_payload_as_memoryview()
         if len(self._parts) > self.max_size:
-            self._parts = None
-            self._why = f"a message from the server exceeded {self.max_size} bytes"
-            transport.send_close(WSCloseCode.MESSAGE_TOO_BIG, b"message too big")
-            transport.disconnect()
+            self._refuse(transport)
             return
         if frame.fin:
             whole, self._parts = bytes(self._parts), None
             self._deliver(whole.decode() if self._parts_text else whole)
+
+    def _refuse(self, transport: WSTransport) -> None:
+        """A message over the limit: nothing more is delivered, the socket closes (1009)."""
+        self._parts = None
+        if self._refused:
+            return
+        self._refused = True
+        self._why = f"a message from the server exceeded {self.max_size} bytes"
+        with contextlib.suppress(Exception):
+            transport.send_close(WSCloseCode.MESSAGE_TOO_BIG, b"message too big")
+        transport.disconnect()
 
     def _deliver(self, message: Frame) -> None:
         on_frame = self._on_frame
@@ -194,7 +206,11 @@ class PicowsSocket(WSListener):
             sent = handshake.sent if handshake is not None else None
             if sent is not None and sent.code is WSCloseCode.MESSAGE_TOO_BIG:
                 self._why = f"a message from the server exceeded {self.max_size} bytes"
-            self.close_code = 1006
+            self.close_code = sent.code.value if sent is not None else 1006
+        # picows keeps the protocol error that closed the socket for wait_disconnected();
+        # collect it so it is not reported as "never retrieved" (the reason is ours).
+        done = asyncio.ensure_future(transport.wait_disconnected())
+        done.add_done_callback(_swallow)
         for pong in self._pongs:
             if not pong.done():
                 pong.set_exception(ConnectionClosedError(None, None))
@@ -202,6 +218,11 @@ class PicowsSocket(WSListener):
         on_closed = self._on_closed
         if on_closed is not None:
             on_closed(self._why)
+
+
+def _swallow(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 async def picows_dialer(
