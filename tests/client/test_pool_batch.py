@@ -141,26 +141,26 @@ async def test_failed_items_are_named_never_dropped(counter):
         assert err.value.batch.obs["total"].tolist() == [1, 1, 1]
 
 
-async def test_pipelined_halves_come_back_complete_and_in_send_order(counter):
+async def test_pipelined_halves_come_back_whole_and_every_step_counts(counter):
     n = 8
+    halves = [list(range(n // 2)), list(range(n // 2, n))]
     async with EnvPool(n, counter.url, env=CounterEnv, progress=False, max_in_flight=2) as pool:
         await pool.reset(options={"limit": 10_000})
-        first, second = list(range(n // 2)), list(range(n // 2, n))
-        await pool.send([CountAction(amount=1)] * 4, session_ids=first)
-        totals = np.zeros(n, dtype=np.int64)
-        for _ in range(20):
-            await pool.send([CountAction(amount=2)] * 4, session_ids=second)
+        sent = np.zeros(n, dtype=np.int64)
+        seen = np.zeros(n, dtype=np.int64)
+        for half in halves:
+            await pool.send([CountAction(amount=1)] * 4, session_ids=half)
+            sent[half] += 1
+        for _ in range(30):  # the EnvPool loop: send back exactly what recv returned
             got = await pool.recv(min_results=4, max_results=4)
-            assert sorted(got.ids.tolist()) == first
-            totals[got.ids] = got.obs["total"]
-            await pool.send([CountAction(amount=1)] * 4, session_ids=first)
-            got = await pool.recv(min_results=4, max_results=4)
-            assert sorted(got.ids.tolist()) == second
-            totals[got.ids] = got.obs["total"]
+            assert sorted(got.ids.tolist()) in halves  # a half comes back whole
+            seen[got.ids] = got.obs["total"]
+            await pool.send([CountAction(amount=1)] * 4, session_ids=got.ids)
+            sent[got.ids] += 1
         rest = await pool.recv()
-        assert sorted(rest.ids.tolist()) == first
-        totals[rest.ids] = rest.obs["total"]
-        assert totals.tolist() == [21] * 4 + [40] * 4  # every step applied exactly once
+        seen[rest.ids] = rest.obs["total"]
+        assert len(rest) == 8
+        assert seen.tolist() == sent.tolist()  # every step applied exactly once, none lost
 
 
 async def test_pipelined_failures_come_back_as_errors(counter):
@@ -198,3 +198,33 @@ async def test_the_pool_keeps_no_earlier_batch_alive(counter):
         await pool.step([CountAction()] * 8)
         gc.collect()
         assert [probe() for probe in probes] == [None, None]
+
+
+@pytest.mark.parametrize("control", [True, False])
+async def test_no_collection_inside_a_batch_and_waves_are_frozen(counter, control):
+    gc.unfreeze()
+    try:
+        async with EnvPool(
+            64, counter.url, env=CounterEnv, progress=False, gc_control=control
+        ) as pool:
+            assert (gc.get_freeze_count() > 0) is control  # start-up state frozen
+            frozen = gc.get_freeze_count()
+            await pool.reset(options={"limit": 100})
+            assert (gc.get_freeze_count() > frozen) is control  # and the reset wave's
+            collector_on: list[bool] = []
+            exchange = pool._exchange
+
+            async def watched(*args: Any, **kwargs: Any) -> Any:
+                collector_on.append(gc.isenabled())  # while the batch is being sent
+                table = await exchange(*args, **kwargs)
+                collector_on.append(gc.isenabled())  # and when its reply was decoded
+                return table
+
+            pool._exchange = watched  # type: ignore[method-assign]
+            actions = [CountAction()] * 64
+            for _ in range(3):
+                await pool.step(actions)
+                assert gc.isenabled()  # back on after each batch
+            assert collector_on == [not control] * 6
+    finally:
+        gc.unfreeze()

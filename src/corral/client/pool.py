@@ -41,6 +41,30 @@ returned independently (EnvPool-style loops send back exactly the ids ``recv`` r
 A session has at most one step in flight. **Back-pressure:** at most ``max_in_flight``
 messages are outstanding per connection; further sends wait for a reply.
 
+**Pipelining.** ``send``/``recv`` let a trainer overlap the environment's work with its
+own: split the sessions into groups (halves, say), keep one group stepping on the servers
+while the policy runs on the other's observations, and send back exactly the ids ``recv``
+returned. A group sent in one call comes back whole, so with equal groups each
+``recv(min_results=g, max_results=g)`` returns one group::
+
+    halves = np.array_split(np.arange(pool.n), 2)
+    first = await pool.reset()
+    for ids in halves:
+        await pool.send(policy(first.obs, ids), session_ids=ids)
+    while training:
+        batch = await pool.recv(min_results=len(halves[0]), max_results=len(halves[0]))
+        await pool.send(policy(batch.obs, batch.ids), session_ids=batch.ids)
+        learn(batch)                      # runs while the other half is stepping
+
+Results come from the reply columns (see :mod:`corral.client.batch`): a trainer that
+reads ``batch.obs`` and the reward/flag arrays never builds a model per session.
+
+**Garbage collection.** With ``gc_control`` (the default), the collector is paused while a
+batch is encoded, in flight and decoded (no full pass lands in the middle of a step of
+1,024 sessions), and what ``start()`` and a full ``reset()`` leave alive (connections,
+sessions, schemas) is frozen out of later passes (``gc.freeze``). The pool keeps no
+reference to a batch it returned, so memory is bounded by the batches the caller holds.
+
 **Failures.** A session whose server died is replaced with its server when
 ``replace_dead_servers`` is true (see the fleet): the request in flight fails with
 ``SESSION_LOST`` or ``CONNECTION_LOST`` and the session is marked for reset; with an
@@ -69,6 +93,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("EnvPool needs numpy: pip install 'corral[numpy]'") from exc
 
+from corral import runtime
 from corral.blocking import BlockingTwin
 from corral.client.batch import (
     PoolBatch,
@@ -149,6 +174,9 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             the file named by ``$CORRAL_TOKEN_FILE``).
         transport: the client transport, ``"auto"`` (``picows`` when installed, else
             ``websockets``), ``"picows"`` or ``"websockets"``.
+        gc_control: keep Python's garbage collector out of each batch and freeze what
+            start-up and full resets create (see "Garbage collection" above); False (or
+            ``CORRAL_GC=default``) leaves the collector alone.
     """
 
     def __init__(
@@ -178,6 +206,7 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         headers: Mapping[str, str] | None = None,
         token: str | None = None,
         transport: str = "auto",
+        gc_control: bool = True,
     ) -> None:
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"EnvPool needs n >= 1 sessions, got {n!r}")
@@ -223,6 +252,7 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         self._columns = self._codec.binary
         """Ask servers for columnar batch replies (the binary codec; JSON stays in rows)."""
         self._dtypes: dict[str, Any] | None = None
+        self._gc_control = gc_control and runtime.gc_control_enabled()
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -258,6 +288,8 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         self._started = True
         try:
             await self.fleet.start()
+            if self._gc_control:
+                runtime.freeze_survivors()  # connections, sessions, schemas: long-lived
         except BaseException:
             await self._teardown()
             raise
@@ -319,11 +351,15 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             (slot, (seeds[k], dict(opts[k]) if opts[k] is not None else {}))
             for k, slot in enumerate(slots)
         ]
-        table = await self._exchange(ResetBatch.type, items, [s.index for s in slots])
-        for slot in slots:
-            if slot.index not in table.errors:
-                slot.needs_reset = False
-        return self._deliver(table)
+        with self._gc_pause():
+            table = await self._exchange(ResetBatch.type, items, [s.index for s in slots])
+            for slot in slots:
+                if slot.index not in table.errors:
+                    slot.needs_reset = False
+            batch = self._deliver(table)
+        if self._gc_control and len(slots) == self.n:
+            runtime.freeze_survivors()  # a reset wave: its state lives for the episodes
+        return batch
 
     async def step(self, actions: Sequence[ActT | Mapping[str, Any]]) -> PoolBatch[ObsT]:
         """Step every session with its action (``actions[i]`` for session ``i``).
@@ -339,8 +375,9 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             raise ValueError(f"step() needs {self.n} actions (one per session), got {len(actions)}")
         if any(s.pending for s in self.fleet.slots):
             raise ValueError("step() while send() results are pending: recv() them first")
-        payloads = self.typed.encode_actions(actions, self._codec)
-        return self._deliver(await self._step_slots(self.fleet.slots, payloads))
+        with self._gc_pause():
+            payloads = self.typed.encode_actions(actions, self._codec)
+            return self._deliver(await self._step_slots(self.fleet.slots, payloads))
 
     async def state(self, ids: Sequence[int] | None = None) -> list[StateT]:
         """The current state of each session in ``ids`` (default: all), typed."""
@@ -462,7 +499,8 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             order += table.ids
         for index in order:
             self.fleet.slots[index].pending = False
-        return self._deliver(ResultTable.concat(taken, order) if taken else ResultTable())
+        with self._gc_pause():
+            return self._deliver(ResultTable.concat(taken, order) if taken else ResultTable())
 
     # -- the engine ---------------------------------------------------------------
 
@@ -626,6 +664,9 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         return table
 
     # -- selecting and delivering -------------------------------------------------
+
+    def _gc_pause(self) -> contextlib.AbstractContextManager[None]:
+        return runtime.GC_PAUSE if self._gc_control else contextlib.nullcontext()
 
     def _require_started(self) -> None:
         if self._closed:
