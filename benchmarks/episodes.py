@@ -30,7 +30,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from corral.client import AsyncEnvClient, EnvPool, LocalServer
+from corral.client import AsyncEnvClient, EnvPool
+from corral.client.local_server import LocalServer
 from corral.envs.echo import EchoAction, EchoEnv
 from corral.envs.wordle import WordleAction, WordleEnv
 from corral.episodes import EnvInfo, EpisodeRecorder, EpisodeWriter, Header

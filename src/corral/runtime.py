@@ -111,4 +111,3 @@ def freeze_survivors() -> None:
     """
     gc.collect()
     gc.freeze()
-

@@ -16,6 +16,7 @@ from tests.support.servers import running
 from corral.client import EnvPool, PoolError
 from corral.client.batch import PoolBatch, ResultTable, scalar_dtypes
 from corral.errors import InvalidAction, SessionLost
+from corral.protocol.batch import ABSENT
 
 
 def _table() -> ResultTable:
@@ -87,7 +88,8 @@ def test_concat_orders_rows_and_split_keeps_everything():
     b = ResultTable([1], {"total": [1], "label": ["x"]}, errors={3: SessionLost("gone")})
     merged = ResultTable.concat([a, b], [0, 1, 2, 3])
     assert merged.ids == [0, 1, 2]
-    assert merged.fields == {"total": [0, 1, 2], "label": [None, "x", None]}
+    assert merged.fields == {"total": [0, 1, 2], "label": [ABSENT, "x", ABSENT]}
+    assert merged.column("label") == [None, "x", None] and merged.row(0) == {"total": 0}
     assert set(merged.errors) == {3}
     head, tail = merged.split(2)
     assert set(head.errors) == {3} and head.ids == [0]
@@ -97,7 +99,8 @@ def test_concat_orders_rows_and_split_keeps_everything():
 
 def test_rows_with_different_fields_make_one_table():
     table = ResultTable.from_rows([0, 1], [{"a": 1}, {"a": 2, "b": 3}])
-    assert table.fields == {"a": [1, 2], "b": [None, 3]}
+    assert table.fields == {"a": [1, 2], "b": [ABSENT, 3]} and table.sparse
+    assert table.row(0) == {"a": 1} and table.column("b") == [None, 3]
 
 
 @pytest.fixture(scope="module")
@@ -228,3 +231,17 @@ async def test_no_collection_inside_a_batch_and_waves_are_frozen(counter, contro
             assert collector_on == [not control] * 6
     finally:
         gc.unfreeze()
+
+
+def test_a_field_some_observations_lack_stays_absent():
+    table = ResultTable.from_rows(
+        [0, 1], [{"total": 1, "reward": 1.0}, {"total": 2, "reward_components": {"a": 1.0}}]
+    )
+    assert table.sparse
+    batch = PoolBatch(
+        table, lambda rows: [CountObservation.model_validate(r) for r in rows], {"total": int}
+    )
+    assert batch.rewards.tolist() == [1.0, 0.0]
+    assert [o.reward_components for o in batch.observations] == [{}, {"a": 1.0}]
+    merged = ResultTable.concat([ResultTable([2], {"total": [3]}), table], [0, 1, 2])
+    assert merged.sparse and merged.row(2) == {"total": 3}

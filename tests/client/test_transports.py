@@ -213,3 +213,16 @@ async def test_a_reply_over_the_client_frame_limit_is_not_taken(counter, transpo
     with pytest.raises((ConnectionLost, RequestTimeout)):
         await client.reset(label="x" * 4000)
     await client.close()
+
+
+def test_the_blocking_twin_takes_websockets_where_its_loop_changes_threads(counter):
+    with AsyncEnvClient(counter.url, env=CounterEnv).sync() as twin:
+        twin.reset(limit=100)
+        steps = [twin.step(CountAction(amount=1)) for _ in range(3)]
+        assert steps[-1].observation.total == 3
+        socket = twin._async.connection._ws
+        assert socket is not None and not isinstance(socket, PicowsSocket)
+    explicit = AsyncEnvClient(counter.url, env=CounterEnv, transport="picows").sync()
+    with pytest.raises(ValueError, match="blocking twin"):
+        explicit.reset()
+    explicit.close()

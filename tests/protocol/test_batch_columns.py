@@ -28,8 +28,10 @@ CODECS = {"msgpack": (MsgpackCodec(), msgpack_values), "json": (JsonCodec(), jso
 
 @st.composite
 def batches(draw: st.DrawFn, wire_values: st.SearchStrategy[object]) -> list[b.BatchItemReply]:
-    """A batch reply's results: observations sharing one set of fields, and errors."""
+    """A batch reply's results: observations with one set of fields (some lacking a few
+    of them, as a server leaves out empty ``reward_components``), and errors."""
     names = draw(st.lists(st.sampled_from(FIELDS), unique=True, max_size=len(FIELDS)))
+    sparse = draw(st.booleans())
     items: list[b.BatchItemReply] = []
     for k in range(draw(st.integers(min_value=1, max_value=12))):
         session = f"s{k}"
@@ -37,7 +39,8 @@ def batches(draw: st.DrawFn, wire_values: st.SearchStrategy[object]) -> list[b.B
             code = draw(st.sampled_from(["INVALID_ACTION", "SESSION_LOST", "ENV_ERROR"]))
             items.append(b.ItemError(session, code, f"item {k} failed", {"item": k}))
         else:
-            items.append(b.ItemResult(session, {n: draw(wire_values) for n in names}))
+            kept = [n for n in names if not (sparse and draw(st.booleans()))]
+            items.append(b.ItemResult(session, {n: draw(wire_values) for n in kept}))
     return items
 
 
@@ -61,7 +64,11 @@ def test_columnar_equals_row_form_for_any_batch(case):
     table = from_columns.columns
     assert table.ok == sum(isinstance(r, b.ItemResult) for r in results)
     for name, values in table.fields.items():
-        wanted = [r.observation[name] for r in from_rows.results if isinstance(r, b.ItemResult)]
+        wanted = [
+            r.observation.get(name, b.ABSENT)
+            for r in from_rows.results
+            if isinstance(r, b.ItemResult)
+        ]
         assert values == wanted
 
 
@@ -76,12 +83,21 @@ def test_columnar_keys_go_once_and_the_frame_is_smaller():
     assert columns.count(b"message") == 1 and rows.count(b"message") == 64
 
 
-def test_observations_with_different_fields_fall_back_to_rows():
-    results = [b.ItemResult("a", {"x": 1}), b.ItemResult("b", {"y": 2})]
+def test_fields_some_observations_lack_are_listed_as_absent():
+    results = [b.ItemResult("a", {"x": 1}), b.ItemResult("b", {"x": 2, "y": None})]
+    wire = b.BatchReply(3, results, columnar=True).to_wire()
+    assert wire["columns"] == {"x": [1, 2], "y": [None, None]}
+    assert wire["absent"] == {"y": [0]}
+    parsed = parse_reply(MsgpackCodec().decode(MsgpackCodec().encode(wire)))
+    assert parsed.columns.fields["y"] == [b.ABSENT, None] and parsed.columns.sparse
+    assert parsed.results == results  # "y" is left out of a's observation, None in b's
+
+
+def test_observations_that_are_not_maps_go_in_rows():
+    results = [b.ItemResult("a", [1, 2])]
+    assert b.BatchColumns.of(results) is None
     wire = b.BatchReply(3, results, columnar=True).to_wire()
     assert "results" in wire and "columns" not in wire
-    assert parse_reply(wire).results == results
-    assert b.BatchColumns.of([b.ItemResult("a", [1, 2])]) is None  # not a map: rows only
 
 
 def test_all_failed_batch_is_columnar_with_no_fields():
@@ -122,6 +138,12 @@ def test_a_reply_holds_rows_or_columns_not_both():
         ({"columns": {"x": [1, 2, 3]}}, "columns"),
         ({"columns": {"x": "ab"}}, "columns"),
         ({"sessions": [1, "b"]}, None),
+        ({"absent": [0]}, "absent"),
+        ({"absent": {"z": [0]}}, "absent"),
+        ({"absent": {"x": [2]}}, "absent"),
+        ({"absent": {"x": [0, 0]}}, "absent"),
+        ({"absent": {"x": ["0"]}}, "absent"),
+        ({"absent": {"x": 0}}, "absent"),
     ],
 )
 def test_malformed_columnar_replies_are_bad_messages(change, field):

@@ -38,6 +38,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from corral.client.typed import ObsT
 from corral.contract import StepResult
 from corral.errors import CorralError
+from corral.protocol.batch import ABSENT
 
 _RESERVED = frozenset({"done", "truncated", "reward", "metadata"})
 """Observation fields reported as rewards/terminated/truncated/infos rather than in ``obs``."""
@@ -105,9 +106,11 @@ def _stack(values: list[Any]) -> Any:
     return values
 
 
-def _column_array(values: list[Any], dtype: Any) -> Any:
+def _column_array(values: list[Any], dtype: Any, sparse: bool) -> Any:
     """``values`` as an array of ``dtype`` (a list for ``str``, or when a value is None, as
     :func:`stack_observations` gives them), or None when one does not fit."""
+    if sparse and any(v is ABSENT for v in values):
+        return None
     if None in values:
         return values
     if dtype is str:
@@ -128,6 +131,8 @@ class ResultTable:
         errors: ``{session id: error}`` for the sessions that failed.
         flags: per-session (reward, terminated, truncated) overrides (auto-resets).
         extra: per-session extra ``info`` entries (``final_obs``/``final_info``).
+        sparse: some value is :data:`~corral.protocol.batch.ABSENT` (an observation
+            without a field the others have).
     """
 
     ids: list[int] = field(default_factory=list)
@@ -135,6 +140,7 @@ class ResultTable:
     errors: dict[int, CorralError] = field(default_factory=dict)
     flags: dict[int, Flags] = field(default_factory=dict)
     extra: dict[int, dict[str, Any]] = field(default_factory=dict)
+    sparse: bool = False
 
     @classmethod
     def failed(cls, ids: Sequence[int], error: CorralError) -> ResultTable:
@@ -143,22 +149,37 @@ class ResultTable:
 
     @classmethod
     def from_rows(cls, ids: list[int], rows: list[dict[str, Any]]) -> ResultTable:
-        """The table of row-form observations (a field one of them lacks is None there)."""
+        """The table of row-form observations (a field one of them lacks is ABSENT there)."""
         names: dict[str, None] = {}
+        sparse = False
         for row in rows:
             if len(row) != len(names) or row.keys() != names.keys():
+                sparse = sparse or bool(names)
                 names.update(dict.fromkeys(row))
-        return cls(ids, {name: [row.get(name) for row in rows] for name in names})
+        if sparse or any(len(row) != len(names) for row in rows):
+            fields = {name: [row.get(name, ABSENT) for row in rows] for name in names}
+            return cls(ids, fields, sparse=True)
+        return cls(ids, {name: [row[name] for row in rows] for name in names})
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def column(self, name: str) -> list[Any] | None:
-        """The wire values of field ``name`` (None when no observation has it)."""
-        return self.fields.get(name)
+        """The wire values of field ``name`` (None when no observation has it); an
+        observation without it has None there."""
+        values = self.fields.get(name)
+        if values is not None and self.sparse:
+            return [None if v is ABSENT else v for v in values]
+        return values
 
     def row(self, position: int) -> dict[str, Any]:
         """The wire observation at ``position``."""
+        if self.sparse:
+            return {
+                name: value
+                for name, values in self.fields.items()
+                if (value := values[position]) is not ABSENT
+            }
         return {name: values[position] for name, values in self.fields.items()}
 
     def done_ids(self) -> list[int]:
@@ -177,6 +198,7 @@ class ResultTable:
             return tables[0]
         out = cls()
         for table in tables:
+            out.sparse = out.sparse or table.sparse
             out.errors.update(table.errors)
             out.flags.update(table.flags)
             out.extra.update(table.extra)
@@ -188,7 +210,11 @@ class ResultTable:
         for table in tables:
             ids += table.ids
             for name, values in columns.items():
-                values += table.fields.get(name) or [None] * len(table.ids)
+                part = table.fields.get(name)
+                if part is None:
+                    part = [ABSENT] * len(table.ids)
+                    out.sparse = out.sparse or bool(part)
+                values += part
         if ids != list(order):
             position = {sid: k for k, sid in enumerate(ids)}
             picks = [position[sid] for sid in order if sid in position]
@@ -206,11 +232,13 @@ class ResultTable:
             self.ids[:rows],
             {name: values[:rows] for name, values in self.fields.items()},
             taken_errors,
+            sparse=self.sparse,
         )
         tail = ResultTable(
             self.ids[rows:],
             {name: values[rows:] for name, values in self.fields.items()},
             dict(errors[count:]),
+            sparse=self.sparse,
         )
         for part in (head, tail):
             part.flags = {i: self.flags[i] for i in part.ids if i in self.flags}
@@ -343,7 +371,7 @@ class PoolBatch(Generic[ObsT]):
             array = None
             dtype = self._dtypes.get(name)
             if dtype is not None:
-                array = _column_array(values, dtype)
+                array = _column_array(values, dtype, self._table.sparse)
             elif isinstance(values[0], np.ndarray):
                 array = _stack(values)
                 if isinstance(array, list):
@@ -351,7 +379,7 @@ class PoolBatch(Generic[ObsT]):
             if array is None:
                 if typed is None:
                     typed = stack_observations(self.observations)
-                array = typed.get(name, values)
+                array = typed.get(name, self._table.column(name))
             stacked[name] = array
         return stacked
 

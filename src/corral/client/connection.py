@@ -41,6 +41,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketExce
 
 from corral import __version__
 from corral.auth import bearer_header, resolve_token
+from corral.blocking import moves_between_threads
 from corral.client.refusal import refusal
 from corral.errors import (
     ClientClosed,
@@ -159,15 +160,27 @@ def picows_available() -> bool:
     return True
 
 
-def default_dialer(transport: str = "auto") -> Dialer:
+def default_dialer(transport: str = "auto", *, one_thread: bool = True) -> Dialer:
     """The dialer of ``transport`` (see :data:`TRANSPORTS`).
 
+    ``one_thread=False`` says the connection's loop moves between threads (the loop of
+    the blocking twins, :mod:`corral.blocking`): picows checks that its sockets are used
+    from the thread that opened them, so ``auto`` takes ``websockets`` there.
+
     Raises:
-        ValueError: an unknown transport, or ``picows`` asked for but not installed.
+        ValueError: an unknown transport, ``picows`` asked for but not installed, or
+            asked for on a loop that moves between threads.
     """
     if transport not in TRANSPORTS:
         raise ValueError(f"unknown transport {transport!r}; use one of {', '.join(TRANSPORTS)}")
-    if transport == "websockets" or (transport == "auto" and not picows_available()):
+    if transport == "picows" and not one_thread:
+        raise ValueError(
+            "transport='picows' cannot serve a blocking twin (.sync()): its loop moves "
+            "between threads and picows sockets stay on one; use 'auto' or 'websockets'"
+        )
+    if transport == "websockets" or (
+        transport == "auto" and not (one_thread and picows_available())
+    ):
         return websocket_dialer
     try:
         from corral.client.picows_socket import picows_dialer
@@ -277,7 +290,9 @@ class Connection:
         self.max_frame_bytes = max_frame_bytes
         self.headers = headers or {}
         self.token = resolve_token(token)
-        self.dialer: Dialer = dialer or default_dialer(transport)
+        default_dialer(transport)  # an unknown transport fails here, not at connect time
+        self.transport = transport
+        self._dialer = dialer
         self.protocol = ClientProtocol(
             self.codec,
             reconnect=ReconnectPolicy() if reconnect is True else (reconnect or None),
@@ -446,6 +461,15 @@ class Connection:
         return await self.dialer(
             self.url, self.codec.subprotocol, headers, self.connect_timeout, self.max_frame_bytes
         )
+
+    @property
+    def dialer(self) -> Dialer:
+        """What opens this connection's sockets: the one given, else the transport's for
+        the running loop (see :func:`default_dialer`)."""
+        if self._dialer is not None:
+            return self._dialer
+        loop = asyncio.get_running_loop()
+        return default_dialer(self.transport, one_thread=not moves_between_threads(loop))
 
     async def _establish(self, *, want_schemas: bool = False) -> None:
         """Socket, handshake, then the protocol's resume plan: re-attach, fail, re-send."""

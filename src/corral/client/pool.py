@@ -113,6 +113,7 @@ from corral.errors import (
     SessionLost,
 )
 from corral.protocol.batch import (
+    ABSENT,
     BatchReply,
     ItemError,
     ResetBatch,
@@ -556,7 +557,8 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
                 continue
             row = fresh.row(fresh_at[index])
             for name, values in table.fields.items():
-                values[k] = row.get(name)
+                values[k] = row.get(name, ABSENT)
+                table.sparse = table.sparse or name not in row
             reward = final.get("reward")
             truncated = final.get("truncated") is True
             table.flags[index] = (
@@ -639,9 +641,13 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         if columns is not None:
             errors = columns.errors
             if not errors:
-                return ResultTable([s.index for s, _ in chunk], columns.fields)
+                return ResultTable(
+                    [s.index for s, _ in chunk], columns.fields, sparse=columns.sparse
+                )
             table = ResultTable(
-                [s.index for k, (s, _) in enumerate(chunk) if k not in errors], columns.fields
+                [s.index for k, (s, _) in enumerate(chunk) if k not in errors],
+                columns.fields,
+                sparse=columns.sparse,
             )
             for k, error in errors.items():
                 table.errors[chunk[k][0].index] = error.exception(reply.id)

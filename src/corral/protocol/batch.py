@@ -24,8 +24,11 @@ answers in rows anyway when the observations do not share one set of fields::
        "errors": [[1, {code, message, details}]]}
 
 The keys are sent once per batch instead of once per item: fewer bytes, and no map per
-item to build on either side. corral's client asks for it on the binary codec (the row
-form stays for JSON, where readability is the point).
+item to build on either side. An observation without a field the others have (a server
+leaves an empty ``reward_components`` out) is listed under ``"absent": {field: [positions]}``
+(its slot in the column holds None); in memory such a value is :data:`ABSENT`. corral's
+client asks for the columnar form on the binary codec (the row form stays for JSON,
+where readability is the point).
 
 These types are entries of the one message table, :mod:`corral.protocol.messages`.
 """
@@ -296,19 +299,40 @@ def _reply_item(index: int, raw: Any) -> BatchItemReply:
     return ItemResult(session, raw["observation"])
 
 
+class _Absent:
+    """The value of a field an observation does not have (see :data:`ABSENT`)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+    def __reduce__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Any = _Absent()
+"""In a :class:`BatchColumns` column: this observation has no such field (the server
+leaves some out when empty, e.g. ``reward_components``). Never sent: the wire form lists
+the positions under ``absent``."""
+
+
 @dataclass(slots=True)
 class BatchColumns:
     """A batch reply as a struct of arrays (see the module docstring).
 
     Attributes:
         sessions: every item's session, in item order (None: an unreadable item).
-        fields: each observation field's values over the successful items, in order.
+        fields: each observation field's values over the successful items, in order;
+            :data:`ABSENT` where an observation does not have the field.
         errors: the failed items, by item index.
+        sparse: some value is :data:`ABSENT`.
     """
 
     sessions: list[str | None]
     fields: dict[str, list[Any]]
     errors: dict[int, ItemError] = field(default_factory=dict)
+    sparse: bool = False
 
     @property
     def ok(self) -> int:
@@ -317,12 +341,13 @@ class BatchColumns:
 
     @classmethod
     def of(cls, results: list[BatchItemReply]) -> BatchColumns | None:
-        """The columns of ``results``; None when observations differ in their fields
-        (or are not maps), which only the row form carries."""
+        """The columns of ``results``; None when an observation is not a map (only the
+        row form carries that)."""
         sessions: list[str | None] = []
         errors: dict[int, ItemError] = {}
         observations: list[dict[str, Any]] = []
         keys: Any = None
+        sparse = False
         for index, item in enumerate(results):
             sessions.append(item.session)
             if type(item) is ItemError:
@@ -333,12 +358,18 @@ class BatchColumns:
                 return None
             if keys is None:
                 keys = obs.keys()
-            elif obs.keys() != keys:
-                return None
+            elif not sparse and obs.keys() != keys:
+                sparse = True
             observations.append(obs)
-        names = list(keys) if keys is not None else []
-        fields = {name: [obs[name] for obs in observations] for name in names}
-        return cls(sessions, fields, errors)
+        if not sparse:
+            names = list(keys) if keys is not None else []
+            fields = {name: [obs[name] for obs in observations] for name in names}
+            return cls(sessions, fields, errors)
+        union: dict[str, None] = {}
+        for obs in observations:
+            union.update(dict.fromkeys(obs))
+        fields = {name: [obs.get(name, ABSENT) for obs in observations] for name in union}
+        return cls(sessions, fields, errors, sparse=True)
 
     def rows(self) -> list[BatchItemReply]:
         """The same results in row form."""
@@ -351,17 +382,30 @@ class BatchColumns:
                 rows.append(error)
                 continue
             assert session is not None
-            row = dict(zip(names, next(values), strict=True)) if values is not None else {}
+            row: dict[str, Any] = {}
+            if values is not None:
+                row = {n: v for n, v in zip(names, next(values), strict=True) if v is not ABSENT}
             rows.append(ItemResult(session, row))
         return rows
 
     def to_wire(self) -> dict[str, Any]:
         """The columnar part of a ``batch`` reply's wire map."""
-        return {
+        wire: dict[str, Any] = {
             "sessions": self.sessions,
             "columns": self.fields,
             "errors": [[i, e.to_wire()["error"]] for i, e in self.errors.items()],
         }
+        if self.sparse:
+            absent: dict[str, list[int]] = {}
+            columns: dict[str, list[Any]] = {}
+            for name, values in self.fields.items():
+                where = [k for k, v in enumerate(values) if v is ABSENT]
+                if where:
+                    absent[name] = where
+                    values = [None if v is ABSENT else v for v in values]
+                columns[name] = values
+            wire["columns"], wire["absent"] = columns, absent
+        return wire
 
     @classmethod
     def from_wire(cls, msg: dict[str, Any]) -> BatchColumns:
@@ -369,7 +413,8 @@ class BatchColumns:
 
         Raises:
             BadMessage: a list or map is missing or mistyped, a column has the wrong
-                length, or an error names an item that does not exist (or twice).
+                length, or an error (or an absent value) names an item that does not
+                exist (or twice).
         """
         sessions = msg.get("sessions")
         columns = msg.get("columns")
@@ -409,7 +454,34 @@ class BatchColumns:
                 raise BadMessage(
                     f"batch result {index} needs a string session", details={"item": index}
                 )
-        return cls(sessions, columns, errors)
+        absent = msg.get("absent")
+        if absent is None:
+            return cls(sessions, columns, errors)
+        _mark_absent(absent, columns, ok)
+        return cls(sessions, columns, errors, sparse=True)
+
+
+def _mark_absent(absent: Any, columns: dict[str, list[Any]], ok: int) -> None:
+    """Put :data:`ABSENT` where the wire's ``absent`` map says (checking it)."""
+    if not isinstance(absent, dict):
+        raise BadMessage(
+            "'absent' must be a map of column → positions", details={"field": "absent"}
+        )
+    for name, where in absent.items():
+        values = columns.get(name)
+        if values is None or not isinstance(where, list):
+            raise BadMessage(
+                f"'absent' names column {name!r}, which the reply does not have",
+                details={"field": "absent", "column": str(name)},
+            )
+        for position in where:
+            if type(position) is not int or not 0 <= position < ok or values[position] is ABSENT:
+                raise BadMessage(
+                    f"'absent' names position {position!r} of column {name!r} "
+                    f"({ok} values), or twice",
+                    details={"field": "absent", "column": name},
+                )
+            values[position] = ABSENT
 
 
 class BatchReply:
