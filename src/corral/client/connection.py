@@ -21,6 +21,11 @@ A keepalive ping every ``ping_interval`` seconds detects a server or network tha
 stopped answering (a half-open socket) within ``ping_interval + ping_timeout`` and
 treats it as a drop.
 
+The socket comes from a dialer: the native one (:mod:`corral.client.picows_socket`)
+calls back with each frame, which goes to the protocol object in that callback (no
+reader task); a ``websockets`` socket (or :mod:`corral.testing`'s in-process one) is read
+by a reader task. ``transport=`` chooses (see :func:`default_dialer`).
+
 Over 600 lines because it is the whole I/O face of one connection (socket seam, request
 writing, the establish/resume sequence, reader, keepalive, shutdown) and nothing else:
 every decision in it is a call into the protocol object.
@@ -202,7 +207,7 @@ class Dialer(Protocol):
 async def websocket_dialer(
     url: str, subprotocol: str, headers: dict[str, str], timeout: float, max_size: int
 ) -> Socket:
-    """A WebSocket to ``url`` (the default dialer).
+    """A WebSocket to ``url`` on the ``websockets`` library (the fallback dialer).
 
     Raises:
         CapacityReached / TooManyConnections / Unauthorized: the server refused it.

@@ -73,7 +73,7 @@ live server resumes with the episodes intact.
 
 The blocking twin is :meth:`EnvPool.sync` (:class:`SyncEnvPool`): same methods, same errors.
 
-This module is one thing over ~700 lines: the pool's API and the auto-reset engine under
+This module is one thing over ~800 lines: the pool's API and the auto-reset engine under
 it share every piece of per-session state (what is pending, what needs a reset); the
 servers, the batch type and the typed face live in their own modules.
 """

@@ -31,6 +31,8 @@ client asks for the columnar form on the binary codec (the row form stays for JS
 where readability is the point).
 
 These types are entries of the one message table, :mod:`corral.protocol.messages`.
+The module is ~580 lines because it is one message family: the two requests, the reply
+in both of its forms (rows and columns) and the checks each wire shape needs.
 """
 
 from __future__ import annotations
