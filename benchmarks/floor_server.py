@@ -1,7 +1,9 @@
-"""``python -m benchmarks.floor_server --port-file F``: the transport floor.
+"""``python -m benchmarks.floor_server [--kind websockets|picows] --port-file F``: the floors.
 
-A raw ``websockets`` server that sends every message straight back: what one WebSocket
-round trip costs on this machine with no framework at all.
+A raw WebSocket server that sends every message straight back: what one round trip costs
+on this machine with no framework at all, with ``websockets`` (the library corral's
+ASGI path and fallback client use) or with ``picows`` (the native transport's library;
+its client is timed against this server).
 """
 
 from __future__ import annotations
@@ -21,21 +23,42 @@ async def _echo(ws: ServerConnection) -> None:
         await ws.send(message)
 
 
-async def _serve(port_file: Path) -> None:
+def _publish(port_file: Path, port: int) -> None:
+    tmp = port_file.with_suffix(".tmp")
+    tmp.write_text(f"ws://127.0.0.1:{port}")
+    os.replace(tmp, port_file)
+
+
+async def _serve_websockets(port_file: Path) -> None:
     async with serve(_echo, "127.0.0.1", 0, compression=None, max_size=None) as server:
-        port = next(iter(server.sockets)).getsockname()[1]
-        tmp = port_file.with_suffix(".tmp")
-        tmp.write_text(f"ws://127.0.0.1:{port}")
-        os.replace(tmp, port_file)
+        _publish(port_file, next(iter(server.sockets)).getsockname()[1])
         await asyncio.Future()
+
+
+async def _serve_picows(port_file: Path) -> None:
+    from picows import WSFrame, WSListener, WSMsgType, WSTransport, ws_create_server
+
+    class Echo(WSListener):  # type: ignore[misc]
+        def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
+            if frame.msg_type in (WSMsgType.BINARY, WSMsgType.TEXT):
+                transport.send(frame.msg_type, frame.get_payload_as_bytes())
+            elif frame.msg_type is WSMsgType.CLOSE:
+                transport.send_close(frame.get_close_code())
+                transport.disconnect()
+
+    server = await ws_create_server(lambda request: Echo(), "127.0.0.1", 0)
+    _publish(port_file, server.sockets[0].getsockname()[1])
+    await asyncio.Future()
 
 
 def main() -> None:
     """Serve until terminated."""
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--kind", choices=["websockets", "picows"], default="websockets")
     parser.add_argument("--port-file", type=Path, required=True)
     args = parser.parse_args()
-    runtime.run(_serve(args.port_file))
+    serve_it = _serve_picows if args.kind == "picows" else _serve_websockets
+    runtime.run(serve_it(args.port_file))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,7 @@
-"""The five comparisons. Each returns plain rows; :mod:`benchmarks.suite` prints them.
+"""The comparisons. Each returns plain rows; :mod:`benchmarks.suite` prints them.
+
+Batched throughput lives in :mod:`benchmarks.batched`, the in-process ceiling in
+:mod:`benchmarks.ceiling`.
 
 Every contender runs against its own server process on 127.0.0.1, driven from this
 process, on the same machine and event loop (uvloop when installed, for every
@@ -36,6 +39,8 @@ class Settings:
     warmup: int = 300
     batched_sessions: list[int] = field(default_factory=lambda: [1, 16, 256, 1024])
     batched_seconds: float = 3.0
+    soak_seconds: float = 30.0
+    ceiling_seconds: float = 2.0
     scale_sessions: int = 10_000
     openenv_ladder: list[int] = field(default_factory=lambda: [1000, 2500, 5000, 10_000])
     openenv_budget_s: float = 240.0
@@ -55,6 +60,8 @@ class Settings:
             warmup=20,
             batched_sessions=[1, 16],
             batched_seconds=0.3,
+            soak_seconds=0.5,
+            ceiling_seconds=0.2,
             scale_sessions=200,
             openenv_ladder=[20],
             openenv_budget_s=60.0,
@@ -162,10 +169,10 @@ Step = Callable[[], Awaitable[Any]] | Blocking
 
 
 async def corral_driver(
-    url: str, env: type[Any], codec: str, action: Any
+    url: str, env: type[Any], codec: str, action: Any, transport: str = "auto"
 ) -> tuple[Callable[[], Awaitable[Any]], Callable[[], Awaitable[None]]]:
-    """``(step, close)`` for a corral session."""
-    client = AsyncEnvClient(url, env=env, codec=codec)
+    """``(step, close)`` for a corral session (the default transport: what users get)."""
+    client = AsyncEnvClient(url, env=env, codec=codec, transport=transport)
     await client.reset()
     return (lambda: client.step(action)), client.close
 
@@ -200,6 +207,46 @@ async def floor_driver(
         return await ws.recv()
 
     return step, ws.close
+
+
+async def picows_floor_driver(
+    url: str,
+) -> tuple[Callable[[], Awaitable[Any]], Callable[[], Awaitable[None]]]:
+    """``(step, close)`` for the raw picows round trip (picows client and server), with
+    corral's step frame: the reply is taken in the frame callback, as corral's does."""
+    from picows import WSFrame, WSListener, WSMsgType, WSTransport, ws_connect
+
+    payload = MsgpackCodec().encode(
+        {
+            "type": "step",
+            "id": 1234,
+            "session": "0" * 32,
+            "action": EchoAction(message=MESSAGE).model_dump(),
+        }
+    )
+    loop = asyncio.get_running_loop()
+
+    class Listener(WSListener):  # type: ignore[misc]
+        waiter: asyncio.Future[bytes] | None = None
+
+        def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
+            waiter = self.waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_result(frame.get_payload_as_bytes())
+
+    transport, listener = await ws_connect(Listener, url)
+
+    async def step() -> Any:
+        listener.waiter = loop.create_future()
+        transport.send(WSMsgType.BINARY, payload)
+        return await listener.waiter
+
+    async def close() -> None:
+        transport.send_close()
+        transport.disconnect()
+        await transport.wait_disconnected()
+
+    return step, close
 
 
 async def openenv_driver(
@@ -254,10 +301,11 @@ async def lockstep(s: Settings, log: Log) -> dict[str, dict[str, float]]:
             servers.corral_server("corral.envs.echo:EchoEnv"),
             servers.corral_server("benchmarks.envs:AsyncEchoEnv"),
             servers.floor_server(),
+            servers.floor_server("picows"),
         ]
         if s.openenv:
             launches += [servers.openenv_server("echo"), servers.openenv_server("async-echo")]
-        echo, aecho, floor, *openenv = await _start(started, *launches)
+        echo, aecho, floor, pfloor, *openenv = await _start(started, *launches)
         action = EchoAction(message=MESSAGE)
         contenders: list[tuple[str, Driver]] = [
             ("corral msgpack", lambda: corral_driver(echo.url, EchoEnv, "msgpack", action)),
@@ -270,7 +318,12 @@ async def lockstep(s: Settings, log: Log) -> dict[str, dict[str, float]]:
                 "corral msgpack, async env",
                 lambda: corral_driver(aecho.url, AsyncEchoEnv, "msgpack", action),
             ),
+            (
+                "corral msgpack, websockets client",
+                lambda: corral_driver(echo.url, EchoEnv, "msgpack", action, "websockets"),
+            ),
             ("websockets floor", lambda: floor_driver(floor.url)),
+            ("picows floor", lambda: picows_floor_driver(pfloor.url)),
         ]
         if openenv:
             oe, oe_async = openenv
@@ -317,25 +370,8 @@ async def sync_over_async(url: str, action: Any, steps: int, warmup: int) -> flo
         await asyncio.to_thread(twin.close)
 
 
-# -- 2. batched throughput --------------------------------------------------------------
-
-
-async def _pool_rate(url: str, n: int, seconds: float) -> float:
-    async with EnvPool(n, url, env=EchoEnv, progress=False, health_interval=None) as pool:
-        await pool.reset()
-        actions = [EchoAction(message=MESSAGE)] * n
-        for _ in range(3):
-            await pool.step(actions)
-        steps = 0
-        start = time.perf_counter()
-        deadline = start + seconds
-        while time.perf_counter() < deadline:
-            batch = await pool.step(actions)
-            steps += len(batch.observations)  # typed models, as openenv-core's client builds
-        return steps / (time.perf_counter() - start)
-
-
-async def _openenv_clients(url: str, n: int, kind: str = "echo") -> list[Any]:
+async def openenv_clients(url: str, n: int, kind: str = "echo") -> list[Any]:
+    """``n`` connected and reset openenv-core clients (at most 128 connecting at once)."""
     from benchmarks.envs import openenv_models
 
     models = openenv_models()
@@ -352,69 +388,9 @@ async def _openenv_clients(url: str, n: int, kind: str = "echo") -> list[Any]:
     return list(await asyncio.gather(*(one() for _ in range(n))))
 
 
-async def _close_all(clients: list[Any]) -> None:
+async def close_all(clients: list[Any]) -> None:
+    """Close openenv-core clients, ignoring failures."""
     await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
-
-
-async def _openenv_rate(url: str, n: int, seconds: float) -> float:
-    from benchmarks.envs import openenv_models
-
-    action = openenv_models()["EchoAction"](message=MESSAGE)
-    clients = await _openenv_clients(url, n)
-    try:
-        for client in clients:
-            await client.step(action)
-        counts = [0] * n
-        start = time.perf_counter()
-        deadline = start + seconds
-
-        async def drive(k: int) -> None:
-            client = clients[k]
-            while time.perf_counter() < deadline:
-                await client.step(action)
-                counts[k] += 1
-
-        await asyncio.gather(*(drive(k) for k in range(n)))
-        return sum(counts) / (time.perf_counter() - start)
-    finally:
-        await _close_all(clients)
-
-
-async def batched(s: Settings, log: Log) -> list[dict[str, Any]]:
-    """Aggregate env-steps/s with many sessions on one server."""
-    log("2. batched throughput")
-    largest = max(s.batched_sessions)
-    started: list[servers.Served] = []
-    rows = []
-    try:
-        launches = [
-            servers.corral_server("corral.envs.echo:EchoEnv", "--max-sessions", str(largest + 64))
-        ]
-        if s.openenv:
-            launches.append(servers.openenv_server("echo", max_sessions=largest + 64))
-        corral, *rest = await _start(started, *launches)
-        oe = rest[0] if rest else None
-        for n in s.batched_sessions:
-            corral_rates, oe_rates = [], []
-            for repeat in range(s.repeats):
-                corral_rates.append(await _pool_rate(corral.url, n, s.batched_seconds))
-                if oe is not None:
-                    oe_rates.append(await _openenv_rate(oe.url, n, s.batched_seconds))
-                log(
-                    f"  {n} sessions: repeat {repeat + 1}/{s.repeats}: corral "
-                    f"{corral_rates[-1]:,.0f}/s"
-                    + (f", openenv-core {oe_rates[-1]:,.0f}/s" if oe_rates else "")
-                )
-            rows.append(
-                {
-                    "sessions": n,
-                    "corral": statistics.median(corral_rates),
-                    "openenv": statistics.median(oe_rates) if oe_rates else None,
-                }
-            )
-        return rows
-    finally:
-        await asyncio.gather(*(server.stop() for server in started))
 
 
 # -- 3. scale ---------------------------------------------------------------------------
@@ -486,7 +462,7 @@ async def _openenv_scale_one(n: int, s: Settings) -> dict[str, Any]:
         await asyncio.sleep(0.5)
         before = server.rss_kb()
         start = time.perf_counter()
-        clients = await _openenv_clients(server.url, n)
+        clients = await openenv_clients(server.url, n)
         opened = time.perf_counter() - start
         after = server.rss_kb()
         single = await _latencies(lambda: clients[0].step(action), 300 if not s.smoke else 50)
@@ -501,7 +477,7 @@ async def _openenv_scale_one(n: int, s: Settings) -> dict[str, Any]:
             "all_step_ms": all_step * 1000,
         }
     finally:
-        await _close_all(clients)
+        await close_all(clients)
         await server.stop()
 
 

@@ -35,6 +35,11 @@ def rss_kb(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for process {pid}")
 
 
+def rss_kb_self() -> int:
+    """This process's resident memory in KiB."""
+    return rss_kb(os.getpid())
+
+
 class Served:
     """A server process: its URL, its pid, and how to stop it."""
 
@@ -119,15 +124,15 @@ async def openenv_server(kind: str, max_sessions: int = 1024) -> Served:
     return Served(f"openenv {kind}", url, child.process.pid, child.stop)
 
 
-async def floor_server() -> Served:
-    """The raw ``websockets`` echo server."""
-    child = _Child("benchmarks.floor_server")
+async def floor_server(kind: str = "websockets") -> Served:
+    """The raw echo server of ``kind`` (``websockets`` or ``picows``)."""
+    child = _Child("benchmarks.floor_server", "--kind", kind)
     try:
         url = await child.wait(health=False)
     except BaseException:
         await child.stop()
         raise
-    return Served("websockets floor", url, child.process.pid, child.stop)
+    return Served(f"{kind} floor", url, child.process.pid, child.stop)
 
 
 def launch_openenv(kind: str) -> _Child:

@@ -27,10 +27,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks import measure
+from benchmarks import batched, ceiling, measure
 from corral import runtime
 
-SECTIONS = ("lockstep", "batched", "scale", "payload", "startup")
+SECTIONS = ("ceiling", "lockstep", "batched", "scale", "payload", "startup")
+QUIET_LOAD = 1.0
+"""The 1-minute load average a full run waits for (up to ``--wait-quiet`` seconds)."""
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "RESULTS.md"
 PACKAGES = (
     "corral",
@@ -138,12 +140,21 @@ def lockstep_section(report: Report, result: dict[str, dict[str, float]]) -> dic
         )
     corral = result["corral msgpack"]
     vs_floor = corral["p50_us"] / floor["p50_us"] if floor else None
+    pfloor = result.get("picows floor")
+    vs_picows = corral["p50_us"] / pfloor["p50_us"] if pfloor else None
+    ws_client = result.get("corral msgpack, websockets client")
     vs_openenv = corral["steps_s"] / openenv["steps_s"] if openenv else None
     twin = result.get("corral msgpack, sync twin")
     sync_vs_async = twin.get("vs_async_interleaved") if twin else None
     notes = [
-        f"corral msgpack p50 / floor p50 = {_f(vs_floor, 2)}x (target ≤ 1.3x); "
+        f"corral msgpack p50 / websockets floor p50 = {_f(vs_floor, 2)}x (target ≤ 1.3x); "
+        f"/ picows floor p50 = {_f(vs_picows, 2)}x (stretch ≤ 2x); "
         f"corral msgpack steps/s / openenv-core steps/s = {_f(vs_openenv, 2)}x.",
+        "`corral msgpack` is what `pip install corral` gives: the native client transport "
+        "(picows, replies dispatched from the frame callback); `websockets client` is the "
+        "fallback transport on the same server, p50 "
+        f"{_ratio(ws_client['p50_us'] if ws_client else None, corral['p50_us'])} the native "
+        "one's. The floors are raw echo servers and clients of each library, no framework.",
         f"sync twin p50 / async client p50 = {_f(sync_vs_async, 2)}x (target ≤ 1.2x), the two "
         "stepping in turns step by step (the blocks of the table above see different "
         "moments of the machine): the blocking twin (`.sync()`) called from a plain thread, "
@@ -158,33 +169,96 @@ def lockstep_section(report: Report, result: dict[str, dict[str, float]]) -> dic
         rows,
         notes,
     )
-    return {"vs_floor": vs_floor, "vs_openenv": vs_openenv, "sync_vs_async": sync_vs_async}
+    return {
+        "vs_floor": vs_floor,
+        "vs_picows": vs_picows,
+        "vs_openenv": vs_openenv,
+        "sync_vs_async": sync_vs_async,
+    }
 
 
-def batched_section(report: Report, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    table = [
-        [
-            str(r["sessions"]),
-            _f(r["corral"]),
-            _f(r["openenv"]),
-            _ratio(r["corral"], r["openenv"]),
-        ]
-        for r in rows
-    ]
-    best = max(rows, key=lambda r: r["corral"])
+def batched_section(report: Report, result: dict[str, Any]) -> dict[str, Any]:
+    rows = result["rows"]
+    table = []
+    for r in rows:
+        best = max(r[m] for m in batched.MODES)
+        table.append(
+            [
+                str(r["sessions"]),
+                *(_f(r[m]) for m in batched.MODES),
+                _f(r["openenv"]),
+                _ratio(best, r["openenv"]),
+            ]
+        )
+    lockstep_best = max(r[m] for r in rows for m in ("typed", "numpy"))
+    pipelined_best = max(r["pipelined"] for r in rows)
+    by_size = {r["sessions"]: r for r in rows}
+    flat = None
+    if 256 in by_size and 1024 in by_size:
+        flat = min(by_size[1024][m] / by_size[256][m] for m in ("numpy", "pipelined"))
+    soak = result["soak"]
+    client0, client1 = soak["client_kb"]
+    server0, server1 = soak["server_kb"]
     report.add(
         "2. Batched throughput, one server (echo)",
-        ["sessions", "corral EnvPool env-steps/s", "openenv-core env-steps/s", "corral / openenv"],
+        [
+            "sessions",
+            "EnvPool typed /s",
+            "EnvPool numpy /s",
+            "EnvPool pipelined /s",
+            "openenv-core /s",
+            "best corral / openenv",
+        ],
         table,
         [
-            "corral: one `EnvPool.step()` per round (one `step_batch` message per connection), "
-            "observations decoded into their typed models; openenv-core: one async client per "
-            "session, all stepping concurrently (its client builds typed observations too).",
-            f"Best corral figure: {_f(best['corral'])} env-steps/s at {best['sessions']} "
-            "sessions (target ≥ 50,000).",
+            "Env-steps/s. typed: one `EnvPool.step()` per round (one `step_batch` frame per "
+            "connection, a columnar reply), the typed observations read; numpy: the same, "
+            "reading `batch.obs`/`rewards`/`dones` (no model built); pipelined: `send`/`recv` "
+            "over two halves of the pool, one half stepping while the client handles the "
+            "other. openenv-core: one async client per session, all stepping concurrently "
+            "(its client builds typed observations).",
+            f"Best lockstep-batched figure: {_f(lockstep_best)} env-steps/s (target ≥ 50,000); "
+            f"pipelined: {_f(pipelined_best)} (stretch ≥ 100,000); 1,024 vs 256 sessions: "
+            f"{_f(flat, 2)}x (flat: ≥ 0.9x).",
+            f"Soak: {soak['rounds']:,} rounds of {soak['sessions']:,} sessions in "
+            f"{soak['seconds']:.0f} s: client RSS {client0:,} → {client1:,} KB, server RSS "
+            f"{server0:,} → {server1:,} KB.",
         ],
     )
-    return {"best": best["corral"], "rows": rows}
+    one = by_size.get(1)
+    return {
+        "best": lockstep_best,
+        "pipelined": pipelined_best,
+        "flat": flat,
+        "one_vs_openenv": (
+            max(one[m] for m in batched.MODES) / one["openenv"]
+            if one is not None and one["openenv"]
+            else None
+        ),
+        "rows": rows,
+        "soak": soak,
+    }
+
+
+def ceiling_section(report: Report, result: dict[str, Any]) -> dict[str, Any]:
+    lock = result["echo_lockstep"]
+    rows = [["`EchoEnv.step`, one env", _f(lock["steps_s"]), _f(lock["p50_us"], 1)]]
+    for n, r in result["echo_batched"].items():
+        rows.append([f"{n} `EchoEnv` in a loop", _f(r["steps_s"]), "—"])
+    for n, r in result["cartpole"].items():
+        rows.append(
+            [f"Gymnasium `SyncVectorEnv`, {n} CartPole-v1", _f(r["steps_s"] if r else None), "—"]
+        )
+    report.add(
+        "0. In-process ceiling (no server, no wire)",
+        ["loop", "env-steps/s", "p50 µs"],
+        rows,
+        [
+            "The environments stepped directly in one process: what no remote framework can "
+            "beat here. CartPole's step is numpy arithmetic; echo's builds pydantic models.",
+        ],
+    )
+    return result
 
 
 def scale_section(report: Report, result: dict[str, Any]) -> dict[str, Any]:
@@ -295,6 +369,12 @@ def targets(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             f"{_f(twin, 2)}x",
             None if twin is None else twin <= 1.2,
         )
+        picows = lock.get("vs_picows")
+        add(
+            "stretch: lockstep p50 within 2x of the picows floor",
+            f"{_f(picows, 2)}x",
+            None if picows is None else picows <= 2.0,
+        )
         vs = lock["vs_openenv"]
         add(
             "lockstep ahead of openenv-core",
@@ -304,7 +384,34 @@ def targets(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     batch = summary.get("batched")
     if batch:
         add("batched ≥ 50,000 env-steps/s", f"{_f(batch['best'])}", batch["best"] >= 50_000)
-        ahead = [r["openenv"] is not None and r["corral"] > r["openenv"] for r in batch["rows"]]
+        add(
+            "stretch: pipelined ≥ 100,000 env-steps/s",
+            f"{_f(batch['pipelined'])}",
+            batch["pipelined"] >= 100_000,
+        )
+        flat = batch["flat"]
+        add(
+            "flat from 256 to 1,024 sessions (≥ 0.9x)",
+            f"{_f(flat, 2)}x",
+            None if flat is None else flat >= 0.9,
+        )
+        one = batch["one_vs_openenv"]
+        add(
+            "batched with one session ahead of openenv-core",
+            f"{_f(one, 2)}x",
+            None if one is None else one > 1,
+        )
+        soak = batch["soak"]
+        growth = soak["client_kb"][1] - soak["client_kb"][0]
+        add(
+            "client RSS flat over the soak (< 10 MB growth)",
+            f"{growth:+,} KB",
+            growth < 10_240,
+        )
+        ahead = [
+            r["openenv"] is not None and max(r[m] for m in batched.MODES) > r["openenv"]
+            for r in batch["rows"]
+        ]
         known = [r for r in batch["rows"] if r["openenv"] is not None]
         add(
             "batched ahead of openenv-core at every size",
@@ -363,8 +470,9 @@ async def run(
     """
     log: Callable[[str], None] = lambda text: console.print(f"[dim]{text}[/dim]")  # noqa: E731
     measurements = {
+        "ceiling": ceiling.ceiling,
         "lockstep": measure.lockstep,
-        "batched": measure.batched,
+        "batched": batched.batched,
         "scale": measure.scale,
         "payload": measure.payload,
         "startup": measure.startup,
@@ -383,11 +491,17 @@ async def run(
         if failure is not None:
             raise failure
         results = dict(zip(chosen, values, strict=True))
+        loads = {name: None for name in chosen}
     else:
-        results = {name: await measurements[name](settings, log) for name in chosen}
+        results, loads = {}, {}
+        for name in chosen:
+            before = os.getloadavg()[0]
+            results[name] = await measurements[name](settings, log)
+            loads[name] = (before, os.getloadavg()[0])
     report = Report()
     summary: dict[str, Any] = {}
     formatters = {
+        "ceiling": ceiling_section,
         "lockstep": lockstep_section,
         "batched": batched_section,
         "scale": scale_section,
@@ -396,6 +510,11 @@ async def run(
     }
     for name in chosen:
         summary[name] = formatters[name](report, results[name])
+        load = loads[name]
+        report.sections[-1][3].append(
+            "Load average (1 min) during this section: "
+            + ("not recorded (smoke run)" if load is None else f"{load[0]:.2f} → {load[1]:.2f}")
+        )
     header, rows = targets(summary)
     report.add("Targets", header, rows, [])
     return report, summary
@@ -422,6 +541,15 @@ def main(argv: list[str] | None = None) -> int:
         "--smoke writes none unless given)",
     )
     parser.add_argument("--no-openenv", action="store_true", help="skip openenv-core")
+    parser.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help=f"wait up to SECONDS for the 1-minute load average to fall below {QUIET_LOAD} "
+        "before timing (default: 1200 for a full run, 0 with --smoke); the load is recorded "
+        "either way",
+    )
     args = parser.parse_args(argv)
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = sorted(set(only) - set(SECTIONS))
@@ -430,6 +558,8 @@ def main(argv: list[str] | None = None) -> int:
     has_openenv = importlib.util.find_spec("openenv") is not None and not args.no_openenv
     settings = measure.Settings.for_run(args.smoke, has_openenv)
     console = Console(stderr=False)
+    patience = args.wait_quiet if args.wait_quiet is not None else (0 if args.smoke else 1200)
+    quiet = wait_quiet(patience, console)
     load_before = os.getloadavg()
     started = dt.datetime.now(dt.UTC)
     t0 = time.perf_counter()
@@ -442,10 +572,31 @@ def main(argv: list[str] | None = None) -> int:
         given = argv if argv is not None else sys.argv[1:]
         command = "python -m benchmarks" + (f" {shlex.join(given)}" if given else "")
         output.write_text(
-            results_markdown(report, command, started, elapsed, load_before, load_after, settings)
+            results_markdown(
+                report, command, started, elapsed, load_before, load_after, settings, quiet
+            )
         )
         console.print(f"wrote {output}")
     return 0
+
+
+def wait_quiet(patience: float, console: Console) -> str:
+    """Wait up to ``patience`` seconds for a quiet machine; say how it went."""
+    if patience <= 0:
+        return ""
+    start = time.monotonic()
+    load = os.getloadavg()[0]
+    while load >= QUIET_LOAD and time.monotonic() - start < patience:
+        console.print(f"[dim]waiting for a quiet machine: 1-minute load {load:.2f}[/dim]")
+        time.sleep(min(15.0, max(0.0, patience - (time.monotonic() - start))))
+        load = os.getloadavg()[0]
+    waited = time.monotonic() - start
+    if load < QUIET_LOAD:
+        return f"waited {waited:.0f} s for the 1-minute load to fall below {QUIET_LOAD:g}"
+    return (
+        f"waited {waited:.0f} s and the 1-minute load stayed at {load:.2f} "
+        f"(≥ {QUIET_LOAD:g}): figures from a busy machine"
+    )
 
 
 def results_markdown(
@@ -456,6 +607,7 @@ def results_markdown(
     load_before: tuple[float, float, float],
     load_after: tuple[float, float, float],
     settings: measure.Settings,
+    quiet: str = "",
 ) -> str:
     """RESULTS.md: how the figures were obtained, then the tables."""
     info = machine()
@@ -470,7 +622,7 @@ def results_markdown(
         f"- Packages: {info['packages']}",
         f"- Load average (1/5/15 min) before: {' / '.join(f'{x:.2f}' for x in load_before)}; "
         f"after: {' / '.join(f'{x:.2f}' for x in load_after)} (the machine is shared: other "
-        "work ran during the measurement)",
+        "work ran during the measurement)" + (f"; {quiet}" if quiet else ""),
         f"- Each figure is the median of {settings.repeats} runs "
         f"({settings.lockstep_steps:,} lockstep steps or 10 s, whichever comes first, after "
         f"{settings.warmup} warm-up steps; "

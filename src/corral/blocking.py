@@ -227,6 +227,13 @@ def background_loop() -> asyncio.AbstractEventLoop:
     return _the_keeper().loop
 
 
+def moves_between_threads(loop: asyncio.AbstractEventLoop) -> bool:
+    """True for corral's own loop, which blocking callers and its thread take in turns
+    (a transport that must stay on one thread cannot live on it)."""
+    keeper = _keeper
+    return keeper is not None and loop is keeper.loop
+
+
 def run_blocking(coro: Coroutine[Any, Any, T], timeout: float | None) -> T:
     """Run ``coro`` on corral's loop and wait at most ``timeout`` seconds.
 

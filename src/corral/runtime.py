@@ -8,6 +8,10 @@
   them over and over (a third of a batched step's CPU in measurements); corral's own
   processes freeze what start-up created and collect the young generation less often.
   ``CORRAL_GC=default`` keeps CPython's settings.
+* In a trainer's process (a loop and a GC corral does not own), :class:`GcPause` keeps
+  the collector out of one batch's hot section and :func:`freeze_survivors` moves what a
+  start-up or reset wave created out of its scans; ``EnvPool(gc_control=False)`` (or
+  ``CORRAL_GC=default``) leaves the collector alone.
 """
 
 from __future__ import annotations
@@ -61,3 +65,49 @@ def tune_gc() -> None:
     gc.freeze()  # modules, classes and schemas live forever: never scan them again
     _, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(GEN0_THRESHOLD, gen1, gen2)
+
+
+def gc_control_enabled() -> bool:
+    """False with ``CORRAL_GC=default`` (keep CPython's collector as it is)."""
+    return os.environ.get("CORRAL_GC", "tuned").lower() != "default"
+
+
+class GcPause:
+    """No garbage collection while any holder is inside (``with pause:``).
+
+    Counted, not nested: concurrent batches of several tasks overlap in any order, and
+    the collector comes back (if it was on) when the last one leaves. What the batch
+    allocated is collected right after, so memory stays bounded by one batch.
+    """
+
+    __slots__ = ("_depth", "_resume")
+
+    def __init__(self) -> None:
+        self._depth = 0
+        self._resume = False
+
+    def __enter__(self) -> None:
+        if self._depth == 0:
+            self._resume = gc.isenabled()
+            gc.disable()
+        self._depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self._depth -= 1
+        if self._depth == 0 and self._resume:
+            gc.enable()
+
+
+GC_PAUSE = GcPause()
+"""The process's one pause (the collector is process-wide)."""
+
+
+def freeze_survivors() -> None:
+    """Collect, then exclude every object alive now from later collections.
+
+    For long-lived state built in a wave (a pool's sessions and connections, the first
+    observations): later young-generation passes no longer promote and rescan it. The
+    objects are still freed by reference counting when released.
+    """
+    gc.collect()
+    gc.freeze()

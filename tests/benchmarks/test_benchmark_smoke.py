@@ -10,6 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTIONS = [
+    "## 0. In-process ceiling",
     "## 1. Lockstep, one session",
     "## 2. Batched throughput",
     "## 3. Scale",
@@ -44,32 +45,40 @@ def test_smoke_run_writes_every_table(tmp_path):
     assert "- Machine:" in report and "- Packages: corral" in report
     for section in SECTIONS:
         assert section in report, section
-    lockstep = {row[0]: row for row in _rows(report, SECTIONS[0])}
+    lockstep = {row[0]: row for row in _rows(report, SECTIONS[1])}
     names = (
         "corral msgpack",
         "corral msgpack, sync twin",
         "corral JSON",
         "corral msgpack, async env",
+        "corral msgpack, websockets client",
         "websockets floor",
+        "picows floor",
     )
     for name in names:
         assert _number(lockstep[name][3]) > 0  # steps/s
         assert _number(lockstep[name][1]) <= _number(lockstep[name][2])  # p50 <= p99
-    batched = _rows(report, SECTIONS[1])
+    ceiling = {row[0]: row for row in _rows(report, SECTIONS[0])}
+    assert _number(ceiling["`EchoEnv.step`, one env"][1]) > 0
+    assert _number(ceiling["Gymnasium `SyncVectorEnv`, 16 CartPole-v1"][1]) > 0
+    batched = _rows(report, SECTIONS[2])
     assert [row[0] for row in batched] == ["1", "16"]
-    assert all(_number(row[1]) > 0 for row in batched)
-    scale = {row[0]: row for row in _rows(report, SECTIONS[2])}
+    assert all(_number(cell) > 0 for row in batched for cell in row[1:4])  # three modes
+    assert "Soak:" in report and "client RSS" in report
+    assert report.count("Load average (1 min) during this section") == 6
+    scale = {row[0]: row for row in _rows(report, SECTIONS[3])}
     assert _number(scale["corral"][1]) == 200 and _number(scale["corral"][3]) > 0
-    payload = {row[0]: row for row in _rows(report, SECTIONS[3])}
+    payload = {row[0]: row for row in _rows(report, SECTIONS[4])}
     assert _number(payload["corral msgpack"][1]) > 0
-    startup = {row[0]: row for row in _rows(report, SECTIONS[4])}
+    startup = {row[0]: row for row in _rows(report, SECTIONS[5])}
     assert 0 < _number(startup["corral"][1]) < 120
     if importlib.util.find_spec("openenv") is not None:
         assert _number(lockstep["openenv-core"][3]) > 0
         assert _number(payload["openenv-core"][1]) > 0
         assert scale["openenv-core"][1] != "—"
-    targets = _rows(report, SECTIONS[5])
+    targets = _rows(report, SECTIONS[6])
     assert any(row[0].startswith("lockstep p50 within 1.3x") for row in targets)
+    assert any(row[0].startswith("stretch: pipelined") for row in targets)
     assert all(row[2] in ("yes", "no", "—") for row in targets)
 
 

@@ -1,16 +1,30 @@
 """``PoolBatch``: the results of some sessions of an :class:`~corral.client.pool.EnvPool`.
 
-A batch holds, for the sessions ``ids`` it covers (in order): ``observations`` (typed
-models), ``rewards`` (float64; ``None`` → 0.0), ``terminated`` and ``truncated`` (bool),
-``infos`` (each observation's ``metadata``), and ``obs``: the observations stacked field
-by field (see :func:`stack_observations`). A session that failed is left out and listed
-in ``errors``; with ``on_error="raise"`` (the pool's default) any failure raises
-:class:`PoolError`, which carries the partial batch.
+A batch holds, for the sessions ``ids`` it covers (in order): ``rewards`` (float64;
+``None`` → 0.0), ``terminated`` and ``truncated`` (bool) as numpy arrays; ``obs``, the
+observations stacked field by field (see :func:`stack_observations`); ``infos`` (each
+observation's ``metadata``); and ``observations``, the typed models. A session that
+failed is left out and listed in ``errors``; with ``on_error="raise"`` (the pool's
+default) any failure raises :class:`PoolError`, which carries the partial batch.
+
+**Numpy first, models on demand.** A batch is built from the observations' *columns*
+(one list per field, as a columnar ``batch`` reply carries them: see
+:class:`~corral.protocol.batch.BatchColumns`), not from one object per session. The
+arrays come straight from those columns; the typed observations and the ``infos`` maps
+are built only when read. A trainer that reads ``obs``, ``rewards`` and the flags never
+pays for a pydantic model per step, and a batch allocates a handful of objects, not a
+handful per session (which is also what keeps the garbage collector quiet).
+
+:class:`ResultTable` is the pool's builder of batches: the columns of one or more
+replies, in session order, with the few per-session overrides auto-resets need.
 """
 
 from __future__ import annotations
 
+import types
+import typing
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Generic
 
@@ -24,9 +38,39 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from corral.client.typed import ObsT
 from corral.contract import StepResult
 from corral.errors import CorralError
+from corral.protocol.batch import ABSENT
 
 _RESERVED = frozenset({"done", "truncated", "reward", "metadata"})
 """Observation fields reported as rewards/terminated/truncated/infos rather than in ``obs``."""
+
+Flags = tuple[float, bool, bool]
+"""(reward, terminated, truncated) of one session, overriding its observation's."""
+
+_DTYPES: dict[Any, Any] = {bool: np.bool_, int: np.int64, float: np.float64, str: str}
+"""Field types whose wire value is the model's value: their column is used as it is."""
+_UNIONS = (typing.Union, types.UnionType)
+
+
+def scalar_dtypes(model: type[BaseModel] | None) -> dict[str, Any]:
+    """The numpy dtype of each observation field annotated ``bool``/``int``/``float``
+    (``str`` for strings, which stay a list), or one of those ``| None``: those columns
+    are read without building a model, as the wire value is the model's value."""
+    if model is None:
+        return {}
+    dtypes: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        if name in _RESERVED:
+            continue
+        if annotation in _DTYPES:
+            dtypes[name] = _DTYPES[annotation]
+            continue
+        args = typing.get_args(annotation)
+        if typing.get_origin(annotation) in _UNIONS and len(args) == 2 and type(None) in args:
+            inner = args[0] if args[1] is type(None) else args[1]
+            if inner in _DTYPES:
+                dtypes[name] = _DTYPES[inner]
+    return dtypes
 
 
 def stack_observations(observations: Sequence[BaseModel]) -> dict[str, Any]:
@@ -40,11 +84,7 @@ def stack_observations(observations: Sequence[BaseModel]) -> dict[str, Any]:
     if not observations:
         return {}
     names = [n for n in type(observations[0]).model_fields if n not in _RESERVED]
-    stacked: dict[str, Any] = {}
-    for name in names:
-        values = [getattr(o, name) for o in observations]
-        stacked[name] = _stack(values)
-    return stacked
+    return {name: _stack([getattr(o, name) for o in observations]) for name in names}
 
 
 def _stack(values: list[Any]) -> Any:
@@ -66,75 +106,282 @@ def _stack(values: list[Any]) -> Any:
     return values
 
 
+def _column_array(values: list[Any], dtype: Any, sparse: bool) -> Any:
+    """``values`` as an array of ``dtype`` (a list for ``str``, or when a value is None, as
+    :func:`stack_observations` gives them), or None when one does not fit."""
+    if sparse and any(v is ABSENT for v in values):
+        return None
+    if None in values:
+        return values
+    if dtype is str:
+        return values if all(type(v) is str for v in values) else None
+    try:
+        return np.array(values, dtype=dtype)
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass(slots=True)
+class ResultTable:
+    """Sessions' results as columns, in order: what a :class:`PoolBatch` is built from.
+
+    Attributes:
+        ids: the session (slot) id of each successful result, in order.
+        fields: each observation field's wire values over ``ids``.
+        errors: ``{session id: error}`` for the sessions that failed.
+        flags: per-session (reward, terminated, truncated) overrides (auto-resets).
+        extra: per-session extra ``info`` entries (``final_obs``/``final_info``).
+        sparse: some value is :data:`~corral.protocol.batch.ABSENT` (an observation
+            without a field the others have).
+    """
+
+    ids: list[int] = field(default_factory=list)
+    fields: dict[str, list[Any]] = field(default_factory=dict)
+    errors: dict[int, CorralError] = field(default_factory=dict)
+    flags: dict[int, Flags] = field(default_factory=dict)
+    extra: dict[int, dict[str, Any]] = field(default_factory=dict)
+    sparse: bool = False
+
+    @classmethod
+    def failed(cls, ids: Sequence[int], error: CorralError) -> ResultTable:
+        """Every session of ``ids`` failed with ``error``."""
+        return cls(errors=dict.fromkeys(ids, error))
+
+    @classmethod
+    def from_rows(cls, ids: list[int], rows: list[dict[str, Any]]) -> ResultTable:
+        """The table of row-form observations (a field one of them lacks is ABSENT there)."""
+        names: dict[str, None] = {}
+        sparse = False
+        for row in rows:
+            if len(row) != len(names) or row.keys() != names.keys():
+                sparse = sparse or bool(names)
+                names.update(dict.fromkeys(row))
+        if sparse or any(len(row) != len(names) for row in rows):
+            fields = {name: [row.get(name, ABSENT) for row in rows] for name in names}
+            return cls(ids, fields, sparse=True)
+        return cls(ids, {name: [row[name] for row in rows] for name in names})
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def column(self, name: str) -> list[Any] | None:
+        """The wire values of field ``name`` (None when no observation has it); an
+        observation without it has None there."""
+        values = self.fields.get(name)
+        if values is not None and self.sparse:
+            return [None if v is ABSENT else v for v in values]
+        return values
+
+    def row(self, position: int) -> dict[str, Any]:
+        """The wire observation at ``position``."""
+        if self.sparse:
+            return {
+                name: value
+                for name, values in self.fields.items()
+                if (value := values[position]) is not ABSENT
+            }
+        return {name: values[position] for name, values in self.fields.items()}
+
+    def done_ids(self) -> list[int]:
+        """The sessions whose observation says ``done``."""
+        done = self.fields.get("done")
+        if done is None:
+            return []
+        ids = self.ids
+        return [ids[k] for k, flag in enumerate(done) if flag is True]
+
+    @classmethod
+    def concat(cls, tables: Sequence[ResultTable], order: Sequence[int]) -> ResultTable:
+        """One table of ``tables``' results, rows in the order of session ids ``order``
+        (ids without a result, the failed ones, are skipped)."""
+        if len(tables) == 1 and tables[0].ids == list(order):
+            return tables[0]
+        out = cls()
+        for table in tables:
+            out.sparse = out.sparse or table.sparse
+            out.errors.update(table.errors)
+            out.flags.update(table.flags)
+            out.extra.update(table.extra)
+        names: dict[str, None] = {}
+        for table in tables:
+            names.update(dict.fromkeys(table.fields))
+        ids: list[int] = []
+        columns: dict[str, list[Any]] = {name: [] for name in names}
+        for table in tables:
+            ids += table.ids
+            for name, values in columns.items():
+                part = table.fields.get(name)
+                if part is None:
+                    part = [ABSENT] * len(table.ids)
+                    out.sparse = out.sparse or bool(part)
+                values += part
+        if ids != list(order):
+            position = {sid: k for k, sid in enumerate(ids)}
+            picks = [position[sid] for sid in order if sid in position]
+            ids = [ids[k] for k in picks]
+            columns = {name: [values[k] for k in picks] for name, values in columns.items()}
+        out.ids, out.fields = ids, columns
+        return out
+
+    def split(self, count: int) -> tuple[ResultTable, ResultTable]:
+        """The first ``count`` results (errors first, then rows) and the rest."""
+        errors = list(self.errors.items())
+        taken_errors = dict(errors[:count])
+        rows = max(0, count - len(errors))
+        head = ResultTable(
+            self.ids[:rows],
+            {name: values[:rows] for name, values in self.fields.items()},
+            taken_errors,
+            sparse=self.sparse,
+        )
+        tail = ResultTable(
+            self.ids[rows:],
+            {name: values[rows:] for name, values in self.fields.items()},
+            dict(errors[count:]),
+            sparse=self.sparse,
+        )
+        for part in (head, tail):
+            part.flags = {i: self.flags[i] for i in part.ids if i in self.flags}
+            part.extra = {i: self.extra[i] for i in part.ids if i in self.extra}
+        return head, tail
+
+    @property
+    def count(self) -> int:
+        """Results and errors together."""
+        return len(self.ids) + len(self.errors)
+
+
 class PoolBatch(Generic[ObsT]):
     """Results of some sessions of a pool, in the order of ``ids`` (see module docstring).
 
-    Everything is built on first access: observations are validated into their model
-    when ``observations`` or ``obs`` is read (rewards and flags are read without it), and
-    the numpy arrays when first used, so a batch costs only what its reader uses.
+    Args:
+        table: the results as columns (see :class:`ResultTable`).
+        decode: builds typed observations from wire maps (in one validation call).
+        dtypes: the numpy dtype of the observation's plain scalar fields
+            (:func:`scalar_dtypes`), so ``obs`` needs no models for them.
     """
 
     def __init__(
         self,
-        ids: list[int],
-        raw: list[dict[str, Any]],
-        infos: list[dict[str, Any]],
-        rewards: list[float],
-        terminated: list[bool],
-        truncated: list[bool],
+        table: ResultTable,
         decode: Callable[[list[Any]], list[ObsT]],
-        errors: dict[int, CorralError] | None = None,
+        dtypes: dict[str, Any] | None = None,
     ) -> None:
-        self._ids = ids
-        self._rewards = rewards
-        self._terminated = terminated
-        self._truncated = truncated
-        self.infos = infos
-        """Each observation's ``metadata`` (plus ``final_obs``/``final_info`` in SAME_STEP)."""
-        self.errors: dict[int, CorralError] = errors or {}
-        """``{session id: error}`` for the sessions left out of this batch."""
-        self._raw = raw
+        self._table = table
         self._decode = decode
+        self._dtypes = dtypes or {}
+        self.errors: dict[int, CorralError] = table.errors
+        """``{session id: error}`` for the sessions left out of this batch."""
 
     def __len__(self) -> int:
-        return len(self._raw)
+        return len(self._table.ids)
 
     def __repr__(self) -> str:
-        return f"PoolBatch(ids={self._ids!r}, errors={sorted(self.errors)!r})"
+        return f"PoolBatch(ids={self._table.ids!r}, errors={sorted(self.errors)!r})"
+
+    def _overridden(self, array: np.ndarray[Any, Any], which: int) -> np.ndarray[Any, Any]:
+        flags = self._table.flags
+        if flags:
+            ids = self._table.ids
+            position = {sid: k for k, sid in enumerate(ids)}
+            for sid, values in flags.items():
+                k = position.get(sid)
+                if k is not None:
+                    array[k] = values[which]
+        return array
 
     @cached_property
     def ids(self) -> np.ndarray[Any, np.dtype[np.int64]]:
         """Session ids of this batch's results, in order."""
-        return np.array(self._ids, dtype=np.int64)
+        return np.array(self._table.ids, dtype=np.int64)
 
     @cached_property
     def rewards(self) -> np.ndarray[Any, np.dtype[np.float64]]:
         """Each session's reward (``None`` from the environment is 0.0)."""
-        return np.array(self._rewards, dtype=np.float64)
+        column = self._table.column("reward")
+        if column is None:
+            rewards = np.zeros(len(self), dtype=np.float64)
+        elif None in column:
+            rewards = np.array([0.0 if r is None else r for r in column], dtype=np.float64)
+        else:
+            rewards = np.array(column, dtype=np.float64)
+        return self._overridden(rewards, 0)
+
+    def _flag(self, name: str) -> np.ndarray[Any, np.dtype[np.bool_]]:
+        column = self._table.column(name)
+        if column is None:
+            return np.zeros(len(self), dtype=bool)
+        if None in column:
+            return np.array([v is True for v in column], dtype=bool)
+        return np.array(column, dtype=bool)
 
     @cached_property
     def terminated(self) -> np.ndarray[Any, np.dtype[np.bool_]]:
         """The episode reached a terminal state (Gymnasium's meaning)."""
-        return np.array(self._terminated, dtype=bool)
+        terminated = self._flag("done") & ~self._flag("truncated")
+        return self._overridden(terminated, 1)
 
     @cached_property
     def truncated(self) -> np.ndarray[Any, np.dtype[np.bool_]]:
         """The episode was cut short (Gymnasium's meaning)."""
-        return np.array(self._truncated, dtype=bool)
+        return self._overridden(self._flag("truncated"), 2)
+
+    @property
+    def dones(self) -> np.ndarray[Any, np.dtype[np.bool_]]:
+        """``terminated | truncated``."""
+        dones: np.ndarray[Any, np.dtype[np.bool_]] = self.terminated | self.truncated
+        return dones
+
+    @cached_property
+    def infos(self) -> list[dict[str, Any]]:
+        """Each observation's ``metadata`` (plus ``final_obs``/``final_info`` in SAME_STEP)."""
+        table = self._table
+        column = table.column("metadata") or [None] * len(self)
+        infos = [dict(m) if isinstance(m, dict) else {} for m in column]
+        for k, sid in enumerate(table.ids):
+            extra = table.extra.get(sid) if table.extra else None
+            if extra:
+                infos[k].update(extra)
+        return infos
 
     @cached_property
     def observations(self) -> list[ObsT]:
-        """The typed observations.
+        """The typed observations (built on first access).
 
         Raises:
             BadObservation: the server sent one that does not match the contract.
         """
-        return self._decode(self._raw)
+        table = self._table
+        return self._decode([table.row(k) for k in range(len(self))])
 
     @cached_property
     def obs(self) -> dict[str, Any]:
-        """The observations stacked field by field (see :func:`stack_observations`)."""
-        return stack_observations(self.observations)
+        """The observations stacked field by field (see :func:`stack_observations`).
+
+        Plain scalar fields and array fields come straight from the columns; a field
+        of any other type is read from the typed observations.
+        """
+        if not len(self):
+            return {}
+        stacked: dict[str, Any] = {}
+        typed: dict[str, Any] | None = None
+        for name, values in self._table.fields.items():
+            if name in _RESERVED:
+                continue
+            array = None
+            dtype = self._dtypes.get(name)
+            if dtype is not None:
+                array = _column_array(values, dtype, self._table.sparse)
+            elif isinstance(values[0], np.ndarray):
+                array = _stack(values)
+                if isinstance(array, list):
+                    array = None
+            if array is None:
+                if typed is None:
+                    typed = stack_observations(self.observations)
+                array = typed.get(name, self._table.column(name))
+            stacked[name] = array
+        return stacked
 
     def results(self) -> list[StepResult[ObsT]]:
         """One :class:`~corral.contract.StepResult` per session of this batch, in order.
@@ -142,22 +389,17 @@ class PoolBatch(Generic[ObsT]):
         The flags are the pool's (auto-resets included) and a missing reward is 0.0, as
         in :attr:`rewards`.
         """
+        rewards, terminated, truncated = self.rewards, self.terminated, self.truncated
         return [
             StepResult(
                 observation=obs,
-                reward=self._rewards[k],
-                terminated=self._terminated[k],
-                truncated=self._truncated[k],
+                reward=float(rewards[k]),
+                terminated=bool(terminated[k]),
+                truncated=bool(truncated[k]),
                 info=self.infos[k],
             )
             for k, obs in enumerate(self.observations)
         ]
-
-    @property
-    def dones(self) -> np.ndarray[Any, np.dtype[np.bool_]]:
-        """``terminated | truncated``."""
-        dones: np.ndarray[Any, np.dtype[np.bool_]] = self.terminated | self.truncated
-        return dones
 
 
 class PoolError(CorralError):

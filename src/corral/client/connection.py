@@ -21,6 +21,11 @@ A keepalive ping every ``ping_interval`` seconds detects a server or network tha
 stopped answering (a half-open socket) within ``ping_interval + ping_timeout`` and
 treats it as a drop.
 
+The socket comes from a dialer: the native one (:mod:`corral.client.picows_socket`)
+calls back with each frame, which goes to the protocol object in that callback (no
+reader task); a ``websockets`` socket (or :mod:`corral.testing`'s in-process one) is read
+by a reader task. ``transport=`` chooses (see :func:`default_dialer`).
+
 Over 600 lines because it is the whole I/O face of one connection (socket seam, request
 writing, the establish/resume sequence, reader, keepalive, shutdown) and nothing else:
 every decision in it is a call into the protocol object.
@@ -32,7 +37,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
@@ -41,14 +46,13 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketExce
 
 from corral import __version__
 from corral.auth import bearer_header, resolve_token
+from corral.blocking import moves_between_threads
+from corral.client.refusal import refusal
 from corral.errors import (
-    CapacityReached,
     ClientClosed,
     ConnectionLost,
     CorralError,
-    Unauthorized,
     UnsupportedProtocol,
-    error_from_wire,
 )
 from corral.protocol.client import (
     AfterLoss,
@@ -131,8 +135,63 @@ class Socket(Protocol):
         ...
 
     def __aiter__(self) -> AsyncIterator[Frame]:
-        """The frames that arrive, until the socket closes."""
+        """The frames that arrive, until the socket closes (a socket with ``listen``
+        delivers them by callback instead; see :class:`Listening`)."""
         ...
+
+
+class Listening(Protocol):
+    """A socket that calls back with each frame (no reader task): the native one."""
+
+    def listen(self, on_frame: Callable[[Frame], None], on_closed: Callable[[str], None]) -> None:
+        """Hand every frame to ``on_frame``; call ``on_closed`` with why, once, at the end."""
+        ...
+
+    def write(self, message: Frame) -> None:
+        """Write one frame now; raises ``ConnectionClosed`` once closed."""
+        ...
+
+
+TRANSPORTS = ("auto", "picows", "websockets")
+"""The client transports: ``auto`` is ``picows`` when it is importable, else ``websockets``."""
+
+
+def picows_available() -> bool:
+    """True when the native transport (``picows``) can be imported."""
+    try:
+        import picows  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def default_dialer(transport: str = "auto", *, one_thread: bool = True) -> Dialer:
+    """The dialer of ``transport`` (see :data:`TRANSPORTS`).
+
+    ``one_thread=False`` says the connection's loop moves between threads (the loop of
+    the blocking twins, :mod:`corral.blocking`): picows checks that its sockets are used
+    from the thread that opened them, so ``auto`` takes ``websockets`` there.
+
+    Raises:
+        ValueError: an unknown transport, ``picows`` asked for but not installed, or
+            asked for on a loop that moves between threads.
+    """
+    if transport not in TRANSPORTS:
+        raise ValueError(f"unknown transport {transport!r}; use one of {', '.join(TRANSPORTS)}")
+    if transport == "picows" and not one_thread:
+        raise ValueError(
+            "transport='picows' cannot serve a blocking twin (.sync()): its loop moves "
+            "between threads and picows sockets stay on one; use 'auto' or 'websockets'"
+        )
+    if transport == "websockets" or (
+        transport == "auto" and not (one_thread and picows_available())
+    ):
+        return websocket_dialer
+    try:
+        from corral.client.picows_socket import picows_dialer
+    except ImportError as exc:
+        raise ValueError("transport='picows' needs the picows package: pip install picows") from exc
+    return picows_dialer
 
 
 class Dialer(Protocol):
@@ -148,7 +207,7 @@ class Dialer(Protocol):
 async def websocket_dialer(
     url: str, subprotocol: str, headers: dict[str, str], timeout: float, max_size: int
 ) -> Socket:
-    """A WebSocket to ``url`` (the default dialer).
+    """A WebSocket to ``url`` on the ``websockets`` library (the fallback dialer).
 
     Raises:
         CapacityReached / TooManyConnections / Unauthorized: the server refused it.
@@ -171,7 +230,10 @@ async def websocket_dialer(
             user_agent_header=f"corral/{__version__}",
         )
     except InvalidStatus as exc:
-        raise _refusal(exc) from None
+        response = exc.response
+        raise refusal(
+            response.status_code, bytes(response.body or b""), response.headers.get("Retry-After")
+        ) from None
     except (OSError, TimeoutError, WebSocketException) as exc:
         raise ConnectionLost(f"cannot connect to {url}: {exc}") from None
     if ws.subprotocol != subprotocol:
@@ -199,7 +261,9 @@ class Connection:
         reconnect: the :class:`ReconnectPolicy`, True for the default one, False to fail
             every waiting request with ``ConnectionLost`` when the socket drops.
         seed: seeds the backoff jitter (tests).
-        dialer: opens the socket (default: a WebSocket to ``url``); the seam of
+        transport: ``"auto"`` (default: the native ``picows`` transport when it is
+            installed, else ``websockets``), ``"picows"`` or ``"websockets"``.
+        dialer: opens the socket (default: the ``transport``'s); the seam of
             :mod:`corral.testing`'s in-process transport.
     """
 
@@ -216,6 +280,7 @@ class Connection:
         token: str | None = None,
         reconnect: ReconnectPolicy | bool = True,
         seed: int | None = None,
+        transport: str = "auto",
         dialer: Dialer | None = None,
     ) -> None:
         if ping_interval is not None and ping_interval <= 0:
@@ -230,7 +295,9 @@ class Connection:
         self.max_frame_bytes = max_frame_bytes
         self.headers = headers or {}
         self.token = resolve_token(token)
-        self.dialer: Dialer = dialer or websocket_dialer
+        default_dialer(transport)  # an unknown transport fails here, not at connect time
+        self.transport = transport
+        self._dialer = dialer
         self.protocol = ClientProtocol(
             self.codec,
             reconnect=ReconnectPolicy() if reconnect is True else (reconnect or None),
@@ -240,6 +307,8 @@ class Connection:
         )
         self._contract: ContractRef | None = None
         self._ws: Socket | None = None
+        self._write_now: Callable[[Frame], None] | None = None
+        """The socket's synchronous write, when it has one (the native transport)."""
         self._waiters: dict[int, asyncio.Future[Reply]] = {}
         self._reader: asyncio.Task[None] | None = None
         self._keepalive: asyncio.Task[None] | None = None
@@ -364,7 +433,11 @@ class Connection:
         ws = self._ws
         if ws is not None:
             try:
-                await ws.send(frame)
+                write = self._write_now
+                if write is not None:
+                    write(frame)
+                else:
+                    await ws.send(frame)
                 return
             except ConnectionClosed as exc:
                 reason = str(exc)
@@ -395,12 +468,29 @@ class Connection:
             self.url, self.codec.subprotocol, headers, self.connect_timeout, self.max_frame_bytes
         )
 
+    @property
+    def dialer(self) -> Dialer:
+        """What opens this connection's sockets: the one given, else the transport's for
+        the running loop (see :func:`default_dialer`)."""
+        if self._dialer is not None:
+            return self._dialer
+        loop = asyncio.get_running_loop()
+        return default_dialer(self.transport, one_thread=not moves_between_threads(loop))
+
     async def _establish(self, *, want_schemas: bool = False) -> None:
         """Socket, handshake, then the protocol's resume plan: re-attach, fail, re-send."""
         ws = await self._open_socket()
         generation = self.protocol.socket_opened()
         self._ws = ws
-        self._reader = asyncio.create_task(self._read(ws, generation), name="corral-client-reader")
+        listen = getattr(ws, "listen", None)
+        if listen is not None:  # the native socket calls back: no reader task
+            self._write_now = ws.write  # type: ignore[attr-defined]
+            listen(self._dispatch, lambda reason: self._on_lost(generation, reason))
+        else:
+            self._write_now = None
+            self._reader = asyncio.create_task(
+                self._read(ws, generation), name="corral-client-reader"
+            )
         if self.ping_interval is not None:
             self._keepalive = asyncio.create_task(
                 self._keep_alive(ws, generation), name="corral-client-keepalive"
@@ -426,6 +516,7 @@ class Connection:
             self.protocol.established(generation)
         except BaseException:
             self._ws = None
+            self._write_now = None
             with contextlib.suppress(Exception):
                 ws.transport.abort()
             raise
@@ -519,6 +610,7 @@ class Connection:
         if loss is None:
             return
         self._ws = None
+        self._write_now = None
         keepalive = self._keepalive
         if keepalive is not None and keepalive is not asyncio.current_task():
             keepalive.cancel()
@@ -588,26 +680,3 @@ async def _wait(future: asyncio.Future[Reply], timeout: float | None) -> Reply:
 def _expire(future: asyncio.Future[Reply]) -> None:
     if not future.done():
         future.set_exception(TimeoutError())
-
-
-def _refusal(exc: InvalidStatus) -> CorralError:
-    response = exc.response
-    body = bytes(response.body or b"")
-    with contextlib.suppress(Exception):
-        import orjson
-
-        payload = orjson.loads(body)
-        if isinstance(payload, dict) and "code" in payload:
-            error = error_from_wire(payload)
-            retry = response.headers.get("Retry-After")
-            if retry is not None:
-                error.details["retry_after_s"] = float(retry)
-            return error
-    if response.status_code == 503:
-        return CapacityReached("server refused the connection: at capacity (HTTP 503)")
-    if response.status_code == 401:
-        return Unauthorized("server refused the connection: a bearer token is required (HTTP 401)")
-    return ConnectionLost(
-        f"server refused the WebSocket handshake with HTTP {response.status_code}",
-        details={"status": response.status_code, "body": body[:500].decode(errors="replace")},
-    )

@@ -74,7 +74,9 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
             or the file named by ``$CORRAL_TOKEN_FILE``).
         reconnect: a :class:`~corral.protocol.client.ReconnectPolicy`, True for the
             default (backoff up to 2 s, give up after 30 s), False to fail at the first drop.
-        dialer: opens the socket (default: a WebSocket); :mod:`corral.testing` passes an
+        transport: the client transport, ``"auto"`` (``picows`` when installed, else
+            ``websockets``), ``"picows"`` or ``"websockets"``.
+        dialer: opens the socket (default: the ``transport``'s); :mod:`corral.testing` passes an
             in-process one.
         max_frame_bytes: the largest reply frame taken (announced to the server, which
             answers a larger reply with ``REPLY_TOO_LARGE`` instead).
@@ -98,6 +100,7 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
         openenv_fallback: bool = True,
         token: str | None = None,
         reconnect: ReconnectPolicy | bool = True,
+        transport: str = "auto",
         dialer: Dialer | None = None,
         max_frame_bytes: int = 64 * 1024 * 1024,
     ) -> None:
@@ -116,6 +119,7 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
             headers=dict(headers or {}),
             token=token,
             reconnect=reconnect,
+            transport=transport,
             dialer=dialer,
             max_frame_bytes=max_frame_bytes,
         )

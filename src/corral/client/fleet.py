@@ -212,6 +212,7 @@ class Fleet:
         console: Console | None,
         dead_after: float | None = None,
         probe_interval: float = 0.5,
+        transport: str = "auto",
     ) -> None:
         if dead_after is not None and dead_after <= 0:
             raise ValueError(f"dead_after must be > 0 or None, got {dead_after}")
@@ -222,6 +223,7 @@ class Fleet:
         self.num_servers = num_servers
         self.typed = typed
         self.codec = codec
+        self.transport = transport
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.sessions_per_connection = sessions_per_connection
@@ -348,6 +350,7 @@ class Fleet:
             headers=self.headers,
             token=self.token,
             reconnect=self._reconnect_policy(),
+            transport=self.transport,
         )
         await self._handshake(connection)
         return connection

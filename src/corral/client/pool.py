@@ -41,6 +41,30 @@ returned independently (EnvPool-style loops send back exactly the ids ``recv`` r
 A session has at most one step in flight. **Back-pressure:** at most ``max_in_flight``
 messages are outstanding per connection; further sends wait for a reply.
 
+**Pipelining.** ``send``/``recv`` let a trainer overlap the environment's work with its
+own: split the sessions into groups (halves, say), keep one group stepping on the servers
+while the policy runs on the other's observations, and send back exactly the ids ``recv``
+returned. A group sent in one call comes back whole, so with equal groups each
+``recv(min_results=g, max_results=g)`` returns one group::
+
+    halves = np.array_split(np.arange(pool.n), 2)
+    first = await pool.reset()
+    for ids in halves:
+        await pool.send(policy(first.obs, ids), session_ids=ids)
+    while training:
+        batch = await pool.recv(min_results=len(halves[0]), max_results=len(halves[0]))
+        await pool.send(policy(batch.obs, batch.ids), session_ids=batch.ids)
+        learn(batch)                      # runs while the other half is stepping
+
+Results come from the reply columns (see :mod:`corral.client.batch`): a trainer that
+reads ``batch.obs`` and the reward/flag arrays never builds a model per session.
+
+**Garbage collection.** With ``gc_control`` (the default), the collector is paused while a
+batch is encoded, in flight and decoded (no full pass lands in the middle of a step of
+1,024 sessions), and what ``start()`` and a full ``reset()`` leave alive (connections,
+sessions, schemas) is frozen out of later passes (``gc.freeze``). The pool keeps no
+reference to a batch it returned, so memory is bounded by the batches the caller holds.
+
 **Failures.** A session whose server died is replaced with its server when
 ``replace_dead_servers`` is true (see the fleet): the request in flight fails with
 ``SESSION_LOST`` or ``CONNECTION_LOST`` and the session is marked for reset; with an
@@ -49,7 +73,7 @@ live server resumes with the episodes intact.
 
 The blocking twin is :meth:`EnvPool.sync` (:class:`SyncEnvPool`): same methods, same errors.
 
-This module is one thing over ~700 lines: the pool's API and the auto-reset engine under
+This module is one thing over ~800 lines: the pool's API and the auto-reset engine under
 it share every piece of per-session state (what is pending, what needs a reset); the
 servers, the batch type and the typed face live in their own modules.
 """
@@ -62,7 +86,6 @@ import enum
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar
 
 try:
@@ -70,8 +93,15 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("EnvPool needs numpy: pip install 'corral[numpy]'") from exc
 
+from corral import runtime
 from corral.blocking import BlockingTwin
-from corral.client.batch import PoolBatch, PoolError, stack_observations
+from corral.client.batch import (
+    PoolBatch,
+    PoolError,
+    ResultTable,
+    scalar_dtypes,
+    stack_observations,
+)
 from corral.client.fleet import Fleet, Link, ServerHandle, Slot, server_source
 from corral.client.typed import ActT, ObsT, StateT, TypedFace, TypedModels
 from corral.contract import Environment
@@ -83,6 +113,7 @@ from corral.errors import (
     SessionLost,
 )
 from corral.protocol.batch import (
+    ABSENT,
     BatchReply,
     ItemError,
     ResetBatch,
@@ -110,19 +141,6 @@ class AutoresetMode(enum.Enum):
     NEXT_STEP = "NextStep"
     SAME_STEP = "SameStep"
     DISABLED = "Disabled"
-
-
-@dataclass(slots=True)
-class _Outcome:
-    """One session's result: its raw observation, or the error it failed with.
-
-    ``flags`` overrides the (reward, terminated, truncated) the observation carries, for
-    auto-resets: the observation is the new episode's, the flags are not.
-    """
-
-    raw: dict[str, Any] | None = None
-    error: CorralError | None = None
-    flags: tuple[float, bool, bool] | None = None
 
 
 class EnvPool(TypedFace[ActT, ObsT, StateT]):
@@ -158,6 +176,11 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         headers: extra HTTP headers for every connection.
         token: bearer token for servers that require one (default: ``$CORRAL_TOKEN``, or
             the file named by ``$CORRAL_TOKEN_FILE``).
+        transport: the client transport, ``"auto"`` (``picows`` when installed, else
+            ``websockets``), ``"picows"`` or ``"websockets"``.
+        gc_control: keep Python's garbage collector out of each batch and freeze what
+            start-up and full resets create (see "Garbage collection" above); False (or
+            ``CORRAL_GC=default``) leaves the collector alone.
     """
 
     def __init__(
@@ -187,6 +210,8 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         check_contract: bool = True,
         headers: Mapping[str, str] | None = None,
         token: str | None = None,
+        transport: str = "auto",
+        gc_control: bool = True,
     ) -> None:
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"EnvPool needs n >= 1 sessions, got {n!r}")
@@ -220,13 +245,20 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             token=token,
             progress=progress,
             console=console,
+            transport=transport,
         )
-        self._ready: deque[tuple[int, _Outcome, dict[str, Any] | None]] = deque()
+        self._ready: deque[ResultTable] = deque()
+        """Results of ``send`` groups, in the order they completed (``recv`` takes them)."""
+        self._ready_count = 0
         self._arrived = asyncio.Event()
         self._inflight: set[asyncio.Task[None]] = set()
         self._started = False
         self._closed = False
         self._codec = get_codec(codec)
+        self._columns = self._codec.binary
+        """Ask servers for columnar batch replies (the binary codec; JSON stays in rows)."""
+        self._dtypes: dict[str, Any] | None = None
+        self._gc_control = gc_control and runtime.gc_control_enabled()
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -262,6 +294,8 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         self._started = True
         try:
             await self.fleet.start()
+            if self._gc_control:
+                runtime.freeze_survivors()  # connections, sessions, schemas: long-lived
         except BaseException:
             await self._teardown()
             raise
@@ -323,11 +357,15 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             (slot, (seeds[k], dict(opts[k]) if opts[k] is not None else {}))
             for k, slot in enumerate(slots)
         ]
-        outcomes = await self._exchange(ResetBatch.type, items)
-        for slot in slots:
-            if outcomes[slot.index].error is None:
-                slot.needs_reset = False
-        return self._deliver([(s.index, outcomes[s.index], None) for s in slots])
+        with self._gc_pause():
+            table = await self._exchange(ResetBatch.type, items, [s.index for s in slots])
+            for slot in slots:
+                if slot.index not in table.errors:
+                    slot.needs_reset = False
+            batch = self._deliver(table)
+        if self._gc_control and len(slots) == self.n:
+            runtime.freeze_survivors()  # a reset wave: its state lives for the episodes
+        return batch
 
     async def step(self, actions: Sequence[ActT | Mapping[str, Any]]) -> PoolBatch[ObsT]:
         """Step every session with its action (``actions[i]`` for session ``i``).
@@ -343,9 +381,9 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             raise ValueError(f"step() needs {self.n} actions (one per session), got {len(actions)}")
         if any(s.pending for s in self.fleet.slots):
             raise ValueError("step() while send() results are pending: recv() them first")
-        payloads = self.typed.encode_actions(actions, self._codec)
-        results = await self._step_slots(self.fleet.slots, payloads)
-        return self._deliver(results)
+        with self._gc_pause():
+            payloads = self.typed.encode_actions(actions, self._codec)
+            return self._deliver(await self._step_slots(self.fleet.slots, payloads))
 
     async def state(self, ids: Sequence[int] | None = None) -> list[StateT]:
         """The current state of each session in ``ids`` (default: all), typed."""
@@ -408,14 +446,15 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         self, group: list[tuple[Slot, Any]], gate: asyncio.Semaphore | None
     ) -> None:
         try:
-            results = await self._step_slots([s for s, _ in group], [p for _, p in group])
+            table = await self._step_slots([s for s, _ in group], [p for _, p in group])
         except Exception as exc:  # never lose a session: fail it instead
             error = exc if isinstance(exc, CorralError) else ConnectionLost(f"{exc!r}")
-            results = [(s.index, _Outcome(error=error), None) for s, _ in group]
+            table = ResultTable.failed([s.index for s, _ in group], error)
         finally:
             if gate is not None:
                 gate.release()
-        self._ready.extend(results)
+        self._ready.append(table)
+        self._ready_count += table.count
         self._arrived.set()
 
     async def recv(
@@ -441,113 +480,157 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         if want > pending:
             raise ValueError(f"recv(min_results={want}) but only {pending} sessions are in flight")
         deadline = None if timeout is None else time.monotonic() + timeout
-        while len(self._ready) < want:
+        while self._ready_count < want:
             self._arrived.clear()
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 break
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._arrived.wait(), remaining)
-        count = len(self._ready) if max_results is None else min(max_results, len(self._ready))
-        taken = [self._ready.popleft() for _ in range(count)]
-        for index, _, _ in taken:
+        ready = self._ready_count
+        count = ready if max_results is None else min(max_results, ready)
+        taken: list[ResultTable] = []
+        left = count
+        while left > 0:
+            table = self._ready.popleft()
+            if table.count > left:  # the rest stays ready, first in line
+                table, rest = table.split(left)
+                self._ready.appendleft(rest)
+            taken.append(table)
+            left -= table.count
+        self._ready_count -= count
+        order: list[int] = []
+        for table in taken:
+            order += list(table.errors)
+            order += table.ids
+        for index in order:
             self.fleet.slots[index].pending = False
-        return self._deliver(taken)
+        with self._gc_pause():
+            return self._deliver(ResultTable.concat(taken, order) if taken else ResultTable())
 
     # -- the engine ---------------------------------------------------------------
 
-    async def _step_slots(
-        self, slots: list[Slot], payloads: list[Any]
-    ) -> list[tuple[int, _Outcome, dict[str, Any] | None]]:
-        """Step ``slots`` (auto-resetting per the mode); one result per slot, in order."""
+    async def _step_slots(self, slots: list[Slot], payloads: list[Any]) -> ResultTable:
+        """Step ``slots`` (auto-resetting per the mode); the results in slot order."""
         mode = self.autoreset_mode
-        resets = [s for s in slots if s.needs_reset and mode is not AutoresetMode.DISABLED]
-        reset_ids = {s.index for s in resets}
-        steps = [(s, p) for s, p in zip(slots, payloads, strict=True) if s.index not in reset_ids]
+        order = [s.index for s in slots]
+        if mode is AutoresetMode.DISABLED or not any(s.needs_reset for s in slots):
+            resets: list[Slot] = []
+            steps = list(zip(slots, payloads, strict=True))
+        else:
+            resets = [s for s in slots if s.needs_reset]
+            steps = [(s, p) for s, p in zip(slots, payloads, strict=True) if not s.needs_reset]
         exchanges = []
         if steps:
-            exchanges.append(self._exchange(StepBatch.type, steps))
+            exchanges.append(self._exchange(StepBatch.type, steps, None))
         if resets:
             exchanges.append(self._exchange(ResetBatch.type, [(s, (None, {})) for s in resets]))
-        outcomes: dict[int, _Outcome] = {}
-        for part in await _all(exchanges):
-            outcomes.update(part)
-        finals: dict[int, _Outcome] = {}
-        for slot in slots:
-            outcome = outcomes[slot.index]
-            if outcome.error is not None:
-                if isinstance(outcome.error, (SessionLost, ConnectionLost)):
-                    slot.needs_reset = True  # the episode is gone or in an unknown state
-            elif slot.index in reset_ids:
-                slot.needs_reset = False
-                outcome.flags = (0.0, False, False)
-            elif _done(outcome.raw):
-                if mode is AutoresetMode.SAME_STEP:
-                    finals[slot.index] = outcome
-                elif mode is AutoresetMode.NEXT_STEP:
-                    slot.needs_reset = True
-        extra: dict[int, dict[str, Any]] = {}
-        if finals:
-            fresh = await self._exchange(
-                ResetBatch.type, [(self.fleet.slots[i], (None, {})) for i in finals]
-            )
-            for index, final in finals.items():
-                reset = fresh[index]
-                if reset.error is not None:
-                    self.fleet.slots[index].needs_reset = True  # retried on its next step
-                    outcomes[index] = reset
-                    continue
-                assert final.raw is not None
-                reset.flags = _flags(final.raw)
-                outcomes[index] = reset
-                extra[index] = {
-                    "final_obs": self.typed.observation(final.raw, self._codec),
-                    "final_info": _metadata(final.raw),
-                }
-        return [(s.index, outcomes[s.index], extra.get(s.index)) for s in slots]
+        parts = await _all(exchanges)
+        if resets:
+            reset_part = parts[-1]
+            for index in reset_part.ids:
+                self.fleet.slots[index].needs_reset = False
+                reset_part.flags[index] = (0.0, False, False)
+        table = ResultTable.concat(parts, order)
+        for index, error in table.errors.items():
+            if isinstance(error, (SessionLost, ConnectionLost)):
+                # the episode is gone or in an unknown state
+                self.fleet.slots[index].needs_reset = True
+        ended = [i for i in table.done_ids() if i not in table.flags]
+        if not ended or mode is AutoresetMode.DISABLED:
+            return table
+        if mode is AutoresetMode.NEXT_STEP:
+            for index in ended:
+                self.fleet.slots[index].needs_reset = True
+            return table
+        return await self._reset_finals(table, ended)
 
-    async def _exchange(self, kind: str, items: list[tuple[Slot, Any]]) -> dict[int, _Outcome]:
-        """Send ``items`` as batch messages (one per connection and chunk); gather outcomes.
+    async def _reset_finals(self, table: ResultTable, ended: list[int]) -> ResultTable:
+        """SAME_STEP: reset the sessions whose episode just ended, in the same call."""
+        fresh = await self._exchange(
+            ResetBatch.type, [(self.fleet.slots[i], (None, {})) for i in ended]
+        )
+        position = {sid: k for k, sid in enumerate(table.ids)}
+        fresh_at = {sid: k for k, sid in enumerate(fresh.ids)}
+        for index in ended:
+            k = position[index]
+            final = table.row(k)
+            error = fresh.errors.get(index)
+            if error is not None:
+                self.fleet.slots[index].needs_reset = True  # retried on its next step
+                table.errors[index] = error
+                continue
+            row = fresh.row(fresh_at[index])
+            for name, values in table.fields.items():
+                values[k] = row.get(name, ABSENT)
+                table.sparse = table.sparse or name not in row
+            reward = final.get("reward")
+            truncated = final.get("truncated") is True
+            table.flags[index] = (
+                float(reward) if isinstance(reward, (int, float)) else 0.0,
+                final.get("done") is True and not truncated,
+                truncated,
+            )
+            metadata = final.get("metadata")
+            table.extra[index] = {
+                "final_obs": self.typed.observation(final, self._codec),
+                "final_info": dict(metadata) if isinstance(metadata, dict) else {},
+            }
+        if any(i in table.errors for i in ended):  # drop the rows of failed resets
+            keep = [k for k, sid in enumerate(table.ids) if sid not in table.errors]
+            table.ids = [table.ids[k] for k in keep]
+            table.fields = {n: [v[k] for k in keep] for n, v in table.fields.items()}
+        return table
+
+    async def _exchange(
+        self, kind: str, items: list[tuple[Slot, Any]], order: list[int] | None = None
+    ) -> ResultTable:
+        """Send ``items`` as batch messages (one per connection and chunk); their results
+        in ``order`` (default: the items').
 
         Waits out the recovery of a server first; a session that cannot be reached is
         an error for that session only.
         """
-        recovering = {s.server.index: s.server for s, _ in items if not s.server.ready.is_set()}
-        if recovering:
+        if not all(server.ready.is_set() for server in self.fleet.servers):
+            recovering = {s.server.index: s.server for s, _ in items if not s.server.ready.is_set()}
             await asyncio.gather(*(self.fleet.wait_ready(server) for server in recovering.values()))
-        results: dict[int, _Outcome] = {}
+        unusable = ResultTable()
         groups: dict[int, tuple[Link, list[tuple[Slot, Any]]]] = {}
-        for slot, payload in items:
+        for entry in items:
+            slot = entry[0]
             error = self.fleet.unusable(slot)
             if error is not None:
-                results[slot.index] = _Outcome(error=error)
+                unusable.errors[slot.index] = error
                 continue
-            assert slot.link is not None
-            groups.setdefault(id(slot.link), (slot.link, []))[1].append((slot, payload))
+            link = slot.link
+            assert link is not None
+            group = groups.get(id(link))
+            if group is None:
+                group = groups[id(link)] = (link, [])
+            group[1].append(entry)
         requests = [
             self._request(link, kind, group[i : i + link.batch_limit])
             for link, group in groups.values()
             for i in range(0, len(group), link.batch_limit)
         ]
-        for part in await _all(requests):
-            results.update(part)
-        return results
+        parts = await _all(requests)
+        if unusable.errors:
+            parts.append(unusable)
+        return ResultTable.concat(parts, [s.index for s, _ in items] if order is None else order)
 
-    async def _request(
-        self, link: Link, kind: str, chunk: list[tuple[Slot, Any]]
-    ) -> dict[int, _Outcome]:
+    async def _request(self, link: Link, kind: str, chunk: list[tuple[Slot, Any]]) -> ResultTable:
         connection = link.connection
         message: StepBatch | ResetBatch
         if kind == StepBatch.type:
             steps = tuple(StepItem(s.session, p) for s, p in chunk)
-            message = StepBatch(connection.next_id(), steps)
+            message = StepBatch(connection.next_id(), steps, self._columns)
         else:
             resets = tuple(ResetItem(s.session, seed, opts) for s, (seed, opts) in chunk)
-            message = ResetBatch(connection.next_id(), resets)
+            message = ResetBatch(connection.next_id(), resets, self._columns)
         try:
             reply = await connection.request(message, timeout=self.timeout)
             assert isinstance(reply, BatchReply)
-            results = reply.expect(len(chunk))
+            reply.check(len(chunk))
         except CorralError as exc:
             if isinstance(exc, ConnectionLost):
                 self.fleet.suspect(link.server)
@@ -559,20 +642,43 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
                     f"the server is gone ({reason}); this episode was lost",
                     details={"reason": reason, "server": link.server.url},
                 )
-            return {s.index: _Outcome(error=exc) for s, _ in chunk}
-        outcomes: dict[int, _Outcome] = {}
-        for (slot, _), item in zip(chunk, results, strict=True):
-            if isinstance(item, ItemError):
-                outcomes[slot.index] = _Outcome(error=item.exception(reply.id))
-            elif isinstance(item.observation, dict):
-                outcomes[slot.index] = _Outcome(item.observation)
-            else:
-                outcomes[slot.index] = _Outcome(
-                    error=BadObservation("the server sent a batch item without an observation")
+            return ResultTable.failed([s.index for s, _ in chunk], exc)
+        columns = reply.columns
+        if columns is not None:
+            errors = columns.errors
+            if not errors:
+                return ResultTable(
+                    [s.index for s, _ in chunk], columns.fields, sparse=columns.sparse
                 )
-        return outcomes
+            table = ResultTable(
+                [s.index for k, (s, _) in enumerate(chunk) if k not in errors],
+                columns.fields,
+                sparse=columns.sparse,
+            )
+            for k, error in errors.items():
+                table.errors[chunk[k][0].index] = error.exception(reply.id)
+            return table
+        ids: list[int] = []
+        rows: list[dict[str, Any]] = []
+        failed: dict[int, CorralError] = {}
+        for (slot, _), item in zip(chunk, reply.results, strict=True):
+            if isinstance(item, ItemError):
+                failed[slot.index] = item.exception(reply.id)
+            elif isinstance(item.observation, dict):
+                ids.append(slot.index)
+                rows.append(item.observation)
+            else:
+                failed[slot.index] = BadObservation(
+                    "the server sent a batch item without an observation"
+                )
+        table = ResultTable.from_rows(ids, rows)
+        table.errors = failed
+        return table
 
     # -- selecting and delivering -------------------------------------------------
+
+    def _gc_pause(self) -> contextlib.AbstractContextManager[None]:
+        return runtime.GC_PAUSE if self._gc_control else contextlib.nullcontext()
 
     def _require_started(self) -> None:
         if self._closed:
@@ -608,32 +714,12 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
     def _decode(self, raws: list[Any]) -> list[ObsT]:
         return self.typed.observations(raws, self._codec)
 
-    def _deliver(
-        self, results: list[tuple[int, _Outcome, dict[str, Any] | None]]
-    ) -> PoolBatch[ObsT]:
-        ids: list[int] = []
-        raws: list[dict[str, Any]] = []
-        infos: list[dict[str, Any]] = []
-        rewards: list[float] = []
-        terminated: list[bool] = []
-        truncated: list[bool] = []
-        errors: dict[int, CorralError] = {}
-        for index, outcome, extra in results:
-            raw = outcome.raw
-            if outcome.error is not None or raw is None:
-                errors[index] = outcome.error or BadObservation("no observation")
-                continue
-            ids.append(index)
-            raws.append(raw)
-            info = _metadata(raw)
-            infos.append({**info, **extra} if extra else info)
-            reward, term, trunc = outcome.flags or _flags(raw)
-            rewards.append(reward)
-            terminated.append(term)
-            truncated.append(trunc)
-        batch = PoolBatch(ids, raws, infos, rewards, terminated, truncated, self._decode, errors)
-        if errors and self.on_error == "raise":
-            raise PoolError(errors, batch)
+    def _deliver(self, table: ResultTable) -> PoolBatch[ObsT]:
+        if self._dtypes is None:
+            self._dtypes = scalar_dtypes(self.typed.observation_type)
+        batch = PoolBatch(table, self._decode, self._dtypes)
+        if table.errors and self.on_error == "raise":
+            raise PoolError(table.errors, batch)
         return batch
 
 
@@ -642,26 +728,6 @@ async def _all(awaitables: Sequence[Awaitable[T]]) -> list[T]:
     if len(awaitables) == 1:
         return [await awaitables[0]]
     return list(await asyncio.gather(*awaitables))
-
-
-def _flags(raw: dict[str, Any]) -> tuple[float, bool, bool]:
-    """(reward, terminated, truncated) of a raw observation; a missing reward is 0.0."""
-    reward = raw.get("reward")
-    truncated = raw.get("truncated") is True
-    return (
-        float(reward) if isinstance(reward, (int, float)) else 0.0,
-        raw.get("done") is True and not truncated,
-        truncated,
-    )
-
-
-def _done(raw: dict[str, Any] | None) -> bool:
-    return raw is not None and raw.get("done") is True
-
-
-def _metadata(raw: dict[str, Any]) -> dict[str, Any]:
-    meta = raw.get("metadata")
-    return dict(meta) if isinstance(meta, dict) else {}
 
 
 def _autoreset_mode(mode: AutoresetMode | str | Any) -> AutoresetMode:

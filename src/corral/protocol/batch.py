@@ -13,7 +13,26 @@ that session only; the other items run normally. Only a message-level problem (n
 A batch message addresses sessions of the connection that sends it; one session may
 appear once per batch (a repeat is ``SESSION_BUSY`` for that item).
 
+**Columnar replies.** A request with ``"columns": true`` asks for the reply as a struct
+of arrays: the item sessions in one list, each observation field in one list over the
+successful items (in item order), and the failed items by index. A server that does not
+know the flag ignores it and answers in rows, so a client reads either form; a server
+answers in rows anyway when the observations do not share one set of fields::
+
+    ← {"type": "batch", "id": 7, "sessions": ["a", "b", "c"],
+       "columns": {"message": ["x", "z"], "reward": [1.0, 0.5], "done": [false, true], ...},
+       "errors": [[1, {code, message, details}]]}
+
+The keys are sent once per batch instead of once per item: fewer bytes, and no map per
+item to build on either side. An observation without a field the others have (a server
+leaves an empty ``reward_components`` out) is listed under ``"absent": {field: [positions]}``
+(its slot in the column holds None); in memory such a value is :data:`ABSENT`. corral's
+client asks for the columnar form on the binary codec (the row form stays for JSON,
+where readability is the point).
+
 These types are entries of the one message table, :mod:`corral.protocol.messages`.
+The module is ~580 lines because it is one message family: the two requests, the reply
+in both of its forms (rows and columns) and the checks each wire shape needs.
 """
 
 from __future__ import annotations
@@ -137,13 +156,18 @@ def _step_item(index: int, raw: Any) -> StepItem | BadItem:
     return StepItem(session, raw["action"])
 
 
-def _items_to_wire(items: tuple[ResetItem | StepItem | BadItem, ...]) -> list[dict[str, Any]]:
+def _batch_wire(
+    kind: str, rid: int, items: tuple[ResetItem | StepItem | BadItem, ...], columns: bool
+) -> dict[str, Any]:
     out = []
     for item in items:
         if isinstance(item, BadItem):
             raise ValueError("a BadItem comes from parsing and has no wire form")
         out.append(item.to_wire())
-    return out
+    wire: dict[str, Any] = {"type": kind, "id": rid, "items": out}
+    if columns:
+        wire["columns"] = True
+    return wire
 
 
 @dataclass(slots=True)
@@ -153,10 +177,12 @@ class ResetBatch:
     type: ClassVar[str] = "reset_batch"
     id: int
     items: tuple[ResetItem | BadItem, ...]
+    columns: bool = False
+    """Ask for a columnar reply (see the module docstring)."""
 
     def to_wire(self) -> dict[str, Any]:
         """The message's wire map."""
-        return {"type": self.type, "id": self.id, "items": _items_to_wire(self.items)}
+        return _batch_wire(self.type, self.id, self.items, self.columns)
 
     @classmethod
     def from_wire(cls, msg: dict[str, Any]) -> ResetBatch:
@@ -166,7 +192,8 @@ class ResetBatch:
             BadMessage: the id or the ``items`` list is missing, mistyped or empty.
         """
         rid = _batch_id(msg)
-        return cls(rid, tuple(_reset_item(i, raw) for i, raw in enumerate(_items(msg))))
+        items = tuple(_reset_item(i, raw) for i, raw in enumerate(_items(msg)))
+        return cls(rid, items, msg.get("columns") is True)
 
 
 @dataclass(slots=True)
@@ -176,10 +203,12 @@ class StepBatch:
     type: ClassVar[str] = "step_batch"
     id: int
     items: tuple[StepItem | BadItem, ...]
+    columns: bool = False
+    """Ask for a columnar reply (see the module docstring)."""
 
     def to_wire(self) -> dict[str, Any]:
         """The message's wire map."""
-        return {"type": self.type, "id": self.id, "items": _items_to_wire(self.items)}
+        return _batch_wire(self.type, self.id, self.items, self.columns)
 
     @classmethod
     def from_wire(cls, msg: dict[str, Any]) -> StepBatch:
@@ -189,7 +218,8 @@ class StepBatch:
             BadMessage: the id or the ``items`` list is missing, mistyped or empty.
         """
         rid = _batch_id(msg)
-        return cls(rid, tuple(_step_item(i, raw) for i, raw in enumerate(_items(msg))))
+        items = tuple(_step_item(i, raw) for i, raw in enumerate(_items(msg)))
+        return cls(rid, items, msg.get("columns") is True)
 
 
 BatchRequest = ResetBatch | StepBatch
@@ -276,26 +306,264 @@ def _reply_item(index: int, raw: Any) -> BatchItemReply:
     return ItemResult(session, raw["observation"])
 
 
-@dataclass(slots=True)
-class BatchReply:
-    """The reply to a batch message: one result or error per item, in item order."""
+class _Absent:
+    """The value of a field an observation does not have (see :data:`ABSENT`)."""
 
-    type: ClassVar[str] = "batch"
-    id: int
-    results: list[BatchItemReply]
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+    def __reduce__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Any = _Absent()
+"""In a :class:`BatchColumns` column: this observation has no such field (the server
+leaves some out when empty, e.g. ``reward_components``). Never sent: the wire form lists
+the positions under ``absent``."""
+
+
+@dataclass(slots=True)
+class BatchColumns:
+    """A batch reply as a struct of arrays (see the module docstring).
+
+    Attributes:
+        sessions: every item's session, in item order (None: an unreadable item).
+        fields: each observation field's values over the successful items, in order;
+            :data:`ABSENT` where an observation does not have the field.
+        errors: the failed items, by item index.
+        sparse: some value is :data:`ABSENT`.
+    """
+
+    sessions: list[str | None]
+    fields: dict[str, list[Any]]
+    errors: dict[int, ItemError] = field(default_factory=dict)
+    sparse: bool = False
+
+    @property
+    def ok(self) -> int:
+        """How many items succeeded (the length of every field list)."""
+        return len(self.sessions) - len(self.errors)
+
+    @classmethod
+    def of(cls, results: list[BatchItemReply]) -> BatchColumns | None:
+        """The columns of ``results``; None when an observation is not a map (only the
+        row form carries that)."""
+        sessions: list[str | None] = []
+        errors: dict[int, ItemError] = {}
+        observations: list[dict[str, Any]] = []
+        keys: Any = None
+        sparse = False
+        for index, item in enumerate(results):
+            sessions.append(item.session)
+            if type(item) is ItemError:
+                errors[index] = item
+                continue
+            obs = item.observation  # type: ignore[union-attr]
+            if type(obs) is not dict:
+                return None
+            if keys is None:
+                keys = obs.keys()
+            elif not sparse and obs.keys() != keys:
+                sparse = True
+            observations.append(obs)
+        if not sparse:
+            names = list(keys) if keys is not None else []
+            fields = {name: [obs[name] for obs in observations] for name in names}
+            return cls(sessions, fields, errors)
+        union: dict[str, None] = {}
+        for obs in observations:
+            union.update(dict.fromkeys(obs))
+        fields = {name: [obs.get(name, ABSENT) for obs in observations] for name in union}
+        return cls(sessions, fields, errors, sparse=True)
+
+    def rows(self) -> list[BatchItemReply]:
+        """The same results in row form."""
+        names = list(self.fields)
+        values = iter(zip(*self.fields.values(), strict=True)) if names else None
+        rows: list[BatchItemReply] = []
+        for index, session in enumerate(self.sessions):
+            error = self.errors.get(index)
+            if error is not None:
+                rows.append(error)
+                continue
+            assert session is not None
+            row: dict[str, Any] = {}
+            if values is not None:
+                row = {n: v for n, v in zip(names, next(values), strict=True) if v is not ABSENT}
+            rows.append(ItemResult(session, row))
+        return rows
 
     def to_wire(self) -> dict[str, Any]:
-        """The message's wire map."""
+        """The columnar part of a ``batch`` reply's wire map."""
+        wire: dict[str, Any] = {
+            "sessions": self.sessions,
+            "columns": self.fields,
+            "errors": [[i, e.to_wire()["error"]] for i, e in self.errors.items()],
+        }
+        if self.sparse:
+            absent: dict[str, list[int]] = {}
+            columns: dict[str, list[Any]] = {}
+            for name, values in self.fields.items():
+                where = [k for k, v in enumerate(values) if v is ABSENT]
+                if where:
+                    absent[name] = where
+                    values = [None if v is ABSENT else v for v in values]
+                columns[name] = values
+            wire["columns"], wire["absent"] = columns, absent
+        return wire
+
+    @classmethod
+    def from_wire(cls, msg: dict[str, Any]) -> BatchColumns:
+        """Read the columnar part of a ``batch`` reply.
+
+        Raises:
+            BadMessage: a list or map is missing or mistyped, a column has the wrong
+                length, or an error (or an absent value) names an item that does not
+                exist (or twice).
+        """
+        sessions = msg.get("sessions")
+        columns = msg.get("columns")
+        raw_errors = msg.get("errors", [])
+        if not isinstance(sessions, list) or not isinstance(columns, dict):
+            raise BadMessage(
+                "a columnar 'batch' reply needs a list 'sessions' and a map 'columns'",
+                details={"field": "columns"},
+            )
+        if not isinstance(raw_errors, list):
+            raise BadMessage("'errors' must be a list", details={"field": "errors"})
+        errors: dict[int, ItemError] = {}
+        for entry in raw_errors:
+            if not (isinstance(entry, list) and len(entry) == 2 and type(entry[0]) is int):
+                raise BadMessage(
+                    "each entry of 'errors' must be [item index, error]",
+                    details={"field": "errors"},
+                )
+            index, error = entry
+            if not 0 <= index < len(sessions) or index in errors:
+                raise BadMessage(
+                    f"'errors' names item {index} of {len(sessions)} (or twice)",
+                    details={"field": "errors", "item": index},
+                )
+            item = _reply_item(index, {"session": sessions[index], "error": error})
+            assert isinstance(item, ItemError)
+            errors[index] = item
+        ok = len(sessions) - len(errors)
+        for name, values in columns.items():
+            if not isinstance(name, str) or not isinstance(values, list) or len(values) != ok:
+                raise BadMessage(
+                    f"column {name!r} must be a list of {ok} values",
+                    details={"field": "columns", "column": str(name)},
+                )
+        for index, session in enumerate(sessions):
+            if index not in errors and not isinstance(session, str):
+                raise BadMessage(
+                    f"batch result {index} needs a string session", details={"item": index}
+                )
+        absent = msg.get("absent")
+        if absent is None:
+            return cls(sessions, columns, errors)
+        _mark_absent(absent, columns, ok)
+        return cls(sessions, columns, errors, sparse=True)
+
+
+def _mark_absent(absent: Any, columns: dict[str, list[Any]], ok: int) -> None:
+    """Put :data:`ABSENT` where the wire's ``absent`` map says (checking it)."""
+    if not isinstance(absent, dict):
+        raise BadMessage(
+            "'absent' must be a map of column → positions", details={"field": "absent"}
+        )
+    for name, where in absent.items():
+        values = columns.get(name)
+        if values is None or not isinstance(where, list):
+            raise BadMessage(
+                f"'absent' names column {name!r}, which the reply does not have",
+                details={"field": "absent", "column": str(name)},
+            )
+        for position in where:
+            if type(position) is not int or not 0 <= position < ok or values[position] is ABSENT:
+                raise BadMessage(
+                    f"'absent' names position {position!r} of column {name!r} "
+                    f"({ok} values), or twice",
+                    details={"field": "absent", "column": name},
+                )
+            values[position] = ABSENT
+
+
+class BatchReply:
+    """The reply to a batch message: one result or error per item, in item order.
+
+    Built from rows (``results``) or read from a columnar reply (``columns``); either
+    form is available from the other on demand. ``columnar`` chooses the wire form.
+    """
+
+    __slots__ = ("_columns", "_results", "columnar", "id")
+    type: ClassVar[str] = "batch"
+
+    def __init__(
+        self,
+        id: int,
+        results: list[BatchItemReply] | None = None,
+        *,
+        columns: BatchColumns | None = None,
+        columnar: bool = False,
+    ) -> None:
+        if (results is None) == (columns is None):
+            raise ValueError("a BatchReply holds results or columns (one of them)")
+        self.id = id
+        self._results = results
+        self._columns = columns
+        self.columnar = columnar or columns is not None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BatchReply):
+            return NotImplemented
+        return self.id == other.id and self.results == other.results
+
+    def __repr__(self) -> str:
+        return f"BatchReply(id={self.id!r}, items={len(self)}, columnar={self.columnar})"
+
+    def __len__(self) -> int:
+        if self._columns is not None:
+            return len(self._columns.sessions)
+        assert self._results is not None
+        return len(self._results)
+
+    @property
+    def results(self) -> list[BatchItemReply]:
+        """One result or error per item, in item order (built from columns once)."""
+        if self._results is None:
+            assert self._columns is not None
+            self._results = self._columns.rows()
+        return self._results
+
+    @property
+    def columns(self) -> BatchColumns | None:
+        """The columnar form when the reply came as one (else None: read ``results``)."""
+        return self._columns
+
+    def to_wire(self) -> dict[str, Any]:
+        """The message's wire map: columnar when asked and possible, else rows."""
+        columns = self._columns
+        if columns is None and self.columnar:
+            assert self._results is not None
+            columns = BatchColumns.of(self._results)
+        if columns is not None:
+            return {"type": self.type, "id": self.id, **columns.to_wire()}
         return {"type": self.type, "id": self.id, "results": [r.to_wire() for r in self.results]}
 
     @classmethod
     def from_wire(cls, msg: dict[str, Any]) -> BatchReply:
-        """Read a ``batch`` reply.
+        """Read a ``batch`` reply, in rows or in columns.
 
         Raises:
-            BadMessage: the id is bad, or ``results`` is not a list of result maps.
+            BadMessage: the id is bad, or neither ``results`` (a list of result maps)
+                nor a valid columnar form is there.
         """
         rid = f.request_id(msg)
+        if "columns" in msg:
+            return cls(rid, columns=BatchColumns.from_wire(msg))
         results = msg.get("results")
         if not isinstance(results, list):
             raise BadMessage(
@@ -309,9 +577,13 @@ class BatchReply:
         Raises:
             BadMessage: the reply holds another number of results.
         """
-        if len(self.results) != items:
-            raise BadMessage(
-                f"batch reply holds {len(self.results)} results for {items} items",
-                details={"results": len(self.results), "items": items},
-            )
+        self.check(items)
         return self.results
+
+    def check(self, items: int) -> None:
+        """Raise ``BadMessage`` unless the reply answers ``items`` items."""
+        if len(self) != items:
+            raise BadMessage(
+                f"batch reply holds {len(self)} results for {items} items",
+                details={"results": len(self), "items": items},
+            )

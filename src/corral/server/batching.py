@@ -85,9 +85,9 @@ class BatchHandler:
                 # item's answer is the original's, once it is there (at most once).
                 waits.append((index, session, original))
         if not calls and not waits:
-            peer.send(b.BatchReply(request.id, _complete(results)))
+            peer.send(b.BatchReply(request.id, _complete(results), columnar=request.columns))
             return
-        task = asyncio.create_task(self._run(peer, request.id, calls, results, waits))
+        task = asyncio.create_task(self._run(peer, request, calls, results, waits))
         self._tasks.add(task)
         keys = [(call.session.id, request.id) for call in calls]
         for key in keys:
@@ -127,11 +127,12 @@ class BatchHandler:
     async def _run(
         self,
         peer: Peer,
-        request_id: int,
+        request: b.BatchRequest,
         calls: list[_ItemCall],
         results: list[b.BatchItemReply | None],
         waits: list[tuple[int, Session, asyncio.Future[None]]],
     ) -> None:
+        request_id = request.id
         # Whatever happens in the batch (a bug, cancellation), no session stays running it.
         with ending([call.session for call in calls], request_id):
             try:
@@ -162,7 +163,7 @@ class BatchHandler:
                     if isinstance(cached, b.BatchItemReply)
                     else self._error(session.id, SessionLost("the session closed while it ran"))
                 )
-            peer.send(b.BatchReply(request_id, _complete(results)))
+            peer.send(b.BatchReply(request_id, _complete(results), columnar=request.columns))
 
     def _finish(self, peer: Peer, call: _ItemCall) -> b.BatchItemReply:
         session = call.session

@@ -1,0 +1,228 @@
+"""Both client transports against real servers on 127.0.0.1: the native one (picows,
+frames dispatched by callback) keeps every guarantee of the websockets one."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from tests.support.envs import CountAction, CounterEnv
+from tests.support.faultproxy import FaultProxy
+from tests.support.servers import port_of, running
+from websockets.asyncio.server import ServerConnection, serve
+
+from corral.client import AsyncEnvClient, EnvPool
+from corral.client.connection import Connection, default_dialer, picows_available, ws_url
+from corral.client.picows_socket import PicowsSocket, picows_dialer
+from corral.errors import (
+    CapacityReached,
+    ConnectionLost,
+    RequestTimeout,
+    Unauthorized,
+    UnsupportedProtocol,
+)
+from corral.protocol.client import ReconnectPolicy
+
+TRANSPORTS = ["picows", "websockets"]
+FAST = ReconnectPolicy(initial_delay_s=0.01, max_delay_s=0.05, give_up_after_s=5.0)
+SUBPROTOCOL = "corral.v1.msgpack"
+
+
+def test_auto_picks_the_native_transport_when_installed():
+    assert picows_available()
+    assert default_dialer() is picows_dialer
+    assert default_dialer("websockets") is not picows_dialer
+    with pytest.raises(ValueError, match="unknown transport"):
+        default_dialer("carrier-pigeon")
+    with pytest.raises(ValueError, match="unknown transport"):
+        AsyncEnvClient("http://127.0.0.1:1", transport="tcp")
+
+
+@pytest.fixture(scope="module")
+def counter():
+    with running(CounterEnv) as srv:
+        yield srv
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_steps_and_replies_matched_by_id(counter, transport):
+    client = AsyncEnvClient(counter.url, env=CounterEnv, transport=transport)
+    await client.reset(limit=1000)
+    connection = client.connection
+    assert isinstance(connection, Connection)
+    # The native transport has no reader task: replies arrive by callback.
+    assert (connection._reader is None) == (transport == "picows")
+    for k in range(1, 6):
+        assert (await client.step(CountAction(amount=1))).observation.total == k
+    others = [AsyncEnvClient(counter.url, env=CounterEnv, transport=transport) for _ in range(3)]
+    firsts = await asyncio.gather(
+        *(c.reset(limit=1000, label=f"c{k}") for k, c in enumerate(others))
+    )
+    assert [o.observation.label for o in firsts] == ["c0", "c1", "c2"]
+    await asyncio.gather(client.close(), *(c.close() for c in others))
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_pool_steps_on_either_transport(counter, transport):
+    async with EnvPool(
+        12, counter.url, env=CounterEnv, progress=False, transport=transport
+    ) as pool:
+        await pool.reset(options={"limit": 100})
+        for k in range(1, 4):
+            batch = await pool.step([CountAction(amount=1)] * 12)
+            assert batch.obs["total"].tolist() == [k] * 12
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_capacity_and_auth_refusals_are_typed(transport):
+    with running(CounterEnv, max_sessions=1) as full:
+        first = await AsyncEnvClient(full.url, env=CounterEnv, transport=transport).connect()
+        with pytest.raises(CapacityReached) as err:
+            await AsyncEnvClient(full.url, env=CounterEnv, transport=transport).connect()
+        assert err.value.details["max_sessions"] == 1
+        assert err.value.details["retry_after_s"] == 1.0
+        await first.close()
+    with running(CounterEnv, token="s3cret-token-for-tests") as guarded:
+        with pytest.raises(Unauthorized):
+            await AsyncEnvClient(
+                guarded.url, env=CounterEnv, transport=transport, token="wrong-token-here"
+            ).connect()
+        ok = AsyncEnvClient(
+            guarded.url, env=CounterEnv, transport=transport, token="s3cret-token-for-tests"
+        )
+        assert (await ok.reset()).observation.total == 0
+        await ok.close()
+
+
+async def test_an_unreachable_server_is_connection_lost():
+    with pytest.raises(ConnectionLost, match="cannot connect"):
+        await picows_dialer("ws://127.0.0.1:9/ws", SUBPROTOCOL, {}, 2.0, 1024)
+
+
+@pytest.fixture
+async def plain_ws() -> AsyncIterator[dict[str, object]]:
+    """A websockets server whose behaviour a test sets: what it sends after the upgrade."""
+    script: dict[str, object] = {"subprotocols": [SUBPROTOCOL], "send": [], "close": None}
+
+    async def handler(ws: ServerConnection) -> None:
+        for message in script["send"]:  # type: ignore[attr-defined]
+            await ws.send(message)
+        close = script["close"]
+        if close is not None:
+            await ws.close(*close)  # type: ignore[misc]
+        else:
+            await ws.wait_closed()
+
+    def choose(ws: ServerConnection, offered: list[str]) -> str | None:
+        wanted = script["subprotocols"]
+        return next((p for p in offered if p in wanted), None)  # type: ignore[operator]
+
+    async with serve(handler, "127.0.0.1", 0, select_subprotocol=choose, max_size=None) as srv:
+        port = next(iter(srv.sockets)).getsockname()[1]
+        script["url"] = f"ws://127.0.0.1:{port}"
+        yield script
+
+
+async def _listen(socket: PicowsSocket) -> tuple[list[object], asyncio.Future[str]]:
+    frames: list[object] = []
+    closed: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    socket.listen(frames.append, lambda why: closed.done() or closed.set_result(why))
+    return frames, closed
+
+
+async def test_fragmented_messages_are_reassembled(plain_ws):
+    plain_ws["send"] = [[b"ab", b"cd", b"ef"], ["te", "xt"], b"whole"]
+    plain_ws["close"] = (1001, "bye")
+    socket = await picows_dialer(str(plain_ws["url"]), SUBPROTOCOL, {}, 5.0, 1024)
+    assert socket.subprotocol == SUBPROTOCOL
+    frames, closed = await _listen(socket)
+    reason = await asyncio.wait_for(closed, 10)
+    assert frames == [b"abcdef", "text", b"whole"]
+    assert socket.close_code == 1001 and "1001 bye" in reason
+
+
+async def test_a_message_over_the_limit_closes_the_socket(plain_ws):
+    plain_ws["send"] = [[b"x" * 600, b"y" * 600]]
+    socket = await picows_dialer(str(plain_ws["url"]), SUBPROTOCOL, {}, 5.0, 1000)
+    frames, closed = await _listen(socket)
+    assert "exceeded 1000 bytes" in await asyncio.wait_for(closed, 10)
+    assert frames == []
+    plain_ws["send"] = [b"z" * 2000]  # one frame over the limit: refused by picows itself
+    socket = await picows_dialer(str(plain_ws["url"]), SUBPROTOCOL, {}, 5.0, 1000)
+    frames, closed = await _listen(socket)
+    assert "exceeded 1000 bytes" in await asyncio.wait_for(closed, 10)
+    assert frames == []
+    assert socket.close_code == 1009
+
+
+async def test_a_server_without_the_subprotocol_is_unsupported(plain_ws):
+    plain_ws["subprotocols"] = []
+    with pytest.raises(UnsupportedProtocol):
+        await picows_dialer(str(plain_ws["url"]), SUBPROTOCOL, {}, 5.0, 1024)
+
+
+async def test_ping_resolves_on_pong_and_fails_once_closed(plain_ws):
+    socket = await picows_dialer(str(plain_ws["url"]), SUBPROTOCOL, {}, 5.0, 1024)
+    await _listen(socket)
+    await asyncio.wait_for(await socket.ping(), 10)
+    await socket.close()
+    with pytest.raises(Exception, match=r"no close frame|closed"):
+        await socket.send(b"late")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_cut_connection_resumes_the_session(counter, transport):
+    async with FaultProxy(port_of(counter.url)) as proxy:
+        client = AsyncEnvClient(proxy.url, env=CounterEnv, transport=transport, reconnect=FAST)
+        await client.reset(limit=100)
+        await client.step(CountAction(amount=2))
+        proxy.cut_all()
+        assert (await client.step(CountAction(amount=3))).observation.total == 5
+        assert client.connection.reconnects == 1
+        await client.close()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_keepalive_detects_a_stalled_peer(counter, transport):
+    async with FaultProxy(port_of(counter.url)) as proxy:
+        client = AsyncEnvClient(
+            proxy.url,
+            env=CounterEnv,
+            transport=transport,
+            reconnect=False,
+            ping_interval=0.2,
+            ping_timeout=0.5,
+            timeout=30,
+        )
+        await client.reset(limit=100)
+        assert proxy.stall_all() == 1
+        with pytest.raises(ConnectionLost, match="keepalive"):
+            await client.step(CountAction())
+        await client.close()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_reply_over_the_client_frame_limit_is_not_taken(counter, transport):
+    connection = Connection(
+        ws_url(counter.url), transport=transport, max_frame_bytes=2048, reconnect=False
+    )
+    client = AsyncEnvClient(counter.url, env=CounterEnv, reconnect=False, timeout=10)
+    client.connection = connection
+    await client.reset(limit=100)
+    with pytest.raises((ConnectionLost, RequestTimeout)):
+        await client.reset(label="x" * 4000)
+    await client.close()
+
+
+def test_the_blocking_twin_takes_websockets_where_its_loop_changes_threads(counter):
+    with AsyncEnvClient(counter.url, env=CounterEnv).sync() as twin:
+        twin.reset(limit=100)
+        steps = [twin.step(CountAction(amount=1)) for _ in range(3)]
+        assert steps[-1].observation.total == 3
+        socket = twin._async.connection._ws
+        assert socket is not None and not isinstance(socket, PicowsSocket)
+    explicit = AsyncEnvClient(counter.url, env=CounterEnv, transport="picows").sync()
+    with pytest.raises(ValueError, match="blocking twin"):
+        explicit.reset()
+    explicit.close()
