@@ -8,6 +8,7 @@ reuse it from the cache.
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -125,3 +126,26 @@ def test_offline_builds_name_what_is_missing(tmp_path: Path) -> None:
         ensure_venv(env, offline=True)
     assert "corral-no-such-distribution-xyz" in str(info.value)
     assert "pip download" in str(info.value)
+
+
+def test_a_stale_corral_wheel_in_the_wheelhouse_is_not_taken(tmp_path: Path) -> None:
+    # corral's own wheel keeps its file name across source changes; pip takes a same-named
+    # file from the wheel dir over the one asked for, so a stale copy there would bring the
+    # old dependencies (seen when picows became a dependency). Here the stale copy is not
+    # even a wheel: the build only succeeds if it is never used.
+    cache = tmp_path / "cache"
+    env = write_env(tmp_path / "plain", [])
+    built = ensure_venv(env, cache_dir=cache)
+    wheel = Path(built.requirements[0])
+    assert wheel.suffix == ".whl", "corral is installed from its source tree's wheel here"
+    wheelhouse = cache / "wheelhouse"
+    assert not (wheelhouse / wheel.name).exists(), "local wheels stay out of the wheelhouse"
+    (wheelhouse / wheel.name).write_bytes(b"not a wheel")
+    again = ensure_venv(write_env(tmp_path / "other", ["toolz"]), cache_dir=cache)
+    assert not again.reused
+    # The venv has what the current corral needs (the stale file would have failed or
+    # brought an older set).
+    check = subprocess.run(
+        [str(again.python), "-c", "import corral.server.native, toolz"], capture_output=True
+    )
+    assert check.returncode == 0, check.stderr.decode()

@@ -195,12 +195,22 @@ def _build(
     if progress is not None:
         progress(f"fetching missing wheels into {wheelhouse}")
     fetch = ["--wheel-dir", str(wheelhouse), "--find-links", str(wheelhouse)]
-    run_step(
-        [*pip, "wheel", *quiet, *fetch, *requirements],
-        "downloading and building wheels",
-        progress,
-        hint="Check the dependency names and versions in pyproject.toml.",
-    )
+    # A local wheel (corral's own, built from its source tree) keeps its name across source
+    # changes; pip would take a same-named stale copy from the wheel dir over the file asked
+    # for, with the old dependencies. Local wheels never stay in the shared wheelhouse.
+    local_wheels = [wheelhouse / Path(r).name for r in requirements if r.endswith(".whl")]
+    for stale in local_wheels:
+        stale.unlink(missing_ok=True)
+    try:
+        run_step(
+            [*pip, "wheel", *quiet, *fetch, *requirements],
+            "downloading and building wheels",
+            progress,
+            hint="Check the dependency names and versions in pyproject.toml.",
+        )
+    finally:
+        for copied in local_wheels:
+            copied.unlink(missing_ok=True)
     run_step(install, "installing the environment's dependencies", progress)
 
 

@@ -157,15 +157,28 @@ def test_runtime_failures_name_the_problem(tmp_path: Path) -> None:
         "return " + cls + 'Observation(hint="start", guesses_left=self.max_guesses, '
         'metadata={"secret": self._state.secret})',
     )
-    edit(env_py, "reward=0.0, done=out_of_guesses", 'reward=float("nan"), done=out_of_guesses')
     code, report = validate(str(root))
     assert code == 1
     got, why = statuses(report), details(report)
     assert (
         got["local.determinism"] == "fail" and "derive all randomness" in why["local.determinism"]
     )
-    assert got["local.reward"] == "fail" and "must be finite" in why["local.reward"]
     assert got["local.episode.msgpack"] == "pass" and got["local.stop"] == "pass"
+
+
+def test_a_non_finite_reward_fails_the_episode_on_every_codec(tmp_path: Path) -> None:
+    # The server refuses a NaN reward as BAD_OBSERVATION (JSON cannot carry it), so the
+    # validator sees it as the episode failing, named, on both codecs.
+    root, package = make_env(tmp_path)
+    env_py = root / package / "env.py"
+    edit(env_py, "reward=0.0, done=out_of_guesses", 'reward=float("nan"), done=out_of_guesses')
+    code, report = validate(str(root))
+    assert code == 1
+    got, why = statuses(report), details(report)
+    for codec in ("msgpack", "json"):
+        check = f"local.episode.{codec}"
+        assert got[check] == "fail" and "non-finite reward" in why[check], why[check]
+    assert got["local.stop"] == "pass"
 
 
 def test_an_uncounted_step_and_an_impossible_action(tmp_path: Path) -> None:
