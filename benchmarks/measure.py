@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -480,6 +481,49 @@ async def _corral_startup() -> float:
         await server.stop()
 
 
+# A user's first script: a fresh interpreter imports corral, starts a server with
+# ``from_env`` and resets; timed from spawning the interpreter to the reset's answer.
+_SCRIPT = """
+import asyncio
+from corral.client import AsyncEnvClient
+from corral.envs.echo import EchoEnv
+
+async def main():
+    env = await AsyncEnvClient.from_env("corral.envs.echo:EchoEnv", env=EchoEnv)
+    try:
+        await env.reset()
+        print("first reset", flush=True)
+    finally:
+        await env.close()
+
+asyncio.run(main())
+"""
+
+
+async def _script_startup() -> float:
+    start = time.perf_counter()
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _SCRIPT,
+        cwd=servers.ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    assert child.stdout is not None
+    try:
+        line = await asyncio.wait_for(child.stdout.readline(), 120)
+        elapsed = time.perf_counter() - start
+        rest = await asyncio.wait_for(child.stdout.read(), 60)
+        if line.strip() != b"first reset" or await child.wait() != 0:
+            raise RuntimeError(f"the start-up script failed: {(line + rest).decode()[-2000:]}")
+        return elapsed
+    finally:
+        if child.returncode is None:
+            child.kill()
+            await child.wait()
+
+
 async def _openenv_startup() -> float:
     from benchmarks.envs import openenv_models
 
@@ -501,12 +545,16 @@ async def _openenv_startup() -> float:
 async def startup(s: Settings, log: Log) -> dict[str, dict[str, float]]:
     """Seconds from launching a local server process to the first successful reset."""
     log("5. start-up")
-    times: dict[str, list[float]] = {"corral": [], "openenv-core": []}
+    times: dict[str, list[float]] = {"corral": [], "corral, fresh script": [], "openenv-core": []}
     for repeat in range(s.startup_repeats):
         times["corral"].append(await _corral_startup())
+        times["corral, fresh script"].append(await _script_startup())
         if s.openenv:
             times["openenv-core"].append(await _openenv_startup())
-        log(f"  repeat {repeat + 1}/{s.startup_repeats}: corral {times['corral'][-1]:.2f} s")
+        log(
+            f"  repeat {repeat + 1}/{s.startup_repeats}: corral {times['corral'][-1]:.2f} s, "
+            f"fresh script {times['corral, fresh script'][-1]:.2f} s"
+        )
     return {
         name: {"median_s": statistics.median(v), "min_s": min(v), "max_s": max(v)}
         for name, v in times.items()

@@ -263,7 +263,13 @@ def startup_section(
         f"5. Start-up: launching a local server to the first reset (median of {runs})",
         ["contender", "median s", "min s", "max s"],
         rows,
-        [f"openenv-core / corral = {_f(ratio, 2)}x (higher is better for corral)."],
+        [
+            "corral: a LocalServer process launched from the benchmark's own interpreter "
+            "(corral already imported), then a client's handshake and reset. corral, fresh "
+            "script: a new interpreter runs `AsyncEnvClient.from_env(...)` and `reset()`, "
+            "timed from spawning it (its own imports included) to the reset's answer.",
+            f"openenv-core / corral = {_f(ratio, 2)}x (higher is better for corral).",
+        ],
     )
     return {"openenv_over_corral": ratio}
 
