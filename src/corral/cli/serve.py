@@ -12,6 +12,7 @@ from corral.adapters.openenv_env import from_openenv, is_openenv_environment
 from corral.auth import read_token_file
 from corral.providers.manifest import Manifest, ManifestError, load_manifest
 from corral.server.config import ServerConfig
+from corral.server.logs import FORMATS
 from corral.server.serve import inherited_socket, serve
 from corral.server.target import TargetError, load_target
 
@@ -158,9 +159,24 @@ def serve_command(
         int,
         typer.Option(help="Worker processes holding the environments (0: in the server)."),
     ] = 0,
-    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
+    log_level: Annotated[
+        str,
+        typer.Option(
+            help="debug, info (the banner and a line per session event), warning or error; "
+            "uvicorn's own lines show at debug."
+        ),
+    ] = "info",
+    log_format: Annotated[
+        str,
+        typer.Option(help="text, or json: one object per line, session ids as fields."),
+    ] = "text",
 ) -> None:
     """Serve an environment over WebSocket and HTTP (loopback by default)."""
+    if log_format not in FORMATS:
+        raise typer.BadParameter(
+            f"{log_format!r} is not a log format; use {' or '.join(FORMATS)}",
+            param_hint="--log-format",
+        )
     chosen = parse_serve_target(target)
     env = resolve_serve_target(chosen.reference, search_path=chosen.search_path)
     manifest = chosen.manifest
@@ -203,4 +219,5 @@ def serve_command(
         log_level=log_level,
         config=config,
         sock=sock,
+        log_format=log_format,
     )

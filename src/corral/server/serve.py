@@ -28,6 +28,7 @@ import uvicorn
 
 from corral import runtime
 from corral.auth import TOKEN_ENV, TOKEN_FILE_ENV, resolve_token
+from corral.server import logs
 from corral.server.app import create_app
 from corral.server.config import ServerConfig
 
@@ -121,9 +122,10 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 0,
     port_file: str | Path | None = None,
-    log_level: str = "warning",
+    log_level: str = "info",
     config: ServerConfig | None = None,
     sock: socket.socket | None = None,
+    log_format: str = "text",
 ) -> None:
     """Serve ``env`` until interrupted (blocking). Binds 127.0.0.1 by default.
 
@@ -134,10 +136,12 @@ def serve(
         env: what :func:`~corral.server.app.create_app` takes.
         host / port: where to bind (port 0: a free port, announced once listening).
         port_file: write the bound URL to this file once listening.
-        log_level: uvicorn's log level.
+        log_level: corral's log level (uvicorn's own lines show at ``debug`` only).
         config: the server's limits and timeouts.
         sock: accept on this listening socket (e.g. :func:`inherited_socket`) instead of
             binding ``host:port``.
+        log_format: ``"text"`` or ``"json"`` (one object per line; see
+            :mod:`corral.server.logs`).
 
     The calling process becomes the server: it runs on uvloop when installed and with
     the garbage collector tuned for many sessions (see :mod:`corral.runtime`).
@@ -158,6 +162,7 @@ def serve(
     bound_port = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     server = uvicorn.Server(uvicorn_config(app, cfg, log_level))
+    logs.configure(log_format, log_level)  # after uvicorn's own logging set-up, replacing it
     runtime.tune_gc()
 
     async def main() -> None:
@@ -166,6 +171,7 @@ def serve(
             await asyncio.sleep(0.01)
         if server.started:
             _announce(f"http://{shown}:{bound_port}", port_file)
+            logs.log_banner(app, f"http://{shown}:{bound_port}")
         await startup
 
     try:

@@ -29,6 +29,7 @@ from corral.errors import (
     UnknownSession,
 )
 from corral.protocol.session import ReplyCache, SessionMachine
+from corral.server import logs
 from corral.server.config import ServerConfig
 from corral.server.runner import EnvFactory, EnvRunner, EnvThreads, Runner
 from corral.server.stats import Stats
@@ -161,6 +162,7 @@ class SessionManager:
         )
         self.sessions[session.id] = session
         self.stats.opened += 1
+        logs.session_opened(session)
         return session
 
     def get(self, session_id: str, owner: ReplySink) -> Session:
@@ -202,6 +204,7 @@ class SessionManager:
         session.owner = owner
         session.detached_at = None
         session.touch()
+        logs.session_resumed(session)
         return session
 
     def detach_all(self, owner: ReplySink) -> None:
@@ -211,6 +214,7 @@ class SessionManager:
             if session.owner is owner:
                 session.owner = None
                 session.detached_at = now
+                logs.session_detached(session, self.config.resume_window_s)
 
     async def close(self, session: Session, reason: str) -> None:
         """Close ``session`` now and free its slot; later requests see ``reason``."""
@@ -221,6 +225,7 @@ class SessionManager:
         while len(self._tombstones) > _TOMBSTONES:
             self._tombstones.popitem(last=False)
         self.stats.closed += 1
+        logs.session_closed(session, reason)
         task = session.task
         if task is not None and not task.done() and task is not asyncio.current_task():
             task.cancel()
