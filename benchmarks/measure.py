@@ -41,6 +41,8 @@ class Settings:
     openenv_budget_s: float = 240.0
     payload_steps: int = 2000
     startup_repeats: int = 5
+    ppo_steps: int = 8 * 256 * 8
+    ppo_repeats: int = 3
     openenv: bool = True
 
     @classmethod
@@ -60,6 +62,8 @@ class Settings:
             openenv_budget_s=60.0,
             payload_steps=30,
             startup_repeats=1,
+            ppo_steps=8 * 32 * 2,
+            ppo_repeats=1,
             openenv=openenv,
         )
 
@@ -560,3 +564,48 @@ async def startup(s: Settings, log: Log) -> dict[str, dict[str, float]]:
         for name, v in times.items()
         if v
     }
+
+
+# -- 6. PPO on 8 CartPole sessions ---------------------------------------------------------
+
+
+def _ppo_fps(env: Any, steps: int) -> float:
+    import torch
+    from stable_baselines3 import PPO
+
+    torch.set_num_threads(1)  # the same for both contenders, and fair to a shared machine
+    n_steps = max(32, steps // (env.num_envs * 4))
+    model = PPO("MlpPolicy", env, n_steps=n_steps, batch_size=256, n_epochs=4, seed=0)
+    started = time.perf_counter()
+    model.learn(total_timesteps=steps)
+    return steps / (time.perf_counter() - started)
+
+
+def _ppo_compare(steps: int, repeats: int, log: Log) -> dict[str, dict[str, float]]:
+    import gymnasium
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from corral.adapters.sb3 import RemoteVecEnv
+
+    local = DummyVecEnv([lambda: gymnasium.make("CartPole-v1") for _ in range(8)])
+    remote = RemoteVecEnv.from_env("gym:CartPole-v1", 8)
+    fps: dict[str, list[float]] = {"local DummyVecEnv": [], "corral RemoteVecEnv": []}
+    try:
+        for repeat in range(repeats):  # the contenders take turns, as everywhere here
+            fps["local DummyVecEnv"].append(_ppo_fps(local, steps))
+            fps["corral RemoteVecEnv"].append(_ppo_fps(remote, steps))
+            log(
+                f"  repeat {repeat + 1}/{repeats}: local {fps['local DummyVecEnv'][-1]:.0f}, "
+                f"remote {fps['corral RemoteVecEnv'][-1]:.0f} env-steps/s"
+            )
+    finally:
+        remote.close()
+        local.close()
+    return {name: {"fps": statistics.median(v)} for name, v in fps.items()}
+
+
+async def ppo(s: Settings, log: Log) -> dict[str, dict[str, float]]:
+    """SB3 PPO env-steps/s on 8 CartPole environments: local, and remote sessions batched
+    through corral's SB3 VecEnv (one local server)."""
+    log("6. PPO")
+    return await asyncio.to_thread(_ppo_compare, s.ppo_steps, s.ppo_repeats, log)

@@ -15,6 +15,7 @@ SECTIONS = [
     "## 3. Scale",
     "## 4. 84x84x3 uint8 observation",
     "## 5. Start-up",
+    "## 6. PPO on 8 CartPole environments",
     "## Targets",
 ]
 
@@ -62,7 +63,10 @@ def test_smoke_run_writes_every_table(tmp_path):
         assert _number(lockstep["openenv-core"][3]) > 0
         assert _number(payload["openenv-core"][1]) > 0
         assert scale["openenv-core"][1] != "—"
-    targets = _rows(report, SECTIONS[5])
+    ppo = {row[0]: row for row in _rows(report, SECTIONS[5])}
+    assert _number(ppo["local DummyVecEnv"][1]) > 0
+    assert _number(ppo["corral RemoteVecEnv"][1]) > 0
+    targets = _rows(report, SECTIONS[6])
     assert any(row[0].startswith("lockstep p50 within 1.3x") for row in targets)
     assert all(row[2] in ("yes", "no", "—") for row in targets)
 
