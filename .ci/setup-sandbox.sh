@@ -27,7 +27,7 @@ fi
 python=.venv/bin/python
 [[ -x $python ]] || python=python3
 "$python" - <<'PY' || echo "(corral is not importable yet: the report runs after 'make' installs it)"
-from corral.envs.coding import available_modes
+from corral.sandbox import available_modes
 
 for mode, reason in available_modes().items():
     print(f"sandbox mode {mode}: {'works' if reason is None else reason}")

@@ -19,7 +19,8 @@ from typing import Any
 
 from benchmarks import servers
 from benchmarks.envs import MESSAGE, AsyncEchoEnv, ImageEnv, TickAction
-from corral.client import AsyncEnvClient, EnvPool, LocalServer
+from corral.client import AsyncEnvClient, EnvPool
+from corral.client.local_server import LocalServer
 from corral.envs.echo import EchoAction, EchoEnv
 from corral.protocol.codecs import MsgpackCodec
 
@@ -86,24 +87,59 @@ class Run:
         return len(self.latencies) / self.seconds
 
 
+class _Stopwatch:
+    """Per-step latencies of a timed run that stops early after ``max_seconds``."""
+
+    def __init__(self, max_seconds: float) -> None:
+        self.latencies: list[float] = []
+        self.start = time.perf_counter_ns()
+        self.limit = self.start + int(max_seconds * 1e9)
+
+    def lap(self, t0: int) -> bool:
+        """Record the step started at ``t0``; True once the time is up."""
+        t1 = time.perf_counter_ns()
+        self.latencies.append((t1 - t0) / 1000)
+        return t1 > self.limit
+
+    def run(self) -> Run:
+        return Run(self.latencies, (time.perf_counter_ns() - self.start) / 1e9)
+
+
 async def _timed(
     step: Callable[[], Awaitable[Any]], steps: int, warmup: int, max_seconds: float = 10.0
 ) -> Run:
     """``steps`` timed steps after ``warmup`` ones, stopping early after ``max_seconds``."""
     for _ in range(warmup):
         await step()
-    latencies: list[float] = []
-    clock = time.perf_counter_ns
-    start = clock()
-    limit = start + int(max_seconds * 1e9)
+    watch = _Stopwatch(max_seconds)
     for _ in range(steps):
-        t0 = clock()
+        t0 = time.perf_counter_ns()
         await step()
-        t1 = clock()
-        latencies.append((t1 - t0) / 1000)
-        if t1 > limit:
+        if watch.lap(t0):
             break
-    return Run(latencies, (clock() - start) / 1e9)
+    return watch.run()
+
+
+def _timed_blocking(
+    step: Callable[[], Any], steps: int, warmup: int, max_seconds: float = 10.0
+) -> Run:
+    """:func:`_timed` for a step that blocks (called from a thread without a loop)."""
+    for _ in range(warmup):
+        step()
+    watch = _Stopwatch(max_seconds)
+    for _ in range(steps):
+        t0 = time.perf_counter_ns()
+        step()
+        if watch.lap(t0):
+            break
+    return watch.run()
+
+
+@dataclass
+class Blocking:
+    """A contender whose step blocks: timed in a thread of its own, as a script calls it."""
+
+    step: Callable[[], Any]
 
 
 def _summary(runs: list[Run]) -> dict[str, float]:
@@ -127,6 +163,9 @@ async def _start(started: list[servers.Served], *launches: Awaitable[servers.Ser
 # -- drivers: one connected client per contender, stepping one session --------------
 
 
+Step = Callable[[], Awaitable[Any]] | Blocking
+
+
 async def corral_driver(
     url: str, env: type[Any], codec: str, action: Any
 ) -> tuple[Callable[[], Awaitable[Any]], Callable[[], Awaitable[None]]]:
@@ -134,6 +173,15 @@ async def corral_driver(
     client = AsyncEnvClient(url, env=env, codec=codec)
     await client.reset()
     return (lambda: client.step(action)), client.close
+
+
+async def corral_sync_driver(
+    url: str, env: type[Any], codec: str, action: Any
+) -> tuple[Step, Callable[[], Awaitable[None]]]:
+    """``(step, close)`` for a corral session through the blocking twin (``.sync()``)."""
+    client = AsyncEnvClient(url, env=env, codec=codec).sync()
+    await asyncio.to_thread(client.reset)
+    return Blocking(lambda: client.step(action)), (lambda: asyncio.to_thread(client.close))
 
 
 async def floor_driver(
@@ -177,7 +225,7 @@ async def openenv_driver(
     return (lambda: client.step(action)), client.close
 
 
-Driver = Callable[[], Awaitable[tuple[Callable[[], Awaitable[Any]], Callable[[], Awaitable[None]]]]]
+Driver = Callable[[], Awaitable[tuple[Step, Callable[[], Awaitable[None]]]]]
 
 
 async def _compare(
@@ -188,7 +236,11 @@ async def _compare(
         for name, make in contenders:
             step, close = await make()
             try:
-                runs[name].append(await _timed(step, steps, warmup))
+                if isinstance(step, Blocking):
+                    run = await asyncio.to_thread(_timed_blocking, step.step, steps, warmup)
+                else:
+                    run = await _timed(step, steps, warmup)
+                runs[name].append(run)
             finally:
                 await close()
             log(f"  {name}: repeat {repeat + 1}/{repeats}: {runs[name][-1].rate:,.0f} steps/s")
@@ -214,6 +266,10 @@ async def lockstep(s: Settings, log: Log) -> dict[str, dict[str, float]]:
         action = EchoAction(message=MESSAGE)
         contenders: list[tuple[str, Driver]] = [
             ("corral msgpack", lambda: corral_driver(echo.url, EchoEnv, "msgpack", action)),
+            (
+                "corral msgpack, sync twin",
+                lambda: corral_sync_driver(echo.url, EchoEnv, "msgpack", action),
+            ),
             ("corral JSON", lambda: corral_driver(echo.url, EchoEnv, "json", action)),
             (
                 "corral msgpack, async env",
@@ -227,9 +283,43 @@ async def lockstep(s: Settings, log: Log) -> dict[str, dict[str, float]]:
                 ("openenv-core", lambda: openenv_driver(oe.url, "echo")),
                 ("openenv-core, async env", lambda: openenv_driver(oe_async.url, "echo")),
             ]
-        return await _compare(contenders, s.lockstep_steps, s.warmup, s.repeats, log)
+        result = await _compare(contenders, s.lockstep_steps, s.warmup, s.repeats, log)
+        ratio = await sync_over_async(echo.url, action, s.lockstep_steps, s.warmup)
+        result["corral msgpack, sync twin"]["vs_async_interleaved"] = ratio
+        log(f"  sync twin / async client, step by step: {ratio:.2f}x")
+        return result
     finally:
         await asyncio.gather(*(server.stop() for server in started))
+
+
+async def sync_over_async(url: str, action: Any, steps: int, warmup: int) -> float:
+    """p50 of the sync twin's steps over the async client's, the two taking turns step by
+    step (so both see the same moments of a shared machine)."""
+    client = AsyncEnvClient(url, env=EchoEnv)
+    twin = AsyncEnvClient(url, env=EchoEnv).sync()
+    await client.reset()
+    await asyncio.to_thread(twin.reset)
+
+    def timed_twin_step() -> float:
+        t0 = time.perf_counter_ns()
+        twin.step(action)
+        return (time.perf_counter_ns() - t0) / 1000
+
+    try:
+        async_us: list[float] = []
+        sync_us: list[float] = []
+        for k in range(warmup + steps):
+            t0 = time.perf_counter_ns()
+            await client.step(action)
+            t1 = time.perf_counter_ns()
+            twin_us = await asyncio.to_thread(timed_twin_step)
+            if k >= warmup:
+                async_us.append((t1 - t0) / 1000)
+                sync_us.append(twin_us)
+        return _percentile(sync_us, 0.5) / _percentile(async_us, 0.5)
+    finally:
+        await client.close()
+        await asyncio.to_thread(twin.close)
 
 
 # -- 2. batched throughput --------------------------------------------------------------

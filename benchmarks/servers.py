@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from corral.client import LocalServer
+from corral.client.local_server import LocalServer
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -27,7 +27,8 @@ the handful of example environments::
 - :func:`values` is the per-type strategy :func:`instances` is built from.
 
 Generating a class per example is slower than generating data: use
-:data:`CONTRACT_SETTINGS` (or your own ``max_examples`` of 50-100 and ``deadline=None``).
+:data:`CONTRACT_SETTINGS` (the suite's profile decides how many examples: see
+``tests/conftest.py``).
 Nested models derive from :class:`corral.contract.WireModel` by default, because a plain
 ``BaseModel`` dumps ``bytes`` as UTF-8 text and cannot carry arbitrary bytes in JSON.
 """
@@ -70,11 +71,11 @@ INT64_MAX = 2**63
 """Integers are drawn from ``[INT64_MIN, INT64_MAX]``: what msgpack and orjson both carry."""
 
 CONTRACT_SETTINGS = settings(
-    max_examples=60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-"""Settings for tests drawing model classes: few examples, no per-example deadline."""
+"""Settings for tests drawing model classes: no per-example deadline, no slowness checks
+(the number of examples comes from the profile: ``--long`` for the full run)."""
 
 _ASTRAL = st.characters(min_codepoint=0x10000, max_codepoint=0x10FFFF)
 _ANY_CHAR = st.characters(blacklist_categories=("Cs",))

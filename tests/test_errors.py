@@ -1,10 +1,24 @@
-"""The error-code list: one exception per code, documented in one place."""
+"""The error-code list, the exception tree, and pydantic errors on the wire."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from corral.errors import EXCEPTIONS, CorralError, ErrorCode, StepTimeout, error_from_wire
+import orjson
+import pytest
+from pydantic import BaseModel, ValidationError, field_validator
+
+from corral import errors
+from corral.errors import (
+    EXCEPTIONS,
+    INPUT_LIMIT,
+    CorralError,
+    ErrorCode,
+    StepTimeout,
+    error_from_wire,
+    validation_errors,
+)
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "errors.md"
 
@@ -25,3 +39,77 @@ def test_round_trip_through_the_wire_form():
     unknown = error_from_wire({"code": "FUTURE_CODE", "message": "m"})
     assert type(unknown) is CorralError and unknown.code == "FUTURE_CODE"
     assert error_from_wire({}).code == ErrorCode.INTERNAL_ERROR
+
+
+def drawn_tree(text: str) -> dict[str, str | None]:
+    """``{class: parent}`` from a drawing of the exception tree (box-drawing lines)."""
+    parents: dict[str, str | None] = {}
+    stack: list[str] = []
+    for line in text.splitlines():
+        match = re.match(r"^\s*((?:[│ ]   )*)(?:[├└]── )?(\w+)\s", line + " ")
+        if match is None or not (line.strip().startswith(("├", "└", "│")) or stack == []):
+            continue
+        name = match.group(2)
+        if not hasattr(errors, name):
+            continue
+        depth = len(match.group(1)) // 4 + (1 if "──" in line else 0)
+        del stack[depth:]
+        parents[name] = stack[-1] if stack else None
+        stack.append(name)
+    return parents
+
+
+def test_the_drawn_tree_is_the_class_tree():
+    docstring = errors.__doc__ or ""
+    drawing = docstring[docstring.index("CorralError   ") :]
+    parents = drawn_tree(drawing)
+    actual: dict[str, str | None] = {"CorralError": None}
+    pending = [CorralError]
+    while pending:
+        cls = pending.pop()
+        for sub in cls.__subclasses__():
+            if sub.__module__ == errors.__name__:
+                actual[sub.__name__] = cls.__name__
+                pending.append(sub)
+    assert parents == actual, "redraw the tree in corral/errors.py's docstring"
+    tree = "\n".join(line.strip() for line in drawing.split("\n\n")[0].splitlines())
+    doc = "\n".join(line.strip() for line in DOC.read_text().splitlines())
+    assert tree in doc, "copy the tree to docs/errors.md"
+
+
+class Shouty(BaseModel):
+    text: str
+    count: int = 0
+
+    @field_validator("text")
+    @classmethod
+    def _quiet(cls, value: str) -> str:
+        if value.isupper():
+            raise ValueError("no shouting")
+        return value
+
+
+def errors_of(data: object) -> list[dict[str, object]]:
+    with pytest.raises(ValidationError) as info:
+        Shouty.model_validate(data)
+    found = validation_errors(info.value)
+    orjson.dumps(found)  # wire-safe
+    return found
+
+
+def test_validation_errors_echo_small_plain_inputs_and_bound_the_rest():
+    # Moved here from tests/protocol/test_openenv.py with the function it tests.
+    assert errors_of({"text": "HEY"}) == [
+        {"type": "value_error", "loc": ["text"], "msg": "Value error, no shouting", "input": "HEY"}
+    ]
+    (big,) = errors_of({"text": "A" * 100_000})
+    assert isinstance(big["input"], str) and len(big["input"]) <= INPUT_LIMIT
+    (raw,) = errors_of({"text": "t", "count": b"\x00bytes"})
+    assert raw["input"] == "b'\\x00bytes'"
+    (nested,) = errors_of({"text": "t", "count": [[[[[[1]]]]]] * 50})
+    assert isinstance(nested["input"], str) and len(nested["input"]) <= INPUT_LIMIT
+    (huge_int,) = errors_of({"text": 2**70})
+    assert huge_int["input"] == repr(2**70)
+    (unknown,) = errors_of({"text": object()})
+    assert isinstance(unknown["input"], str) and unknown["input"].startswith("<object")
+    assert "ctx" not in errors_of({"text": "HEY"})[0]

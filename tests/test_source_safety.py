@@ -20,9 +20,9 @@ UNSAFE_LOADERS = {"Loader", "UnsafeLoader", "FullLoader"}
 
 # Running code is the point of these files; nothing here deserializes anything.
 RUNS_AGENT_CODE = {
-    # The coding environment's worker: it execs the agent's action inside the sandbox
+    # The sandbox worker: it execs the agent's action inside the sandbox
     # process (started as ``python -c``), never in the server.
-    "corral/envs/coding/_worker.py": {"compile()", "exec()"},
+    "corral/sandbox/_worker.py": {"compile()", "exec()"},
 }
 
 

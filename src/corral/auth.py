@@ -3,13 +3,18 @@
 A server started with a token refuses every HTTP route and the WebSocket handshake
 unless the request carries ``Authorization: Bearer <token>``. Both sides find the token
 the same way: an explicit argument first, then the ``CORRAL_TOKEN`` environment
-variable, then the file named by ``CORRAL_TOKEN_FILE``.
+variable, then the file named by ``CORRAL_TOKEN_FILE``. A browser, which cannot set headers
+on a WebSocket, exchanges the token once for a short-lived signed cookie (see
+:func:`issue_cookie`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import secrets
+import time
 from pathlib import Path
 
 TOKEN_ENV = "CORRAL_TOKEN"
@@ -91,3 +96,51 @@ def bearer_matches(header: str | None, token: str) -> bool:
     if scheme.lower() != "bearer":
         return False
     return secrets.compare_digest(value.strip().encode(), token.encode())
+
+
+# -- browser sessions ---------------------------------------------------------------
+# Browsers cannot put a header on a WebSocket handshake. The web UI therefore sends the
+# bearer token once (``POST /auth``) and gets a short-lived cookie in exchange; every
+# route and the WebSocket then accept either. The cookie is signed with a key derived
+# from the token, so replicas sharing a token accept each other's cookies, and changing
+# the token voids every cookie issued with the old one.
+
+COOKIE_NAME = "corral_auth"
+"""The name of the HttpOnly cookie a browser holds after exchanging the token."""
+
+COOKIE_TTL_S = 3600
+"""How long an exchanged cookie is valid, in seconds."""
+
+_COOKIE_VERSION = "v1"
+
+
+def _cookie_key(token: str) -> bytes:
+    return hashlib.sha256(b"corral-auth-cookie\0" + token.encode()).digest()
+
+
+def _cookie_mac(token: str, payload: str) -> str:
+    return hmac.new(_cookie_key(token), payload.encode(), hashlib.sha256).hexdigest()
+
+
+def issue_cookie(token: str, *, now: float | None = None, ttl: float = COOKIE_TTL_S) -> str:
+    """A cookie value standing for ``token`` until ``now + ttl``."""
+    expires = int((time.time() if now is None else now) + ttl)
+    payload = f"{_COOKIE_VERSION}.{expires}.{secrets.token_hex(8)}"
+    return f"{payload}.{_cookie_mac(token, payload)}"
+
+
+def cookie_matches(value: str | None, token: str, *, now: float | None = None) -> bool:
+    """True when ``value`` is an unexpired cookie issued for ``token``.
+
+    Like :func:`bearer_matches`, the signature is compared in constant time.
+    """
+    if not value:
+        return False
+    payload, _, mac = value.rpartition(".")
+    version, _, rest = payload.partition(".")
+    expires, _, nonce = rest.partition(".")
+    if version != _COOKIE_VERSION or not expires.isdigit() or not nonce:
+        return False
+    if int(expires) < (time.time() if now is None else now):
+        return False
+    return secrets.compare_digest(mac.encode(), _cookie_mac(token, payload).encode())

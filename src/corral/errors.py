@@ -8,12 +8,56 @@ whether the step ran in-process or on a server across the world.
 Codes are part of the protocol: once published, a code keeps its name and meaning.
 New codes may be added; a client that meets a code it does not know raises the
 plain :class:`CorralError` with that code.
+
+The exceptions (each leaf has its own code; ``tests/test_errors.py`` holds this drawing
+to the classes)::
+
+    CorralError                   any corral failure: code, message, details, request_id
+    ├── ProtocolError             the peer broke the protocol
+    │   ├── BadFrame              BAD_FRAME
+    │   ├── BadMessage            BAD_MESSAGE
+    │   ├── UnknownType           UNKNOWN_TYPE
+    │   ├── FrameTooLarge         FRAME_TOO_LARGE
+    │   ├── BatchTooLarge         BATCH_TOO_LARGE
+    │   ├── HandshakeRequired     HANDSHAKE_REQUIRED
+    │   └── UnsupportedProtocol   UNSUPPORTED_PROTOCOL
+    ├── ContractMismatch          CONTRACT_MISMATCH
+    ├── Unauthorized              UNAUTHORIZED
+    ├── SessionError              the session (or server) does not allow the request now
+    │   ├── CapacityReached       CAPACITY_REACHED
+    │   ├── TooManySessions       TOO_MANY_SESSIONS
+    │   ├── TooManyConnections    TOO_MANY_CONNECTIONS
+    │   ├── UnknownSession        UNKNOWN_SESSION
+    │   ├── SessionLost           SESSION_LOST
+    │   ├── ResetRequired         RESET_REQUIRED
+    │   ├── EpisodeEnded          EPISODE_ENDED
+    │   └── SessionBusy           SESSION_BUSY
+    ├── EnvFailure                raised by or about the environment's own code
+    │   ├── InvalidAction         INVALID_ACTION
+    │   ├── InvalidArgument       INVALID_ARGUMENT (also a ValueError)
+    │   ├── EnvError              ENV_ERROR
+    │   ├── FactoryError          FACTORY_ERROR
+    │   ├── BadObservation        BAD_OBSERVATION
+    │   └── StepTimeout           STEP_TIMEOUT
+    ├── InternalError             INTERNAL_ERROR
+    ├── RequestTimeout            REQUEST_TIMEOUT (also a TimeoutError; client side)
+    ├── ConnectionLost            CONNECTION_LOST (also a ConnectionError; client side)
+    │   └── ServerStartError  a server did not start (CONNECTION_LOST; providers)
+    └── ClientClosed              CLIENT_CLOSED (client side)
+
+:func:`validation_errors` is the one way pydantic's validation errors go on the wire.
 """
 
 from __future__ import annotations
 
+import reprlib
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import orjson
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 
 class ErrorCode(StrEnum):
@@ -241,6 +285,13 @@ class ClientClosed(CorralError):
     code = ErrorCode.CLIENT_CLOSED
 
 
+class ServerStartError(ConnectionLost):
+    """A server (process, container) exited or never became ready.
+
+    ``details['output']`` holds its last output lines when they could be read.
+    """
+
+
 def _exception_classes() -> dict[str, type[CorralError]]:
     table: dict[str, type[CorralError]] = {}
     pending: list[type[CorralError]] = [CorralError]
@@ -267,3 +318,48 @@ def error_from_wire(payload: dict[str, Any], request_id: int | None = None) -> C
         request_id=request_id,
         code=None if cls.__dict__.get("code") == code else code,
     )
+
+
+INPUT_LIMIT = 200
+"""Bytes of an offending input an error echoes (as JSON), or characters of its repr."""
+
+
+def _short_repr() -> reprlib.Repr:
+    short = reprlib.Repr()
+    short.maxlevel, short.maxstring, short.maxother = 4, 160, 160
+    return short
+
+
+_SHORT = _short_repr()
+_PLAIN_JSON = (
+    orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
+
+
+def _bounded(value: Any) -> Any:
+    try:
+        if len(orjson.dumps(value, option=_PLAIN_JSON)) <= INPUT_LIMIT:
+            return value
+    except (TypeError, orjson.JSONEncodeError):
+        pass  # not plain JSON (bytes, arrays, objects): shown as a repr
+    return _SHORT.repr(value)[:INPUT_LIMIT]
+
+
+def validation_errors(exc: ValidationError) -> list[dict[str, Any]]:
+    """Pydantic's errors as wire-safe data: ``type``, ``loc``, ``msg`` and ``input``.
+
+    The one rule for every error that carries them (``INVALID_ACTION``, OpenEnv's
+    ``VALIDATION_ERROR``, JSON-RPC ``INVALID_PARAMS``): the offending input is echoed as it
+    came when it is plain JSON of at most :data:`INPUT_LIMIT` bytes, else as a repr of at
+    most :data:`INPUT_LIMIT` characters; no ``ctx`` (a custom validator's exception would
+    not serialize) and no URLs. So nesting or size can never blow up an error reply.
+    """
+    out = []
+    for err in exc.errors(include_url=False, include_context=False):
+        item: dict[str, Any] = {"type": err["type"], "loc": list(err["loc"]), "msg": err["msg"]}
+        if "input" in err:
+            item["input"] = _bounded(err["input"])
+        out.append(item)
+    return out

@@ -88,13 +88,23 @@ class NotebookEnv(Environment[NoteAction, NoteObservation, State]):
         raise ValueError("the page is glued")
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[ThreadServer]:
-    server = ThreadServer(NotebookEnv, idle_timeout_s=0.5)
+def notebook_server(idle_timeout_s: float) -> Iterator[ThreadServer]:
+    server = ThreadServer(NotebookEnv, idle_timeout_s=idle_timeout_s)
     mount_mcp(server.app)
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ThreadServer]:
+    # Sessions must outlive the pauses of a loaded machine between two requests of a test.
+    yield from notebook_server(idle_timeout_s=600)
+
+
+@pytest.fixture
+def reaping_server() -> Iterator[ThreadServer]:
+    yield from notebook_server(idle_timeout_s=0.5)
 
 
 def _text(result: Any) -> str:
@@ -139,7 +149,7 @@ async def test_one_mcp_session_is_one_episode(server: ThreadServer) -> None:
         seeded = await first.call_tool("episode", {})
         assert seeded.structured_content == {"seed": 7, "topic": "chores"}
     # Leaving the client deleted both MCP sessions, freeing their slots.
-    assert wait_until(lambda: server.manager.active == 0, timeout=5)
+    assert wait_until(lambda: server.manager.active == 0, timeout=60)
 
 
 def _initialize(url: str, **headers: str) -> httpx.Response:
@@ -190,9 +200,58 @@ def test_transport_rules(server: ThreadServer) -> None:
     assert httpx.delete(url, headers={SESSION_HEADER: session}).status_code == 404
 
 
-def test_reaped_episodes_answer_404(server: ThreadServer) -> None:
+def test_reaped_episodes_answer_404(reaping_server: ThreadServer) -> None:
+    server = reaping_server
     url = f"{server.url}{DEFAULT_PATH}"
     session = _initialize(url).headers[SESSION_HEADER]
-    assert wait_until(lambda: server.manager.active == 0, timeout=10)  # idle_timeout_s=0.5
+    assert wait_until(lambda: server.manager.active == 0, timeout=60)  # idle_timeout_s=0.5
     call = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
     assert httpx.post(url, json=call, headers={SESSION_HEADER: session}).status_code == 404
+
+
+def test_args_docstring_becomes_parameter_descriptions():
+    from corral.contract.tools import tools_of
+
+    spec = tools_of(NotebookEnv)["add_note"]
+    props = spec.input_schema["properties"]
+    assert props["text"]["description"] == "what to write."
+    assert props["priority"]["description"] == "1 (low) to 5 (high)."
+    assert spec.description == "Write a note."
+
+
+async def test_stdio_transport_runs_one_episode():
+    import asyncio
+
+    import orjson
+
+    from corral.adapters.mcp import serve_stdio
+    from corral.server import ServerConfig
+    from corral.server.service import EnvService
+
+    service = EnvService(NotebookEnv, ServerConfig())
+    lines = [
+        {"jsonrpc": "2.0", "id": 0, "method": "tools/list"},
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "add_note", "arguments": {"text": "hi"}},
+        },
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "count"}},
+    ]
+    queue = [orjson.dumps(line) + b"\n" for line in lines] + [b"not json\n", b""]
+    out: list[Any] = []
+
+    async def read_line() -> bytes:
+        await asyncio.sleep(0)
+        return queue.pop(0)
+
+    await serve_stdio(service, read_line, lambda data: out.append(orjson.loads(data)))
+    assert out[0]["error"]["code"] == -32600  # not initialized yet
+    assert out[1]["result"]["serverInfo"]["name"] == "NotebookEnv"
+    assert out[2]["result"]["structuredContent"] == {"text": "hi", "priority": 1}
+    assert out[3]["result"]["data"] == 1
+    assert out[4]["error"]["code"] == -32700
+    assert len(out) == 5 and service.manager.active == 0  # the episode ended with the input

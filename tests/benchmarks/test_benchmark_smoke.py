@@ -46,7 +46,14 @@ def test_smoke_run_writes_every_table(tmp_path):
     for section in SECTIONS:
         assert section in report, section
     lockstep = {row[0]: row for row in _rows(report, SECTIONS[0])}
-    for name in ("corral msgpack", "corral JSON", "corral msgpack, async env", "websockets floor"):
+    names = (
+        "corral msgpack",
+        "corral msgpack, sync twin",
+        "corral JSON",
+        "corral msgpack, async env",
+        "websockets floor",
+    )
+    for name in names:
         assert _number(lockstep[name][3]) > 0  # steps/s
         assert _number(lockstep[name][1]) <= _number(lockstep[name][2])  # p50 <= p99
     batched = _rows(report, SECTIONS[1])

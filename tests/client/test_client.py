@@ -13,8 +13,9 @@ import pytest
 from tests.support.envs import CountAction, CounterEnv, CountObservation, CountState
 from tests.support.servers import running
 
-from corral.client import AsyncEnvClient, LocalServer, SyncEnvClient
+from corral.client import AsyncEnvClient, SyncEnvClient
 from corral.client.connection import http_url, ws_url
+from corral.client.local_server import LocalServer
 from corral.contract import Environment
 from corral.envs.echo import EchoAction, EchoEnv
 from corral.errors import (
@@ -27,6 +28,7 @@ from corral.errors import (
     RequestTimeout,
     ResetRequired,
 )
+from corral.testing import InProcessServer
 
 
 def test_urls():
@@ -60,8 +62,17 @@ async def test_late_reply_is_never_taken_for_the_next_answer(server):
     await client.close()
 
 
-async def test_typed_results_and_errors(server):
-    async with AsyncEnvClient(server.url, env=CounterEnv) as client:
+@pytest.fixture
+async def in_process():
+    async with InProcessServer(CounterEnv, max_frame_bytes=32 * 1024) as srv:
+        yield srv
+
+
+# Contract behaviour, not the transport's: in process (corral.testing).
+
+
+async def test_typed_results_and_errors(in_process):
+    async with in_process.client() as client:
         with pytest.raises(ResetRequired):
             await client.step(CountAction())
         first = await client.reset(seed=5, label="x")
@@ -81,17 +92,17 @@ async def test_typed_results_and_errors(server):
         await client.step(CountAction())
 
 
-async def test_contract_mismatch_is_caught_at_connect(server):
+async def test_contract_mismatch_is_caught_at_connect(in_process):
     class Renamed(Environment[EchoAction, CountObservation, CountState]):
         contract_version = "2.0.0"
 
     with pytest.raises(ContractMismatch) as err:
-        await AsyncEnvClient(server.url, env=Renamed).connect()
+        await in_process.client(env=Renamed).connect()
     assert err.value.details["server_version"] == "1.0.0"
 
 
-async def test_models_from_the_servers_schema(server):
-    async with AsyncEnvClient(server.url) as client:  # no classes given
+async def test_models_from_the_servers_schema(in_process):
+    async with in_process.client(env=None) as client:  # no classes given
         result = await client.reset(seed=1)
         assert type(result.observation).__name__ == "CountObservation"
         assert result.observation.blob == bytes(range(256))
@@ -101,12 +112,15 @@ async def test_models_from_the_servers_schema(server):
             await client.step({"amount": "x"})
 
 
-async def test_many_sessions_concurrently(server):
-    clients = [AsyncEnvClient(server.url, env=CounterEnv) for _ in range(20)]
+async def test_many_sessions_concurrently(in_process):
+    clients = [in_process.client() for _ in range(20)]
     await asyncio.gather(*(c.reset(limit=100) for c in clients))
     totals = await asyncio.gather(*(c.step(CountAction(amount=i)) for i, c in enumerate(clients)))
     assert [t.observation.total for t in totals] == list(range(20))
     await asyncio.gather(*(c.close() for c in clients))
+
+
+# The transport and the blocking twin's threads: a real server.
 
 
 def test_sync_twin_in_a_script_and_inside_a_running_loop(server):
@@ -166,7 +180,7 @@ def test_servers_die_with_their_parent(tmp_path):
         textwrap.dedent(
             f"""
             import asyncio, os, sys
-            from corral.client import LocalServer
+            from corral.client.local_server import LocalServer
             async def main():
                 server = LocalServer("corral.envs.echo:EchoEnv")
                 await server.start()

@@ -26,6 +26,7 @@ from corral.errors import (
     SessionLost,
     UnsupportedProtocol,
 )
+from corral.protocol import messages as m
 
 
 class CountAction(Action):
@@ -149,11 +150,12 @@ async def test_requests_without_an_openenv_form(url):
     connection = OpenEnvConnection(url, settle_s=2.0)
     welcome = await connection.connect()
     assert welcome["protocol"] == "openenv" and "schemas" not in welcome
-    opened = await connection.request({"type": "open"}, timeout=5)
-    assert opened["session"] == connection.session
+    opened = await connection.request(m.Open(connection.next_id()), timeout=5)
+    assert opened.session == connection.session
     with pytest.raises(UnsupportedProtocol, match="attach"):
-        await connection.request({"type": "attach", "session": "s", "token": "t"}, timeout=5)
-    assert (await connection.request({"type": "close"}, timeout=5))["type"] == "closed"
+        await connection.request(m.Attach(connection.next_id(), "s", "t"), timeout=5)
+    closed = await connection.request(m.Close(connection.next_id(), "s"), timeout=5)
+    assert closed.type == "closed"
     await connection.close()
     with pytest.raises(ClientClosed):
-        await connection.request({"type": "state"}, timeout=5)
+        await connection.request(m.GetState(connection.next_id(), "s"), timeout=5)

@@ -255,7 +255,7 @@ async def test_batches_are_split_to_the_servers_limit(counter):
         await pool.reset(options={"limit": 100})
         batch = await pool.step([CountAction(amount=2)] * 10)
         assert batch.obs["total"].tolist() == [2] * 10
-        assert len(pool._servers[0].connections) == 1
+        assert len(pool.fleet.servers[0].links) == 1
 
 
 async def test_many_servers_started_by_the_pool_with_a_progress_bar():
@@ -274,7 +274,7 @@ async def test_many_servers_started_by_the_pool_with_a_progress_bar():
         await pool.reset(options={"limit": 100})
         batch = await pool.step([CountAction(amount=1)] * 6)
         assert batch.obs["total"].tolist() == [1] * 6
-        handles = [s.handle for s in pool._servers]
+        handles = [s.handle for s in pool.fleet.servers]
     assert all(h is not None and not h.running for h in handles)
     shown = out.getvalue()
     assert "starting servers" in shown and "opening sessions" in shown
@@ -293,7 +293,7 @@ async def test_a_dead_server_is_replaced_and_its_sessions_reset():
     async with pool:
         await pool.reset(options={"limit": 100})
         await pool.step([CountAction(amount=5)] * 4)
-        victim = pool._servers[1]
+        victim = pool.fleet.servers[1]
         old_url = victim.url
         os.killpg(victim.handle.process.pid, signal.SIGKILL)
         victim.handle.process.wait()
@@ -317,11 +317,36 @@ async def test_a_dropped_connection_resumes_with_the_episode_intact(counter):
     async with EnvPool(2, counter.url, env=CounterEnv, health_interval=0.1, progress=False) as pool:
         await pool.reset(options={"limit": 100})
         await pool.step([CountAction(amount=3)] * 2)
-        connection = pool._servers[0].connections[0].connection
+        connection = pool.fleet.servers[0].links[0].connection
         connection._ws.transport.abort()
         batch = await pool.step([CountAction(amount=1)] * 2)  # re-sent once reconnected
         assert batch.obs["total"].tolist() == [4, 4]  # the episodes survived
         assert connection.reconnects >= 1
+
+
+async def test_a_connection_that_gave_up_is_re_established_by_the_fleet(counter):
+    pool = EnvPool(2, counter.url, env=CounterEnv, health_interval=None, progress=False)
+    async with pool:
+        await pool.reset(options={"limit": 100})
+        await pool.step([CountAction(amount=3)] * 2)
+        sessions = [s.session for s in pool.fleet.slots]
+        connection = pool.fleet.servers[0].links[0].connection
+        connection.protocol.policy = None  # this drop fails the connection for good
+        connection._ws.transport.abort()
+        for _ in range(200):
+            if connection.protocol.failed is not None:
+                break
+            await asyncio.sleep(0.01)
+        with pytest.raises(PoolError) as err:  # the step in the way fails, and is reported
+            await pool.step([CountAction(amount=1)] * 2)
+        assert all(isinstance(e, ConnectionLost) for e in err.value.errors.values())
+        # After the fleet's recovery: the same sessions, re-attached on the same connection;
+        # the pool resets them, since the failed step left their state unknown.
+        batch = await pool.step([CountAction(amount=1)] * 2)
+        assert batch.obs["total"].tolist() == [0, 0] and batch.rewards.tolist() == [0, 0]
+        assert [s.session for s in pool.fleet.slots] == sessions
+        assert pool.fleet.servers[0].links[0].connection is connection and connection.connected
+        assert (await pool.step([CountAction(amount=2)] * 2)).obs["total"].tolist() == [2, 2]
 
 
 def test_sync_twin(counter):

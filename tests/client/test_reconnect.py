@@ -13,14 +13,15 @@ from tests.support.servers import port_of, running
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from corral.client import AsyncEnvClient, Connection
-from corral.client.connection import ReconnectPolicy, ws_url
+from corral.client import AsyncEnvClient, ReconnectPolicy
+from corral.client.connection import Connection, ws_url
 from corral.errors import (
     ConnectionLost,
     ErrorCode,
     TooManyConnections,
     Unauthorized,
 )
+from corral.protocol import messages as m
 
 FAST = ReconnectPolicy(initial_delay_s=0.01, max_delay_s=0.1, give_up_after_s=10)
 
@@ -73,18 +74,18 @@ async def test_one_connection_resumes_all_its_sessions():
             await conn.connect()
             sessions = []
             for _ in range(3):
-                opened = await conn.request({"type": "open"}, timeout=5)
-                sessions.append(opened["session"])
-                await conn.request({"type": "reset", "session": sessions[-1]}, timeout=5)
+                opened = await conn.request(m.Open(conn.next_id()), timeout=5)
+                sessions.append(opened.session)
+                await conn.request(m.Reset(conn.next_id(), sessions[-1]), timeout=5)
             assert set(conn.sessions.live) == set(sessions)
             proxy.cut_all()
             replies = await asyncio.gather(
                 *(
-                    conn.request({"type": "step", "session": s, "action": {"amount": i}}, 5)
+                    conn.request(m.Step(conn.next_id(), s, {"amount": i}), 5)
                     for i, s in enumerate(sessions)
                 )
             )
-            assert [r["observation"]["total"] for r in replies] == [0, 1, 2]
+            assert [r.observation["total"] for r in replies] == [0, 1, 2]
             assert conn.reconnects == 1
             await conn.close()
 
@@ -144,7 +145,7 @@ async def test_connections_per_client_address_are_limited():
         assert raw.value.response.status_code == 429
         await a.close()
         for _ in range(100):
-            if srv.service.connections.get("127.0.0.1", 0) < 2:
+            if srv.service.gate.held.get("127.0.0.1", 0) < 2:
                 break
             await asyncio.sleep(0.02)
         c = await RawPeer.open(srv.url)  # a freed connection is usable again

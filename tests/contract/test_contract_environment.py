@@ -166,17 +166,6 @@ def test_contract_without_models_names_what_is_missing() -> None:
         NoObservation.contract()
 
 
-def test_is_async() -> None:
-    for method in ("reset", "step", "state", "close"):
-        assert Plain.is_async(method) is False
-    assert [Async.is_async(m) for m in ("reset", "step", "state", "close")] == [
-        True,
-        True,
-        False,
-        True,
-    ]
-
-
 def test_base_methods() -> None:
     class Bare(Environment[Move, Seen, State]):
         pass

@@ -17,15 +17,17 @@ from tests.strategies import CONTRACT_SETTINGS, model_classes
 
 from corral.contract import (
     Action,
-    Contract,
     Observation,
     State,
+)
+from corral.contract.schema import (
+    Contract,
+    canonical_schema,
     compatible,
     fingerprint,
     model_schemas,
     parse_semver,
 )
-from corral.contract.schema import canonical_schema
 from corral.envs.echo import EchoAction, EchoEnv, EchoObservation, EchoState
 
 # The same contract, defined in a fresh interpreter (and in this one, below).
@@ -34,7 +36,8 @@ CONTRACT_SOURCE = textwrap.dedent(
     import enum
     from typing import Literal
     from pydantic import Field
-    from corral.contract import Action, Observation, State, fingerprint, model_schemas
+    from corral.contract import Action, Observation, State
+    from corral.contract.schema import fingerprint, model_schemas
 
     class Dir(enum.Enum):
         N = "n"
@@ -258,7 +261,13 @@ def test_model_schemas_and_contract() -> None:
 def test_observation_and_state_bases_have_schemas() -> None:
     schemas = model_schemas(Action, Observation, State)
     assert schemas["action"]["additionalProperties"] is False
-    assert set(schemas["observation"]["properties"]) == {"done", "truncated", "reward", "metadata"}
+    assert set(schemas["observation"]["properties"]) == {
+        "done",
+        "truncated",
+        "reward",
+        "reward_components",
+        "metadata",
+    }
     assert set(schemas["state"]["properties"]) == {"episode_id", "step_count"}
 
 

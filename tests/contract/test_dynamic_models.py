@@ -12,7 +12,7 @@ import uuid
 from typing import Annotated, Any, Literal
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field, RootModel, SecretStr, ValidationError
 from tests.strategies import CONTRACT_SETTINGS, instances, model_classes
@@ -23,11 +23,9 @@ from corral.contract import (
     Observation,
     State,
     WireModel,
-    contract_models,
-    fingerprint,
-    model_from_schema,
-    model_schemas,
 )
+from corral.contract.dynamic import contract_models, model_from_schema
+from corral.contract.schema import fingerprint, model_schemas
 from corral.envs.echo import EchoEnv
 
 
@@ -760,6 +758,7 @@ _SCHEMA_NODES = st.recursive(
 
 @CONTRACT_SETTINGS
 @given(nodes=st.dictionaries(st.sampled_from(["a", "b", "c"]), _SCHEMA_NODES, max_size=3))
+@example(nodes={"a": {"type": None, "default": {"$ref": "string"}}})
 def test_random_schemas_never_crash(nodes: dict[str, Any]) -> None:
     schema = {
         "type": "object",

@@ -36,10 +36,9 @@ from corral.contract import (
     State,
     WireModel,
     WireSafetyError,
-    check_model,
-    make_wire_safe,
 )
 from corral.contract.arrays import NDArray
+from corral.contract.wiresafe import check_model, make_wire_safe
 
 pytestmark = pytest.mark.filterwarnings("ignore::pydantic.warnings.ArbitraryTypeWarning")
 

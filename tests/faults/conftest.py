@@ -1,10 +1,10 @@
 """Fault-injection and bad-input suites: scale option, shared servers, the figures report.
 
 ``pytest tests/faults`` runs every scenario at its default size (about a minute on two
-cores); ``pytest tests/faults --long`` runs them bigger. Each scenario records what it
-did and what was lost in the ``figures`` fixture; the totals are printed at the end of
-the run and, with ``--fault-report PATH``, written there as JSON (docs/reliability.md
-quotes them).
+cores); ``--long`` (an option of the whole suite, ``tests/conftest.py``) runs them
+bigger. Each scenario records what it did and what was lost in the ``figures`` fixture;
+the totals are printed at the end of the run and, with ``--fault-report PATH``, written
+there as JSON (docs/reliability.md quotes them).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from corral.client import LocalServer
+from corral.client.local_server import LocalServer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -27,9 +27,6 @@ _FIGURES: dict[str, dict[str, Any]] = {}
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("corral faults")
-    group.addoption(
-        "--long", action="store_true", help="run the fault and fuzz suites at a larger scale"
-    )
     group.addoption(
         "--fault-report", default=None, help="write the suites' figures to this JSON file"
     )

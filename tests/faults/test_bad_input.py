@@ -29,8 +29,9 @@ from tests.support.envs import CountAction, CounterEnv
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from corral.client import AsyncEnvClient, LocalServer
+from corral.client import AsyncEnvClient
 from corral.client.connection import ws_url
+from corral.client.local_server import LocalServer
 from corral.contract.schema import parse_semver
 from corral.errors import ErrorCode
 from corral.protocol.codecs import get_codec

@@ -24,7 +24,8 @@ from tests.faults.envs import (
     RecordingEnv,
 )
 
-from corral.client import AsyncEnvClient, LocalServer
+from corral.client import AsyncEnvClient
+from corral.client.local_server import LocalServer
 from corral.errors import EnvError, FactoryError, InvalidAction, SessionLost, StepTimeout
 
 KINDS = ["runtime", "value", "recursion", "memory", "keyboard", "exit"]

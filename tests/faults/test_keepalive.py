@@ -18,8 +18,8 @@ from tests.faults.envs import RecAction, RecordingEnv
 from tests.support.faultproxy import DOWN, UP, FaultProxy
 from tests.support.servers import port_of
 
-from corral.client import AsyncEnvClient, LocalServer
-from corral.client.connection import ReconnectPolicy
+from corral.client import AsyncEnvClient, ReconnectPolicy
+from corral.client.local_server import LocalServer
 
 INTERVAL = 0.4
 FAST = ReconnectPolicy(initial_delay_s=0.01, max_delay_s=0.2, give_up_after_s=20)

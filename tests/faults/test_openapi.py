@@ -27,7 +27,7 @@ from schemathesis.checks import positive_data_acceptance
 from tests.faults.conftest import local_server, started
 
 from corral.auth import bearer_header
-from corral.client import LocalServer
+from corral.client.local_server import LocalServer
 
 TOKEN = "openapi-suite-token-0123456789"
 AUTH = bearer_header(TOKEN)

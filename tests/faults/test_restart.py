@@ -20,8 +20,7 @@ from tests.faults.envs import RecAction, RecordingEnv
 from tests.support.faultproxy import FaultProxy
 from tests.support.servers import port_of
 
-from corral.client import AsyncEnvClient
-from corral.client.connection import ReconnectPolicy
+from corral.client import AsyncEnvClient, ReconnectPolicy
 from corral.errors import ConnectionLost, SessionLost
 
 POLICY = ReconnectPolicy(initial_delay_s=0.05, max_delay_s=0.5, give_up_after_s=30)

@@ -18,8 +18,7 @@ from tests.faults.envs import RecAction, RecordingEnv
 from tests.support.faultproxy import DOWN, UP, Act, FaultProxy, RandomCuts
 from tests.support.servers import port_of
 
-from corral.client import AsyncEnvClient
-from corral.client.connection import ReconnectPolicy
+from corral.client import AsyncEnvClient, ReconnectPolicy
 from corral.errors import RequestTimeout
 
 FAST = ReconnectPolicy(initial_delay_s=0.01, max_delay_s=0.25, give_up_after_s=20)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, create_model
 from tests.strategies import instances, model_classes
@@ -48,7 +48,6 @@ def dump(model: BaseModel | None) -> Any:
     return None if model is None else model.model_dump(mode="json")
 
 
-@settings(max_examples=25, deadline=None)
 @given(data=st.data())
 async def test_random_contracts_round_trip_through_a_real_server(data):
     action_type = data.draw(model_classes(base=Action))

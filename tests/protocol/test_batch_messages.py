@@ -12,9 +12,16 @@ from corral.protocol.codecs import JsonCodec, MsgpackCodec
 from corral.protocol.messages import parse_request
 
 
+def step_batch(items, rid=1):
+    return b.StepBatch(rid, tuple(b.StepItem(s, a) for s, a in items)).to_wire()
+
+
+def reset_batch(items, rid=1):
+    return b.ResetBatch(rid, tuple(b.ResetItem(s, seed, o) for s, seed, o in items)).to_wire()
+
+
 def test_step_batch_round_trip():
-    message = b.step_batch([("a", {"message": "x"}), ("b", {"message": "y"})])
-    message["id"] = 3
+    message = step_batch([("a", {"message": "x"}), ("b", {"message": "y"})], 3)
     request = parse_request(message)
     assert isinstance(request, b.StepBatch)
     assert request.id == 3 and request.type == "step_batch"
@@ -22,8 +29,7 @@ def test_step_batch_round_trip():
 
 
 def test_reset_batch_round_trip_and_defaults():
-    message = b.reset_batch([("a", 1, {"limit": 2}), ("b", None, {})])
-    message["id"] = 4
+    message = reset_batch([("a", 1, {"limit": 2}), ("b", None, {})], 4)
     request = parse_request(message)
     assert isinstance(request, b.ResetBatch)
     assert request.items == (b.ResetItem("a", 1, {"limit": 2}), b.ResetItem("b", None, {}))
@@ -97,7 +103,7 @@ def test_null_options_mean_none():
 
 def test_batch_size_limit():
     items = [("s", {}) for _ in range(5)]
-    message = {**b.step_batch(items), "id": 9}
+    message = step_batch(items, 9)
     request = parse_request(message)
     b.check_batch_size(request, 5)
     with pytest.raises(BatchTooLarge) as err:
@@ -109,9 +115,9 @@ def test_batch_size_limit():
 
 
 def test_replies_and_reading_them():
-    ok = b.item_result("a", {"done": False})
-    failed = b.item_error("b", InvalidArgument("nope", details={"x": 1}))
-    reply = b.batch_reply(7, [ok, failed])
+    ok = b.ItemResult("a", {"done": False})
+    failed = b.ItemError.of("b", InvalidArgument("nope", details={"x": 1}))
+    reply = b.BatchReply(7, [ok, failed]).to_wire()
     assert reply == {
         "type": "batch",
         "id": 7,
@@ -123,13 +129,17 @@ def test_replies_and_reading_them():
             },
         ],
     }
-    assert b.read_batch_reply(reply, 2) == reply["results"]
+    parsed = b.BatchReply.from_wire(reply)
+    assert parsed.expect(2) == [ok, failed]
+    assert isinstance(parsed.results[1].exception(7), InvalidArgument)
     with pytest.raises(BadMessage, match="2 results for 3 items"):
-        b.read_batch_reply(reply, 3)
-    with pytest.raises(BadMessage, match="expected a 'batch' reply"):
-        b.read_batch_reply({"type": "result", "id": 7}, 2)
+        parsed.expect(3)
     with pytest.raises(BadMessage):
-        b.read_batch_reply({"type": "batch", "id": 7, "results": [1, 2]}, 2)
+        b.BatchReply.from_wire({"type": "batch", "id": 7, "results": [1, 2]})
+    with pytest.raises(BadMessage):
+        b.BatchReply.from_wire({"type": "batch", "id": 7, "results": [{"session": "a"}]})
+    with pytest.raises(ValueError, match="no wire form"):
+        b.StepBatch(1, (b.BadItem("a", BadMessage("x")),)).to_wire()
 
 
 def text(**kwargs):
@@ -155,7 +165,7 @@ wire_values = st.recursive(
 )
 def test_step_batches_survive_both_codecs(items):
     for codec in (MsgpackCodec(), JsonCodec()):
-        message = {**b.step_batch(items), "id": 11}
+        message = step_batch(items, 11)
         request = parse_request(codec.decode(codec.encode(message)))
         assert [(i.session, i.action) for i in request.items] == items
 
@@ -173,7 +183,7 @@ def test_step_batches_survive_both_codecs(items):
 )
 def test_reset_batches_survive_both_codecs(items):
     for codec in (MsgpackCodec(), JsonCodec()):
-        message = {**b.reset_batch(items), "id": 12}
+        message = reset_batch(items, 12)
         request = parse_request(codec.decode(codec.encode(message)))
         assert [(i.session, i.seed, i.options) for i in request.items] == items
 

@@ -1,68 +1,100 @@
-"""The client's sans-I/O bookkeeping: stable ids, what a reconnect re-sends, lost sessions."""
+"""The client's sans-I/O connection: stable ids, matching, the session book, the reconnect plan.
+
+Everything here runs without a socket: frames go in and out of a ``ClientProtocol``
+exactly as a transport would move them.
+"""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from corral.errors import ErrorCode, SessionLost
-from corral.protocol.client import RequestTracker, SessionBook
+from corral.errors import (
+    BadMessage,
+    ClientClosed,
+    ConnectionLost,
+    EnvError,
+    ErrorCode,
+    FrameTooLarge,
+    RequestTimeout,
+    SessionLost,
+)
+from corral.protocol.batch import BatchReply, ItemResult, StepBatch, StepItem
+from corral.protocol.client import (
+    AfterLoss,
+    Answer,
+    ClientProtocol,
+    ReconnectPolicy,
+    RequestTracker,
+    SessionBook,
+)
+from corral.protocol.codecs import MsgpackCodec
+from corral.protocol.messages import (
+    Attached,
+    Closed,
+    ContractRef,
+    ErrorReply,
+    GetState,
+    Open,
+    Opened,
+    Result,
+    StateReply,
+    Step,
+    Welcome,
+)
+
+CODEC = MsgpackCodec()
+
+
+def frame(reply) -> bytes:
+    return CODEC.encode(reply.to_wire())
+
+
+def welcome(rid: int, instance: str = "i1", **limits) -> Welcome:
+    return Welcome(rid, {"instance": instance}, {"name": "x"}, limits, "exact")
 
 
 def test_ids_are_stable_and_replay_is_in_order():
     tracker = RequestTracker()
-    hello = tracker.new("hello", message={"type": "hello"}, replay=False)
-    a = tracker.new("step", message={"type": "step", "session": "s1"})
-    b = tracker.new("state", message={"type": "state", "session": "s2"})
-    assert (hello, a, b) == (1, 2, 3)
-    assert tracker.unsent(1) == [
-        (a, {"type": "step", "session": "s1", "id": a}),
-        (b, {"type": "state", "session": "s2", "id": b}),
-    ]
-    tracker.mark_sent(a, 1)
-    assert [rid for rid, _ in tracker.unsent(1)] == [b]
+    hello = tracker.add(Open(tracker.next_id()), b"h", replay=False)
+    a = tracker.add(Step(tracker.next_id(), "s1", {}), b"a")
+    b = tracker.add(GetState(tracker.next_id(), "s2"), b"b")
+    assert (hello.request.id, a.request.id, b.request.id) == (1, 2, 3)
+    assert tracker.unsent(1) == [a, b]
+    a.sent = 1
+    assert tracker.unsent(1) == [b]
     # After a reconnect (generation 2) both go again, with the same ids; hello does not.
-    assert [rid for rid, _ in tracker.unsent(2)] == [a, b]
-    assert tracker.bound_to_socket() == [hello]
-    assert tracker.of_sessions({"s2"}) == [b]
-    assert tracker.match({"type": "result", "id": a}) is not None
-    assert [rid for rid, _ in tracker.unsent(2)] == [b]  # answered: never re-sent
-    assert tracker.match({"type": "result", "id": a}) is None  # a second reply is stale
+    assert [e.request.id for e in tracker.unsent(2)] == [2, 3]
+    assert tracker.bound_to_socket() == [1]
+    assert tracker.of_sessions({"s2"}) == [3]
+    assert tracker.match(Result(2, "s1", {})) is a
+    assert [e.request.id for e in tracker.unsent(2)] == [3]  # answered: never re-sent
+    assert tracker.match(Result(2, "s1", {})) is None  # a second reply is stale
     assert tracker.stale == 1
-    tracker.forget(b)
-    assert tracker.unsent(3) == [] and tracker.new("x") == 4  # ids never reused
-
-
-def test_record_keeps_the_first_message():
-    tracker = RequestTracker()
-    rid = tracker.new("step")
-    tracker.record(rid, {"id": rid, "type": "step"})
-    tracker.record(rid, {"id": rid, "type": "other"})
-    assert tracker.unsent(0) == [(rid, {"id": rid, "type": "step"})]
+    tracker.forget(3)
+    assert tracker.unsent(3) == [] and tracker.next_id() == 4  # ids never reused
+    assert tracker.outstanding() == {1: "open"}
+    assert tracker.match(ErrorReply(None, "BAD_FRAME", "x")) is None  # answers nothing
+    assert tracker.stale == 1
 
 
 def test_session_book_follows_the_replies():
     book = SessionBook()
-    book.observe({"type": "opened", "id": 1, "session": "a", "token": "ta"})
-    book.observe({"type": "opened", "id": 2, "session": "b", "token": "tb"})
-    book.observe({"type": "closed", "id": 3, "session": "b"})
+    book.observe(Opened(1, "a", "ta"))
+    book.observe(Opened(2, "b", "tb"))
+    book.observe(Closed(3, "b"))
     assert book.live == {"a": "ta"}
     book.observe(
-        {
-            "type": "error",
-            "id": 4,
-            "session": "a",
-            "code": ErrorCode.SESSION_LOST,
-            "message": "gone",
-            "details": {"reason": "idle for more than 5 s"},
-        }
+        ErrorReply(4, ErrorCode.SESSION_LOST, "gone", {"reason": "idle for more than 5 s"}, "a")
     )
     assert book.live == {} and book.reason("a") == "idle for more than 5 s"
     error = book.lost_error("a", request_id=9)
     assert isinstance(error, SessionLost) and error.request_id == 9
     assert error.details == {"reason": "idle for more than 5 s", "session": "a"}
-    book.observe({"type": "error", "id": 5, "session": "c", "code": ErrorCode.STEP_TIMEOUT})
+    book.observe(ErrorReply(5, ErrorCode.STEP_TIMEOUT, "slow", session="c"))
     assert "step timeout" in (book.reason("c") or "")
-    book.observe({"type": "attached", "id": 6, "session": "a", "token": "ta"})
+    book.observe(Attached(6, "a", "ta"))
     assert book.live == {"a": "ta"} and book.reason("a") is None
 
 
@@ -70,9 +102,209 @@ def test_session_book_follows_the_replies():
 def test_a_new_server_instance_loses_every_session(same):
     book = SessionBook()
     assert book.welcome("first") == []
-    book.observe({"type": "opened", "id": 1, "session": "a", "token": "t"})
+    book.observe(Opened(1, "a", "t"))
     gone = book.welcome("first" if same else "second")
     if same:
         assert gone == [] and book.live == {"a": "t"}
     else:
         assert gone == ["a"] and "restarted" in (book.reason("a") or "")
+
+
+DEFAULT = ReconnectPolicy()
+
+
+def connected(policy: ReconnectPolicy | None = DEFAULT, **limits) -> ClientProtocol:
+    """A protocol object through its first handshake."""
+    proto = ClientProtocol(CODEC, reconnect=policy, client="test/1", seed=1)
+    with pytest.raises(ConnectionLost, match="not connected"):
+        proto.send(Open(proto.next_id()))
+    generation = proto.socket_opened()
+    hello, out = proto.hello(ContractRef("1.0.0", "fp"), want_schemas=True)
+    sent = CODEC.decode(out)
+    assert sent["client"] == "test/1"
+    assert sent["contract"] == {"version": "1.0.0", "fingerprint": "fp"}
+    answer = proto.receive(frame(welcome(hello.id, **limits)))
+    assert isinstance(answer, Answer) and answer.error is None
+    assert proto.welcomed(answer.reply) == []  # nothing to re-attach yet
+    assert proto.resend() == []
+    proto.established(generation)
+    assert proto.connected and proto.reconnects == 0
+    return proto
+
+
+def open_session(proto: ClientProtocol, sid: str) -> None:
+    request = Open(proto.next_id())
+    assert proto.send(request) is not None
+    proto.receive(frame(Opened(request.id, sid, f"token-{sid}")))
+
+
+def test_replies_are_matched_typed_and_checked():
+    proto = connected()
+    open_session(proto, "s")
+    step = Step(proto.next_id(), "s", {"n": 1})
+    out = proto.send(step)
+    assert CODEC.decode(out) == {"type": "step", "id": step.id, "session": "s", "action": {"n": 1}}
+    state = GetState(proto.next_id(), "s")
+    proto.send(state)
+    # Out of order, typed; an error reply arrives as its exception.
+    error = ErrorReply(state.id, ErrorCode.ENV_ERROR, "boom", session="s")
+    got = proto.receive(frame(error))
+    assert got.request_id == state.id and isinstance(got.error, EnvError)
+    got = proto.receive(frame(Result(step.id, "s", {"n": 1})))
+    assert got.reply == Result(step.id, "s", {"n": 1}) and got.error is None
+    # A reply of the wrong type fails its request; a stale one and a notice are not answers.
+    wrong = GetState(proto.next_id(), "s")
+    proto.send(wrong)
+    got = proto.receive(frame(Result(wrong.id, "s", {})))
+    assert isinstance(got.error, BadMessage) and "answered 'state' with 'result'" in str(got.error)
+    assert proto.receive(frame(StateReply(wrong.id, "s", {}))) is None
+    assert proto.tracker.stale == 1
+    notice = proto.receive(frame(ErrorReply(None, "BAD_FRAME", "what")))
+    assert isinstance(notice, ErrorReply) and notice.message == "what"
+    with pytest.raises(BadMessage):
+        proto.receive(CODEC.encode({"type": "result", "session": "s", "observation": {}}))
+    batch = StepBatch(proto.next_id(), (StepItem("s", {}),))
+    proto.send(batch)
+    got = proto.receive(frame(BatchReply(batch.id, [ItemResult("s", {"n": 2})])))
+    assert isinstance(got.reply, BatchReply)
+
+
+def test_timeouts_forget_and_late_replies_are_dropped():
+    proto = connected()
+    open_session(proto, "s")
+    slow = Step(proto.next_id(), "s", {})
+    proto.send(slow)
+    error = proto.timed_out(slow, 0.2)
+    assert isinstance(error, RequestTimeout) and error.request_id == slow.id
+    assert "no reply to 'step' within 0.2 s" in error.message
+    assert proto.receive(frame(Result(slow.id, "s", {}))) is None
+    assert proto.tracker.stale == 1
+
+
+def test_frames_over_the_servers_limit_never_go_out():
+    proto = connected(max_frame_bytes=200)
+    open_session(proto, "s")
+    big = Step(proto.next_id(), "s", {"note": "x" * 500})
+    with pytest.raises(FrameTooLarge) as err:
+        proto.send(big)
+    assert err.value.details["limit"] == 200 and err.value.request_id == big.id
+    assert proto.tracker.outstanding() == {}
+
+
+def test_the_reconnect_plan():
+    proto = connected()
+    for sid in ("a", "b", "c"):
+        open_session(proto, sid)
+    a = Step(proto.next_id(), "a", {"n": 1})
+    b = Step(proto.next_id(), "b", {"n": 2})
+    a_frame, b_frame = proto.send(a), proto.send(b)
+    loss = proto.lost(proto.generation, "cut", now=100.0)
+    assert loss.then is AfterLoss.RECONNECT and loss.failed == []
+    assert proto.lost(proto.generation, "again", now=100.0) is None  # reported once
+    assert proto.resuming and not proto.connected
+    # Sent while resuming: waits for the resume instead of going out now.
+    c = GetState(proto.next_id(), "c")
+    assert proto.send(c) is None
+    assert proto.retry_delay(100.0) is not None
+    generation = proto.socket_opened()
+    assert proto.resume_ids() == ["a", "b", "c"]
+    hello, _ = proto.hello(None, want_schemas=False)
+    answer = proto.receive(frame(Welcome(hello.id, {"instance": "i1"}, {}, {}, "unchecked")))
+    assert proto.welcome.schemas is None
+    attaches = proto.welcomed(answer.reply)
+    assert [a.session for a, _ in attaches] == ["a", "b", "c"]
+    assert CODEC.decode(attaches[0][1])["token"] == "token-a"
+    # b is gone on the server; a and c come back.
+    results = [
+        proto.receive(frame(Attached(attaches[0][0].id, "a", "token-a"))).reply,
+        proto.receive(
+            frame(ErrorReply(attaches[1][0].id, ErrorCode.UNKNOWN_SESSION, "no such session"))
+        ).error,
+        proto.receive(frame(Attached(attaches[2][0].id, "c", "token-c"))).reply,
+    ]
+    proto.attached([attach for attach, _ in attaches], results)
+    assert set(proto.sessions.live) == {"a", "c"} and "b" in proto.sessions.lost
+    failed = proto.fail_lost()
+    assert [(rid, type(e)) for rid, e in failed] == [(b.id, SessionLost)]
+    assert "does not have it any more" in failed[0][1].message
+    resent = proto.resend()
+    assert [e.request.id for e in resent] == [a.id, c.id]  # original ids, oldest first
+    assert resent[0].frame == a_frame and b_frame is not None
+    assert proto.resend() == [] and proto.resent == 1  # c was never sent before
+    proto.established(generation)
+    assert proto.connected and proto.reconnects == 1 and not proto.resuming
+    with pytest.raises(SessionLost, match="does not have it"):
+        proto.send(Step(proto.next_id(), "b", {}))
+
+
+def test_a_restarted_server_loses_every_session_and_their_requests():
+    proto = connected()
+    open_session(proto, "a")
+    pending = Step(proto.next_id(), "a", {})
+    proto.send(pending)
+    proto.lost(proto.generation, "cut", now=0.0)
+    generation = proto.socket_opened()
+    hello, _ = proto.hello(None, want_schemas=False)
+    answer = proto.receive(frame(welcome(hello.id, instance="i2")))
+    assert proto.welcomed(answer.reply) == []  # nothing left to re-attach
+    assert proto.welcome.schemas is None
+    [(rid, error)] = proto.fail_lost()
+    assert rid == pending.id and "restarted" in error.message
+    assert proto.resend() == []
+    proto.established(generation)
+
+
+def test_socket_bound_requests_die_with_their_socket():
+    proto = ClientProtocol(CODEC, reconnect=ReconnectPolicy())
+    generation = proto.socket_opened()
+    hello, _ = proto.hello(None, want_schemas=False)
+    loss = proto.lost(generation, "refused", now=0.0)
+    assert loss.then is AfterLoss.NOTHING and loss.failed == [hello.id]
+    with pytest.raises(ConnectionLost, match="dropped while it was being resumed"):
+        proto.established(generation)
+
+
+def test_without_a_policy_a_drop_fails_everything():
+    proto = connected(policy=None)
+    open_session(proto, "a")
+    proto.send(Step(proto.next_id(), "a", {}))
+    loss = proto.lost(proto.generation, "cut", now=0.0)
+    assert loss.then is AfterLoss.FAIL and proto.failed is loss.error
+    assert proto.tracker.outstanding() == {}
+    with pytest.raises(ConnectionLost, match="cut") as err:
+        proto.send(GetState(proto.next_id(), "a"))
+    assert err.value.request_id is not None
+    proto.connecting()  # a new connect() starts afresh
+    assert proto.failed is None
+
+
+def test_the_backoff_gives_up_by_attempts_and_by_time():
+    proto = connected(ReconnectPolicy(initial_delay_s=1.0, max_delay_s=1.0, max_attempts=2))
+    proto.lost(proto.generation, "cut", now=10.0)
+    assert proto.retry_delay(10.0) is not None and proto.retry_delay(11.0) is not None
+    assert proto.retry_delay(12.0) is None
+    error = proto.exhausted("ws://h/ws", "cut", now=12.5)
+    assert error.details == {"attempts": 2, "elapsed_s": 2.5, "cause": "cut"}
+    assert proto.give_up(error) == []
+    timed = connected(ReconnectPolicy(initial_delay_s=1.0, max_delay_s=1.0, give_up_after_s=5))
+    timed.lost(timed.generation, "cut", now=0.0)
+    assert timed.retry_delay(3.0) is not None
+    assert timed.retry_delay(4.5) is None  # the next wait would overrun the budget
+    assert timed.retryable(ConnectionLost("x")) and not timed.retryable(SessionLost("x"))
+
+
+def test_closed_is_final():
+    proto = connected()
+    open_session(proto, "a")
+    proto.send(Step(proto.next_id(), "a", {}))
+    assert len(proto.close()) == 1
+    with pytest.raises(ClientClosed):
+        proto.send(GetState(proto.next_id(), "a"))
+    with pytest.raises(ClientClosed):
+        proto.connecting()
+    assert proto.lost(proto.generation, "late", now=0.0) is None
+
+
+def test_backoff_is_seeded():
+    policy = ReconnectPolicy()
+    assert policy.delay(2, random.Random(3)) == policy.delay(2, random.Random(3))

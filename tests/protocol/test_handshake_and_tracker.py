@@ -7,7 +7,15 @@ import pytest
 from corral.errors import BadMessage, ContractMismatch, SessionBusy, UnsupportedProtocol
 from corral.protocol.client import RequestTracker
 from corral.protocol.handshake import Compat, check_protocol, negotiate
-from corral.protocol.messages import ContractRef, Hello
+from corral.protocol.messages import (
+    ContractRef,
+    ErrorReply,
+    GetState,
+    Hello,
+    Result,
+    Step,
+    parse_reply,
+)
 
 
 def test_negotiation():
@@ -31,16 +39,20 @@ def test_protocol_check():
 
 def test_tracker_matches_out_of_order_and_drops_stale():
     tracker = RequestTracker()
-    a, b, c = tracker.new("step"), tracker.new("step"), tracker.new("state")
+    a, b, c = (tracker.next_id() for _ in range(3))
     assert len({a, b, c}) == 3
-    assert tracker.match({"type": "result", "id": b}).request_id == b
+    for rid in (a, b):
+        tracker.add(Step(rid, "s", {}), b"")
+    tracker.add(GetState(c, "s"), b"")
+    assert tracker.match(Result(b, "s", {})).request.id == b
     tracker.forget(a)  # the caller timed out
-    assert tracker.match({"type": "result", "id": a}) is None
+    assert tracker.match(Result(a, "s", {})) is None
     assert tracker.stale == 1
-    reply = tracker.match({"type": "error", "id": c, "code": "SESSION_BUSY", "message": "m"})
-    assert isinstance(reply.error(), SessionBusy)
-    assert tracker.match({"type": "result", "id": c}) is None  # answered once only
+    reply = ErrorReply(c, "SESSION_BUSY", "m")
+    assert tracker.match(reply).request.id == c
+    assert isinstance(reply.exception(), SessionBusy)
+    assert tracker.match(Result(c, "s", {})) is None  # answered once only
     assert tracker.outstanding() == {}
-    assert tracker.match({"type": "error", "id": None, "code": "BAD_FRAME"}) is None
+    assert tracker.match(ErrorReply(None, "BAD_FRAME", "x")) is None
     with pytest.raises(BadMessage):
-        tracker.match({"type": "result"})
+        parse_reply({"type": "result"})

@@ -1,11 +1,14 @@
-"""parse_request: every request type, every malformed field, without sockets."""
+"""The message table: every type both ways, every malformed field, without sockets."""
 
 from __future__ import annotations
 
 import pytest
 
 from corral.errors import BadMessage, ErrorCode, InvalidArgument, UnknownType
+from corral.protocol import batch as b
+from corral.protocol import fields as f
 from corral.protocol import messages as m
+from corral.protocol.codecs import JsonCodec, MsgpackCodec
 
 
 def test_each_request_type_parses():
@@ -89,12 +92,12 @@ def test_negative_or_huge_seed_is_an_invalid_argument():
 
 
 def test_peeks_and_replies():
-    assert m.peek_id({"id": 4}) == 4
-    assert m.peek_id({"id": True}) is None
-    assert m.peek_id([1]) is None
-    assert m.peek_session({"session": "a"}) == "a"
-    assert m.peek_session({"session": 1}) is None
-    err = m.error(None, "BAD_FRAME", "nope")
+    assert f.peek_id({"id": 4}) == 4
+    assert f.peek_id({"id": True}) is None
+    assert f.peek_id([1]) is None
+    assert f.peek_session({"session": "a"}) == "a"
+    assert f.peek_session({"session": 1}) is None
+    err = m.ErrorReply(None, "BAD_FRAME", "nope").to_wire()
     assert err == {
         "type": "error",
         "id": None,
@@ -102,5 +105,99 @@ def test_peeks_and_replies():
         "message": "nope",
         "details": {},
     }
-    assert m.result(1, "s", {"x": 1})["observation"] == {"x": 1}
-    assert m.opened(1, "s", "t", kind="attached")["type"] == "attached"
+    assert m.Result(1, "s", {"x": 1}).to_wire()["observation"] == {"x": 1}
+    assert m.Attached(1, "s", "t").to_wire()["type"] == "attached"
+
+
+def test_the_table_is_static_and_complete():
+    assert set(m.REQUESTS) == {
+        "hello", "open", "attach", "reset", "step", "state", "close", "reset_batch", "step_batch"
+    }  # fmt: skip
+    assert set(m.REPLIES) == {
+        "welcome", "opened", "attached", "result", "state", "closed", "batch", "error"
+    }  # fmt: skip
+    assert m.REQUESTS["step_batch"] is b.StepBatch and m.REPLIES["batch"] is b.BatchReply
+    with pytest.raises(TypeError):
+        m.REQUESTS["fly"] = m.Open  # type: ignore[index]
+    assert not hasattr(m, "register_request") and not hasattr(b, "register_request")
+
+
+EXAMPLES = [
+    m.Hello(1),
+    m.Hello(2, "corral/1", "me", m.ContractRef("1.2.3", "sha256:ab"), want_schemas=True),
+    m.Open(3),
+    m.Attach(4, "s", "t"),
+    m.Reset(5, "s", 9, {"a": [1, 2]}),
+    m.Reset(5, "s"),
+    m.Step(6, "s", {"x": b"raw"}),
+    m.Step(6, "s", None),
+    m.GetState(7, "s"),
+    m.Close(8, "s"),
+    b.ResetBatch(9, (b.ResetItem("a", 1, {"k": 1}), b.ResetItem("b"))),
+    b.StepBatch(10, (b.StepItem("a", {"n": 1}), b.StepItem("b", [1]))),
+]
+REPLY_EXAMPLES = [
+    m.Welcome(1, {"name": "corral"}, {"name": "e"}, {"max_batch": 8}, "exact"),
+    m.Welcome(1, {}, {}, {}, "unchecked", schemas={"action": {}}),
+    m.Opened(2, "s", "t"),
+    m.Attached(3, "s", "t"),
+    m.Result(4, "s", {"done": False, "blob": b"\x00"}),
+    m.StateReply(5, "s", {"step_count": 1}),
+    m.Closed(6, "s"),
+    b.BatchReply(7, [b.ItemResult("a", {"done": True}), b.ItemError("b", "ENV_ERROR", "boom")]),
+    b.BatchReply(7, [b.ItemError(None, "BAD_MESSAGE", "item 0 must be a map", {"item": 0})]),
+    m.ErrorReply(8, "RESET_REQUIRED", "reset first", {"x": 1}, session="s"),
+    m.ErrorReply(None, "BAD_FRAME", "garbage"),
+]
+
+
+@pytest.mark.parametrize("message", EXAMPLES, ids=lambda msg: msg.type)
+@pytest.mark.parametrize("codec", [MsgpackCodec(), JsonCodec()], ids=["msgpack", "json"])
+def test_every_request_round_trips(message, codec):
+    if codec.name == "json" and isinstance(message, m.Step) and message.action:
+        message = m.Step(message.id, message.session, {"x": "text"})  # JSON has no bytes
+    assert m.parse_request(codec.decode(codec.encode(message.to_wire()))) == message
+
+
+@pytest.mark.parametrize("reply", REPLY_EXAMPLES, ids=lambda msg: msg.type)
+def test_every_reply_round_trips(reply):
+    codec = MsgpackCodec()
+    assert m.parse_reply(codec.decode(codec.encode(reply.to_wire()))) == reply
+
+
+@pytest.mark.parametrize(
+    ("message", "field"),
+    [
+        ({"type": "welcome", "id": 1, "protocol": "corral/1", "env": {}, "limits": {}}, "server"),
+        ({"type": "opened", "id": 1, "session": "s"}, "token"),
+        ({"type": "result", "id": 1, "session": "s"}, "observation"),
+        ({"type": "state", "id": "1", "session": "s", "state": {}}, "id"),
+        ({"type": "closed", "id": 1}, "session"),
+        ({"type": "error", "id": 1}, "code"),
+        ({"type": "error", "id": 1, "code": "X", "details": []}, "details"),
+        ({"type": "batch", "id": 1}, "results"),
+    ],
+)
+def test_malformed_replies_are_named(message, field):
+    with pytest.raises(BadMessage) as err:
+        m.parse_reply(message)
+    assert err.value.details["field"] == field
+
+
+def test_reply_type_errors():
+    with pytest.raises(UnknownType) as err:
+        m.parse_reply({"type": "hello", "id": 1})
+    assert "welcome" in err.value.details["known"]
+    with pytest.raises(BadMessage):
+        m.parse_reply({"id": 1})
+
+
+def test_error_replies_carry_their_exception():
+    exc = InvalidArgument("bad seed", details={"field": "seed"}, request_id=3)
+    reply = m.ErrorReply.of(exc, session="s")
+    assert reply == m.ErrorReply(3, "INVALID_ARGUMENT", "bad seed", {"field": "seed"}, "s")
+    back = reply.exception()
+    assert isinstance(back, InvalidArgument) and back.request_id == 3
+    assert back.details == {"field": "seed"}
+    unknown = m.ErrorReply.from_wire({"type": "error", "id": None, "code": "NEW_CODE"})
+    assert unknown.message == "NEW_CODE" and unknown.exception().code == "NEW_CODE"

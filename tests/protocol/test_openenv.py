@@ -8,10 +8,7 @@ import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pydantic import BaseModel, ValidationError, field_validator
 
-from corral.contract import Action, Environment, Observation, State
-from corral.contract.tools import tool, tools_of
 from corral.errors import (
     BadFrame,
     BadMessage,
@@ -224,7 +221,7 @@ def test_envelope_errors_list_the_offending_keys():
 def test_corral_replies_become_openenv_frames():
     t = translator()
     obs = {"a": 1, "reward": 0.5, "done": True, "truncated": False, "metadata": {"m": 1}}
-    assert t.reply(m.result(1, "s1", obs)) == {
+    assert t.reply(m.Result(1, "s1", obs).to_wire()) == {
         "type": "observation",
         "data": {
             "observation": {"a": 1},
@@ -234,181 +231,23 @@ def test_corral_replies_become_openenv_frames():
             "truncated": False,
         },
     }
-    assert t.reply(m.state_reply(2, "s1", {"step_count": 1})) == {
+    assert t.reply(m.StateReply(2, "s1", {"step_count": 1}).to_wire()) == {
         "type": "state",
         "data": {"step_count": 1},
     }
-    frame = t.reply(m.error(3, "RESET_REQUIRED", "reset first"))
+    frame = t.reply(m.ErrorReply(3, "RESET_REQUIRED", "reset first").to_wire())
     assert (
         frame["data"]["code"] == "EXECUTION_ERROR"
         and frame["data"]["corral_code"] == "RESET_REQUIRED"
     )
     with pytest.raises(ValueError, match="no OpenEnv form"):
-        t.reply(m.closed(4, "s1"))
+        t.reply(m.Closed(4, "s1").to_wire())
 
 
-class _Shouty(BaseModel):
-    text: str
-
-    @field_validator("text")
-    @classmethod
-    def _quiet(cls, value: str) -> str:
-        if value.isupper():
-            raise ValueError("no shouting")
-        return value
+# -- mcp frames ----------------------------------------------------------------------
 
 
-def test_validation_errors_are_json_safe():
-    with pytest.raises(ValidationError) as info:
-        _Shouty.model_validate({"text": "HEY"})
-    errors = oe.validation_errors(info.value)
-    assert errors == [
-        {"type": "value_error", "loc": ["text"], "msg": "Value error, no shouting", "input": "HEY"}
-    ]
-    orjson.dumps(errors)
-    with pytest.raises(ValidationError) as info:
-        _Shouty.model_validate({"text": object()})
-    assert isinstance(oe.validation_errors(info.value)[0]["input"], str)
-
-
-# -- JSON-RPC and tools --------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("payload", "code", "rid"),
-    [
-        ([], oe.RpcCode.INVALID_REQUEST, None),
-        ({}, oe.RpcCode.INVALID_REQUEST, None),
-        ({"jsonrpc": "1.0", "method": "m", "id": 4}, oe.RpcCode.INVALID_REQUEST, 4),
-        ({"jsonrpc": "2.0", "id": "a"}, oe.RpcCode.INVALID_REQUEST, "a"),
-        ({"jsonrpc": "2.0", "method": "m", "id": 1.5}, oe.RpcCode.INVALID_REQUEST, None),
-        ({"jsonrpc": "2.0", "method": "m", "id": True}, oe.RpcCode.INVALID_REQUEST, None),
-        ({"jsonrpc": "2.0", "method": "m", "x": 1, "id": 2}, oe.RpcCode.INVALID_REQUEST, 2),
-        ({"jsonrpc": "2.0", "method": "m", "params": [1], "id": 3}, oe.RpcCode.INVALID_PARAMS, 3),
-    ],
-)
-def test_bad_rpc_requests(payload, code, rid):
-    with pytest.raises(oe.RpcError) as info:
-        oe.parse_rpc(payload)
-    response = info.value.response()
-    assert response["jsonrpc"] == "2.0" and response["id"] == rid
-    assert response["error"]["code"] == code
-
-
-def test_rpc_parsing():
-    request = oe.parse_rpc({"jsonrpc": "2.0", "method": "tools/list", "id": 7, "params": None})
-    assert request == oe.RpcRequest(id=7, method="tools/list", params={})
-    with pytest.raises(oe.RpcError) as info:
-        oe.parse_rpc_bytes(b"{oops")
-    assert info.value.code is oe.RpcCode.PARSE_ERROR
-    assert oe.rpc_error(1, -32000, "m") == {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "error": {"code": -32000, "message": "m"},
-    }
-
-
-class Act(Action):
-    x: int = 0
-
-
-class Calc(Environment[Act, Observation, State]):
-    @tool
-    def add(self, a: int, b: int = 1) -> int:
-        """Add two integers."""
-        return a + b
-
-    @tool(name="echo.text", description="Echo it.")
-    def echo(self, text: str, *, times: int = 1) -> Any:
-        return text * times
-
-
-def rpc(method: str, **params: Any) -> oe.RpcRequest:
-    return oe.RpcRequest(id=1, method=method, params=params)
-
-
-def test_plan_tools_calls():
-    tools = tools_of(Calc)
-    assert oe.plan_rpc(rpc("tools/list"), tools, "calc") == oe.ListTools(1)
-    plan = oe.plan_rpc(rpc("tools/call", name="add", arguments={"a": 2}), tools, "calc")
-    assert isinstance(plan, oe.CallTool)
-    assert (plan.tool.name, plan.args, plan.kwargs, plan.session_id) == ("add", (2, 1), {}, None)
-    plan = oe.plan_rpc(
-        rpc("tools/call", name="echo.text", arguments={"text": "a", "times": 2}, session_id="s"),
-        tools,
-        "calc",
-    )
-    assert isinstance(plan, oe.CallTool)
-    assert (plan.args, plan.kwargs, plan.session_id) == (("a",), {"times": 2}, "s")
-    assert oe.plan_rpc(rpc("openenv/session/create"), tools, "calc") == oe.CreateSession(1)
-    assert oe.plan_rpc(rpc("openenv/session/close", session_id="s"), tools, "calc") == (
-        oe.CloseRpcSession(1, "s")
-    )
-
-
-@pytest.mark.parametrize(
-    ("request_", "code", "match"),
-    [
-        (rpc("tools/call"), oe.RpcCode.INVALID_PARAMS, "Missing 'name'"),
-        (rpc("tools/call", name="nope"), oe.RpcCode.INVALID_PARAMS, "Unknown tool: 'nope'"),
-        (
-            rpc("tools/call", name="add", arguments=[1]),
-            oe.RpcCode.INVALID_PARAMS,
-            "must be an object",
-        ),
-        (
-            rpc("tools/call", name="add", arguments={"a": "x"}),
-            oe.RpcCode.INVALID_PARAMS,
-            "invalid arguments",
-        ),
-        (
-            rpc("tools/call", name="add", arguments={"a": 1, "c": 2}),
-            oe.RpcCode.INVALID_PARAMS,
-            "invalid arguments",
-        ),
-        (rpc("tools/call", name="add", session_id=3), oe.RpcCode.INVALID_PARAMS, "session_id"),
-        (rpc("openenv/session/close"), oe.RpcCode.INVALID_PARAMS, "'session_id' is required"),
-        (rpc("initialize"), oe.RpcCode.METHOD_NOT_FOUND, "Method not found: 'initialize'"),
-    ],
-)
-def test_plan_errors(request_, code, match):
-    with pytest.raises(oe.RpcError, match=match) as info:
-        oe.plan_rpc(request_, tools_of(Calc), "calc")
-    assert info.value.code is code and info.value.request_id == 1
-
-
-def test_invalid_arguments_carry_the_errors():
-    with pytest.raises(oe.RpcError) as info:
-        oe.plan_rpc(rpc("tools/call", name="add", arguments={}), tools_of(Calc), "calc")
-    assert info.value.data == {
-        "errors": [{"type": "missing", "loc": ["a"], "msg": "Field required", "input": {}}]
-    }
-
-
-def test_an_env_without_tools_answers_method_not_found():
-    for method in ("tools/list", "tools/call"):
-        with pytest.raises(oe.RpcError, match="exposes no tools") as info:
-            oe.plan_rpc(rpc(method, name="x"), {}, "echo")
-        assert info.value.code is oe.RpcCode.METHOD_NOT_FOUND
-
-
-def test_tool_results():
-    listing = oe.tools_list_result(tools_of(Calc))["tools"]
-    assert [t["name"] for t in listing] == ["add", "echo.text"]
-    add = listing[0]
-    assert add["description"] == "Add two integers."
-    assert add["inputSchema"]["required"] == ["a"] and add["outputSchema"] == {"type": "integer"}
-    assert "outputSchema" not in listing[1]
-    assert oe.tool_call_result(3) == {
-        "content": [{"type": "text", "text": "3"}],
-        "structuredContent": {"result": 3},
-        "isError": False,
-        "data": 3,
-    }
-    assert oe.tool_call_result({"a": 1})["structuredContent"] == {"a": 1}
-    assert oe.tool_call_result("hi")["content"][0]["text"] == "hi"
-    error = oe.tool_error_result("boom")
-    assert error["isError"] is True and error["content"][0]["text"] == "boom"
+def test_mcp_frames_carry_the_json_rpc_object():
     assert oe.mcp_frame({"x": 1}) == {"type": "mcp", "data": {"x": 1}}
 
 
@@ -446,9 +285,10 @@ def test_client_replies():
         "step",
         {"type": "observation", "data": {"observation": {"a": 1}, "reward": 1, "done": True}},
     )
-    assert got == m.result(5, "s", {"a": 1, "reward": 1, "done": True})
-    assert reply("state", {"type": "state", "data": {"step_count": 2}}) == m.state_reply(
-        5, "s", {"step_count": 2}
+    assert got == m.Result(5, "s", {"a": 1, "reward": 1, "done": True}).to_wire()
+    assert (
+        reply("state", {"type": "state", "data": {"step_count": 2}})
+        == m.StateReply(5, "s", {"step_count": 2}).to_wire()
     )
     with pytest.raises(
         BadMessage, match="expected an OpenEnv 'state' reply to 'state', got 'observation'"

@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from corral.client.launcher import ServerStartError
 from corral.envs.echo import EchoEnv
+from corral.errors import ServerStartError
 from corral.providers.base import SyncProvider
 from corral.providers.docker import (
     MANAGED,

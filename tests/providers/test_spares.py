@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from corral.client.launcher import ServerStartError
+from corral.errors import ServerStartError
 from corral.providers.base import ServerSpec
 from corral.providers.guardian import start_time
 from corral.providers.local import LocalEndpoint, LocalProcessProvider

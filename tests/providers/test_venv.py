@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from corral.client import AsyncEnvClient
-from corral.client.launcher import ServerStartError
-from corral.envs.coding.sandbox import SandboxMode, available_modes
+from corral.errors import ServerStartError
 from corral.providers.local import LocalProcessProvider
 from corral.providers.venv import MARKER, VenvError, ensure_venv, venv_key
+from corral.sandbox import SandboxMode, available_modes
 
 pytestmark = [pytest.mark.network]
 

@@ -10,7 +10,7 @@ import pytest
 from tests.support.process_envs import AsyncPidEnv, PidEnv
 from tests.support.raw import RawPeer
 
-from corral.client import LocalServer
+from corral.client.local_server import LocalServer
 from corral.errors import ErrorCode
 from corral.server.workers import env_reference
 

@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import uvicorn
 
-from corral.client.launcher import LocalServer
-from corral.client.loop import run_blocking
+from corral.blocking import run_blocking
+from corral.client.local_server import LocalServer
 from corral.server.serve import bind_socket
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,7 +73,7 @@ def openenv_server(max_envs: int = 2, timeout: float = 60.0) -> Iterator[str]:
 def corral_server(
     target: str, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
 ) -> Iterator[str]:
-    """``corral serve target`` in a child process (corral's own launcher); yields its URL."""
+    """``corral serve target`` in a child process (corral's LocalServer); yields its URL."""
     server = LocalServer(target, server_args=list(args), cwd=cwd or REPO, env=env)
     # The background loop works from sync tests and from inside a running loop alike.
     url = run_blocking(server.start(), 90.0)

@@ -1,48 +1,63 @@
 """Serve an environment written for OpenEnv with corral, unchanged.
 
-    corral serve my_env.server.my_environment:MyEnvironment     # detected and adapted
+    corral serve path/to/my_env                        # a directory with openenv.yaml
+    corral serve my_env.server.app:app                 # OpenEnv's FastAPI app
+    corral serve my_env.server.my_environment:MyEnv    # the Environment class itself
+    corral serve my_env                                # an installed OpenEnv env package
 
     from corral.adapters.openenv_env import from_openenv
     Env = from_openenv(MyEnvironment, action_type=MyAction, observation_type=MyObservation)
-    corral.server.serve(Env)
 
-An OpenEnv environment subclasses ``openenv.core.env_server.interfaces.Environment``
-with OpenEnv ``Action``/``Observation``/``State`` models; its ``state`` is a property
-and ``reset``/``step`` take OpenEnv's keywords. :func:`from_openenv` builds a corral
-:class:`~corral.contract.Environment` around it:
+An OpenEnv environment subclasses ``openenv.core.env_server.interfaces.Environment``.
+:func:`load_openenv` finds what OpenEnv's own server would serve: the arguments of the
+``create_app(env, ActionCls, ObservationCls, ...)`` call that builds the app named by
+``openenv.yaml`` (``app: server.app:app``), read back from the built app, so a factory
+with constructor arguments, the declared models and ``max_concurrent_envs`` all carry
+over without the user editing anything. :func:`from_openenv` then builds a corral
+:class:`~corral.contract.Environment` around it, with two faces:
 
-* each OpenEnv model gets a corral twin that *subclasses* it (and corral's base), so
-  the author's fields, constraints and validators all apply, the action the OpenEnv
-  code receives is an instance of its own class, and corral's wire-safety check runs;
-* the models come from the generic parameters (``Environment[MyAction, MyObs, MyState]``)
-  or, failing that, from the annotations of ``step`` and of the ``state`` property, or
-  from the arguments;
-* ``reset_async``/``step_async`` overrides are awaited on the event loop; otherwise the
-  sync methods run on one thread per session (OpenEnv's own rule);
-* reset keywords the OpenEnv ``reset`` does not take are refused with a clear error
-  (OpenEnv drops them silently), except ``episode_id``, which every OpenEnv client may
-  send;
-* ``get_metadata()`` supplies the name and description when the class gives them.
+* **OpenEnv's face** (:class:`OpenEnvRuntime`, the ``openenv_*`` methods): OpenEnv
+  clients get OpenEnv's semantics exactly, computed by the *installed* OpenEnv release
+  (0.3 or 0.10) itself: its message models, action deserialization (MCP
+  ``list_tools``/``call_tool`` routing included), observation serialization (0.10 nests
+  ``metadata``), reset keyword filtering (keywords the signature does not take are
+  dropped), no lifecycle rules of corral's (the environment decides whether a step
+  before reset is an error), ``MCPEnvironment`` tools over JSON-RPC.
+* **corral's face** (``reset``/``step``/``state``): typed models for corral clients.
+  Each OpenEnv model gets a corral twin that subclasses it, so the author's fields,
+  constraints and validators apply and the action the OpenEnv code receives is an
+  instance of its own class. ``MCPEnvironment``'s tool actions and observations get
+  one model each (:class:`McpAction`, :class:`McpObservation`).
 
-Not carried over: ``SUPPORTS_CONCURRENT_SESSIONS`` (corral's capacity is the server's
-``--max-sessions``; pass ``--max-sessions 1`` for an environment that cannot run twice in
-one process), transforms/rubrics (they run inside the OpenEnv code as usual), and
-OpenEnv's MCP environments' ``list_tools``/``call_tool`` step actions.
+Sync methods run on one thread per session and ``reset_async``/``step_async`` overrides
+are awaited on the event loop, as OpenEnv does. Rubrics and transforms run inside the
+environment's own code, as in OpenEnv. ``SUPPORTS_CONCURRENT_SESSIONS`` is not needed:
+corral's capacity is the server's ``--max-sessions`` (the manifest default is
+``max_concurrent_envs`` when the app declares it).
 
-Needs ``openenv-core`` installed (``pip install 'corral[openenv]'``).
+Needs an OpenEnv release installed (``openenv-core`` 0.3 or ``openenv`` 0.10).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import importlib
+import importlib.util
 import inspect
+import sys
 import typing
-from collections.abc import Callable
-from typing import Any, cast
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, cast
 
-from pydantic import BaseModel, create_model
+from pydantic import BaseModel, Field, create_model
+from pydantic_core import to_jsonable_python
 
 from corral.contract import Action, Environment, Observation, State
-from corral.errors import InvalidArgument
+from corral.errors import EnvError
+from corral.protocol.openenv import flatten_observation
 
 _OPENENV_BASE = ("openenv.core.env_server.interfaces", "Environment")
 
@@ -56,12 +71,317 @@ def is_openenv_environment(obj: Any) -> bool:
 
 def _openenv() -> Any:
     try:
-        from openenv.core.env_server import interfaces, types
+        from openenv.core.env_server import http_server
     except ImportError as exc:  # pragma: no cover - depends on the installation
         raise ImportError(
-            "serving an OpenEnv environment needs openenv-core: pip install 'corral[openenv]'"
+            "serving an OpenEnv environment needs OpenEnv installed: "
+            "pip install openenv (or openenv-core)"
         ) from exc
-    return interfaces, types
+    return http_server
+
+
+# -- finding what OpenEnv would serve ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OpenEnvApp:
+    """The arguments of an OpenEnv ``create_app`` call, read back from the app it built.
+
+    Attributes:
+        factory: builds one environment instance (the class, or the app's factory).
+        env_class: the environment class (the factory's result's class).
+        action_cls / observation_cls: the models given to ``create_app``.
+        reset_observation_cls: OpenEnv 0.10's reset observation model (else None).
+        state_cls: OpenEnv 0.10's state model (else None: OpenEnv's base State).
+        env_name: the name given to ``create_app`` (the Task API's name).
+        max_concurrent_envs: the app's session limit.
+    """
+
+    factory: Callable[[], Any]
+    env_class: type
+    action_cls: type[BaseModel]
+    observation_cls: type[BaseModel]
+    reset_observation_cls: type[BaseModel] | None
+    state_cls: type[BaseModel] | None
+    env_name: str
+    max_concurrent_envs: int
+
+
+def _http_server_of(app: Any) -> Any:
+    """The OpenEnv ``HTTPEnvServer`` behind a FastAPI app, found in its routes' closures."""
+    for route in getattr(app, "routes", ()):
+        endpoint = getattr(route, "endpoint", None)
+        for cell in getattr(endpoint, "__closure__", None) or ():
+            with contextlib.suppress(ValueError):  # an empty cell
+                value = cell.cell_contents
+                if hasattr(value, "_env_factory") and hasattr(value, "action_cls"):
+                    return value
+    return None
+
+
+def is_openenv_app(obj: Any) -> bool:
+    """True for an ASGI app built by OpenEnv's ``create_app``."""
+    return _http_server_of(obj) is not None
+
+
+def spec_from_app(app: Any) -> OpenEnvApp:
+    """What OpenEnv's ``create_app`` was given for ``app``.
+
+    Raises:
+        TypeError: ``app`` was not built by OpenEnv's ``create_app``.
+    """
+    server = _http_server_of(app)
+    if server is None:
+        raise TypeError(f"{app!r} is not an app built by OpenEnv's create_app()")
+    factory = server._env_factory
+    env_class = factory if isinstance(factory, type) else None
+    if env_class is None:
+        probe = factory()  # OpenEnv does the same to check concurrency safety
+        try:
+            env_class = type(probe)
+        finally:
+            probe.close()
+    reset_cls = getattr(server, "reset_observation_cls", None)
+    return OpenEnvApp(
+        factory=factory,
+        env_class=env_class,
+        action_cls=server.action_cls,
+        observation_cls=server.observation_cls,
+        reset_observation_cls=reset_cls if reset_cls is not server.observation_cls else None,
+        state_cls=getattr(server, "state_cls", None),
+        env_name=str(getattr(server, "env_name", None) or env_class.__name__),
+        max_concurrent_envs=int(getattr(server, "_max_concurrent_envs", 1)),
+    )
+
+
+def _openenv_manifest_app(directory: Path) -> str | None:
+    manifest = directory / "openenv.yaml"
+    if not manifest.is_file():
+        return None
+    import yaml
+
+    data = yaml.safe_load(manifest.read_text()) or {}
+    app = data.get("app") if isinstance(data, dict) else None
+    return app if isinstance(app, str) and ":" in app else "server.app:app"
+
+
+def import_app_module(reference: str, search_path: Path) -> Any:
+    """Import ``module:attr`` from an OpenEnv environment directory, as its server does.
+
+    OpenEnv environments import their models both as a package (``from ..models``) and
+    from the directory (``from models``): the directory and its parent go on the path,
+    and the module is imported as ``<dirname>.<module>`` when the directory is a package.
+    """
+    from corral.server.target import load_target
+
+    root = search_path.resolve()
+    for path in (str(root), str(root.parent)):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    module, _, attr = reference.partition(":")
+    if (root / "__init__.py").is_file() and root.name.isidentifier():
+        with contextlib.suppress(ImportError):
+            return load_target(f"{root.name}.{module}:{attr}")
+    return load_target(reference, search_path=root)
+
+
+def load_openenv(target: str, *, search_path: Path | None = None) -> OpenEnvApp | None:
+    """Find an OpenEnv environment named by ``target``, the ways OpenEnv finds one.
+
+    ``target`` is a directory with ``openenv.yaml`` (its ``app:`` entry, default
+    ``server.app:app``), a ``module:attr`` naming OpenEnv's app, or the name of an
+    installed OpenEnv environment package (``<pkg>.server.app:app``). None when it names
+    none of these (e.g. a corral environment).
+
+    Raises:
+        TypeError / ImportError: it looks like an OpenEnv environment but cannot be loaded.
+    """
+    where = search_path or Path.cwd()
+    path = Path(target)
+    if path.is_dir():
+        reference = _openenv_manifest_app(path)
+        if reference is None:
+            return None
+        app = import_app_module(reference, path)
+        return spec_from_app(app)
+    if ":" in target:
+        from corral.server.target import load_target
+
+        obj = load_target(target, search_path=where)
+        return spec_from_app(obj) if is_openenv_app(obj) else None
+    if target.isidentifier():
+        try:
+            spec = importlib.util.find_spec(f"{target}.server.app")
+        except ModuleNotFoundError:
+            return None
+        if spec is None:
+            return None
+        module = importlib.import_module(f"{target}.server.app")
+        app = getattr(module, "app", None)
+        return spec_from_app(app) if is_openenv_app(app) else None
+    return None
+
+
+# -- OpenEnv's own semantics, computed by the installed release ----------------------------
+
+
+def _get_valid_kwargs(fn: Callable[..., Any], data: Mapping[str, Any]) -> dict[str, Any]:
+    """OpenEnv's keyword rule: keep what the signature names, all with ``**kwargs``."""
+    params = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return dict(data)
+    return {k: v for k, v in data.items() if k in params}
+
+
+class OpenEnvRuntime:
+    """The installed OpenEnv release's message models and helpers, for one environment.
+
+    The server's OpenEnv routes use it (through :class:`corral.protocol.openenv.PeerRuntime`)
+    to answer exactly as OpenEnv's own server would for this environment.
+    """
+
+    def __init__(self, spec: OpenEnvApp) -> None:
+        server = _openenv()
+        from openenv.core.env_server import mcp_types, serialization, types
+
+        self.spec = spec
+        self.types = types
+        self.mcp_types = mcp_types
+        self._serialization = serialization
+        self._jsonable = server._make_json_serializable
+        self.version = _installed_version()
+        self.env_name = spec.env_name
+        self.nested_metadata = "metadata" in types.ResetResponse.model_fields
+        """True for OpenEnv 0.10's envelope (metadata nested and top-level)."""
+        self.action_cls = spec.action_cls
+        self.mcp_actions = {mcp_types.CallToolAction, mcp_types.ListToolsAction}
+        self.ws_models: dict[str, type[BaseModel]] = {
+            "reset": types.WSResetMessage,
+            "step": types.WSStepMessage,
+            "state": types.WSStateMessage,
+            "close": types.WSCloseMessage,
+            "mcp": mcp_types.WSMCPMessage,
+        }
+        self.reset_request = types.ResetRequest
+        self.step_request = types.StepRequest
+
+    # wire helpers (pure)
+    def serialize(self, observation: Any) -> dict[str, Any]:
+        """OpenEnv's ``{observation, reward, done[, metadata]}`` for an observation."""
+        return cast(dict[str, Any], self._serialization.serialize_observation(observation))
+
+    def deserialize_action(self, data: dict[str, Any]) -> Any:
+        """The action OpenEnv's server would build (MCP tool actions routed the same way)."""
+        return self._serialization.deserialize_action(data, self.action_cls)
+
+    def jsonable(self, value: Any) -> Any:
+        """OpenEnv's ``_make_json_serializable``."""
+        return self._jsonable(value)
+
+    def rpc_request(self, payload: Any) -> Any:
+        """OpenEnv's ``JsonRpcRequest`` for a decoded payload (pydantic errors propagate)."""
+        return self.mcp_types.JsonRpcRequest(**payload)
+
+    def rpc_success(self, request_id: Any, result: Any) -> dict[str, Any]:
+        """OpenEnv's JSON-RPC success response."""
+        response = self.mcp_types.JsonRpcResponse.success(result=result, request_id=request_id)
+        return cast(dict[str, Any], response.model_dump())
+
+    def rpc_error(
+        self, code: int, message: str | None, request_id: Any = None, data: Any = None
+    ) -> dict[str, Any]:
+        """OpenEnv's JSON-RPC error response."""
+        codes = self.mcp_types.JsonRpcErrorCode
+        response = self.mcp_types.JsonRpcResponse.error_response(
+            codes(code), message, data=data, request_id=request_id
+        )
+        return cast(dict[str, Any], response.model_dump())
+
+    def http_reply(self, kind: str, data: dict[str, Any]) -> dict[str, Any]:
+        """OpenEnv's HTTP ``/reset`` (``kind="reset"``) or ``/step`` response body."""
+        model = self.types.ResetResponse if kind == "reset" else self.types.StepResponse
+        return cast(dict[str, Any], model(**data).model_dump(mode="json"))
+
+    def http_state(self, data: dict[str, Any]) -> dict[str, Any]:
+        """OpenEnv's ``GET /state`` body: the state as its response model declares it."""
+        fields = (self.spec.state_cls or self.types.State).model_fields
+        return {k: v for k, v in data.items() if k in fields}
+
+    def task_request(self, name: str) -> type[BaseModel]:
+        """The Task API's request model for ``tasks``/``num_tasks``/``task``/``task_range``."""
+        models = {
+            "tasks": self.types.ListTasksRequest,
+            "num_tasks": self.types.NumTasksRequest,
+            "task": self.types.GetTaskRequest,
+            "task_range": self.types.GetTaskRangeRequest,
+        }
+        return cast(type[BaseModel], models[name])
+
+    def schema(self) -> dict[str, Any]:
+        """OpenEnv's ``GET /schema`` body for this environment."""
+        state_cls = self.spec.state_cls or self.types.State
+        body: dict[str, Any] = {
+            "action": self.spec.action_cls.model_json_schema(),
+            "observation": self.spec.observation_cls.model_json_schema(),
+            "state": state_cls.model_json_schema(),
+        }
+        if "reset_observation" in self.types.SchemaResponse.model_fields:
+            reset_cls = self.spec.reset_observation_cls or self.spec.observation_cls
+            body["reset_observation"] = reset_cls.model_json_schema()
+        return body
+
+    def metadata(self) -> dict[str, Any]:
+        """OpenEnv's ``GET /metadata`` body (a fresh instance's ``get_metadata()``)."""
+        env = self.spec.factory()
+        try:
+            return cast(dict[str, Any], env.get_metadata().model_dump(mode="json"))
+        finally:
+            env.close()
+
+    @property
+    def has_task_api(self) -> bool:
+        """True when the installed release serves the Task API routes (0.10)."""
+        return hasattr(self.types, "ListTasksRequest")
+
+    def normalize_split(self, split: Any) -> dict[str, Any]:
+        """OpenEnv 0.10's split shape."""
+        if hasattr(split, "model_dump"):
+            return cast(dict[str, Any], split.model_dump())
+        if isinstance(split, dict):
+            return cast(dict[str, Any], self.jsonable(split))
+        if isinstance(split, str):
+            kind = split if split in {"train", "validation", "test"} else "validation"
+            return {"name": split, "type": kind}
+        return {"name": str(split), "type": "validation"}
+
+
+def _installed_version() -> str:
+    from importlib import metadata
+
+    for dist in ("openenv", "openenv-core"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            return metadata.version(dist)
+    return "unknown"
+
+
+# -- corral's face: models ---------------------------------------------------------------
+
+
+class McpAction(Action):
+    """corral's form of OpenEnv's ``ListToolsAction`` / ``CallToolAction``."""
+
+    type: Literal["list_tools", "call_tool"]
+    tool_name: str | None = Field(default=None, description="The tool to call.")
+    arguments: dict[str, Any] = Field(default_factory=dict, description="Its arguments.")
+
+
+class McpObservation(Observation):
+    """corral's form of OpenEnv's ``ListToolsObservation`` / ``CallToolObservation``."""
+
+    tools: list[dict[str, Any]] | None = None
+    tool_name: str | None = None
+    result: Any = None
+    error: dict[str, Any] | None = None
 
 
 def _twin(model: type[BaseModel], corral_base: type[BaseModel]) -> type[BaseModel]:
@@ -113,18 +433,6 @@ def _overrides(cls: type, name: str, base: type) -> bool:
     return getattr(cls, name) is not getattr(base, name)
 
 
-def _accepted(fn: Callable[..., Any]) -> frozenset[str] | None:
-    params = inspect.signature(fn).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return None
-    return frozenset(
-        n
-        for n, p in params.items()
-        if n not in ("self", "seed")
-        and p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    )
-
-
 def from_openenv(
     env: Any,
     *,
@@ -132,17 +440,22 @@ def from_openenv(
     action_type: type[BaseModel] | None = None,
     observation_type: type[BaseModel] | None = None,
     state_type: type[BaseModel] | None = None,
+    reset_observation_type: type[BaseModel] | None = None,
+    env_name: str | None = None,
     name: str | None = None,
     description: str | None = None,
     contract_version: str = "1.0.0",
 ) -> type[Environment[Any, Any, Any]]:
-    """A corral :class:`Environment` class serving the OpenEnv environment class ``env``.
+    """A corral :class:`Environment` class serving the OpenEnv environment ``env``.
 
     Args:
-        env: a subclass of OpenEnv's ``Environment``.
+        env: a subclass of OpenEnv's ``Environment``, or an :class:`OpenEnvApp` (what
+            :func:`load_openenv` found: its factory and models are used).
         factory: builds one instance per session (default: ``env()``).
         action_type / observation_type / state_type: the OpenEnv models, when neither
             the generic parameters nor the annotations name them.
+        reset_observation_type: OpenEnv 0.10's reset observation model, if different.
+        env_name: the name OpenEnv's Task API answers to (default: the class name).
         name / description: override what ``get_metadata()`` (or the class name) gives.
         contract_version: the corral contract version to publish.
 
@@ -150,7 +463,18 @@ def from_openenv(
         TypeError: ``env`` is not an OpenEnv environment, or a model cannot be found or
             is not an OpenEnv/pydantic model.
     """
-    interfaces, types = _openenv()
+    server = _openenv()
+    from openenv.core.env_server import interfaces, types
+
+    if isinstance(env, OpenEnvApp):
+        found = env
+        env = found.env_class
+        factory = factory or found.factory
+        action_type = action_type or found.action_cls
+        observation_type = observation_type or found.observation_cls
+        state_type = state_type or found.state_cls
+        reset_observation_type = reset_observation_type or found.reset_observation_cls
+        env_name = env_name or found.env_name
     base = interfaces.Environment
     if not (isinstance(env, type) and issubclass(env, base)):
         raise TypeError(
@@ -170,16 +494,34 @@ def from_openenv(
             raise TypeError(
                 f"cannot tell the {role.removesuffix('_type')} model of {env.__name__}: "
                 f"declare Environment[MyAction, MyObservation, MyState], annotate step(), "
-                f"or pass {role}=... to from_openenv()"
+                f"build the app with create_app(Env, MyAction, MyObservation) and serve "
+                f"that, or pass {role}=... to from_openenv()"
             )
         if not (isinstance(model, type) and issubclass(model, want)):
             raise TypeError(
                 f"{env.__name__}'s {role} {model!r} is not a subclass of openenv's {want.__name__}"
             )
-    act = cast(type[Action], _twin(chosen[0], Action))
-    obs = cast(type[Observation], _twin(chosen[1], Observation))
-    st = cast(type[State], _twin(chosen[2], State))
     make = factory or env
+    spec = OpenEnvApp(
+        factory=make,
+        env_class=env,
+        action_cls=chosen[0],
+        observation_cls=chosen[1],
+        reset_observation_cls=reset_observation_type,
+        state_cls=state_type,
+        env_name=env_name or env.__name__,
+        max_concurrent_envs=1,
+    )
+    runtime = OpenEnvRuntime(spec)
+    mcp = server.MCPEnvironment if hasattr(server, "MCPEnvironment") else None
+    is_mcp = (mcp is not None and issubclass(env, mcp)) or chosen[0] in runtime.mcp_actions
+    if is_mcp or chosen[0] is types.Action:
+        act: type[Action] = McpAction
+        obs: type[Observation] = McpObservation
+    else:
+        act = cast(type[Action], _twin(chosen[0], Action))
+        obs = cast(type[Observation], _twin(chosen[1], Observation))
+    st = cast(type[State], _twin(chosen[2], State))
     meta_name, meta_description = name, description
     if meta_name is None or meta_description is None:
         probe = make()
@@ -189,49 +531,59 @@ def from_openenv(
             probe.close()
         meta_name = meta_name or getattr(meta, "name", None) or env.__name__
         meta_description = meta_description or getattr(meta, "description", "") or ""
-    accepted = _accepted(
-        getattr(env, "reset_async" if _overrides(env, "reset_async", base) else "reset")
-    )
     return _adapter_class(
-        env,
-        make,
+        runtime,
         (act, obs, st),
         (meta_name, meta_description, contract_version),
-        accepted,
-        (_overrides(env, "reset_async", base), _overrides(env, "step_async", base)),
+        frozenset(name for name in _HOOKS if hasattr(base, name) and _overrides(env, name, base)),
     )
 
 
 def _adapter_class(
-    env: Any,
-    make: Callable[[], Any],
+    runtime: OpenEnvRuntime,
     models: tuple[type[Action], type[Observation], type[State]],
     identity: tuple[str, str, str],
-    accepted: frozenset[str] | None,
-    asyncs: tuple[bool, bool],
+    overridden: frozenset[str],
 ) -> type[Environment[Any, Any, Any]]:
     act, obs, st = models
+    env = runtime.spec.env_class
+    make = runtime.spec.factory
     env_name, env_description, version = identity
-    reset_is_async, step_is_async = asyncs
+    reset_is_async, step_is_async = "reset_async" in overridden, "step_async" in overridden
+    mcp_types = runtime.mcp_types
 
-    def check_options(options: dict[str, Any]) -> dict[str, Any]:
-        if accepted is None:
-            return options
-        if "episode_id" in options and "episode_id" not in accepted:
-            options = {k: v for k, v in options.items() if k != "episode_id"}
-        unknown = sorted(set(options) - accepted)
-        if unknown:
-            raise InvalidArgument(
-                f"unknown reset option(s) {unknown}; {env.__name__}.reset accepts "
-                f"{sorted(accepted) or 'no options'}",
-                details={"unknown": unknown, "accepted": sorted(accepted)},
+    def corral_action(action: Any) -> Any:
+        if isinstance(action, McpAction):
+            if action.type == "list_tools":
+                return mcp_types.ListToolsAction()
+            return mcp_types.CallToolAction(
+                tool_name=action.tool_name or "", arguments=action.arguments
             )
-        return options
+        return action
 
     def to_observation(value: Any) -> Observation:
-        if isinstance(value, BaseModel):
-            return obs.model_validate(value.model_dump())
-        return value  # type: ignore[no-any-return]  # the service reports the wrong type
+        if not isinstance(value, BaseModel):
+            return value  # type: ignore[no-any-return]  # the service reports the wrong type
+        if obs is McpObservation:
+            fields = to_jsonable_python(value.model_dump(), fallback=str)
+            if "tools" in fields and isinstance(fields["tools"], list):
+                fields["tools"] = [t for t in fields["tools"] if isinstance(t, dict)]
+            return McpObservation.model_validate(
+                {k: v for k, v in fields.items() if k in McpObservation.model_fields}
+            )
+        return obs.model_validate(value.model_dump())
+
+    def reset_kwargs(fn: Callable[..., Any], seed: int | None, options: dict[str, Any]) -> Any:
+        data = dict(options)
+        if seed is not None:
+            data.setdefault("seed", seed)
+        return _get_valid_kwargs(fn, data)
+
+    def failure(exc: Exception) -> Exception:
+        # corral clients see the environment's own message (as OpenEnv clients do).
+        if isinstance(exc, EnvError):
+            return exc
+        return EnvError(str(exc), details={"exception": type(exc).__name__})
 
     class OpenEnvAdapter(Environment[Any, Any, Any]):
         __doc__ = f"corral adapter serving the OpenEnv environment {env.__qualname__}."
@@ -243,51 +595,298 @@ def _adapter_class(
         contract_version = version
         thread_affinity = True
         openenv_class = env
+        openenv_runtime = runtime
 
         def __init__(self) -> None:
             self.inner = make()
 
+        # corral's face
         def state(self) -> State:
             value = self.inner.state
             if isinstance(value, BaseModel):
                 return st.model_validate(value.model_dump())
             return value  # type: ignore[no-any-return]
 
-        def close(self) -> None:
-            self.inner.close()
+        # OpenEnv's face: the server's OpenEnv routes call these through the session runner
+        def openenv_state(self) -> dict[str, Any]:
+            value = self.inner.state
+            if hasattr(value, "model_dump"):
+                return cast(dict[str, Any], value.model_dump())
+            return dict(value) if value else {}
+
+        async def openenv_enter_mcp(self) -> None:
+            """Kept for the routes' symmetry: the MCP session is entered per operation.
+
+            OpenEnv holds ``mcp_session()`` open for a session's lifetime; its transport
+            (anyio) must be left in the task that entered it, and corral runs each call
+            in a task of its own, so each operation enters and leaves it instead.
+            """
+
+        async def openenv_mcp(self, method: str, params: dict[str, Any]) -> Any:
+            """Run ``tools/list`` / ``tools/call`` on this instance, as OpenEnv's ``/mcp``.
+
+            Returns the JSON-RPC result; raises :class:`McpFailure` for an error answer.
+            """
+            return await _own_task(_openenv_mcp(self, runtime, method, params, managed=True))
+
+        async def openenv_task(self, method: str, *args: Any) -> Any:
+            """A Task API method of the environment (NotImplementedError when absent)."""
+            fn = getattr(self.inner, method, None)
+            if not callable(fn):
+                raise NotImplementedError(method)
+            result = fn(*args)
+            return await result if inspect.isawaitable(result) else result
+
+        async def close(self) -> None:  # type: ignore[override]
+            await asyncio.to_thread(self.inner.close)
 
     # Each method is async exactly when the OpenEnv class overrides its *_async twin,
     # which is when OpenEnv itself awaits it instead of running the sync one on a thread.
     if reset_is_async:
 
-        async def reset_async(self: Any, seed: int | None = None, **options: Any) -> Observation:
-            kwargs = check_options(options)
-            return to_observation(await self.inner.reset_async(seed=seed, **kwargs))
+        async def reset_async(self: Any, seed: int | None = None, /, **options: Any) -> Any:
+            kwargs = reset_kwargs(self.inner.reset_async, seed, options)
+            try:
+                return to_observation(await _own_task(self.inner.reset_async(**kwargs)))
+            except Exception as exc:
+                raise failure(exc) from exc
 
-        OpenEnvAdapter.reset = reset_async  # type: ignore[method-assign]
+        async def openenv_reset_async(self: Any, data: dict[str, Any]) -> dict[str, Any]:
+            kwargs = _get_valid_kwargs(self.inner.reset_async, data)
+            return runtime.serialize(await _own_task(self.inner.reset_async(**kwargs)))
+
+        OpenEnvAdapter.reset = reset_async  # type: ignore[method-assign,assignment]
+        OpenEnvAdapter.openenv_reset = openenv_reset_async  # type: ignore[attr-defined]
     else:
 
-        def reset_sync(self: Any, seed: int | None = None, **options: Any) -> Observation:
-            kwargs = check_options(options)
-            return to_observation(self.inner.reset(seed=seed, **kwargs))
+        def reset_sync(self: Any, seed: int | None = None, /, **options: Any) -> Any:
+            kwargs = reset_kwargs(self.inner.reset, seed, options)
+            try:
+                return to_observation(self.inner.reset(**kwargs))
+            except Exception as exc:
+                raise failure(exc) from exc
 
-        OpenEnvAdapter.reset = reset_sync  # type: ignore[method-assign]
+        def openenv_reset_sync(self: Any, data: dict[str, Any]) -> dict[str, Any]:
+            kwargs = _get_valid_kwargs(self.inner.reset, data)
+            return runtime.serialize(self.inner.reset(**kwargs))
+
+        OpenEnvAdapter.reset = reset_sync  # type: ignore[method-assign,assignment]
+        OpenEnvAdapter.openenv_reset = openenv_reset_sync  # type: ignore[attr-defined]
     if step_is_async:
 
-        async def step_async(self: Any, action: Action) -> Observation:
-            return to_observation(await self.inner.step_async(action))
+        async def step_async(self: Any, action: Action) -> Any:
+            await self.openenv_enter_mcp()
+            try:
+                return to_observation(await _own_task(self.inner.step_async(corral_action(action))))
+            except Exception as exc:
+                raise failure(exc) from exc
+
+        async def openenv_step_async(
+            self: Any, action: Any, kwargs: dict[str, Any] | None = None
+        ) -> dict[str, Any]:
+            await self.openenv_enter_mcp()
+            extra = _get_valid_kwargs(self.inner.step_async, kwargs or {})
+            extra.pop("action", None)
+            return runtime.serialize(await _own_task(self.inner.step_async(action, **extra)))
 
         OpenEnvAdapter.step = step_async  # type: ignore[method-assign]
+        OpenEnvAdapter.openenv_step = openenv_step_async  # type: ignore[attr-defined]
     else:
 
-        def step_sync(self: Any, action: Action) -> Observation:
-            return to_observation(self.inner.step(action))
+        def step_sync(self: Any, action: Action) -> Any:
+            try:
+                return to_observation(self.inner.step(corral_action(action)))
+            except Exception as exc:
+                raise failure(exc) from exc
+
+        def openenv_step_sync(
+            self: Any, action: Any, kwargs: dict[str, Any] | None = None
+        ) -> dict[str, Any]:
+            extra = _get_valid_kwargs(self.inner.step, kwargs or {})
+            extra.pop("action", None)
+            return runtime.serialize(self.inner.step(action, **extra))
 
         OpenEnvAdapter.step = step_sync  # type: ignore[method-assign]
+        OpenEnvAdapter.openenv_step = openenv_step_sync  # type: ignore[attr-defined]
+
+    # OpenEnv 0.10's web hooks become corral's (the web UI's /render), only when the
+    # class overrides them: the UI asks which hooks an environment has.
+    if "render_web" in overridden:
+
+        def render_html(self: Any, observation: Observation) -> str | None:
+            return cast(str | None, self.inner.render_web(_web_observation(observation)))
+
+        OpenEnvAdapter.render_html = render_html  # type: ignore[method-assign]
+    if "web_actions" in overridden:
+
+        def web_actions(self: Any, observation: Observation) -> list[tuple[str, Any]]:
+            if observation.done:  # OpenEnv's /web offers no actions once the episode ended
+                return []
+            return list(self.inner.web_actions(_web_observation(observation)))
+
+        OpenEnvAdapter.web_actions = web_actions  # type: ignore[method-assign]
 
     OpenEnvAdapter.__name__ = OpenEnvAdapter.__qualname__ = f"{env.__name__}Adapter"
     OpenEnvAdapter.__module__ = env.__module__
     return OpenEnvAdapter
 
 
-__all__ = ["from_openenv", "is_openenv_environment"]
+_HOOKS = ("reset_async", "step_async", "render_web", "web_actions")
+"""OpenEnv ``Environment`` methods whose override changes how the adapter is built."""
+
+
+def _web_observation(observation: Observation) -> dict[str, Any]:
+    """What OpenEnv's ``render_web`` / ``web_actions`` get: the serialized observation's
+    fields plus top-level ``reward`` and ``done``."""
+    flat = flatten_observation(observation.model_dump(mode="json"))
+    return {**flat["observation"], "reward": flat["reward"], "done": flat["done"]}
+
+
+def _own_task(coro: Any) -> Any:
+    """Run an OpenEnv coroutine wholly in a task of its own.
+
+    corral's runner starts a coroutine in the caller's task and finishes it in another
+    when it suspends; anyio (under FastMCP's client) requires a cancel scope to be left
+    in the task that entered it, so OpenEnv's coroutines get one task from start to end.
+    """
+    return asyncio.ensure_future(coro)
+
+
+class McpFailure(Exception):
+    """A JSON-RPC error OpenEnv's ``/mcp`` handler answers with: ``code``, ``message``."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+async def _openenv_mcp(
+    adapter: Any, runtime: OpenEnvRuntime, method: str, params: dict[str, Any], *, managed: bool
+) -> Any:
+    """OpenEnv's ``tools/list`` / ``tools/call`` on one environment instance.
+
+    Raises:
+        McpFailure: what OpenEnv answers with a JSON-RPC error.
+    """
+    internal, invalid, not_found = -32603, -32602, -32601
+    env = adapter.inner
+    mcp_client = getattr(env, "mcp_client", None)
+    mcp_server = getattr(env, "mcp_server", None)
+    step_based = runtime.nested_metadata and runtime.action_cls in runtime.mcp_actions
+    mcp_types = runtime.mcp_types
+    if managed:
+        await adapter.openenv_enter_mcp()
+
+    async def via_step(action: Any) -> Any:
+        base = importlib.import_module("openenv.core.env_server.interfaces").Environment
+        if _overrides(type(env), "step_async", base):
+            return await env.step_async(action)
+        return await asyncio.to_thread(env.step, action)
+
+    async def client_op(op: Callable[[], Any]) -> Any:
+        assert mcp_client is not None
+        if mcp_client.is_connected() and not managed:
+            return await op()
+        factory = getattr(env, "mcp_session", None)
+        if callable(factory):
+            async with factory():
+                return await op()
+        async with mcp_client:
+            return await op()
+
+    try:
+        if method == "tools/list":
+            if mcp_client is None and mcp_server is None:
+                if step_based:
+                    observation = await via_step(mcp_types.ListToolsAction())
+                    if isinstance(observation, mcp_types.ListToolsObservation):
+                        return {"tools": [tool.model_dump() for tool in observation.tools]}
+                    raise McpFailure(
+                        internal,
+                        "MCP-style tools/list step returned "
+                        f"{type(observation).__name__}, expected ListToolsObservation",
+                    )
+                raise McpFailure(internal, "Environment does not support MCP")
+            if mcp_client is not None:
+                tools = await client_op(mcp_client.list_tools)
+                return {
+                    "tools": [
+                        t.model_dump() if hasattr(t, "model_dump") else dict(t) for t in tools
+                    ]
+                }
+            from openenv.core.env_server.mcp_environment import get_server_tools
+
+            return {
+                "tools": [
+                    {
+                        "name": tool.name,
+                        "description": tool.description or "",
+                        "inputSchema": tool.parameters or {},
+                    }
+                    for tool in get_server_tools(mcp_server).values()
+                ]
+            }
+        if method == "tools/call":
+            tool_name = params.get("name")
+            arguments = params.get("arguments", {})
+            if not tool_name:
+                raise McpFailure(invalid, "Missing 'name' in params")
+            if mcp_client is None and mcp_server is None:
+                if step_based:
+                    observation = await via_step(
+                        mcp_types.CallToolAction(tool_name=tool_name, arguments=arguments)
+                    )
+                    if isinstance(observation, mcp_types.CallToolObservation):
+                        return runtime.jsonable(observation)
+                    raise McpFailure(
+                        internal,
+                        "MCP-style tools/call step returned "
+                        f"{type(observation).__name__}, expected CallToolObservation",
+                    )
+                raise McpFailure(internal, "Environment does not support MCP")
+            if mcp_client is not None:
+                result = await client_op(
+                    lambda: mcp_client.call_tool(name=tool_name, arguments=arguments)
+                )
+            else:
+                from openenv.core.env_server.mcp_environment import get_server_tools
+
+                server_tools = get_server_tools(mcp_server)
+                if tool_name not in server_tools:
+                    raise McpFailure(invalid, f"Tool not found: {tool_name}")
+                fn = server_tools[tool_name].fn
+                result = fn(**arguments)
+                if inspect.isawaitable(result):
+                    result = await result
+            return runtime.jsonable(result)
+        raise McpFailure(not_found, f"Method not found: {method}")
+    except McpFailure:
+        raise
+    except Exception as exc:
+        raise McpFailure(internal, str(exc)) from exc
+
+
+def openenv_target(env: Any) -> Any:
+    """``env`` ready for ``create_app``: OpenEnv environments and apps adapted, else as is."""
+    if isinstance(env, OpenEnvApp) or is_openenv_environment(env):
+        return from_openenv(env)
+    if is_openenv_app(env):
+        return from_openenv(spec_from_app(env))
+    return env
+
+
+__all__ = [
+    "McpAction",
+    "McpFailure",
+    "McpObservation",
+    "OpenEnvApp",
+    "OpenEnvRuntime",
+    "from_openenv",
+    "is_openenv_app",
+    "is_openenv_environment",
+    "load_openenv",
+    "openenv_target",
+    "spec_from_app",
+]

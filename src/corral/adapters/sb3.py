@@ -48,30 +48,30 @@ class RemoteVecEnv(VecEnv):
     """A Stable-Baselines3 ``VecEnv`` over the sessions of an :class:`EnvPool`.
 
     Args:
-        pool: a pool in ``SAME_STEP`` auto-reset mode (started here if it is not yet), or
-            its blocking twin. ``close()`` closes it.
+        pool: a pool in ``SAME_STEP`` auto-reset mode (started here if it is not yet).
+            ``close()`` closes it.
         observation_fields / max_text_length: as for
             :class:`~corral.adapters.gymnasium.RemoteEnv`.
 
     Raises:
         ValueError: the pool resets episodes another way.
-        SpaceError: the contract has a field with no Gymnasium space.
+        SpaceConversionError: the contract has a field with no Gymnasium space.
     """
 
     def __init__(
         self,
-        pool: EnvPool[Any, Any, Any] | SyncEnvPool[Any, Any, Any],
+        pool: EnvPool[Any, Any, Any],
         *,
         observation_fields: Sequence[str] | None = None,
         max_text_length: int = DEFAULT_MAX_TEXT_LENGTH,
     ) -> None:
-        self.pool = pool.sync() if isinstance(pool, EnvPool) else pool
+        self.pool: SyncEnvPool[Any, Any, Any] = pool.sync()
         if self.pool.autoreset_mode is not AutoresetMode.SAME_STEP:
             raise ValueError(
                 "an SB3 VecEnv resets an episode in the step that ends it: create the pool "
                 f"with autoreset_mode='same_step', not {self.pool.autoreset_mode.name}"
             )
-        inner = self.pool.async_pool
+        inner = pool
         try:
             self.pool.start()  # a no-op for a started pool
             assert inner.action_type and inner.observation_type and inner.state_type

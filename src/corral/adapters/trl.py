@@ -37,8 +37,9 @@ from typing import Any, Literal, Protocol, Union
 import orjson
 from pydantic import BaseModel
 
-from corral.client import AsyncEnvClient, LocalServer, SyncEnvClient
-from corral.client.loop import run_blocking
+from corral.blocking import run_blocking
+from corral.client import AsyncEnvClient, SyncEnvClient
+from corral.client.local_server import LocalServer
 from corral.contract import Environment, Observation, StepResult
 
 RESERVED = frozenset({"reset", "get_reward", "state", "close"})

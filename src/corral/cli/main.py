@@ -1,8 +1,9 @@
 """The ``corral`` command: one typer app; each command lives in its own module.
 
 Commands are registered by reference (``"module:attribute"``) and imported only when they
-run: ``corral serve`` loads the server and nothing of ``build``, ``validate`` or ``push``
-(Docker's SDK, the validator, the Hub client), and ``corral --version`` loads nothing. The
+run: ``corral serve`` loads the server and nothing of ``build``, ``validate``, ``push``,
+``deploy``, ``k8s``, ``eval`` or ``replay`` (Docker's SDK, the validator, the Hub client, the
+Kubernetes renderer, the evaluation loop), and ``corral --version`` loads nothing. The
 command list in ``corral --help`` comes from the table below, without importing anything.
 To add a command, add one :func:`register` line.
 """
@@ -75,8 +76,7 @@ register(
 )
 register(
     "validate",
-    # Importing validate_local plugs the PATH mode into the command.
-    "corral.cli.validate_local:validate.validate_command",
+    "corral.cli.validate.command:validate_command",
     "Check an environment: statically and through a real server, or a running server by URL.",
 )
 register(
@@ -90,9 +90,35 @@ register(
     "Stage a Docker Space (README front matter, Dockerfile, pinned wheels) and upload it.",
 )
 register(
+    "replay",
+    "corral.cli.replay:replay_command",
+    "Re-run recorded episodes from their seeds, tasks and actions; report the first "
+    "diverging observation of each.",
+)
+register(
+    "eval",
+    "corral.cli.eval:eval_command",
+    "Evaluate a policy on an environment: N episodes, recorded, summarized.",
+)
+register(
+    "mcp",
+    "corral.cli.mcp:mcp_command",
+    "Serve an environment's tools to an MCP client over stdin/stdout.",
+)
+register(
     "schema",
     "corral.cli.schema:schema_app",
-    "Lock, check and diff an environment's contract schemas.",
+    "Lock the contract's schemas and check changes against the lock (for CI).",
+)
+register(
+    "deploy",
+    "corral.cli.deploy:deploy_app",
+    "Render deployment manifests for a long-lived fleet of servers.",
+)
+register(
+    "k8s",
+    "corral.cli.deploy:k8s_app",
+    "Kubernetes housekeeping: sweep what dead providers left.",
 )
 
 

@@ -11,16 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from corral.contract.lock import (
-    Change,
-    LockCheck,
-    LockError,
-    SchemaLock,
-    check_lock,
-    diff_schemas,
-    read_lock,
-    write_lock,
-)
+from corral.contract.diff import Change, diff_schemas
+from corral.contract.lock import LockCheck, LockError, SchemaLock, check_lock, read_lock, write_lock
 from corral.contract.schema import Contract
 from corral.providers.manifest import Manifest, ManifestError, load_contract, load_manifest
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from corral.adapters.openenv_env import from_openenv, is_openenv_environment
+from corral.adapters.openenv_env import load_openenv, openenv_target
 from corral.auth import read_token_file
 from corral.providers.manifest import Manifest, ManifestError, load_manifest
 from corral.server.config import ServerConfig
@@ -21,7 +21,8 @@ def resolve_serve_target(target: str, *, search_path: Path | None = None) -> Any
     """Turn ``corral serve``'s TARGET (``module:Class`` or ``gym:ENV_ID``) into what
     ``create_app`` takes.
 
-    An OpenEnv environment class is wrapped by :func:`corral.adapters.openenv_env.from_openenv`;
+    An OpenEnv environment class or app (``create_app(...)``'s result) is wrapped by
+    :func:`corral.adapters.openenv_env.from_openenv`, with what the app was built with;
     ``gym:ENV_ID`` serves a registered Gymnasium environment
     (:func:`corral.adapters.gymnasium.serve_target`).
 
@@ -38,12 +39,10 @@ def resolve_serve_target(target: str, *, search_path: Path | None = None) -> Any
         obj = load_target(target, search_path=where)
     except (TargetError, ValueError, ImportError) as exc:
         raise typer.BadParameter(str(exc), param_hint="TARGET") from None
-    if is_openenv_environment(obj):
-        try:
-            return from_openenv(obj)
-        except (TypeError, ImportError) as exc:
-            raise typer.BadParameter(str(exc), param_hint="TARGET") from None
-    return obj
+    try:
+        return openenv_target(obj)
+    except (TypeError, ImportError) as exc:
+        raise typer.BadParameter(str(exc), param_hint="TARGET") from None
 
 
 @dataclass(frozen=True)
@@ -80,6 +79,13 @@ def parse_serve_target(target: str) -> ServeTarget:
         except ManifestError as exc:
             raise typer.BadParameter(str(exc), param_hint="TARGET") from None
         return ServeTarget(manifest.entry_point, manifest.root, manifest)
+    if ":" not in target and target.isidentifier():
+        try:
+            found = load_openenv(target)
+        except (TypeError, ImportError) as exc:
+            raise typer.BadParameter(str(exc), param_hint="TARGET") from None
+        if found is not None:  # an installed OpenEnv environment package
+            return ServeTarget(f"{target}.server.app:app", Path.cwd())
     if ":" not in target:
         raise typer.BadParameter(
             f"{target!r} is neither a directory with corral.yaml / openenv.yaml nor an "
@@ -159,6 +165,14 @@ def serve_command(
         int,
         typer.Option(help="Worker processes holding the environments (0: in the server)."),
     ] = 0,
+    web: Annotated[
+        bool,
+        typer.Option(
+            "--web/--no-web",
+            help="Serve the web UI at /web (/ redirects there); with a token, browsers "
+            "exchange it once for a short-lived cookie.",
+        ),
+    ] = False,
     log_level: Annotated[
         str,
         typer.Option(
@@ -170,6 +184,14 @@ def serve_command(
         str,
         typer.Option(help="text, or json: one object per line, session ids as fields."),
     ] = "text",
+    mcp: Annotated[
+        bool,
+        typer.Option(
+            "--mcp",
+            help="Also serve the MCP specification's streamable HTTP transport at "
+            "/mcp/stream (an MCP client's initialize on /mcp is answered there too).",
+        ),
+    ] = False,
 ) -> None:
     """Serve an environment over WebSocket and HTTP (loopback by default)."""
     if log_format not in FORMATS:
@@ -204,6 +226,7 @@ def serve_command(
         executor_threads=executor_threads,
         token=token,
         workers=workers,
+        web=web,
     )
     sock = None
     if fd is not None:
@@ -220,4 +243,14 @@ def serve_command(
         config=config,
         sock=sock,
         log_format=log_format,
+        customize=_mount_mcp if mcp else None,
     )
+
+
+def _mount_mcp(app: Any) -> None:
+    from corral.adapters.mcp import mount_mcp
+
+    try:
+        mount_mcp(app)
+    except TypeError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--mcp") from None

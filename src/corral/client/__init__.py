@@ -1,15 +1,21 @@
-"""The client layer: async client, its sync twin, the pool, the local server launcher.
+"""The client layer: the async client and its sync twin, the pool, their settings.
 
 ``EnvPool`` and friends need numpy (``pip install 'corral[numpy]'``); they are imported
 on first use so that the plain clients work without it.
+
+The machinery underneath has its own modules: :mod:`~corral.client.connection` (one
+WebSocket connection), :mod:`~corral.client.local_server` (a server in a local
+subprocess), :mod:`~corral.client.typed`, :mod:`~corral.client.fleet`,
+:mod:`~corral.client.batch` and :mod:`~corral.client.health`.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from corral.client.async_client import AsyncEnvClient
-from corral.client.connection import Connection
-from corral.client.launcher import LocalServer, ServerStartError
-from corral.client.sync_client import SyncEnvClient
+from corral.client.env_client import AsyncEnvClient, SyncEnvClient
+from corral.protocol.client import ReconnectPolicy
+
+if TYPE_CHECKING:
+    from corral.client.pool import AutoresetMode, EnvPool, PoolBatch, PoolError, SyncEnvPool
 
 _POOL_NAMES = frozenset({"AutoresetMode", "EnvPool", "PoolBatch", "PoolError", "SyncEnvPool"})
 
@@ -25,12 +31,10 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "AsyncEnvClient",
     "AutoresetMode",
-    "Connection",
     "EnvPool",
-    "LocalServer",
     "PoolBatch",
     "PoolError",
-    "ServerStartError",
+    "ReconnectPolicy",
     "SyncEnvClient",
     "SyncEnvPool",
 ]

@@ -153,17 +153,10 @@ class OpenEnvConnection:
                     raise
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.4)
-        self.welcome = {
-            "type": "welcome",
-            "protocol": PROTOCOL_NAME,
-            "server": {"name": PROTOCOL_NAME},
-            "env": {},
-            "limits": {},
-            "compat": "unchecked",
-            "session": self.session,
-        }
-        if want_schemas:
-            self.welcome["schemas"] = await self._schemas()
+        schemas = await self._schemas() if want_schemas else None
+        # OpenEnv has no handshake: this stands for one (nothing was checked).
+        welcome = m.Welcome(0, {"name": PROTOCOL_NAME}, {}, {}, "unchecked", schemas, PROTOCOL_NAME)
+        self.welcome = welcome.to_wire()
         return self.welcome
 
     async def _open_socket(self) -> None:
@@ -188,7 +181,7 @@ class OpenEnvConnection:
         self._ws = ws
         self._lost = None
         try:
-            await self.request({"type": "state"}, timeout=self.connect_timeout)
+            await self.request(m.GetState(self.next_id(), self.session), self.connect_timeout)
         except CorralError:
             self._ws = None
             with contextlib.suppress(Exception):
@@ -210,7 +203,12 @@ class OpenEnvConnection:
             ) from None
         return {key: body.get(key) or {} for key in ("action", "observation", "state")}
 
-    async def request(self, message: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+    def next_id(self) -> int:
+        """The id for the next request (OpenEnv's wire has none: they stay local)."""
+        self._ids += 1
+        return self._ids
+
+    async def request(self, message: m.Request, timeout: float | None) -> m.Reply:
         """Send one corral request in its OpenEnv form and return corral's reply.
 
         ``open`` is answered locally (the socket is the session); ``close`` has no
@@ -222,24 +220,23 @@ class OpenEnvConnection:
             ConnectionLost: the connection failed or the server ended the session.
             UnsupportedProtocol: the request has no OpenEnv form (attach, batches).
         """
-        kind = str(message.get("type"))
+        kind = message.type
+        request_id = message.id
         async with self._lock:
-            self._ids += 1
-            request_id = self._ids
             if kind == "open":
-                return m.opened(request_id, self.session, "")
-            frame = client_frame(message)
+                return m.Opened(request_id, self.session, "")
+            frame = client_frame(message.to_wire())
             ws = self._socket()
             try:
                 try:
                     await ws.send(self.codec.encode(frame))
                 except ConnectionClosed:
                     if kind == "close":
-                        return m.closed(request_id, self.session)
+                        return m.Closed(request_id, self.session)
                     # The server may have closed right after an error frame (OpenEnv does
                     # after CAPACITY_REACHED): recv() still returns it, else raises.
                 if kind == "close":
-                    return m.closed(request_id, self.session)
+                    return m.Closed(request_id, self.session)
                 raw = await asyncio.wait_for(ws.recv(), timeout)
             except TimeoutError:
                 self._lost = ConnectionLost(
@@ -256,7 +253,8 @@ class OpenEnvConnection:
                 self._lost = ConnectionLost(f"connection closed: {exc}")
                 raise ConnectionLost(self._lost.message, request_id=request_id) from None
             try:
-                return client_reply(kind, raw, request_id=request_id, session=self.session)
+                reply = client_reply(kind, raw, request_id=request_id, session=self.session)
+                return m.parse_reply(reply)
             except CorralError as exc:
                 if openenv_code(str(exc.code)) in FATAL_CODES:
                     # OpenEnv closes the socket after these: the session is over.

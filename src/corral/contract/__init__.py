@@ -1,27 +1,25 @@
-"""The contract layer: models, wire safety, schemas, fingerprints and versions."""
+"""The contract layer: what an environment author writes, and what crosses the wire.
 
-from corral.contract.dynamic import contract_models, model_from_schema
+The names here are the ones users need: the three models and the step result, the
+:class:`Environment` base class, :class:`WireModel` (the base of nested models that
+cross the wire) and the error a model that cannot cross it raises. The machinery has
+its own modules: :mod:`~corral.contract.schema` (contracts, schemas, fingerprints,
+versions), :mod:`~corral.contract.dynamic` (models built from schemas),
+:mod:`~corral.contract.wiresafe` (the wire-safety check), :mod:`~corral.contract.arrays`
+(numpy array fields), :mod:`~corral.contract.lock`, :mod:`~corral.contract.options` and
+:mod:`~corral.contract.tools`.
+"""
+
 from corral.contract.environment import Environment
 from corral.contract.models import Action, Observation, State, StepResult, WireModel
-from corral.contract.schema import Contract, compatible, fingerprint, model_schemas, parse_semver
-from corral.contract.wiresafe import WireProblem, WireSafetyError, check_model, make_wire_safe
+from corral.contract.wiresafe import WireSafetyError
 
 __all__ = [
     "Action",
-    "Contract",
     "Environment",
     "Observation",
     "State",
     "StepResult",
     "WireModel",
-    "WireProblem",
     "WireSafetyError",
-    "check_model",
-    "compatible",
-    "contract_models",
-    "fingerprint",
-    "make_wire_safe",
-    "model_from_schema",
-    "model_schemas",
-    "parse_semver",
 ]

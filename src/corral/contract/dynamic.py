@@ -26,7 +26,8 @@ What is mapped (``Model.model_json_schema()`` output, plus common JSON Schema):
 - corral's ndarray fields (the ``x-corral-ndarray`` marker), as
   ``corral.contract.arrays.Array(dtype, shape)`` when numpy is installed.
 - Per field: ``title``, ``description``, ``examples``, ``deprecated``, unknown (``x-...``)
-  keywords; ``required``, and defaults: a field that is not required keeps its schema
+  keywords (``x-corral-omit-empty``: left out of dumps when empty, as the original);
+  ``required``, and defaults: a field that is not required keeps its schema
   default, or gets an empty container (``dict``/``list``/``set`` types) or ``None``.
 - Per model: ``title`` (the class name), ``description`` (the docstring) and
   ``additionalProperties`` (``false`` → ``extra="forbid"``, ``true`` → ``"allow"``, a schema →
@@ -41,16 +42,17 @@ Python type cannot be recovered the schema still is: ``tuple[X, ...]`` and ``fro
 come back as ``list[X]`` and ``set[X]`` (same schema), ``Decimal`` as ``float | str`` (same
 schema; the JSON form survives). The fingerprint differs when the schema uses what is not
 mapped: ``not``, ``if``/``then``/``else``, multi-member ``allOf``, ``prefixItems`` with
-``items``, references outside the document, unknown keywords below the field level,
-patterns neither regex engine compiles, constraints on format types beyond the type's own
-(they are not enforced either), and aliased fields of the original model (their
-properties come back as fields named by the alias).
+``items``, references outside the document, defaults holding a ``$ref`` key, unknown
+keywords below the field level, patterns neither regex engine compiles, constraints on
+format types beyond the type's own (they are not enforced either), and aliased fields of
+the original model (their properties come back as fields named by the alias).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import datetime as dt
 import enum
 import functools
@@ -76,7 +78,7 @@ from pydantic import (
 )
 from pydantic_core import SchemaError, SchemaValidator, core_schema
 
-from corral.contract.models import Action, Observation, State
+from corral.contract.models import OMIT_EMPTY, Action, Observation, State, omitted_when_empty
 from corral.contract.schema import canonical_schema
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -799,12 +801,22 @@ def _field(node: dict[str, Any], *, required: bool, alias: str | None) -> Any:
     )
     if extra:
         kwargs["json_schema_extra"] = extra
+    if node.get(OMIT_EMPTY) is True:
+        kwargs["exclude_if"] = omitted_when_empty
     if required:
         return Field(**kwargs)
     if "default" in node:
         # The default is in JSON form: validating it turns "2024-01-01" into a datetime,
         # {"a": 1} into a nested model and base64 text into bytes.
         default = node["default"]
+        if _has_ref(default):
+            # pydantic would read a "$ref" inside the default as a reference of its own when
+            # the schema is regenerated; a factory keeps the value and leaves it out of it.
+            return Field(
+                default_factory=functools.partial(copy.deepcopy, default),
+                validate_default=True,
+                **kwargs,
+            )
         return Field(default=default, validate_default=default is not None, **kwargs)
     # A factory, unlike a default, does not appear in the regenerated schema.
     return Field(default_factory=_empty_factory(node), **kwargs)
@@ -893,7 +905,7 @@ def contract_models(
 
     Args:
         schemas: ``{"action": ..., "observation": ..., "state": ...}`` as returned by
-            :func:`corral.contract.model_schemas` and served at ``/schema``.
+            :func:`corral.contract.schema.model_schemas` and served at ``/schema``.
 
     Returns:
         Subclasses of corral's :class:`Action`, :class:`Observation` and :class:`State`.
@@ -905,7 +917,8 @@ def contract_models(
     if missing:
         raise ValueError(
             f"contract schemas lack {', '.join(missing)}: pass the dict of "
-            "corral.contract.model_schemas(...) or GET /schema, with keys action/observation/state"
+            "corral.contract.schema.model_schemas(...) or GET /schema, with keys "
+            "action/observation/state"
         )
     return (
         model_from_schema(schemas["action"], base=Action),

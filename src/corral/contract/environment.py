@@ -11,12 +11,12 @@ plain methods (run off the server's event loop) or ``async def`` (awaited on it)
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Any, ClassVar, Generic, TypeVar, get_args, get_origin
 
 from corral.contract.models import Action, Observation, State
 from corral.contract.schema import Contract, parse_semver
+from corral.contract.tasks import Task
 from corral.contract.wiresafe import make_wire_safe
 
 ActT = TypeVar("ActT", bound=Action)
@@ -41,6 +41,11 @@ class Environment(Generic[ActT, ObsT, StateT]):
         action_migrations: ``{old_major: fn}`` turning an action dict of an older contract
             major version into one of the current version; clients of those majors are
             then accepted at the handshake.
+        task_type: the :class:`~corral.contract.tasks.Task` model :meth:`task` returns.
+
+    The optional *tasks face* (:meth:`splits`, :meth:`num_tasks`, :meth:`task`) publishes
+    a dataset of tasks; an environment that has one accepts ``reset(split=..., index=...)``
+    (see :mod:`corral.contract.tasks`).
     """
 
     action_type: ClassVar[type[Action]]
@@ -52,6 +57,7 @@ class Environment(Generic[ActT, ObsT, StateT]):
     auto_reset: ClassVar[bool] = False
     thread_affinity: ClassVar[bool] = False
     action_migrations: ClassVar[dict[int, ActionMigration]] = {}
+    task_type: ClassVar[type[Task]] = Task
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -61,10 +67,15 @@ class Environment(Generic[ActT, ObsT, StateT]):
         if "name" not in cls.__dict__ or not cls.name:
             cls.name = cls.__name__
         parse_semver(cls.contract_version)
-        for attr in ("action_type", "observation_type", "state_type"):
+        for attr in ("action_type", "observation_type", "state_type", "task_type"):
             model = cls.__dict__.get(attr)
             if isinstance(model, type):
                 make_wire_safe(model)
+        if not (isinstance(cls.task_type, type) and issubclass(cls.task_type, Task)):
+            raise TypeError(
+                f"{cls.__name__}.task_type must be a subclass of corral.contract.tasks.Task, "
+                f"got {cls.task_type!r}"
+            )
 
     def reset(self, seed: int | None = None, **options: Any) -> ObsT:
         """Start a new episode and return its first observation."""
@@ -80,6 +91,53 @@ class Environment(Generic[ActT, ObsT, StateT]):
 
     def close(self) -> None:
         """Release the environment's resources; called once when its session ends."""
+
+    # Optional web-UI hooks (OpenEnv's ``render_web`` / ``web_actions`` map onto them).
+    # The server calls them on a short-lived instance of its own, not on a session's: they
+    # must depend only on the observation they are given.
+
+    def render_html(self, observation: ObsT) -> str | None:
+        """HTML the web UI shows for ``observation``, or None for no custom view.
+
+        It is shown in a sandboxed frame: scripts do not run and it cannot reach the page.
+        """
+        return None
+
+    def web_actions(self, observation: ObsT) -> list[tuple[str, ActT]]:
+        """One-click actions the web UI offers after ``observation``: ``(label, action)``."""
+        return []
+
+    # -- the optional tasks face: metadata only, side-effect free, may run on a
+    # -- fresh instance that never sees a reset (the server's task routes do).
+
+    def splits(self) -> list[str]:
+        """The names of the task splits, e.g. ``["train", "test"]``.
+
+        Raises:
+            NotImplementedError: the environment publishes no tasks (the default).
+        """
+        raise NotImplementedError(f"{type(self).__name__} publishes no tasks")
+
+    def num_tasks(self, split: str) -> int:
+        """How many tasks ``split`` holds (``split`` is one of :meth:`splits`)."""
+        raise NotImplementedError(f"{type(self).__name__} publishes no tasks")
+
+    def task(self, split: str, index: int) -> Task:
+        """Task ``index`` (``0 <= index < num_tasks(split)``) of ``split``, a
+        :attr:`task_type` instance."""
+        raise NotImplementedError(f"{type(self).__name__} publishes no tasks")
+
+    @classmethod
+    def scripted_policy(cls, seed: int | None) -> Callable[[Any], Any] | None:
+        """A baseline player shipped with the environment (``corral eval --policy
+        scripted``): observation in, action out; None when there is none (the default).
+        """
+        return None
+
+    @classmethod
+    def has_tasks(cls) -> bool:
+        """True when the environment implements the tasks face."""
+        return cls.splits is not Environment.splits
 
     @classmethod
     def contract(cls) -> Contract:
@@ -101,11 +159,6 @@ class Environment(Generic[ActT, ObsT, StateT]):
             observation=cls.observation_type,
             state=cls.state_type,
         )
-
-    @classmethod
-    def is_async(cls, method: str) -> bool:
-        """True when ``method`` (``reset``/``step``/``state``/``close``) is ``async def``."""
-        return inspect.iscoroutinefunction(getattr(cls, method))
 
 
 def _environment_args(cls: type) -> tuple[Any, ...] | None:

@@ -24,6 +24,16 @@ _BASE_CONFIG = ConfigDict(
 )
 
 
+OMIT_EMPTY = "x-corral-omit-empty"
+"""Schema marker of a field left out of the serialized form when empty; models rebuilt
+from the schema (:mod:`corral.contract.dynamic`) do the same."""
+
+
+def omitted_when_empty(value: Any) -> bool:
+    """``exclude_if`` predicate of the fields marked :data:`OMIT_EMPTY`."""
+    return not value
+
+
 class WireModel(BaseModel):
     """Base of the contract models: checked for wire safety when subclassed."""
 
@@ -49,6 +59,10 @@ class Observation(WireModel):
         truncated: the episode was cut short (time limit, outside condition) rather than
             reaching a terminal state. ``truncated=True`` implies ``done=True``.
         reward: the reward of the step that produced this observation.
+        reward_components: optional named parts of ``reward`` (``{"format": 0.2,
+            "correct": 1.0}``), recorded in episodes, summed in eval reports and
+            exposed on ``/metrics``; left off the wire when empty. See
+            :class:`~corral.contract.rubric.Rubric`.
         metadata: free-form extra information; unlike OpenEnv, it is kept on the wire.
     """
 
@@ -57,6 +71,13 @@ class Observation(WireModel):
     done: bool = False
     truncated: bool = False
     reward: float | None = None
+    # Left out of the serialized form when empty, so environments without components
+    # pay nothing for the field on the wire.
+    reward_components: dict[str, float] = Field(
+        default_factory=dict,
+        exclude_if=omitted_when_empty,
+        json_schema_extra={OMIT_EMPTY: True},
+    )
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, TypeVar, overload
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter, create_model
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
 from pydantic_core import to_jsonable_python
 
 from corral.contract.wiresafe import WireSafetyError, make_wire_safe
@@ -221,6 +221,10 @@ def _build(env_type: type, attr: str, fn: Callable[..., Any], mark: ToolMark) ->
         fields[param.name] = (annotation, default)
         if param.kind is not inspect.Parameter.KEYWORD_ONLY:
             positional.append(param.name)
+    described = argument_docs(inspect.getdoc(fn) or "")
+    for pname, (annotation, default) in list(fields.items()):
+        if pname in described:
+            fields[pname] = (annotation, Field(default, description=described[pname]))
     model_name = "".join(part.capitalize() for part in attr.split("_")) + "Arguments"
     try:
         arguments = create_model(model_name, __base__=ToolArguments, **fields)
@@ -237,7 +241,7 @@ def _build(env_type: type, attr: str, fn: Callable[..., Any], mark: ToolMark) ->
         raise TypeError(f"{where}: {exc}") from None
     except Exception as exc:  # pydantic's schema errors for unsupported annotations
         raise TypeError(f"{where}: its signature cannot be described: {exc}") from None
-    description = mark.description or inspect.getdoc(fn) or ""
+    description = mark.description or _summary(inspect.getdoc(fn) or "")
     return Tool(
         name=name,
         description=description,
@@ -249,4 +253,57 @@ def _build(env_type: type, attr: str, fn: Callable[..., Any], mark: ToolMark) ->
     )
 
 
-__all__ = ["RESERVED_NAMES", "Tool", "ToolArguments", "ToolMark", "tool", "tools_of"]
+_SECTION = re.compile(r"^(Args|Arguments|Parameters):\s*$")
+_ENTRY = re.compile(r"^(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
+
+
+def argument_docs(doc: str) -> dict[str, str]:
+    """Argument descriptions from a Google-style ``Args:`` section of a docstring."""
+    out: dict[str, str] = {}
+    lines = doc.splitlines()
+    inside, indent, current = False, 0, ""
+    for line in lines:
+        stripped = line.strip()
+        if not inside:
+            inside = bool(_SECTION.match(stripped))
+            continue
+        if not stripped:
+            continue
+        depth = len(line) - len(line.lstrip())
+        if indent == 0:
+            indent = depth
+        if depth < indent or (depth == 0 and stripped.endswith(":")):
+            break
+        match = _ENTRY.match(stripped) if depth == indent else None
+        if match:
+            current = match.group(1).lstrip("*")
+            out[current] = match.group(3).strip()
+        elif current:
+            out[current] = f"{out[current]} {stripped}".strip()
+    return out
+
+
+def _summary(doc: str) -> str:
+    """The docstring without its ``Args:`` section (that goes into the input schema)."""
+    kept: list[str] = []
+    skipping = False
+    for line in doc.splitlines():
+        if _SECTION.match(line.strip()):
+            skipping = True
+            continue
+        if skipping and line.strip() and not line.startswith((" ", "\t")):
+            skipping = False
+        if not skipping:
+            kept.append(line)
+    return "\n".join(kept).strip()
+
+
+__all__ = [
+    "RESERVED_NAMES",
+    "Tool",
+    "ToolArguments",
+    "ToolMark",
+    "argument_docs",
+    "tool",
+    "tools_of",
+]

@@ -12,22 +12,20 @@ that session only; the other items run normally. Only a message-level problem (n
 
 A batch message addresses sessions of the connection that sends it; one session may
 appear once per batch (a repeat is ``SESSION_BUSY`` for that item).
+
+These types are entries of the one message table, :mod:`corral.protocol.messages`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from corral.errors import BadMessage, BatchTooLarge, CorralError, InvalidArgument
-from corral.protocol.messages import MAX_ID, register_request
-
-RESET_BATCH = "reset_batch"
-STEP_BATCH = "step_batch"
-BATCH_REPLY = "batch"
+from corral.errors import BadMessage, BatchTooLarge, CorralError, error_from_wire
+from corral.protocol import fields as f
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ResetItem:
     """One session's reset inside a ``reset_batch``."""
 
@@ -35,50 +33,37 @@ class ResetItem:
     seed: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
 
+    def to_wire(self) -> dict[str, Any]:
+        """The item's wire map."""
+        return {"session": self.session, "seed": self.seed, "options": self.options}
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True)
 class StepItem:
     """One session's action (a wire object) inside a ``step_batch``."""
 
     session: str
     action: Any
 
+    def to_wire(self) -> dict[str, Any]:
+        """The item's wire map."""
+        return {"session": self.session, "action": self.action}
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True)
 class BadItem:
-    """An item that could not be read; it is answered with ``error``, nothing runs."""
+    """An item that could not be read; it is answered with ``error``, nothing runs.
+
+    Only parsing makes one: it has no wire form of its own.
+    """
 
     session: str | None
     error: CorralError
 
 
-Item = ResetItem | StepItem | BadItem
-
-
-@dataclass(frozen=True, slots=True)
-class ResetBatch:
-    """Resets many sessions at once."""
-
-    id: int
-    items: tuple[ResetItem | BadItem, ...]
-    type: str = RESET_BATCH
-
-
-@dataclass(frozen=True, slots=True)
-class StepBatch:
-    """Steps many sessions at once."""
-
-    id: int
-    items: tuple[StepItem | BadItem, ...]
-    type: str = STEP_BATCH
-
-
-BatchRequest = ResetBatch | StepBatch
-
-
 def _batch_id(msg: dict[str, Any]) -> int:
-    rid = msg.get("id")
-    if not isinstance(rid, int) or isinstance(rid, bool) or not 0 <= rid <= MAX_ID:
+    rid = f.peek_id(msg)
+    if rid is None:
         raise BadMessage(
             f"message {msg.get('type')!r} needs an integer 'id' between 0 and 2**63-1",
             details={"field": "id"},
@@ -122,19 +107,10 @@ def _reset_item(index: int, raw: Any) -> ResetItem | BadItem:
         session = _item_session(index, raw)
     except CorralError as exc:
         return BadItem(None, exc)
-    seed = raw.get("seed")
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
-        error: CorralError = BadMessage(
-            f"item {index}: field 'seed' must be an integer or null, got {type(seed).__name__}",
-            details={"item": index, "field": "seed"},
-        )
-        return BadItem(session, error)
-    if seed is not None and not 0 <= seed <= MAX_ID:
-        error = InvalidArgument(
-            f"item {index}: seed must be between 0 and 2**63-1, got {seed}",
-            details={"item": index, "field": "seed"},
-        )
-        return BadItem(session, error)
+    try:
+        seed = f.seed(raw, item=index)
+    except CorralError as exc:
+        return BadItem(session, exc)
     options = raw.get("options")
     if options is None:
         options = {}
@@ -161,24 +137,62 @@ def _step_item(index: int, raw: Any) -> StepItem | BadItem:
     return StepItem(session, raw["action"])
 
 
-def parse_reset_batch(msg: dict[str, Any]) -> ResetBatch:
-    """Read a ``reset_batch`` message; bad items become :class:`BadItem`.
+def _items_to_wire(items: tuple[ResetItem | StepItem | BadItem, ...]) -> list[dict[str, Any]]:
+    out = []
+    for item in items:
+        if isinstance(item, BadItem):
+            raise ValueError("a BadItem comes from parsing and has no wire form")
+        out.append(item.to_wire())
+    return out
 
-    Raises:
-        BadMessage: the id or the ``items`` list is missing, mistyped or empty.
-    """
-    rid = _batch_id(msg)
-    return ResetBatch(rid, tuple(_reset_item(i, raw) for i, raw in enumerate(_items(msg))))
+
+@dataclass(slots=True)
+class ResetBatch:
+    """Resets many sessions at once; bad items are read as :class:`BadItem`."""
+
+    type: ClassVar[str] = "reset_batch"
+    id: int
+    items: tuple[ResetItem | BadItem, ...]
+
+    def to_wire(self) -> dict[str, Any]:
+        """The message's wire map."""
+        return {"type": self.type, "id": self.id, "items": _items_to_wire(self.items)}
+
+    @classmethod
+    def from_wire(cls, msg: dict[str, Any]) -> ResetBatch:
+        """Read a ``reset_batch`` message; bad items become :class:`BadItem`.
+
+        Raises:
+            BadMessage: the id or the ``items`` list is missing, mistyped or empty.
+        """
+        rid = _batch_id(msg)
+        return cls(rid, tuple(_reset_item(i, raw) for i, raw in enumerate(_items(msg))))
 
 
-def parse_step_batch(msg: dict[str, Any]) -> StepBatch:
-    """Read a ``step_batch`` message; bad items become :class:`BadItem`.
+@dataclass(slots=True)
+class StepBatch:
+    """Steps many sessions at once; bad items are read as :class:`BadItem`."""
 
-    Raises:
-        BadMessage: the id or the ``items`` list is missing, mistyped or empty.
-    """
-    rid = _batch_id(msg)
-    return StepBatch(rid, tuple(_step_item(i, raw) for i, raw in enumerate(_items(msg))))
+    type: ClassVar[str] = "step_batch"
+    id: int
+    items: tuple[StepItem | BadItem, ...]
+
+    def to_wire(self) -> dict[str, Any]:
+        """The message's wire map."""
+        return {"type": self.type, "id": self.id, "items": _items_to_wire(self.items)}
+
+    @classmethod
+    def from_wire(cls, msg: dict[str, Any]) -> StepBatch:
+        """Read a ``step_batch`` message; bad items become :class:`BadItem`.
+
+        Raises:
+            BadMessage: the id or the ``items`` list is missing, mistyped or empty.
+        """
+        rid = _batch_id(msg)
+        return cls(rid, tuple(_step_item(i, raw) for i, raw in enumerate(_items(msg))))
+
+
+BatchRequest = ResetBatch | StepBatch
 
 
 def check_batch_size(batch: BatchRequest, limit: int) -> None:
@@ -192,53 +206,107 @@ def check_batch_size(batch: BatchRequest, limit: int) -> None:
         )
 
 
-# Replies and client-side builders.
+@dataclass(slots=True)
+class ItemResult:
+    """A successful item of a ``batch`` reply: the observation's wire object."""
+
+    session: str
+    observation: Any
+
+    def to_wire(self) -> dict[str, Any]:
+        """The item's wire map."""
+        return {"session": self.session, "observation": self.observation}
 
 
-def item_result(session: str, observation: Any) -> dict[str, Any]:
-    """A successful item of a ``batch`` reply."""
-    return {"session": session, "observation": observation}
+@dataclass(slots=True)
+class ItemError:
+    """A failed item of a ``batch`` reply (``session`` is None when it was unreadable)."""
+
+    session: str | None
+    code: str
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, session: str | None, error: CorralError) -> ItemError:
+        """The failed item for ``error``."""
+        return cls(session, str(error.code), error.message, error.details)
+
+    def exception(self, request_id: int | None = None) -> CorralError:
+        """The exception this item carries, as its code's class."""
+        wire = {"code": self.code, "message": self.message, "details": self.details}
+        return error_from_wire(wire, request_id)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The item's wire map."""
+        error = {"code": self.code, "message": self.message, "details": self.details}
+        return {"session": self.session, "error": error}
 
 
-def item_error(session: str | None, error: CorralError) -> dict[str, Any]:
-    """A failed item of a ``batch`` reply."""
-    return {"session": session, "error": error.to_wire()}
+BatchItemReply = ItemResult | ItemError
 
 
-def batch_reply(request_id: int, results: list[dict[str, Any]]) -> dict[str, Any]:
-    """The reply to a batch message: one result or error per item, in item order."""
-    return {"type": BATCH_REPLY, "id": request_id, "results": results}
-
-
-def step_batch(items: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A ``step_batch`` message (without its id) for ``(session, wire action)`` pairs."""
-    return {"type": STEP_BATCH, "items": [{"session": s, "action": a} for s, a in items]}
-
-
-def reset_batch(items: list[tuple[str, int | None, dict[str, Any]]]) -> dict[str, Any]:
-    """A ``reset_batch`` message (without its id) for ``(session, seed, options)`` items."""
-    return {
-        "type": RESET_BATCH,
-        "items": [{"session": s, "seed": seed, "options": opts} for s, seed, opts in items],
-    }
-
-
-def read_batch_reply(reply: dict[str, Any], expected: int) -> list[dict[str, Any]]:
-    """The per-item results of a ``batch`` reply, checked to hold ``expected`` entries.
-
-    Raises:
-        BadMessage: the reply is not a batch reply of the right length.
-    """
-    results = reply.get("results")
-    if reply.get("type") != BATCH_REPLY or not isinstance(results, list):
-        raise BadMessage(f"expected a 'batch' reply, got {reply.get('type')!r}")
-    if len(results) != expected or not all(isinstance(r, dict) for r in results):
+def _reply_item(index: int, raw: Any) -> BatchItemReply:
+    if not isinstance(raw, dict):
         raise BadMessage(
-            f"batch reply holds {len(results)} results for {expected} items",
-            details={"results": len(results), "items": expected},
+            f"batch result {index} must be a map, got {type(raw).__name__}",
+            details={"item": index, "expected": "object"},
         )
-    return results
+    session = raw.get("session")
+    error = raw.get("error")
+    if error is not None:
+        if not isinstance(error, dict) or (session is not None and not isinstance(session, str)):
+            raise BadMessage(
+                f"batch result {index} has a malformed 'error'", details={"item": index}
+            )
+        code = f.required(error, "code", str)
+        details = f.optional(error, "details", dict) or {}
+        message = f.optional(error, "message", str) or code
+        return ItemError(session, code, message, details)
+    if not isinstance(session, str) or "observation" not in raw:
+        raise BadMessage(
+            f"batch result {index} needs a string 'session' and an 'observation' or 'error'",
+            details={"item": index},
+        )
+    return ItemResult(session, raw["observation"])
 
 
-register_request(RESET_BATCH, parse_reset_batch)
-register_request(STEP_BATCH, parse_step_batch)
+@dataclass(slots=True)
+class BatchReply:
+    """The reply to a batch message: one result or error per item, in item order."""
+
+    type: ClassVar[str] = "batch"
+    id: int
+    results: list[BatchItemReply]
+
+    def to_wire(self) -> dict[str, Any]:
+        """The message's wire map."""
+        return {"type": self.type, "id": self.id, "results": [r.to_wire() for r in self.results]}
+
+    @classmethod
+    def from_wire(cls, msg: dict[str, Any]) -> BatchReply:
+        """Read a ``batch`` reply.
+
+        Raises:
+            BadMessage: the id is bad, or ``results`` is not a list of result maps.
+        """
+        rid = f.request_id(msg)
+        results = msg.get("results")
+        if not isinstance(results, list):
+            raise BadMessage(
+                "a 'batch' reply needs a list field 'results'", details={"field": "results"}
+            )
+        return cls(rid, [_reply_item(i, raw) for i, raw in enumerate(results)])
+
+    def expect(self, items: int) -> list[BatchItemReply]:
+        """The results, checked to answer ``items`` items.
+
+        Raises:
+            BadMessage: the reply holds another number of results.
+        """
+        if len(self.results) != items:
+            raise BadMessage(
+                f"batch reply holds {len(self.results)} results for {items} items",
+                details={"results": len(self.results), "items": items},
+            )
+        return self.results

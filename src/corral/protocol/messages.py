@@ -1,26 +1,47 @@
-"""The messages of ``corral/1`` and their validation, as plain data.
+"""The messages of ``corral/1``: one static table, both directions.
 
 Every message is a map with a ``type`` and, for requests and their replies, an ``id``.
 Requests name the session they address (``session``), so one connection carries many
 sessions. A reply echoes the request's ``id``; replies may come out of order.
 
-Client → server: ``hello``, ``open``, ``attach``, ``reset``, ``step``, ``state``, ``close``.
-Server → client: ``welcome``, ``opened``, ``attached``, ``result``, ``state``, ``closed``,
-``error``.
+=====================  ==========================  ===========================
+request (client →)     class                       reply (← server)
+=====================  ==========================  ===========================
+``hello``              :class:`Hello`              ``welcome`` :class:`Welcome`
+``open``               :class:`Open`               ``opened`` :class:`Opened`
+``attach``             :class:`Attach`             ``attached`` :class:`Attached`
+``reset``              :class:`Reset`              ``result`` :class:`Result`
+``step``               :class:`Step`               ``result`` :class:`Result`
+``state``              :class:`GetState`           ``state`` :class:`StateReply`
+``close``              :class:`Close`              ``closed`` :class:`Closed`
+``reset_batch``        :class:`~.batch.ResetBatch` ``batch`` :class:`~.batch.BatchReply`
+``step_batch``         :class:`~.batch.StepBatch`  ``batch`` :class:`~.batch.BatchReply`
+any                                                ``error`` :class:`ErrorReply`
+=====================  ==========================  ===========================
 
-:func:`parse_request` turns a decoded frame into a typed request or raises a
-:class:`~corral.errors.ProtocolError` with a stable code; it is strict about types and
-never lets a malformed value through to the environment.
+Each type is a dataclass that the client builds and the server parses (and the other
+way round for replies), with one way out, ``to_wire()`` (the map a codec encodes), and
+one way in, ``from_wire(map)``, which is strict about types and raises a
+:class:`~corral.errors.ProtocolError` with a stable code, so that no malformed value ever
+reaches an environment. :data:`REQUESTS` and :data:`REPLIES` are the whole table; they
+are read-only, so nothing joins them as a side effect of an import.
+
+The classes are plain ``slots`` dataclasses, not frozen ones and not pydantic models:
+they are built and read once per message on the hot path, where a frozen dataclass
+costs twice as much to build. Treat them as immutable.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import Any, ClassVar, Self
 
-from corral.errors import BadMessage, InvalidArgument, UnknownType
-
-MAX_ID = 2**63 - 1
+from corral.errors import BadMessage, CorralError, UnknownType, error_from_wire
+from corral.protocol import fields as f
+from corral.protocol.batch import BatchReply, ResetBatch, StepBatch
+from corral.protocol.codecs import PROTOCOL
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,187 +51,410 @@ class ContractRef:
     version: str
     fingerprint: str | None = None
 
+    def to_wire(self) -> dict[str, Any]:
+        """The ``contract`` map of a ``hello``."""
+        return {"version": self.version, "fingerprint": self.fingerprint}
 
-@dataclass(frozen=True, slots=True)
-class Hello:
-    """Opens the connection: protocol version, the client's contract, wanted extras."""
+    @classmethod
+    def from_wire(cls, msg: dict[str, Any]) -> ContractRef:
+        """Read a ``contract`` map."""
+        return cls(f.required(msg, "version", str), f.optional(msg, "fingerprint", str))
 
+
+# -- requests (client → server) ----------------------------------------------------
+
+
+@dataclass(slots=True)
+class _SessionMessage:
+    """The shape of a message that is just a request id and a session id."""
+
+    type: ClassVar[str]
     id: int
-    protocol: str
-    client: str = ""
-    contract: ContractRef | None = None
-    want_schemas: bool = False
-    type: str = "hello"
+    session: str
+
+    def to_wire(self) -> dict[str, Any]:
+        """The message's wire map."""
+        return {"type": self.type, "id": self.id, "session": self.session}
+
+    @classmethod
+    def from_wire(cls, msg: dict[str, Any]) -> Self:
+        """Read the message."""
+        return cls(f.request_id(msg), f.required(msg, "session", str))
 
 
-@dataclass(frozen=True, slots=True)
-class Open:
-    """Creates a session (a fresh environment instance)."""
+@dataclass(slots=True)
+class _TokenMessage:
+    """The shape of a message that names a session and its resume token."""
 
-    id: int
-    type: str = "open"
-
-
-@dataclass(frozen=True, slots=True)
-class Attach:
-    """Re-attaches this connection to a live session after a reconnect."""
-
+    type: ClassVar[str]
     id: int
     session: str
     token: str
-    type: str = "attach"
+
+    def to_wire(self) -> dict[str, Any]:
+        """The message's wire map."""
+        return {"type": self.type, "id": self.id, "session": self.session, "token": self.token}
+
+    @classmethod
+    def from_wire(cls, msg: dict[str, Any]) -> Self:
+        """Read the message."""
+        return cls(
+            f.request_id(msg), f.required(msg, "session", str), f.required(msg, "token", str)
+        )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
+class Hello:
+    """Opens the connection: protocol version, the client's contract, wanted extras."""
+
+    type: ClassVar[str] = "hello"
+    id: int
+    protocol: str = PROTOCOL
+    client: str = ""
+    contract: ContractRef | None = None
+    want_schemas: bool = False
+
+    def to_wire(self) -> dict[str, Any]:
+        """The message's wire map (``contract`` only when there is one)."""
+        msg: dict[str, Any] = {
+            "type": self.type,
+            "id": self.id,
+            "protocol": self.protocol,
+            "client": self.client,
+            "schemas": self.want_schemas,
+        }
+        if self.contract is not None:
+            msg["contract"] = self.contract.to_wire()
+        return msg
+
+    @classmethod
+    def from_wire(cls, msg: dict[str, Any]) -> Hello:
+        """Read a ``hello``."""
+        contract = f.optional(msg, "contract", dict)
+        ref = None if contract is None else ContractRef.from_wire(contract)
+        return cls(
+            id=f.request_id(msg),
+            protocol=f.required(msg, "protocol", str),
+            client=f.optional(msg, "client", str) or "",
+            contract=ref,
+            want_schemas=bool(f.optional(msg, "schemas", bool)),
+        )
+
+
+@dataclass(slots=True)
+class Open:
+    """Creates a session (a fresh environment instance)."""
+
+    type: ClassVar[str] = "open"
+    id: int
+
+    def to_wire(self) -> dict[str, Any]:
+        """The message's wire map."""
+        return {"type": self.type, "id": self.id}
+
+    @classmethod
+    def from_wire(cls, msg: dict[str, Any]) -> Open:
+        """Read an ``open``."""
+        return cls(f.request_id(msg))
+
+
+@dataclass(slots=True)
+class Attach(_TokenMessage):
+    """Re-attaches this connection to a live session after a reconnect."""
+
+    type: ClassVar[str] = "attach"
+
+
+@dataclass(slots=True)
 class Reset:
     """Starts a new episode of a session."""
 
+    type: ClassVar[str] = "reset"
     id: int
     session: str
     seed: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
-    type: str = "reset"
+
+    def to_wire(self) -> dict[str, Any]:
+        """The message's wire map."""
+        return {
+            "type": self.type,
+            "id": self.id,
+            "session": self.session,
+            "seed": self.seed,
+            "options": self.options,
+        }
+
+    @classmethod
+    def from_wire(cls, msg: dict[str, Any]) -> Reset:
+        """Read a ``reset``; a seed outside 0..2**63-1 is ``INVALID_ARGUMENT``."""
+        seed = f.seed(msg)
+        return cls(
+            f.request_id(msg),
+            f.required(msg, "session", str),
+            seed,
+            f.optional(msg, "options", dict) or {},
+        )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Step:
     """Applies one action (a wire object, validated by the server's Action model)."""
 
+    type: ClassVar[str] = "step"
     id: int
     session: str
     action: Any
-    type: str = "step"
+
+    def to_wire(self) -> dict[str, Any]:
+        """The message's wire map."""
+        return {"type": self.type, "id": self.id, "session": self.session, "action": self.action}
+
+    @classmethod
+    def from_wire(cls, msg: dict[str, Any]) -> Step:
+        """Read a ``step`` (the action may be anything, null included)."""
+        action = f.present(msg, "action")
+        return cls(f.request_id(msg), f.required(msg, "session", str), action)
 
 
-@dataclass(frozen=True, slots=True)
-class GetState:
+@dataclass(slots=True)
+class GetState(_SessionMessage):
     """Asks for the session's current state."""
 
-    id: int
-    session: str
-    type: str = "state"
+    type: ClassVar[str] = "state"
 
 
-@dataclass(frozen=True, slots=True)
-class Close:
+@dataclass(slots=True)
+class Close(_SessionMessage):
     """Ends a session and frees its slot."""
 
+    type: ClassVar[str] = "close"
+
+
+# -- replies (server → client) -----------------------------------------------------
+
+
+@dataclass(slots=True)
+class Welcome:
+    """The reply to ``hello``: who the server is, its limits, how it treats the client."""
+
+    type: ClassVar[str] = "welcome"
+    id: int
+    server: dict[str, Any]
+    env: dict[str, Any]
+    limits: dict[str, Any]
+    compat: str
+    schemas: dict[str, Any] | None = None
+    protocol: str = PROTOCOL
+
+    def to_wire(self) -> dict[str, Any]:
+        """The message's wire map (``schemas`` only when asked for)."""
+        msg: dict[str, Any] = {
+            "type": self.type,
+            "id": self.id,
+            "protocol": self.protocol,
+            "server": self.server,
+            "env": self.env,
+            "limits": self.limits,
+            "compat": self.compat,
+        }
+        if self.schemas is not None:
+            msg["schemas"] = self.schemas
+        return msg
+
+    @classmethod
+    def from_wire(cls, msg: dict[str, Any]) -> Welcome:
+        """Read a ``welcome``."""
+        return cls(
+            id=f.request_id(msg),
+            server=f.required(msg, "server", dict),
+            env=f.required(msg, "env", dict),
+            limits=f.required(msg, "limits", dict),
+            compat=f.required(msg, "compat", str),
+            schemas=f.optional(msg, "schemas", dict),
+            protocol=f.required(msg, "protocol", str),
+        )
+
+
+@dataclass(slots=True)
+class Opened(_TokenMessage):
+    """The reply to ``open``: the new session's id and its resume token."""
+
+    type: ClassVar[str] = "opened"
+
+
+@dataclass(slots=True)
+class Attached(_TokenMessage):
+    """The reply to ``attach``: the session now answers on this connection."""
+
+    type: ClassVar[str] = "attached"
+
+
+@dataclass(slots=True)
+class Result:
+    """The reply to ``reset`` and ``step``: the observation's wire object."""
+
+    type: ClassVar[str] = "result"
     id: int
     session: str
-    type: str = "close"
+    observation: Any
+
+    def to_wire(self) -> dict[str, Any]:
+        """The message's wire map."""
+        return {
+            "type": self.type,
+            "id": self.id,
+            "session": self.session,
+            "observation": self.observation,
+        }
+
+    @classmethod
+    def from_wire(cls, msg: dict[str, Any]) -> Result:
+        """Read a ``result``."""
+        observation = f.present(msg, "observation")
+        return cls(f.request_id(msg), f.required(msg, "session", str), observation)
 
 
-Request = Hello | Open | Attach | Reset | Step | GetState | Close
-SessionRequest = Reset | Step | GetState | Close
+@dataclass(slots=True)
+class StateReply:
+    """The reply to ``state``: the state's wire object."""
+
+    type: ClassVar[str] = "state"
+    id: int
+    session: str
+    state: Any
+
+    def to_wire(self) -> dict[str, Any]:
+        """The message's wire map."""
+        return {"type": self.type, "id": self.id, "session": self.session, "state": self.state}
+
+    @classmethod
+    def from_wire(cls, msg: dict[str, Any]) -> StateReply:
+        """Read a ``state`` reply."""
+        state = f.present(msg, "state")
+        return cls(f.request_id(msg), f.required(msg, "session", str), state)
 
 
-def _field(msg: dict[str, Any], name: str, types: type | tuple[type, ...], required: bool) -> Any:
-    if name not in msg or msg[name] is None:
-        if required:
-            raise BadMessage(
-                f"message {msg.get('type')!r} is missing field {name!r}", details={"field": name}
-            )
-        return None
-    value = msg[name]
-    ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in _tuple(types))
-    if not ok:
-        expected = " or ".join(t.__name__ for t in _tuple(types))
-        raise BadMessage(
-            f"field {name!r} of {msg.get('type')!r} must be {expected}, got {type(value).__name__}",
-            details={"field": name, "expected": expected},
+@dataclass(slots=True)
+class Closed(_SessionMessage):
+    """The reply to ``close``."""
+
+    type: ClassVar[str] = "closed"
+
+
+@dataclass(slots=True)
+class ErrorReply:
+    """An error, in reply to any request: ``{code, message, details}``.
+
+    ``id`` is None when the request's id was unreadable (or for a notice that answers
+    no request); ``session`` names the session when the error concerns one.
+    """
+
+    type: ClassVar[str] = "error"
+    id: int | None
+    code: str
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+    session: str | None = None
+
+    @classmethod
+    def of(cls, error: CorralError, session: str | None = None) -> ErrorReply:
+        """The reply carrying ``error`` (answering its ``request_id``)."""
+        return cls(error.request_id, str(error.code), error.message, error.details, session)
+
+    def exception(self) -> CorralError:
+        """The exception this reply carries, as its code's class."""
+        wire = {"code": self.code, "message": self.message, "details": self.details}
+        return error_from_wire(wire, self.id)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The message's wire map (``session`` only when there is one)."""
+        msg: dict[str, Any] = {
+            "type": self.type,
+            "id": self.id,
+            "code": self.code,
+            "message": self.message,
+            "details": self.details,
+        }
+        if self.session is not None:
+            msg["session"] = self.session
+        return msg
+
+    @classmethod
+    def from_wire(cls, msg: dict[str, Any]) -> ErrorReply:
+        """Read an ``error``; a missing message reads as the code."""
+        code: str = f.required(msg, "code", str)
+        return cls(
+            f.reply_id(msg),
+            code,
+            f.optional(msg, "message", str) or code,
+            f.optional(msg, "details", dict) or {},
+            f.optional(msg, "session", str),
         )
-    return value
 
 
-def _tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
-    return types if isinstance(types, tuple) else (types,)
+# -- the table -----------------------------------------------------------------------
+
+Request = Hello | Open | Attach | Reset | Step | GetState | Close | ResetBatch | StepBatch
+"""Any message a client sends."""
+Reply = Welcome | Opened | Attached | Result | StateReply | Closed | BatchReply | ErrorReply
+"""Any message a server sends."""
+
+RequestType = (
+    type[Hello]
+    | type[Open]
+    | type[Attach]
+    | type[Reset]
+    | type[Step]
+    | type[GetState]
+    | type[Close]
+    | type[ResetBatch]
+    | type[StepBatch]
+)
+ReplyType = (
+    type[Welcome]
+    | type[Opened]
+    | type[Attached]
+    | type[Result]
+    | type[StateReply]
+    | type[Closed]
+    | type[BatchReply]
+    | type[ErrorReply]
+)
+
+_REQUEST_CLASSES: tuple[RequestType, ...] = (
+    Hello,
+    Open,
+    Attach,
+    Reset,
+    Step,
+    GetState,
+    Close,
+    ResetBatch,
+    StepBatch,
+)
+_REPLY_CLASSES: tuple[ReplyType, ...] = (
+    Welcome,
+    Opened,
+    Attached,
+    Result,
+    StateReply,
+    Closed,
+    BatchReply,
+    ErrorReply,
+)
+
+REQUESTS: Mapping[str, RequestType] = MappingProxyType({c.type: c for c in _REQUEST_CLASSES})
+"""Every request type a client may send, by its ``type``."""
+REPLIES: Mapping[str, ReplyType] = MappingProxyType({c.type: c for c in _REPLY_CLASSES})
+"""Every reply type a server may send, by its ``type``."""
 
 
-def _request_id(msg: dict[str, Any]) -> int:
-    rid: int = _field(msg, "id", int, True)
-    if not 0 <= rid <= MAX_ID:
-        raise BadMessage("field 'id' must be between 0 and 2**63-1", details={"field": "id"})
-    return rid
-
-
-def _session(msg: dict[str, Any]) -> str:
-    sid: str = _field(msg, "session", str, True)
-    return sid
-
-
-def peek_id(msg: Any) -> int | None:
-    """The request id of a decoded message if it has a valid one, else None."""
-    if isinstance(msg, dict):
-        rid = msg.get("id")
-        if isinstance(rid, int) and not isinstance(rid, bool) and 0 <= rid <= MAX_ID:
-            return rid
-    return None
-
-
-def peek_session(msg: Any) -> str | None:
-    """The session id of a decoded message if it has one, else None."""
-    if isinstance(msg, dict):
-        sid = msg.get("session")
-        if isinstance(sid, str):
-            return sid
-    return None
-
-
-def _parse_hello(msg: dict[str, Any]) -> Hello:
-    contract = _field(msg, "contract", dict, False)
-    ref = None
-    if contract is not None:
-        ref = ContractRef(
-            version=_field(contract, "version", str, True),
-            fingerprint=_field(contract, "fingerprint", str, False),
-        )
-    return Hello(
-        id=_request_id(msg),
-        protocol=_field(msg, "protocol", str, True),
-        client=_field(msg, "client", str, False) or "",
-        contract=ref,
-        want_schemas=bool(_field(msg, "schemas", bool, False)),
-    )
-
-
-def _parse_reset(msg: dict[str, Any]) -> Reset:
-    seed = _field(msg, "seed", int, False)
-    if seed is not None and not 0 <= seed <= MAX_ID:
-        raise InvalidArgument(
-            f"seed must be between 0 and 2**63-1, got {seed}", details={"field": "seed"}
-        )
-    return Reset(
-        id=_request_id(msg),
-        session=_session(msg),
-        seed=seed,
-        options=_field(msg, "options", dict, False) or {},
-    )
-
-
-def _parse_step(msg: dict[str, Any]) -> Step:
-    if "action" not in msg:
-        raise BadMessage("message 'step' is missing field 'action'", details={"field": "action"})
-    return Step(id=_request_id(msg), session=_session(msg), action=msg["action"])
-
-
-_PARSERS: dict[str, Any] = {
-    "hello": _parse_hello,
-    "open": lambda m: Open(id=_request_id(m)),
-    "attach": lambda m: Attach(
-        id=_request_id(m), session=_session(m), token=_field(m, "token", str, True)
-    ),
-    "reset": _parse_reset,
-    "step": _parse_step,
-    "state": lambda m: GetState(id=_request_id(m), session=_session(m)),
-    "close": lambda m: Close(id=_request_id(m), session=_session(m)),
-}
-
-REQUEST_TYPES = frozenset(_PARSERS)
-
-
-def register_request(type_name: str, parser: Any) -> None:
-    """Add a request type (used by protocol extensions such as batching)."""
-    _PARSERS[type_name] = parser
+def _kind(msg: dict[str, Any]) -> str:
+    kind = msg.get("type")
+    if not isinstance(kind, str):
+        raise BadMessage("message has no string field 'type'", details={"field": "type"})
+    return kind
 
 
 def parse_request(msg: dict[str, Any]) -> Request:
@@ -218,83 +462,29 @@ def parse_request(msg: dict[str, Any]) -> Request:
 
     Raises:
         BadMessage: a field is missing or has the wrong type.
+        InvalidArgument: a reset's seed is out of range.
         UnknownType: ``type`` is not a known request.
     """
-    kind = msg.get("type")
-    if not isinstance(kind, str):
-        raise BadMessage("message has no string field 'type'", details={"field": "type"})
-    parser = _PARSERS.get(kind)
-    if parser is None:
+    kind = _kind(msg)
+    cls = REQUESTS.get(kind)
+    if cls is None:
         raise UnknownType(
-            f"unknown message type {kind!r}", details={"known": sorted(_PARSERS), "type": kind}
+            f"unknown message type {kind!r}", details={"known": sorted(REQUESTS), "type": kind}
         )
-    request: Request = parser(msg)
-    return request
+    return cls.from_wire(msg)
 
 
-# Replies, built by the server; plain dicts so that codecs encode them directly.
+def parse_reply(msg: dict[str, Any]) -> Reply:
+    """Validate a decoded reply and return the typed reply (the client's side).
 
-
-def welcome(
-    request_id: int,
-    *,
-    server: dict[str, Any],
-    env: dict[str, Any],
-    limits: dict[str, Any],
-    compat: str,
-    schemas: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The reply to ``hello``."""
-    reply: dict[str, Any] = {
-        "type": "welcome",
-        "id": request_id,
-        "protocol": "corral/1",
-        "server": server,
-        "env": env,
-        "limits": limits,
-        "compat": compat,
-    }
-    if schemas is not None:
-        reply["schemas"] = schemas
-    return reply
-
-
-def opened(request_id: int, session: str, token: str, *, kind: str = "opened") -> dict[str, Any]:
-    """The reply to ``open`` (or, with ``kind="attached"``, to ``attach``)."""
-    return {"type": kind, "id": request_id, "session": session, "token": token}
-
-
-def result(request_id: int, session: str, observation: Any) -> dict[str, Any]:
-    """The reply to ``reset`` and ``step``: the observation's wire object."""
-    return {"type": "result", "id": request_id, "session": session, "observation": observation}
-
-
-def state_reply(request_id: int, session: str, state: Any) -> dict[str, Any]:
-    """The reply to ``state``."""
-    return {"type": "state", "id": request_id, "session": session, "state": state}
-
-
-def closed(request_id: int, session: str) -> dict[str, Any]:
-    """The reply to ``close``."""
-    return {"type": "closed", "id": request_id, "session": session}
-
-
-def error(
-    request_id: int | None,
-    code: str,
-    message: str,
-    *,
-    details: dict[str, Any] | None = None,
-    session: str | None = None,
-) -> dict[str, Any]:
-    """An error reply; ``request_id`` is None when the request's id was unreadable."""
-    reply: dict[str, Any] = {
-        "type": "error",
-        "id": request_id,
-        "code": code,
-        "message": message,
-        "details": details or {},
-    }
-    if session is not None:
-        reply["session"] = session
-    return reply
+    Raises:
+        BadMessage: a field is missing or has the wrong type.
+        UnknownType: ``type`` is not a known reply.
+    """
+    kind = _kind(msg)
+    cls = REPLIES.get(kind)
+    if cls is None:
+        raise UnknownType(
+            f"unknown reply type {kind!r}", details={"known": sorted(REPLIES), "type": kind}
+        )
+    return cls.from_wire(msg)

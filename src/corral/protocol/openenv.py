@@ -49,13 +49,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import IntEnum, StrEnum
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any, Literal, Protocol
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from corral.contract.tools import Tool
 from corral.errors import (
     BadFrame,
     BadMessage,
@@ -71,6 +70,7 @@ from corral.errors import (
     UnknownType,
     UnsupportedProtocol,
     error_from_wire,
+    validation_errors,
 )
 from corral.protocol import messages as m
 
@@ -164,26 +164,127 @@ def error_frame(exc: CorralError) -> dict[str, Any]:
     return {"type": "error", "data": data}
 
 
+def peer_error(message: str, code: OpenEnvCode, **extra: Any) -> dict[str, Any]:
+    """An error frame exactly as OpenEnv's server sends it (no corral keys)."""
+    return {"type": "error", "data": {"message": message, "code": str(code), **extra}}
+
+
+class PeerRuntime(Protocol):
+    """An installed OpenEnv release's semantics for one served OpenEnv environment.
+
+    Provided by :class:`corral.adapters.openenv_env.OpenEnvRuntime`; the server's OpenEnv
+    routes use it so that an OpenEnv environment answers exactly as under OpenEnv's own
+    server of the same release.
+    """
+
+    env_name: str
+    version: str
+    nested_metadata: bool
+    ws_models: dict[str, type[BaseModel]]
+    reset_request: type[BaseModel]
+    step_request: type[BaseModel]
+
+    def serialize(self, observation: Any) -> dict[str, Any]:
+        """OpenEnv's flattened observation."""
+        ...
+
+    def deserialize_action(self, data: dict[str, Any]) -> Any:
+        """OpenEnv's action from a JSON object (raises pydantic's ValidationError)."""
+        ...
+
+    def jsonable(self, value: Any) -> Any:
+        """OpenEnv's ``_make_json_serializable``."""
+        ...
+
+    def rpc_request(self, payload: Any) -> Any:
+        """OpenEnv's ``JsonRpcRequest`` (raises on an invalid request)."""
+        ...
+
+    def rpc_success(self, request_id: Any, result: Any) -> dict[str, Any]:
+        """OpenEnv's JSON-RPC success response."""
+        ...
+
+    def rpc_error(
+        self, code: int, message: str | None, request_id: Any = None, data: Any = None
+    ) -> dict[str, Any]:
+        """OpenEnv's JSON-RPC error response."""
+        ...
+
+    def schema(self) -> dict[str, Any]:
+        """OpenEnv's ``GET /schema`` body."""
+        ...
+
+    def http_reply(self, kind: str, data: dict[str, Any]) -> dict[str, Any]:
+        """OpenEnv's HTTP ``/reset`` or ``/step`` response body."""
+        ...
+
+    def task_request(self, name: str) -> type[BaseModel]:
+        """The Task API request model of route ``name``."""
+        ...
+
+    def http_state(self, data: dict[str, Any]) -> dict[str, Any]:
+        """OpenEnv's ``GET /state`` body for a state."""
+        ...
+
+    def metadata(self) -> dict[str, Any]:
+        """OpenEnv's ``GET /metadata`` body."""
+        ...
+
+    @property
+    def has_task_api(self) -> bool:
+        """The release serves the Task API routes."""
+        ...
+
+    def normalize_split(self, split: Any) -> dict[str, Any]:
+        """OpenEnv's split shape."""
+        ...
+
+
+def envelope(kind: str, data: Any = None) -> dict[str, Any]:
+    """The OpenEnv frame ``{"type": kind, "data": data}`` (no ``data`` when None: ``state``
+    and ``close`` requests carry none)."""
+    return {"type": kind} if data is None else {"type": kind, "data": data}
+
+
+def mcp_frame(response: dict[str, Any]) -> dict[str, Any]:
+    """The OpenEnv frame carrying a JSON-RPC response."""
+    return envelope("mcp", response)
+
+
 # -- observations ------------------------------------------------------------------
 
-LIFTED_KEYS = ("reward", "done", "metadata", "truncated")
+LIFTED_KEYS = ("reward", "done", "metadata", "truncated", "reward_components")
 """Observation fields that OpenEnv carries beside the observation rather than inside it."""
 
 
-def flatten_observation(observation: Mapping[str, Any]) -> dict[str, Any]:
+def flatten_observation(
+    observation: Mapping[str, Any], *, nested_metadata: bool = False
+) -> dict[str, Any]:
     """OpenEnv's reply ``data`` for an observation's wire object.
 
     ``{"observation": <fields but the lifted ones>, "reward", "done", "metadata",
     "truncated"}``: OpenEnv clients read the first three; ``metadata`` is where OpenEnv
-    0.10 puts it; ``truncated`` is corral's (OpenEnv clients ignore it).
+    0.10 puts it (top-level); ``truncated`` is corral's (OpenEnv clients ignore it), and so
+    is ``reward_components``, there only when the observation has some (inside the
+    observation it would break OpenEnv's typed clients, whose models forbid unknown
+    fields). With ``nested_metadata`` (OpenEnv 0.10's layout) ``metadata`` also stays
+    inside ``observation``; 0.3's typed clients pass ``metadata=`` beside the
+    observation's fields, so they must not get it there.
     """
-    return {
-        "observation": {k: v for k, v in observation.items() if k not in LIFTED_KEYS},
+    lifted = (
+        LIFTED_KEYS if not nested_metadata else tuple(k for k in LIFTED_KEYS if k != "metadata")
+    )
+    flat = {
+        "observation": {k: v for k, v in observation.items() if k not in lifted},
         "reward": observation.get("reward"),
         "done": bool(observation.get("done", False)),
         "metadata": observation.get("metadata") or {},
         "truncated": bool(observation.get("truncated", False)),
     }
+    components = observation.get("reward_components")
+    if components:
+        flat["reward_components"] = components
+    return flat
 
 
 def unflatten_observation(data: Any) -> dict[str, Any]:
@@ -269,25 +370,6 @@ class McpMessage:
 
 
 Inbound = Call | CloseSession | McpMessage
-
-
-def validation_errors(exc: ValidationError) -> list[dict[str, Any]]:
-    """Pydantic's errors reduced to JSON-safe values (no exception objects, no URLs).
-
-    Keeping ``ctx`` out is what stops a custom validator's exception from making the
-    error reply unserializable (which ends the session in OpenEnv).
-    """
-    out = []
-    for err in exc.errors(include_url=False, include_context=False):
-        item: dict[str, Any] = {"type": err["type"], "loc": list(err["loc"]), "msg": err["msg"]}
-        if "input" in err:
-            try:
-                orjson.dumps(err["input"])
-                item["input"] = err["input"]
-            except TypeError:
-                item["input"] = repr(err["input"])[:200]
-        out.append(item)
-    return out
 
 
 class ServerTranslator:
@@ -386,7 +468,7 @@ class ServerTranslator:
             return {"type": "step", **base, "action": action}
         return {"type": "state", **base}
 
-    def reply(self, message: Mapping[str, Any]) -> dict[str, Any]:
+    def reply(self, message: Mapping[str, Any], *, nested_metadata: bool = False) -> dict[str, Any]:
         """The OpenEnv frame for corral's reply to a :class:`Call`.
 
         Raises:
@@ -394,271 +476,13 @@ class ServerTranslator:
         """
         kind = message.get("type")
         if kind == "result":
-            return {"type": "observation", "data": flatten_observation(message["observation"])}
+            data = flatten_observation(message["observation"], nested_metadata=nested_metadata)
+            return {"type": "observation", "data": data}
         if kind == "state":
             return {"type": "state", "data": message["state"]}
         if kind == "error":
             return error_frame(error_from_wire(dict(message)))
         raise ValueError(f"no OpenEnv form for a corral {kind!r} reply")
-
-
-# -- MCP: JSON-RPC 2.0 -------------------------------------------------------------
-
-
-class RpcCode(IntEnum):
-    """JSON-RPC 2.0 error codes (and the server-error code OpenEnv uses)."""
-
-    PARSE_ERROR = -32700
-    INVALID_REQUEST = -32600
-    METHOD_NOT_FOUND = -32601
-    INVALID_PARAMS = -32602
-    INTERNAL_ERROR = -32603
-    SERVER_ERROR = -32000
-
-
-RpcId = str | int | None
-
-
-class RpcError(Exception):
-    """A JSON-RPC error to answer with; :meth:`response` builds the reply."""
-
-    def __init__(
-        self, code: RpcCode, message: str, *, request_id: RpcId = None, data: Any = None
-    ) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.request_id = request_id
-        self.data = data
-
-    def response(self) -> dict[str, Any]:
-        """The JSON-RPC error response."""
-        return rpc_error(self.request_id, self.code, self.message, self.data)
-
-
-@dataclass(frozen=True, slots=True)
-class RpcRequest:
-    """A valid JSON-RPC 2.0 request."""
-
-    id: RpcId
-    method: str
-    params: dict[str, Any]
-
-
-_RPC_KEYS = frozenset({"jsonrpc", "method", "params", "id"})
-
-
-def rpc_result(request_id: RpcId, result: Any) -> dict[str, Any]:
-    """A JSON-RPC success response."""
-    return {"jsonrpc": "2.0", "id": request_id, "result": result}
-
-
-def rpc_error(request_id: RpcId, code: int, message: str, data: Any = None) -> dict[str, Any]:
-    """A JSON-RPC error response (``data`` omitted when None)."""
-    error: dict[str, Any] = {"code": int(code), "message": message}
-    if data is not None:
-        error["data"] = data
-    return {"jsonrpc": "2.0", "id": request_id, "error": error}
-
-
-def parse_rpc_bytes(body: bytes | str) -> RpcRequest:
-    """Decode and validate a JSON-RPC request body.
-
-    Raises:
-        RpcError: PARSE_ERROR for bad JSON, else as :func:`parse_rpc`.
-    """
-    try:
-        payload = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise RpcError(RpcCode.PARSE_ERROR, f"Parse error: {exc}") from None
-    return parse_rpc(payload)
-
-
-def parse_rpc(payload: Any) -> RpcRequest:
-    """Validate a decoded JSON-RPC 2.0 request (batches are not supported).
-
-    Raises:
-        RpcError: INVALID_REQUEST for a malformed request, INVALID_PARAMS for non-object
-            params; the error carries the request's id whenever it was readable.
-    """
-    if not isinstance(payload, dict):
-        raise RpcError(
-            RpcCode.INVALID_REQUEST,
-            "Invalid request: expected a JSON-RPC 2.0 request object (batches are not supported)",
-        )
-    raw_id = payload.get("id")
-    request_id: RpcId = (
-        raw_id if isinstance(raw_id, (str, int)) and not isinstance(raw_id, bool) else None
-    )
-    problems = []
-    if payload.get("jsonrpc") != "2.0":
-        problems.append("'jsonrpc' must be \"2.0\"")
-    if not isinstance(payload.get("method"), str):
-        problems.append("'method' must be a string")
-    if "id" in payload and raw_id is not None and request_id is None:
-        problems.append("'id' must be a string, an integer or null")
-    unknown = sorted(set(payload) - _RPC_KEYS)
-    if unknown:
-        problems.append(f"unknown member(s) {unknown}")
-    if problems:
-        raise RpcError(
-            RpcCode.INVALID_REQUEST,
-            "Invalid request: " + "; ".join(problems),
-            request_id=request_id,
-        )
-    params = payload.get("params", {})
-    if params is None:
-        params = {}
-    if not isinstance(params, dict):
-        raise RpcError(RpcCode.INVALID_PARAMS, "Params must be an object", request_id=request_id)
-    return RpcRequest(id=request_id, method=payload["method"], params=params)
-
-
-@dataclass(frozen=True, slots=True)
-class ListTools:
-    """``tools/list``: answer with :func:`tools_list_result`."""
-
-    id: RpcId
-
-
-@dataclass(frozen=True, slots=True)
-class CallTool:
-    """``tools/call`` with validated arguments: run ``tool`` on the session's env."""
-
-    id: RpcId
-    tool: Tool
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    session_id: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class CreateSession:
-    """OpenEnv's ``openenv/session/create``: open a stateful session."""
-
-    id: RpcId
-
-
-@dataclass(frozen=True, slots=True)
-class CloseRpcSession:
-    """OpenEnv's ``openenv/session/close``: close the session ``session_id``."""
-
-    id: RpcId
-    session_id: str
-
-
-RpcPlan = ListTools | CallTool | CreateSession | CloseRpcSession
-
-TOOLS_LIST = "tools/list"
-TOOLS_CALL = "tools/call"
-SESSION_CREATE = "openenv/session/create"
-SESSION_CLOSE = "openenv/session/close"
-
-
-def plan_rpc(request: RpcRequest, tools: Mapping[str, Tool], env_name: str) -> RpcPlan:
-    """Decide what a JSON-RPC request asks for, validating tool arguments.
-
-    Raises:
-        RpcError: METHOD_NOT_FOUND for an unknown method (or any tool method on an
-            environment without tools), INVALID_PARAMS for a bad tool name or arguments.
-    """
-    rid = request.id
-    params = request.params
-    session_id = params.get("session_id")
-    if session_id is not None and not isinstance(session_id, str):
-        raise RpcError(RpcCode.INVALID_PARAMS, "'session_id' must be a string", request_id=rid)
-    if request.method == SESSION_CREATE:
-        return CreateSession(rid)
-    if request.method == SESSION_CLOSE:
-        if not session_id:
-            raise RpcError(
-                RpcCode.INVALID_PARAMS, "Invalid params - 'session_id' is required", request_id=rid
-            )
-        return CloseRpcSession(rid, session_id)
-    if request.method not in (TOOLS_LIST, TOOLS_CALL):
-        raise RpcError(
-            RpcCode.METHOD_NOT_FOUND,
-            f"Method not found: {request.method!r}; this server answers "
-            f"{TOOLS_LIST}, {TOOLS_CALL}, {SESSION_CREATE} and {SESSION_CLOSE}",
-            request_id=rid,
-        )
-    if not tools:
-        raise RpcError(
-            RpcCode.METHOD_NOT_FOUND,
-            f"environment {env_name!r} exposes no tools, so {request.method} is not "
-            "available; mark environment methods with @corral.contract.tools.tool",
-            request_id=rid,
-        )
-    if request.method == TOOLS_LIST:
-        return ListTools(rid)
-    name = params.get("name")
-    if not isinstance(name, str) or not name:
-        raise RpcError(RpcCode.INVALID_PARAMS, "Missing 'name' in params", request_id=rid)
-    spec = tools.get(name)
-    if spec is None:
-        raise RpcError(
-            RpcCode.INVALID_PARAMS,
-            f"Unknown tool: {name!r}; available: {sorted(tools)}",
-            request_id=rid,
-        )
-    arguments = params.get("arguments", {})
-    if arguments is None:
-        arguments = {}
-    if not isinstance(arguments, dict):
-        raise RpcError(RpcCode.INVALID_PARAMS, "'arguments' must be an object", request_id=rid)
-    try:
-        args, kwargs = spec.bind(arguments)
-    except ValidationError as exc:
-        raise RpcError(
-            RpcCode.INVALID_PARAMS,
-            f"invalid arguments for tool {name!r}: {exc.error_count()} error(s)",
-            request_id=rid,
-            data={"errors": validation_errors(exc)},
-        ) from None
-    return CallTool(rid, spec, args, kwargs, session_id)
-
-
-def tool_descriptor(spec: Tool) -> dict[str, Any]:
-    """A tool as MCP's ``tools/list`` describes it."""
-    out: dict[str, Any] = {
-        "name": spec.name,
-        "description": spec.description,
-        "inputSchema": spec.input_schema,
-    }
-    if spec.output_schema is not None:
-        out["outputSchema"] = spec.output_schema
-    return out
-
-
-def tools_list_result(tools: Mapping[str, Tool]) -> dict[str, Any]:
-    """The ``tools/list`` result."""
-    return {"tools": [tool_descriptor(spec) for spec in tools.values()]}
-
-
-def tool_call_result(value: Any) -> dict[str, Any]:
-    """The ``tools/call`` result for a JSON-compatible return value.
-
-    MCP's ``content``/``structuredContent``/``isError``, plus ``data`` (the bare value),
-    which is where OpenEnv's MCP client reads a tool's result.
-    """
-    text = value if isinstance(value, str) else orjson.dumps(value).decode()
-    structured = value if isinstance(value, dict) else {"result": value}
-    return {
-        "content": [{"type": "text", "text": text}],
-        "structuredContent": structured,
-        "isError": False,
-        "data": value,
-    }
-
-
-def tool_error_result(message: str) -> dict[str, Any]:
-    """The ``tools/call`` result when the tool itself raised (MCP: not a protocol error)."""
-    return {"content": [{"type": "text", "text": message}], "isError": True, "data": None}
-
-
-def mcp_frame(response: dict[str, Any]) -> dict[str, Any]:
-    """The OpenEnv frame carrying a JSON-RPC response."""
-    return {"type": "mcp", "data": response}
 
 
 # -- client side: corral requests out as OpenEnv frames, OpenEnv replies back in ----
@@ -727,8 +551,8 @@ def client_reply(kind: str, frame: str | bytes, *, request_id: int, session: str
     if got == "state":
         if not isinstance(data, Mapping):
             raise BadMessage("an OpenEnv state reply must carry an object", request_id=request_id)
-        return m.state_reply(request_id, session, dict(data))
-    return m.result(request_id, session, unflatten_observation(data))
+        return m.StateReply(request_id, session, dict(data)).to_wire()
+    return m.Result(request_id, session, unflatten_observation(data)).to_wire()
 
 
 _FROM_OPENENV: dict[str, type[CorralError]] = {

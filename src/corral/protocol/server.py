@@ -1,33 +1,342 @@
-"""Server-side reading of frames, sans I/O: size limit, decoding, validation.
+"""The server side of one ``corral/1`` connection, sans I/O: frames in, events and frames out.
 
-:meth:`FrameReader.read` turns one frame into a typed request or raises the
-:class:`~corral.errors.ProtocolError` to answer with; the error carries the request's id
-(and session) whenever they could be read, so even a bad request gets a matched reply.
+:class:`ServerConnection` is everything a server decides about a connection, with no
+socket, no event loop and no clock of its own, so that any transport can drive it: the
+ASGI ``/ws`` route, a callback-style WebSocket server, or an in-process test transport.
+
+    conn = ServerConnection(codec, registry, greeting, write=send_frame, ...)
+    event = conn.receive(frame)          # for every frame that arrives
+    if event is not None:                # work that needs the environment
+        ...run it, then conn.send(reply) or session.deliver(reply)
+    conn.close()                         # the socket is gone
+
+:meth:`~ServerConnection.receive` reads a frame (size limit, decoding, validation), keeps
+the handshake (``hello``/``welcome`` and the contract negotiation; nothing else before
+it), and answers by itself whatever needs no environment: protocol errors, ``welcome``,
+``attached``, replays of answered requests from a session's reply cache, and lifecycle
+refusals. What is left comes back as one event: :class:`OpenSession`,
+:class:`CloseSession`, :class:`RunCall` or :class:`RunBatch`; the session's lifecycle has
+admitted it already (:meth:`~corral.protocol.session.SessionState.admit`). Frames go out
+through the ``write`` callback, in the order replies are sent; nothing here awaits.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
 
-from corral.errors import CorralError, FrameTooLarge
+from corral.contract.environment import ActionMigration
+from corral.contract.schema import parse_semver
+from corral.errors import (
+    BadMessage,
+    BadObservation,
+    CorralError,
+    FrameTooLarge,
+    HandshakeRequired,
+    InternalError,
+    SessionBusy,
+    TooManyConnections,
+)
+from corral.protocol.batch import (
+    BadItem,
+    BatchItemReply,
+    BatchReply,
+    BatchRequest,
+    ItemError,
+    ItemResult,
+    ResetBatch,
+    ResetItem,
+    StepBatch,
+    StepItem,
+    check_batch_size,
+)
 from corral.protocol.codecs import Codec, Frame
-from corral.protocol.messages import Request, parse_request, peek_id, peek_session
+from corral.protocol.fields import peek_id, peek_session
+from corral.protocol.handshake import Compat, check_protocol, negotiate
+from corral.protocol.messages import (
+    Attached,
+    Close,
+    ErrorReply,
+    GetState,
+    Hello,
+    Open,
+    Opened,
+    Reply,
+    Request,
+    Reset,
+    Result,
+    StateReply,
+    Step,
+    Welcome,
+    parse_request,
+)
+from corral.protocol.registry import SessionRegistry
+from corral.protocol.session import Op, Remembered, ReplySink, SessionState
+
+log = logging.getLogger("corral.server")
+
+S = TypeVar("S", bound=SessionState)
+
+CallRequest = Reset | Step | GetState
+"""A request that runs one environment call of one session."""
+
+# Unions for isinstance built once: ``A | B`` in a call would build one per message.
+_CALLS = (Reset, Step, GetState)
+_BATCHES = (StepBatch, ResetBatch)
+_ITEMS = (ItemResult, ItemError)
 
 
-class FrameReader:
-    """Reads the frames of one connection into typed requests."""
+class Peer(ReplySink, Protocol):
+    """What the server needs of a connection to run its requests (frames or not)."""
 
-    def __init__(self, codec: Codec, max_frame_bytes: int) -> None:
+    codec: Codec
+    migrate: ActionMigration | None
+
+
+# -- events: what the I/O side runs --------------------------------------------------
+
+
+@dataclass(slots=True)
+class OpenSession:
+    """Build a session for ``request``; its slot is reserved already.
+
+    Then add it to the registry and call :meth:`ServerConnection.opened`; if building
+    fails, release the reservation (:meth:`SessionRegistry.release`) and answer with
+    :meth:`ServerConnection.fail`.
+    """
+
+    request: Open
+
+
+@dataclass(slots=True)
+class CloseSession(Generic[S]):
+    """Close ``session`` (found, and owned by this connection), then answer ``closed``."""
+
+    request: Close
+    session: S
+
+
+@dataclass(slots=True)
+class RunCall(Generic[S]):
+    """Run ``op`` on ``session`` for ``request``; the session is now running it."""
+
+    request: CallRequest
+    session: S
+    op: Op
+
+
+@dataclass(slots=True)
+class BatchCall(Generic[S]):
+    """One admitted item of a batch: run ``op`` on ``session``, answer at ``index``."""
+
+    index: int
+    item: ResetItem | StepItem
+    session: S
+    op: Op
+
+
+@dataclass(slots=True)
+class RunBatch(Generic[S]):
+    """Run a batch's admitted ``calls`` and answer it with one ``batch`` reply.
+
+    ``results`` already holds the items answered without running (refused, malformed,
+    or replayed from a session's cache); ``joins`` are items whose same request (a batch
+    re-sent after a reconnect) is running now: their answer is the original's.
+    """
+
+    request: BatchRequest
+    results: list[BatchItemReply | None]
+    calls: list[BatchCall[S]] = field(default_factory=list)
+    joins: list[tuple[int, S]] = field(default_factory=list)
+
+
+Event = OpenSession | CloseSession[S] | RunCall[S] | RunBatch[S]
+
+
+# -- admission of session requests, shared by every kind of connection -------------
+
+
+def _reused_id(request_id: int, single: bool) -> BadMessage:
+    kind = "a batch" if single else "a single request"
+    return BadMessage(
+        f"request id {request_id} was already answered as {kind}; use a fresh id",
+        details={"field": "id"},
+    )
+
+
+def admit_call(
+    registry: SessionRegistry[S], owner: ReplySink, request: CallRequest
+) -> RunCall[S] | Reply | None:
+    """Admit a single-session request of ``owner``.
+
+    Returns:
+        The call to run; the remembered reply of a request already answered (send it);
+        or None for a request that is running now (its reply is on its way).
+
+    Raises:
+        CorralError: the session is unknown or lost, or its lifecycle refuses the request.
+    """
+    session = registry.get(request.session, owner)
+    outcome = session.admit(request.type, request.id)
+    if isinstance(outcome, Op):
+        return RunCall(request, session, outcome)
+    if outcome is None or not isinstance(outcome, _ITEMS):
+        return outcome
+    raise _reused_id(request.id, single=True)
+
+
+def admit_batch(
+    registry: SessionRegistry[S],
+    owner: ReplySink,
+    request: BatchRequest,
+    max_batch: int,
+    count_error: Callable[[str], None],
+) -> RunBatch[S]:
+    """Admit every item of a batch of ``owner``; an item's refusal is that item's answer.
+
+    Raises:
+        BatchTooLarge: the batch exceeds ``max_batch`` (nothing runs).
+    """
+    check_batch_size(request, max_batch)
+    kind = "reset" if isinstance(request, ResetBatch) else "step"
+    batch: RunBatch[S] = RunBatch(request, [None] * len(request.items))
+    seen: set[str] = set()
+    for index, item in enumerate(request.items):
+        try:
+            if isinstance(item, BadItem):
+                raise item.error
+            session = registry.get(item.session, owner)
+            if session.id in seen:
+                raise SessionBusy(
+                    "this session appears twice in one batch; send one item per session",
+                    details={"running": request.id},
+                )
+            seen.add(session.id)
+            outcome: Op | Remembered | None = session.admit(kind, request.id)
+            if isinstance(outcome, Op):
+                batch.calls.append(BatchCall(index, item, session, outcome))
+            elif outcome is None:
+                batch.joins.append((index, session))
+            elif isinstance(outcome, _ITEMS):
+                batch.results[index] = outcome  # a re-sent batch: at most once
+            else:
+                raise _reused_id(request.id, single=False)
+        except CorralError as exc:
+            count_error(str(exc.code))
+            batch.results[index] = ItemError.of(item.session, exc)
+    return batch
+
+
+# -- the connection ----------------------------------------------------------------
+
+
+class ConnectionGate:
+    """Open connections by client address, and the per-client limit on them.
+
+    Args:
+        limit: connections one address may hold (None: no limit; behind a reverse
+            proxy every client shares the proxy's address).
+    """
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.held: dict[str, int] = {}
+
+    def enter(self, address: str) -> TooManyConnections | None:
+        """Count a new connection of ``address``, or return the error refusing it."""
+        held = self.held.get(address, 0)
+        if self.limit is not None and held >= self.limit:
+            return TooManyConnections(
+                f"client {address} already holds {held} connections to this server",
+                details={"limit": self.limit, "address": address},
+            )
+        self.held[address] = held + 1
+        return None
+
+    def leave(self, address: str) -> None:
+        """A connection of ``address`` (one :meth:`enter` let in) ended."""
+        left = self.held.get(address, 0) - 1
+        if left > 0:
+            self.held[address] = left
+        else:
+            self.held.pop(address, None)
+
+
+@dataclass(frozen=True, slots=True)
+class Greeting:
+    """What a server says in every ``welcome``, and what it negotiates contracts against."""
+
+    server: dict[str, Any]
+    env: dict[str, Any]
+    limits: dict[str, Any]
+    contract_version: str
+    fingerprint: str
+    schemas: dict[str, Any]
+    migrations: Mapping[int, ActionMigration] = field(default_factory=dict)
+
+
+class ServerConnection(Generic[S]):
+    """One ``corral/1`` connection, server side (see the module docstring).
+
+    Args:
+        codec: the codec the connection negotiated (by WebSocket subprotocol).
+        registry: the server's sessions.
+        greeting: what ``welcome`` says.
+        write: takes each outgoing frame, in order; must not raise.
+        max_frame_bytes: larger frames are ``FRAME_TOO_LARGE`` (the connection lives on).
+        max_batch: items in one batch message.
+        count_error: told the code of every error this connection answers with.
+
+    Attributes:
+        compat: how the handshake treats the client's contract; None before ``hello``.
+        migrate: the action migration of a client of an older contract major.
+        closed: the transport is gone; replies are dropped, new sessions closed.
+    """
+
+    def __init__(
+        self,
+        codec: Codec,
+        registry: SessionRegistry[S],
+        greeting: Greeting,
+        *,
+        write: Callable[[Frame], None],
+        max_frame_bytes: int,
+        max_batch: int,
+        count_error: Callable[[str], None] = lambda _: None,
+    ) -> None:
         self.codec = codec
+        self.registry = registry
+        self.greeting = greeting
         self.max_frame_bytes = max_frame_bytes
+        self.max_batch = max_batch
+        self.compat: Compat | None = None
+        self.migrate: ActionMigration | None = None
+        self.closed = False
         self.session_hint: str | None = None
-        """Session id of the last frame read, even if it failed to parse."""
+        """The session a frame that failed to parse named, if readable."""
+        self._write = write
+        self._count_error = count_error
+
+    # -- frames in -----------------------------------------------------------------
+
+    def receive(self, frame: Frame) -> Event[S] | None:
+        """Take one frame; return the work it needs, or None if it was answered here."""
+        try:
+            request = self.read(frame)
+        except CorralError as exc:
+            self.fail(exc, self.session_hint)
+            return None
+        return self.handle(request)
 
     def read(self, frame: Frame) -> Request:
-        """Parse one frame.
+        """Decode and validate one frame.
 
         Raises:
-            CorralError: with a stable code, ``request_id`` set when it was readable.
+            CorralError: with a stable code, ``request_id`` set when it was readable
+                (and :attr:`session_hint` the session id, when that was).
         """
         self.session_hint = None
         size = len(frame)
@@ -45,10 +354,115 @@ class FrameReader:
                 self.session_hint = peek_session(message)
             raise error
         message = self.codec.decode(frame)
-        self.session_hint = peek_session(message)
         try:
-            request = parse_request(message)
+            return parse_request(message)
         except CorralError as exc:
             exc.request_id = peek_id(message)
+            self.session_hint = peek_session(message)
             raise
-        return request
+
+    def handle(self, request: Request) -> Event[S] | None:
+        """Take one typed request (what :meth:`receive` does after :meth:`read`)."""
+        try:
+            if isinstance(request, Hello):
+                self._hello(request)
+                return None
+            if self.compat is None:
+                raise HandshakeRequired(
+                    "send 'hello' (and get 'welcome') first", details={"type": request.type}
+                )
+            if isinstance(request, _CALLS):
+                outcome = admit_call(self.registry, self, request)
+                if outcome is None or isinstance(outcome, RunCall):
+                    return outcome
+                self.send(outcome)  # a retry of an answered request: at most once
+                return None
+            if isinstance(request, _BATCHES):
+                return admit_batch(self.registry, self, request, self.max_batch, self._count_error)
+            if isinstance(request, Open):
+                self.registry.reserve(self)
+                return OpenSession(request)
+            if isinstance(request, Close):
+                return CloseSession(request, self.registry.get(request.session, self))
+            # What is left is ``attach``.
+            session = self.registry.attach(request.session, request.token, self)
+            self.send(Attached(request.id, session.id, session.token))
+        except CorralError as exc:
+            exc.request_id = request.id
+            self.fail(exc, getattr(request, "session", None))
+        return None
+
+    def _hello(self, hello: Hello) -> None:
+        greeting = self.greeting
+        check_protocol(hello)
+        self.compat = negotiate(
+            hello.contract, greeting.contract_version, greeting.fingerprint, greeting.migrations
+        )
+        if self.compat is Compat.MIGRATED and hello.contract is not None:
+            self.migrate = greeting.migrations[parse_semver(hello.contract.version)[0]]
+        self.send(
+            Welcome(
+                hello.id,
+                server=greeting.server,
+                env=greeting.env,
+                limits=greeting.limits,
+                compat=str(self.compat),
+                schemas=greeting.schemas if hello.want_schemas else None,
+            )
+        )
+
+    # -- what the I/O side reports back ---------------------------------------------
+
+    def opened(self, request: Open, session: S) -> bool:
+        """The session of ``request`` is built (and added to the registry): answer it.
+
+        Returns False when the connection closed meanwhile: nobody can know the
+        session's id, so the caller closes it.
+        """
+        if self.closed:
+            return False
+        self.send(Opened(request.id, session.id, session.token))
+        return True
+
+    def close(self) -> None:
+        """The transport is gone (the caller then detaches or closes the sessions)."""
+        self.closed = True
+
+    # -- frames out ----------------------------------------------------------------
+
+    def send(self, reply: Reply) -> None:
+        """Encode ``reply`` and write its frame (dropped once closed).
+
+        A reply the codec cannot encode (say, an integer beyond 64 bits in an
+        observation) is answered with an error for the same request instead, so the
+        client is never left waiting.
+        """
+        if self.closed:
+            return
+        try:
+            frame = self.codec.encode(reply.to_wire())
+        except Exception as exc:
+            if isinstance(reply, ErrorReply):
+                log.exception("could not encode an error reply %s", reply.code)
+                return
+            # An environment's value the codec cannot carry is the environment's fault;
+            # anything else is corral's.
+            cls = (
+                BadObservation
+                if isinstance(reply, Result | StateReply | BatchReply)
+                else InternalError
+            )
+            error = cls(
+                f"the {reply.type!r} reply could not be encoded with the {self.codec.name} "
+                f"codec: {exc}",
+                details={"reply": reply.type},
+                request_id=reply.id,
+            )
+            self.fail(error, getattr(reply, "session", None))
+            return
+        self._write(frame)
+
+    def fail(self, error: CorralError, session: str | None = None) -> None:
+        """Answer with ``error`` (to its ``request_id``) and count it."""
+        self._count_error(str(error.code))
+        self.send(ErrorReply.of(error, session))

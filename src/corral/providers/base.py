@@ -20,7 +20,6 @@ exit, at interpreter exit, and, when the process is killed outright, by its guar
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import time
 from abc import ABC, abstractmethod
@@ -30,11 +29,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar, Self
 
-import httpx
-
 from corral.auth import bearer_header, resolve_token
-from corral.client.launcher import ServerStartError
-from corral.client.loop import run_blocking
+from corral.blocking import BlockingTwin
+from corral.client.health import READY, answers, probe_client
+from corral.errors import ServerStartError
 from corral.providers.manifest import MANIFEST_NAMES, Manifest, load_manifest
 
 
@@ -217,15 +215,12 @@ class Provider(ABC):
         """
         limit = self.startup_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
-        async with httpx.AsyncClient(
-            timeout=2.0, trust_env=False, headers=self.http_headers()
-        ) as http:
+        async with probe_client(self.http_headers()) as http:
             while True:
                 if not await self.alive(endpoint):
                     raise self._not_ready(endpoint, "is not running")
-                with contextlib.suppress(httpx.HTTPError):
-                    if (await http.get(f"{endpoint.url}/ready")).status_code == 200:
-                        return
+                if await answers(endpoint.url, READY, http=http):
+                    return
                 if time.monotonic() >= deadline:
                     raise self._not_ready(endpoint, f"was not ready within {limit:g} s")
                 await asyncio.sleep(0.05)
@@ -242,13 +237,7 @@ class Provider(ABC):
         """The server is running and answers ``/health`` with 200 within ``timeout``."""
         if not await self.alive(endpoint):
             return False
-        try:
-            async with httpx.AsyncClient(
-                timeout=timeout, trust_env=False, headers=self.http_headers()
-            ) as http:
-                return (await http.get(f"{endpoint.url}/health")).status_code == 200
-        except httpx.HTTPError:
-            return False
+        return await answers(endpoint.url, headers=self.http_headers(), timeout=timeout)
 
     async def close(self) -> None:
         """Stop every server this provider started; later starts are refused."""
@@ -273,70 +262,54 @@ class Provider(ABC):
         return SyncProvider(self)
 
 
-class SyncProvider:
+class SyncProvider(BlockingTwin[Provider]):
     """A blocking face of a :class:`Provider` (see :meth:`Provider.sync`).
 
     Each call runs the async method on corral's private background loop, so it works in
     plain scripts, in threads and inside a running loop (Jupyter) alike.
     """
 
-    def __init__(self, provider: Provider) -> None:
-        self._provider = provider
-
     @property
     def provider(self) -> Provider:
         """The async provider this twin drives."""
-        return self._provider
+        return self._async
 
     def start(self, spec: SpecLike, **options: Any) -> Endpoint:
         """Start a server; see :meth:`Provider.start` (``options`` are provider-specific)."""
-        start: Any = self._provider.start
-        endpoint: Endpoint = run_blocking(start(spec, **options), None)
+        start: Any = self._async.start
+        endpoint: Endpoint = self._call(start(spec, **options))
         return endpoint
 
     def stop(self, endpoint: Endpoint) -> None:
         """Stop a server; see :meth:`Provider.stop`."""
-        run_blocking(self._provider.stop(endpoint), None)
+        self._call(self._async.stop(endpoint))
 
     def wait_ready(self, endpoint: Endpoint, timeout: float | None = None) -> None:
         """Wait for ``/ready``; see :meth:`Provider.wait_ready`."""
-        run_blocking(self._provider.wait_ready(endpoint, timeout), None)
+        self._call(self._async.wait_ready(endpoint, timeout))
 
     def alive(self, endpoint: Endpoint) -> bool:
         """See :meth:`Provider.alive`."""
-        alive: bool = run_blocking(self._provider.alive(endpoint), None)
-        return alive
+        return self._call(self._async.alive(endpoint))
 
     def healthy(self, endpoint: Endpoint, timeout: float = 2.0) -> bool:
         """See :meth:`Provider.healthy`."""
-        healthy: bool = run_blocking(self._provider.healthy(endpoint, timeout), None)
-        return healthy
+        return self._call(self._async.healthy(endpoint, timeout))
 
     def logs(self, endpoint: Endpoint, lines: int = 50) -> str:
         """See :meth:`Provider.logs`."""
-        return self._provider.logs(endpoint, lines)
+        return self._async.logs(endpoint, lines)
 
     @property
     def endpoints(self) -> list[Endpoint]:
         """See :attr:`Provider.endpoints`."""
-        return self._provider.endpoints
+        return self._async.endpoints
 
     @property
     def running(self) -> list[str]:
         """See :attr:`Provider.running`."""
-        return self._provider.running
+        return self._async.running
 
     def close(self) -> None:
         """Stop every server; see :meth:`Provider.close`."""
-        run_blocking(self._provider.close(), None)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+        self._call(self._async.close())

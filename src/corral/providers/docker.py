@@ -42,7 +42,7 @@ from typing import Any, Literal, TypeVar
 import httpx
 
 from corral.auth import TOKEN_ENV
-from corral.client.launcher import ServerStartError
+from corral.errors import ServerStartError
 from corral.providers.base import Endpoint, Provider, ServerSpec, SpecLike
 from corral.providers.dockerfile import (
     LABEL_PREFIX,

@@ -169,11 +169,11 @@ URL_FILE = "/tmp/corral-url"
 """Where the server in an image writes the URL it is bound to (``--port-file``)."""
 
 
-def serve_command(manifest: Manifest, host: str, port: int) -> list[str]:
+def serve_command(manifest: Manifest, host: str, port: int, *, web: bool = False) -> list[str]:
     """The command that serves the manifest's environment inside an image.
 
     Port 0 lets the server pick a free port; it writes the bound URL to :data:`URL_FILE`
-    and prints it, so nobody has to guess it.
+    and prints it, so nobody has to guess it. ``web`` adds the web UI (``--web``).
     """
     return [
         "python",
@@ -191,6 +191,7 @@ def serve_command(manifest: Manifest, host: str, port: int) -> list[str]:
         str(manifest.concurrency.max_sessions),
         "--idle-timeout",
         f"{manifest.concurrency.idle_timeout_s:g}",
+        *(["--web"] if web else []),
     ]
 
 
@@ -215,6 +216,7 @@ def render_dockerfile(
     labels: Mapping[str, str],
     base_image: str | None = None,
     offline: bool = True,
+    web: bool = False,
 ) -> str:
     """The Dockerfile of an environment image.
 
@@ -226,13 +228,14 @@ def render_dockerfile(
         base_image: overrides the manifest's base image.
         offline: install from ``wheels/`` only (``--no-index``); otherwise pinned
             distributions that are not in ``wheels/`` come from the package index.
+        web: the image serves the web UI too (its CMD has ``--web``).
     """
     base = base_image or manifest.image_base
     port = manifest.port
     index = "--no-index --find-links /tmp/wheels" if offline else "--find-links /tmp/wheels"
     label_lines = " \\\n      ".join(f"{k}={json.dumps(v)}" for k, v in sorted(labels.items()))
     health = json.dumps(healthcheck_command())
-    cmd = json.dumps(serve_command(manifest, "0.0.0.0", port))
+    cmd = json.dumps(serve_command(manifest, "0.0.0.0", port, web=web))
     source = manifest.path.name if manifest.path else "a manifest"
     return f"""\
 {GENERATED_HEADER} {corral.__version__} from {source}.
@@ -533,6 +536,7 @@ def prepare_context(
     offline: bool = True,
     progress: Progress | None = None,
     pip: Sequence[str] | None = None,
+    web: bool = False,
 ) -> BuildContext:
     """Write a complete build context for the environment in ``env_dir`` to ``out_dir``.
 
@@ -543,6 +547,7 @@ def prepare_context(
         offline: download every wheel on the host (the image installs with ``--no-index``).
         progress: receives each line of output of the steps.
         pip: the pip command to use (default: this interpreter's ``python -m pip``).
+        web: the image serves the web UI too (see :func:`render_dockerfile`).
 
     Raises:
         ManifestError: the manifest is missing or invalid.
@@ -628,7 +633,9 @@ def prepare_context(
     labels = image_labels(manifest, _fingerprint(manifest, progress))
     chosen_base = base_image or manifest.image_base
     (out / "Dockerfile").write_text(
-        render_dockerfile(manifest, labels=labels, base_image=chosen_base, offline=offline),
+        render_dockerfile(
+            manifest, labels=labels, base_image=chosen_base, offline=offline, web=web
+        ),
         encoding="utf-8",
     )
     _emit(progress, f"build context ready in {out}")

@@ -7,7 +7,8 @@ that holds the read end of a pipe whose write end only the parent has. The paren
 it, one line at a time, what to clean up (process groups of local servers, the labels of
 its Docker containers). When the parent dies, however it dies, the kernel closes the
 pipe; the guardian reads end-of-file, stops the process groups still registered
-(SIGTERM, then SIGKILL), removes the parent's containers, and exits.
+(SIGTERM, then SIGKILL), removes the parent's containers, runs the cleanup commands
+still registered (the Kubernetes provider's sweep of its Pods), and exits.
 
 Processes are identified by pid *and* start time, so a recycled pid is never killed.
 A forked child closes its inherited copy of the pipe (it is the parent's lifeline, not
@@ -17,16 +18,18 @@ it imports the Docker SDK only to remove containers.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 _KILL_GRACE = 3.0
+_COMMAND_TIMEOUT = 60.0
 
 
 def start_time(pid: int) -> int | None:
@@ -58,6 +61,7 @@ class Guardian:
         self._process: subprocess.Popen[bytes] | None = None
         self._pids: dict[int, tuple[int, bool]] = {}
         self._labels: dict[str, None] = {}
+        self._commands: dict[str, None] = {}
 
     @property
     def pid(self) -> int | None:
@@ -93,6 +97,21 @@ class Guardian:
                 self._labels[line] = None
                 self._send(line)
 
+    def run_at_death(self, argv: Sequence[str]) -> None:
+        """Run ``argv`` (a cleanup command) if this process dies before :meth:`forget_command`."""
+        line = "run " + json.dumps(list(argv)) + "\n"
+        with self._lock:
+            if line not in self._commands:
+                self._commands[line] = None
+                self._send(line)
+
+    def forget_command(self, argv: Sequence[str]) -> None:
+        """Drop a command of :meth:`run_at_death` (its cleanup was done normally)."""
+        encoded = json.dumps(list(argv))
+        with self._lock:
+            if self._commands.pop(f"run {encoded}\n", 0) is None:
+                self._send(f"norun {encoded}\n")
+
     def _send(self, line: str) -> None:
         """Write ``line`` to the guardian, (re)starting it first if needed (lock held)."""
         process = self._process
@@ -120,7 +139,7 @@ class Guardian:
         )
         assert process.stdin is not None
         lines = [f"+ {pid} {started} {int(soft)}\n" for pid, (started, soft) in self._pids.items()]
-        process.stdin.write("".join([*lines, *self._labels]).encode())
+        process.stdin.write("".join([*lines, *self._labels, *self._commands]).encode())
         process.stdin.flush()
         self._process = process
 
@@ -140,6 +159,7 @@ class Guardian:
         self._process = None
         self._pids = {}
         self._labels = {}
+        self._commands = {}
 
 
 _guardian: Guardian | None = None
@@ -234,6 +254,22 @@ def _remove_containers(label_sets: list[dict[str, str]]) -> None:
                 continue
 
 
+def _run_commands(commands: list[list[str]]) -> None:
+    """Run each cleanup command, bounded in time; a failing one does not stop the others."""
+    for argv in commands:
+        try:
+            subprocess.run(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=_COMMAND_TIMEOUT,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError):
+            continue
+
+
 def _main() -> int:
     """The guardian: read registrations until end-of-file, then clean up.
 
@@ -243,8 +279,17 @@ def _main() -> int:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     pids: dict[int, tuple[int, bool]] = {}
     label_sets: list[dict[str, str]] = []
+    commands: dict[str, None] = {}
     for raw in sys.stdin.buffer:
-        parts = raw.decode("utf-8", "replace").split()
+        text = raw.decode("utf-8", "replace")
+        if text.startswith(("run ", "norun ")):
+            verb, encoded = text.split(" ", 1)
+            if verb == "run":
+                commands[encoded.strip()] = None
+            else:
+                commands.pop(encoded.strip(), None)
+            continue
+        parts = text.split()
         if len(parts) == 4 and parts[0] == "+":
             pids[int(parts[1])] = (int(parts[2]), parts[3] == "1")
         elif len(parts) == 2 and parts[0] == "-":
@@ -254,6 +299,7 @@ def _main() -> int:
     _stop_groups(pids)
     if label_sets:
         _remove_containers(label_sets)
+    _run_commands([json.loads(c) for c in commands])
     return 0
 
 

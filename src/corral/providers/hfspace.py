@@ -238,8 +238,15 @@ def stage_space(
     for key, color in (("color_from", color_from), ("color_to", color_to)):
         if color not in SPACE_COLORS:
             raise SpaceError(f"{key} {color!r} is not a Space colour; use one of {SPACE_COLORS}")
+    # A Space opens on its app's root: serve the web UI there, not a JSON 404.
     context = prepare_context(
-        env_dir, out_dir, base_image=base_image, offline=offline, progress=progress, pip=pip
+        env_dir,
+        out_dir,
+        base_image=base_image,
+        offline=offline,
+        progress=progress,
+        pip=pip,
+        web=True,
     )
     manifest = context.manifest
     all_tags = ["corral", "reinforcement-learning"]

@@ -7,12 +7,13 @@
     provider = LocalProcessProvider(venv=True, sandbox="auto", limits=LocalLimits(cpu_seconds=600))
     endpoint = await provider.start("path/to/my_env")
 
-Each server is ``corral serve`` in a child process (:class:`~corral.client.launcher.LocalServer`
-is the engine): its own process group, asked to die with its parent, stopped at
-interpreter exit, and watched by the process's guardian (:mod:`corral.providers.guardian`)
-so that it is stopped even when the parent is killed with SIGKILL. The provider binds
-the listening socket itself on 127.0.0.1 and the server inherits it: the URL is known
-before the server starts and no port is ever guessed or raced for.
+Each server is ``corral serve`` in a child process
+(:class:`~corral.client.local_server.LocalServer` is the engine): its own process group,
+asked to die with its parent, stopped at interpreter exit, and watched by the process's
+guardian (:mod:`corral.providers.guardian`) so that it is stopped even when the parent is
+killed with SIGKILL. The provider binds the listening socket itself on 127.0.0.1 and the
+server inherits it: the URL is known before the server starts and no port is ever guessed
+or raced for.
 
 **Virtualenvs** (``venv=True``): the server runs in a cached virtualenv built from the
 environment's ``pyproject.toml`` (see :mod:`corral.providers.venv`).
@@ -26,8 +27,8 @@ the server runs as a user of its own, never enforced for root) and a niceness. A
 *rate* (``resources.cpu``) needs cgroups: the Docker provider enforces it, this one does
 not.
 
-**Sandbox** (``sandbox="bwrap" | "unshare" | "auto"``, probed with the coding
-environment's helpers, :func:`corral.envs.coding.sandbox.resolve_profile`): fresh pid,
+**Sandbox** (``sandbox="bwrap" | "unshare" | "auto"``, probed and built by
+:mod:`corral.sandbox`, as the coding environment's per-episode sandboxes are): fresh pid,
 IPC, UTS, mount *and network* namespaces; a read-only root holding only the system
 directories, the interpreter and its packages and the environment's directory (or the
 working directory, for an entry point), all read-only; a private writable ``/tmp`` and
@@ -64,8 +65,14 @@ from pathlib import Path
 from typing import Literal
 
 from corral.auth import TOKEN_ENV
-from corral.client.launcher import LocalServer, ServerStartError
-from corral.envs.coding.sandbox import (
+from corral.client.local_server import LocalServer
+from corral.errors import ServerStartError
+from corral.providers.base import Endpoint, Provider, ServerSpec, SpecLike
+from corral.providers.dockerfile import BuildError, Progress
+from corral.providers.guardian import guardian
+from corral.providers.manifest import Manifest, ManifestError, parse_memory
+from corral.providers.venv import ensure_venv
+from corral.sandbox import (
     MountEntry,
     SandboxError,
     SandboxMode,
@@ -73,19 +80,13 @@ from corral.envs.coding.sandbox import (
     Workspace,
     resolve_profile,
     sandbox_command,
-    with_parent_dirs,
 )
-from corral.providers.base import Endpoint, Provider, ServerSpec, SpecLike
-from corral.providers.dockerfile import BuildError, Progress
-from corral.providers.guardian import guardian
-from corral.providers.manifest import Manifest, ManifestError, parse_memory
-from corral.providers.venv import ensure_venv
+from corral.sandbox.command import SANDBOX_PATH
+from corral.sandbox.workspace import path_under, with_parent_dirs
 from corral.server.serve import bind_socket
 
 Sandbox = Literal["none", "auto", "bwrap", "unshare"]
 """How a local server is isolated: not at all, or a namespace sandbox."""
-
-_SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,7 @@ class LocalEndpoint(Endpoint):
     """A server in a local process.
 
     Attributes:
-        pid: the process the provider started (with a sandbox: its launcher).
+        pid: the process the provider started (with a sandbox: bwrap or unshare).
         target: what it serves (an entry point or an environment directory).
         python: the interpreter it runs.
         sandbox: ``none``, ``bwrap`` or ``unshare``.
@@ -227,9 +228,7 @@ class _ServerSandbox:
         # Parents first: a directory bound after one of its subdirectories would hide it.
         wanted = {os.path.realpath(p) for p in [*interpreter_paths(self.python), *self.readable]}
         for real in sorted(wanted):
-            if os.path.exists(real) and not any(
-                real == b or real.startswith(b.rstrip("/") + "/") for b in bound
-            ):
+            if os.path.exists(real) and not path_under(real, bound):
                 entries.append(MountEntry("ro", real, real))
                 bound.append(real)
         return with_parent_dirs(entries)
@@ -237,9 +236,9 @@ class _ServerSandbox:
     def wrap(
         self, fd: int, environment: dict[str, str], cwd: str
     ) -> Callable[[list[str]], list[str]]:
-        """What turns the server's argv into the sandboxed one (given to the launcher)."""
+        """What turns the server's argv into the sandboxed one (given to LocalServer)."""
         env = {
-            "PATH": _SANDBOX_PATH,
+            "PATH": SANDBOX_PATH,
             "HOME": "/workspace",
             "TMPDIR": "/tmp",
             "LANG": "C.UTF-8",
@@ -438,7 +437,7 @@ class LocalProcessProvider(Provider):
         sandbox: _ServerSandbox | None,
         process: subprocess.Popen[bytes],
     ) -> None:
-        """Called by the launcher as soon as the child exists: own it from then on."""
+        """Called by LocalServer as soon as the child exists: own it from then on."""
         # The server table is the finalizer's: a hook left on the server would keep the
         # provider alive through it, and a forgotten provider could never be collected.
         server.on_spawn = None

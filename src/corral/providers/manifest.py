@@ -21,8 +21,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
-from corral.contract import Contract, Environment
-from corral.contract.schema import SEMVER
+from corral.contract import Environment
+from corral.contract.schema import SEMVER, Contract
 from corral.server.target import load_target
 
 MANIFEST_NAMES = ("corral.yaml", "openenv.yaml")

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
-from corral.client.launcher import ServerStartError
-from corral.client.loop import run_blocking
+from corral.blocking import BlockingTwin
+from corral.errors import ServerStartError
 from corral.progress import Activity
 from corral.providers.base import Endpoint, Provider, ServerSpec, SpecLike
 
@@ -342,50 +342,38 @@ class WarmPool:
             self._fill()
 
 
-class SyncWarmPool:
+class SyncWarmPool(BlockingTwin[WarmPool]):
     """The blocking twin of :class:`WarmPool` (same methods, same errors)."""
-
-    def __init__(self, pool: WarmPool) -> None:
-        self._pool = pool
 
     @property
     def pool(self) -> WarmPool:
         """The async pool this twin drives."""
-        return self._pool
+        return self._async
 
     def open(self) -> Self:
         """See :meth:`WarmPool.open`."""
-        run_blocking(self._pool.open(), None)
+        self._call(self._async.open())
         return self
 
     def wait_full(self, timeout: float | None = None) -> None:
         """See :meth:`WarmPool.wait_full`."""
-        run_blocking(self._pool.wait_full(timeout), None)
+        self._call(self._async.wait_full(timeout))
 
     def acquire(self, timeout: float | None = None) -> Endpoint:
         """See :meth:`WarmPool.acquire`."""
-        endpoint: Endpoint = run_blocking(self._pool.acquire(timeout), None)
-        return endpoint
+        return self._call(self._async.acquire(timeout))
 
     def release(self, endpoint: Endpoint) -> None:
         """See :meth:`WarmPool.release`."""
-        run_blocking(self._pool.release(endpoint), None)
+        self._call(self._async.release(endpoint))
 
     def stats(self) -> SpareStats:
         """See :meth:`WarmPool.stats`."""
-        return self._pool.stats()
+        return self._async.stats()
 
     def close(self, *, stop_acquired: bool = False) -> None:
         """See :meth:`WarmPool.close`."""
-        run_blocking(self._pool.close(stop_acquired=stop_acquired), None)
+        self._call(self._async.close(stop_acquired=stop_acquired))
 
-    def __enter__(self) -> Self:
-        return self.open()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+    def _enter(self) -> None:
+        self.open()

@@ -35,6 +35,8 @@ from pydantic import BaseModel
 
 from corral.client import AsyncEnvClient
 from corral.contract import Environment, Observation
+from corral.episodes import EpisodeRecorder, Header, collect, compare, first_difference
+from corral.episodes.files import AnyLine
 from corral.errors import CorralError, EpisodeEnded
 from corral.protocol.codecs import get_codec
 from corral.providers.base import Endpoint, Provider, SpecLike
@@ -68,6 +70,9 @@ class _Episode:
     state: dict[str, Any] = field(default_factory=dict)
     models: list[BaseModel] = field(default_factory=list)
     after_end: str = ""
+    lines: list[AnyLine] = field(default_factory=list)
+    """The episode in the episode format, for the determinism check (one comparison
+    rule everywhere: :func:`corral.episodes.compare`)."""
 
 
 class _Failed(Exception):
@@ -76,27 +81,6 @@ class _Failed(Exception):
 
 class _Skipped(Exception):
     """A check does not apply; the message says why."""
-
-
-def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
-    """The first path where two JSON values differ, or None."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b)):
-            if key not in a or key not in b:
-                return f"{path}.{key}".lstrip(".")
-            found = _first_difference(a[key], b[key], f"{path}.{key}")
-            if found is not None:
-                return found
-        return None
-    if isinstance(a, list) and isinstance(b, list):
-        if len(a) != len(b):
-            return f"{path} (length {len(a)} vs {len(b)})".lstrip(".")
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            found = _first_difference(x, y, f"{path}[{i}]")
-            if found is not None:
-                return found
-        return None
-    return None if a == b else (path.lstrip(".") or "(value)")
 
 
 class _Smoke:
@@ -183,13 +167,16 @@ class _Smoke:
 
     async def play(self, codec: str) -> _Episode:
         episode = _Episode()
+        recorder = EpisodeRecorder(episode.lines.append, new_id=lambda: f"with seed {self.seed}")
         async with self.client(codec) as client:
             first = await client.reset(seed=self.seed)
+            recorder.reset("validate", seed=self.seed, observation=first.observation)
             self._record(client, episode, first.observation)
             for _ in range(self.steps):
                 if episode.ended:
                     break
                 result = await client.step(self.action)
+                recorder.step("validate", action=self.action, observation=result.observation)
                 episode.steps += 1
                 self._record(client, episode, result.observation)
                 episode.rewards.append(result.reward)
@@ -242,7 +229,7 @@ class _Smoke:
                 frame = codec.encode({"value": codec.dump(model)})
                 back = codec.load(type(model), codec.decode(frame)["value"])
                 if back != model:
-                    where = _first_difference(
+                    where = first_difference(
                         back.model_dump(mode="json"), model.model_dump(mode="json")
                     )
                     raise _Failed(
@@ -252,7 +239,7 @@ class _Smoke:
         if "msgpack" in self.episodes and "json" in self.episodes:
             a = self.episodes["msgpack"][0].observations
             b = self.episodes["json"][0].observations
-            where = _first_difference(a, b)
+            where = first_difference(a, b)
             if where is not None:
                 raise _Failed(f"msgpack and JSON delivered different observations (at {where})")
         kinds = sorted({type(m).__name__ for m in models})
@@ -263,16 +250,17 @@ class _Smoke:
         if len(runs) < 2:
             raise _Skipped("the msgpack episodes did not run")
         a, b = runs[0], runs[1]
-        where = _first_difference(a.observations, b.observations)
-        if where is not None:
+        (first,) = collect(a.lines, Header())
+        (second,) = collect(b.lines, Header())
+        found = compare(first, second)
+        if found is not None:
             raise _Failed(
-                f"seed {self.seed} gave different observations in two episodes (at "
-                f"observations{where if where.startswith('[') else '.' + where}); derive all "
-                "randomness from the seed given to reset()"
+                f"the same seed gave different observations in two episodes: {found}; "
+                "derive all randomness from the seed given to reset()"
             )
         state_a = {k: v for k, v in a.state.items() if k != "episode_id"}
         state_b = {k: v for k, v in b.state.items() if k != "episode_id"}
-        where = _first_difference(state_a, state_b)
+        where = first_difference(state_a, state_b)
         if where is not None:
             raise _Failed(f"seed {self.seed} gave different states (at {where})")
         return f"seed {self.seed}: {len(a.observations)} identical observations"

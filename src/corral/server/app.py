@@ -8,13 +8,18 @@ from typing import Any
 
 from fastapi import FastAPI, WebSocket
 
-from corral.server.auth import BearerAuth
+from corral.server.auth import BearerAuth, auth_router
 from corral.server.config import ServerConfig
+from corral.server.docs import docs_router
 from corral.server.http import info_router
 from corral.server.metrics import metrics_router
 from corral.server.openenv_http import openenv_router
 from corral.server.openenv_ws import openenv_fallback
+from corral.server.render import render_router
 from corral.server.service import EnvService
+from corral.server.status import status_router
+from corral.server.tasks import tasks_router
+from corral.server.webui import is_public, regression_router, web_router
 from corral.server.workers import Worker, WorkerPool, env_reference
 from corral.server.ws import FallbackHandler, ws_endpoint
 
@@ -40,7 +45,8 @@ def create_app(
 
     The app is run by uvicorn (see :func:`corral.server.serve`); the service it wraps is
     reachable as ``app.state.service``. With ``config.token`` set, every route and the
-    WebSocket require ``Authorization: Bearer <token>``. With ``config.workers > 0`` the
+    WebSocket require ``Authorization: Bearer <token>``. With ``config.web`` the web UI
+    is served at ``/web`` (:mod:`corral.server.webui`). With ``config.workers > 0`` the
     environments live in that many worker processes (:mod:`corral.server.workers`),
     started with the app.
 
@@ -52,6 +58,7 @@ def create_app(
         cfg = ServerConfig(**{**cfg.__dict__, **overrides})
     service = EnvService(env, cfg)
     workers = _worker_pool(env, service) if cfg.workers else None
+    tasks, catalog = tasks_router(service)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -61,8 +68,8 @@ def create_app(
         try:
             yield
         finally:
-            await service.batches.shutdown()
-            await service.manager.shutdown()
+            await service.shutdown()
+            await catalog.close()
             if workers is not None:
                 await workers.shutdown()
 
@@ -71,15 +78,32 @@ def create_app(
         version="1.0.0",
         description=service.env_type.description,
         lifespan=lifespan,
+        # FastAPI's pages load their assets from a CDN: served locally or not at all.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.service = service
-    app.include_router(info_router(service))
-    app.include_router(metrics_router(service))
     if openenv:
+        # First: an OpenEnv environment's /schema and /metadata are OpenEnv's.
         app.include_router(openenv_router(service))
         fallback = fallback or openenv_fallback(service)
+    app.include_router(info_router(service))
+    app.include_router(metrics_router(service))
+    docs = docs_router(app.title)
+    if docs is not None:
+        app.include_router(docs)
+    if cfg.web:
+        app.include_router(web_router())
+        app.include_router(render_router(service))
+        app.include_router(status_router(service))
+        app.include_router(regression_router(cfg.max_frame_bytes))
+        if cfg.token is not None:
+            app.include_router(auth_router(cfg.token))
+    app.include_router(tasks)  # last: its /{env}/... paths must not shadow others
     if cfg.token is not None:
-        app.add_middleware(BearerAuth, token=cfg.token)
+        app.add_middleware(
+            BearerAuth, token=cfg.token, cookies=cfg.web, public=is_public if cfg.web else None
+        )
 
     @app.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:

@@ -1,8 +1,10 @@
 """Batched resets and steps on the server: many sessions, one message, one reply.
 
-A ``reset_batch`` / ``step_batch`` is admitted item by item (session lookup, lifecycle
-rules, action validation), so a bad item is an error for its session only. The admitted
-calls then run together (:func:`run_calls`):
+A ``reset_batch`` / ``step_batch`` arrives admitted item by item by the connection
+object (session lookup, lifecycle rules: :func:`corral.protocol.server.admit_batch`);
+each admitted item's payload then goes through the same :class:`Admission` as a single
+request (action validation, reset options), so a bad item is an error for its session
+only. The admitted calls run together (:func:`~corral.server.runner.run_calls`):
 
 * ``async def`` environments are awaited concurrently on the loop (no thread hop);
 * sync environments without thread affinity run one after the other inside **one**
@@ -20,182 +22,24 @@ timeout and never fails them.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
-import threading
-import time
-from collections import defaultdict
-from collections.abc import Awaitable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass
 
-from corral.errors import (
-    CorralError,
-    EnvError,
-    InternalError,
-    SessionBusy,
-    SessionLost,
-    StepTimeout,
-)
+from corral.errors import CorralError, InternalError, SessionBusy, SessionLost, StepTimeout
 from corral.protocol import batch as b
+from corral.protocol.server import Peer, RunBatch
 from corral.protocol.session import Op
-from corral.server.runner import _escaped as escaped
-from corral.server.runner import eager_start
-
-if TYPE_CHECKING:
-    from corral.server.service import Channel, EnvService
-    from corral.server.sessions import Session
+from corral.server.admission import Admission
+from corral.server.runner import EnvCall, run_calls
+from corral.server.sessions import Session, SessionManager
 
 log = logging.getLogger("corral.server")
 
-BATCH_ITEM = "batch_item"
-"""Type of the per-item replies a session's reply cache remembers for retried batches."""
-
-
-@dataclass(slots=True, eq=False)
-class Call:
-    """One environment method call of a batch, and its outcome once run.
-
-    ``value`` holds the method's return value when ``error`` is None; ``seconds`` how
-    long the call took (for the latency histogram).
-    """
-
-    runner: Any
-    method: str
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    value: Any = None
-    error: BaseException | None = None
-    seconds: float = 0.0
-
-
-class BatchExecutor(Protocol):
-    """Runs a group of calls on their own (worker processes implement this)."""
-
-    async def run_calls(self, calls: list[Call], timeout: float | None) -> None:
-        """Run ``calls``, filling in each outcome; never raise for one call's failure."""
-        ...
-
-
-async def run_calls(
-    calls: list[Call], executor: concurrent.futures.Executor, timeout: float | None
-) -> None:
-    """Run ``calls`` as a batch (see module docstring), filling in every outcome.
-
-    A call's failure is stored on the call (``error``), never raised, so one failing
-    environment cannot fail its neighbours.
-    """
-    awaiting: list[Awaitable[None]] = []
-    shared: list[Call] = []
-    remote: dict[BatchExecutor, list[Call]] = defaultdict(list)
-    for call in calls:
-        owner = getattr(call.runner, "batch_executor", None)
-        if owner is not None:
-            remote[owner].append(call)
-        elif call.runner.is_async(call.method) or not call.runner.shared:
-            # Started now: an async env with nothing to wait for is done without a task.
-            started = eager_start(_one(call, timeout))
-            if not started.done():
-                awaiting.append(started)
-        else:
-            shared.append(call)
-    if len(shared) == 1:
-        awaiting.append(_one(shared[0], timeout))  # one call: the plain runner path
-    elif shared:
-        awaiting.append(_run_in_one_thread(shared, executor, timeout))
-    awaiting.extend(owner.run_calls(group, timeout) for owner, group in remote.items())
-    if len(awaiting) == 1:
-        await awaiting[0]
-    elif awaiting:
-        await asyncio.gather(*awaiting)
-
-
-async def _one(call: Call, timeout: float | None) -> None:
-    started = time.perf_counter()
-    try:
-        call.value = await call.runner.call(call.method, *call.args, timeout=timeout, **call.kwargs)
-    except Exception as exc:
-        call.error = exc
-    call.seconds = time.perf_counter() - started
-
-
-class _ThreadJob:
-    """Calls run one after the other in one executor thread, with progress for timeouts."""
-
-    def __init__(self, calls: list[Call]) -> None:
-        self.calls = calls
-        self.current = -1
-        self.started = time.monotonic()
-        self.stop_at = len(calls)
-        self.lock = threading.Lock()
-
-    def run(self) -> None:
-        for index, call in enumerate(self.calls):
-            with self.lock:
-                if index >= self.stop_at:
-                    return  # the loop side gave up on an earlier call and re-queued the rest
-                self.current = index
-                self.started = time.monotonic()
-            if call.runner.closed:
-                call.error = SessionLost("the session was closed while its batch was queued")
-                continue
-            try:
-                call.value = getattr(call.runner.env, call.method)(*call.args, **call.kwargs)
-            except Exception as exc:
-                call.error = exc
-            except BaseException as exc:  # SystemExit and the like must not stop the server
-                call.error = escaped(call.method, exc)
-            call.seconds = time.monotonic() - self.started
-
-    def overdue(self, timeout: float) -> int | None:
-        """If the running call overran ``timeout``, stop after it and return its index."""
-        with self.lock:
-            if self.current >= 0 and time.monotonic() - self.started >= timeout:
-                self.stop_at = self.current + 1
-                return self.current
-        return None
-
-    def next_deadline(self, timeout: float) -> float:
-        """Seconds until the running call would overrun ``timeout``.
-
-        Before the job has started (the executor is busy), the wait is a full timeout:
-        the clock of a call only runs once the call does.
-        """
-        with self.lock:
-            if self.current < 0:
-                return timeout
-            return max(0.0, self.started + timeout - time.monotonic())
-
-
-async def _run_in_one_thread(
-    calls: list[Call], executor: concurrent.futures.Executor, timeout: float | None
-) -> None:
-    pending = calls
-    while pending:
-        job = _ThreadJob(pending)
-        future = executor.submit(job.run)
-        waiter = asyncio.wrap_future(future)
-        if timeout is None:
-            await waiter
-            return
-        while True:
-            done, _ = await asyncio.wait({waiter}, timeout=job.next_deadline(timeout))
-            if done:
-                waiter.result()
-                return
-            index = job.overdue(timeout)
-            if index is not None:
-                break
-        stuck = pending[index]
-        stuck.error = stuck.runner.timeout_error(stuck.method, timeout)
-        stuck.runner.mark_stuck(future)
-        pending = pending[index + 1 :]
-
 
 @dataclass(slots=True, eq=False, kw_only=True)
-class _Admitted(Call):
-    """A call of a batch item that passed admission, with where its result goes."""
+class _ItemCall(EnvCall):
+    """The environment call of one admitted batch item, with where its result goes."""
 
     index: int
     session: Session
@@ -203,30 +47,49 @@ class _Admitted(Call):
 
 
 class BatchHandler:
-    """Serves ``reset_batch`` and ``step_batch`` for one :class:`EnvService`."""
+    """Runs the ``reset_batch`` and ``step_batch`` messages of one server.
 
-    def __init__(self, service: EnvService) -> None:
-        self.service = service
+    Args:
+        manager: the server's sessions (their runners, the shared executor, the stats).
+        admission: the payload and result rules of the environment.
+        step_timeout_s: the per-call timeout (None: none).
+    """
+
+    def __init__(
+        self, manager: SessionManager, admission: Admission, step_timeout_s: float | None
+    ) -> None:
+        self.manager = manager
+        self.admission = admission
+        self.step_timeout_s = step_timeout_s
         self._tasks: set[asyncio.Task[None]] = set()
         self._running: dict[tuple[str, int], asyncio.Task[None]] = {}
         """The batch task running each (session, request id) item, for re-sent batches."""
 
-    def submit(self, channel: Channel, request: b.BatchRequest) -> None:
-        """Admit ``request`` and run it in the background; its reply goes to ``channel``.
-
-        Raises:
-            BatchTooLarge: the batch exceeds ``max_batch`` (nothing runs).
-        """
-        b.check_batch_size(request, self.service.config.max_batch)
-        results: list[dict[str, Any] | None] = [None] * len(request.items)
+    def submit(self, peer: Peer, batch: RunBatch[Session]) -> None:
+        """Run an admitted batch in the background; its reply goes to ``peer``."""
+        request = batch.request
+        results = batch.results
+        calls = self._calls(peer, batch)
         waits: list[tuple[int, Session, asyncio.Future[None]]] = []
-        admitted = self._admit(channel, request, results, waits)
-        if not admitted and not waits:
-            channel.send(b.batch_reply(request.id, _complete(results)))
+        for index, session in batch.joins:
+            original = self._running.get((session.id, request.id))
+            if original is None:  # running, but not as this batch: not the same request
+                error = SessionBusy(
+                    f"request {request.id} of this session is still running; "
+                    "wait for its reply before sending another",
+                    details={"running": request.id},
+                )
+                results[index] = self._error(session.id, error)
+            else:
+                # The same batch re-sent after a reconnect while it still runs: this
+                # item's answer is the original's, once it is there (at most once).
+                waits.append((index, session, original))
+        if not calls and not waits:
+            peer.send(b.BatchReply(request.id, _complete(results)))
             return
-        task = asyncio.create_task(self._run(channel, request.id, admitted, results, waits))
+        task = asyncio.create_task(self._run(peer, request.id, calls, results, waits))
         self._tasks.add(task)
-        keys = [(call.session.id, request.id) for call in admitted]
+        keys = [(call.session.id, request.id) for call in calls]
         for key in keys:
             self._running[key] = task
 
@@ -238,142 +101,83 @@ class BatchHandler:
 
         task.add_done_callback(done)
 
-    def _admit(
-        self,
-        channel: Channel,
-        request: b.BatchRequest,
-        results: list[dict[str, Any] | None],
-        waits: list[tuple[int, Session, asyncio.Future[None]]],
-    ) -> list[_Admitted]:
-        service = self.service
-        kind = "reset" if isinstance(request, b.ResetBatch) else "step"
-        admitted: list[_Admitted] = []
-        seen: set[str] = set()
-        for index, item in enumerate(request.items):
-            if isinstance(item, b.BadItem):
-                results[index] = self._error(item.session, item.error)
-                continue
+    def _calls(self, peer: Peer, batch: RunBatch[Session]) -> list[_ItemCall]:
+        calls: list[_ItemCall] = []
+        for admitted in batch.calls:
+            session, op = admitted.session, admitted.op
             try:
-                session = service.manager.get(item.session, channel)
-                cached = session.cache.get(request.id)
-                if cached is not None and cached.get("type") == BATCH_ITEM:
-                    results[index] = cached["item"]  # a retried batch: at most once
-                    continue
-                original = self._running.get((session.id, request.id))
-                if original is not None and session.id not in seen:
-                    # The same batch re-sent after a reconnect while it still runs: this
-                    # item's answer is the original's, once it is there (at most once).
-                    waits.append((index, session, original))
-                    continue
-                if session.machine.running == request.id:
-                    raise SessionBusy(
-                        "this session appears twice in one batch; send one item per session",
-                        details={"running": request.id},
-                    )
-                op = session.machine.begin(kind, request.id)
-                seen.add(session.id)
-            except CorralError as exc:
-                results[index] = self._error(item.session, exc)
-                continue
-            try:
-                if op is Op.STEP:
-                    assert isinstance(item, b.StepItem)
-                    action = service._load_action(channel, item.action)
-                    call = _Admitted(
-                        session.runner, "step", (action,), index=index, session=session, op=op
-                    )
-                else:  # a reset, or a step that auto-resets an ended episode
-                    seed, options = (
-                        (item.seed, item.options) if isinstance(item, b.ResetItem) else (None, {})
-                    )
-                    service._check_options(options)
-                    call = _Admitted(
-                        session.runner,
-                        "reset",
-                        (seed,),
-                        options,
-                        index=index,
-                        session=session,
-                        op=op,
-                    )
+                method, args, kwargs = self.admission.call(peer, op, admitted.item)
             except CorralError as exc:
                 session.machine.abort()
-                results[index] = self._error(item.session, exc)
+                batch.results[admitted.index] = self._error(session.id, exc)
                 continue
-            admitted.append(call)
-        return admitted
+            calls.append(
+                _ItemCall(
+                    session.runner,
+                    method,
+                    args,
+                    kwargs,
+                    index=admitted.index,
+                    session=session,
+                    op=op,
+                )
+            )
+        return calls
 
     async def _run(
         self,
-        channel: Channel,
+        peer: Peer,
         request_id: int,
-        admitted: list[_Admitted],
-        results: list[dict[str, Any] | None],
+        calls: list[_ItemCall],
+        results: list[b.BatchItemReply | None],
         waits: list[tuple[int, Session, asyncio.Future[None]]],
     ) -> None:
-        service = self.service
-        timeout = service.config.step_timeout_s
-        calls: list[Call] = list(admitted)
         try:
             if calls:
-                await run_calls(calls, service.manager.executor, timeout)
+                await run_calls(calls, self.manager.executor, self.step_timeout_s)
         except Exception as exc:  # a bug in corral: answer every item rather than hang them
             log.exception("batch %s failed", request_id)
-            for call in admitted:
+            for call in calls:
                 if call.error is None and call.value is None:
                     call.error = InternalError(f"internal server error: {exc!r}")
-        steps = resets = 0
-        stats = service.manager.stats
-        for call in admitted:
+        stats = self.manager.stats
+        for call in calls:
             session = call.session
-            item = self._finish(channel, call)
-            if "error" not in item:
+            item = self._finish(peer, call)
+            if isinstance(item, b.ItemResult):
                 stats.observe(str(call.op), call.seconds)
-                if call.op is Op.STEP:
-                    steps += 1
-                else:
-                    resets += 1
+                stats.count(call.op)
             results[call.index] = item
-            session.cache.put(request_id, {"type": BATCH_ITEM, "id": request_id, "item": item})
+            session.remember(request_id, item)
             if isinstance(call.error, StepTimeout):
-                await service.manager.close(session, "a call overran the step timeout")
-        stats.steps += steps
-        stats.resets += resets
+                await self.manager.close(session, "a call overran the step timeout")
         for index, session, original in waits:
             with contextlib.suppress(Exception):
                 await asyncio.shield(original)
             cached = session.cache.get(request_id)
             results[index] = (
-                cached["item"]
-                if cached is not None and cached.get("type") == BATCH_ITEM
+                cached
+                if isinstance(cached, b.BatchItemReply)
                 else self._error(session.id, SessionLost("the session closed while it ran"))
             )
-        channel.send(b.batch_reply(request_id, _complete(results)))
+        peer.send(b.BatchReply(request_id, _complete(results)))
 
-    def _finish(self, channel: Channel, call: _Admitted) -> dict[str, Any]:
-        service = self.service
+    def _finish(self, peer: Peer, call: _ItemCall) -> b.BatchItemReply:
         session = call.session
-        error = call.error
-        if error is None:
+        if call.error is None:
             try:
-                obs = service._check_observation(call.value, call.op)
-                payload = service._dump(channel, obs, service.contract.observation, "observation")
+                payload, done = self.admission.result(peer, call.value, call.op)
             except CorralError as exc:
-                error = exc
+                call.error = exc
             else:
-                session.machine.finish(call.op, done=obs.done)
-                return b.item_result(session.id, payload)
+                session.machine.finish(call.op, done=done)
+                return b.ItemResult(session.id, payload)
         session.machine.abort()
-        if not isinstance(error, CorralError):
-            error = EnvError(
-                f"{type(error).__name__}: {error}",
-                details={"exception": type(error).__name__, "op": str(call.op)},
-            )
-        return self._error(session.id, error)
+        return self._error(session.id, self.admission.failure(call.error, call.op))
 
-    def _error(self, session: str | None, error: CorralError) -> dict[str, Any]:
-        self.service.manager.stats.error(str(error.code))
-        return b.item_error(session, error)
+    def _error(self, session: str | None, error: CorralError) -> b.ItemError:
+        self.manager.stats.error(str(error.code))
+        return b.ItemError.of(session, error)
 
     async def shutdown(self) -> None:
         """Cancel batches still running (server shutdown)."""
@@ -383,7 +187,7 @@ class BatchHandler:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _complete(results: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
+def _complete(results: list[b.BatchItemReply | None]) -> list[b.BatchItemReply]:
     done = [r for r in results if r is not None]
     assert len(done) == len(results), "every batch item gets a result"
     return done

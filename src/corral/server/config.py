@@ -35,6 +35,9 @@ class ServerConfig:
             authentication). Never shown in the handshake's limits or in ``repr``.
         workers: worker processes holding the environments (0: in this process); see
             :mod:`corral.server.workers`.
+        web: serve the web UI at ``/web`` (``/`` redirects there), with the routes it
+            reads (``/render``, ``/status``) and, with a token, the browser cookie
+            exchange ``POST /auth``; see :mod:`corral.server.webui`.
     """
 
     max_sessions: int = 1024
@@ -51,6 +54,7 @@ class ServerConfig:
     reply_cache: int = 64
     token: str | None = field(default=None, repr=False)
     workers: int = 0
+    web: bool = False
 
     def __post_init__(self) -> None:
         for name in (
@@ -79,4 +83,5 @@ class ServerConfig:
         data.pop("executor_threads")
         data.pop("token")
         data.pop("workers")
+        data.pop("web")
         return data

@@ -19,6 +19,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from corral.server.rewards import RewardCollector
 from corral.server.service import EnvService
 
 
@@ -48,7 +49,7 @@ class ServiceCollector(Collector):
             ("opened", stats.opened),
             ("closed", stats.closed),
             ("reaped", stats.reaped),
-            ("refused", stats.refused),
+            ("refused", manager.registry.refused),
         ):
             sessions.add_metric([event], value)
         yield sessions
@@ -72,6 +73,7 @@ def metrics_router(service: EnvService) -> APIRouter:
     """The ``/metrics`` route for ``service``, on a registry of its own."""
     registry = CollectorRegistry(auto_describe=True)
     registry.register(ServiceCollector(service))
+    registry.register(RewardCollector(service.rewards))
     router = APIRouter()
 
     # Declared as text, not the JSON FastAPI assumes, so the OpenAPI document is true.

@@ -33,33 +33,31 @@ environment raised.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Header, Request
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Body, Header, Request, WebSocket
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from corral.contract.tools import Tool, tools_of
-from corral.errors import CorralError, ErrorCode, UnknownSession, error_from_wire
-from corral.protocol.codecs import JsonCodec
-from corral.protocol.openenv import (
-    Call,
+from corral.errors import CorralError, ErrorCode, SessionLost, UnknownSession, error_from_wire
+from corral.protocol.jsonrpc import (
     CallTool,
     CloseRpcSession,
     CreateSession,
     ListTools,
     RpcCode,
     RpcError,
-    flatten_observation,
     parse_rpc_bytes,
     plan_rpc,
     rpc_error,
     rpc_result,
     tools_list_result,
 )
-from corral.server.openenv_ws import LockstepLink
-from corral.server.service import Channel, EnvService
+from corral.protocol.openenv import Call, envelope, flatten_observation
+from corral.server.openenv_link import LinkRegistry, LockstepLink, PeerLink
+from corral.server.openenv_peer_http import mcp_transport_request, peer_router
+from corral.server.openenv_ws import registry_of, serve_mcp_socket
+from corral.server.service import EnvService
 
 SESSION_HEADER = "X-Corral-Session"
 """The header naming the stateful HTTP session a request addresses."""
@@ -87,9 +85,6 @@ SessionHeader = Annotated[
         description="Run on this stateful session (from POST /sessions) instead of a fresh one.",
     ),
 ]
-
-_NOBODY = Channel(codec=JsonCodec(), sender=lambda _: None)
-"""An owner no session has: looking a session up with it yields its tombstone or 404."""
 
 
 class ResetBody(BaseModel):
@@ -158,61 +153,34 @@ _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 """Every status ``error_response`` can answer with, for the OpenAPI document."""
 
 
-class HttpSessions:
-    """The stateful HTTP sessions of one server, by session id."""
+def lookup(registry: LinkRegistry, session_id: str) -> LockstepLink | PeerLink:
+    """The live HTTP session ``session_id``.
 
-    def __init__(self, service: EnvService, tools: Mapping[str, Tool]) -> None:
-        self.service = service
-        self.tools = tools
-        self._links: dict[str, LockstepLink] = {}
-
-    async def create(self) -> LockstepLink:
-        """Open a session (a fresh environment instance).
-
-        Raises:
-            CapacityReached / FactoryError: as for any new session.
-        """
-        live = self.service.manager.sessions
-        for sid in [sid for sid in self._links if sid not in live]:
-            del self._links[sid]  # reaped since: forget it
-        link = LockstepLink(self.service, self.tools)
-        session = await link.open()
-        self._links[session.id] = link
+    Raises:
+        SessionLost: it existed and was closed or reaped (with the reason).
+        UnknownSession: no HTTP session has that id.
+    """
+    link = registry.find(session_id)
+    if link is not None:
         return link
+    try:
+        registry.service.manager.get(session_id, _NoOwner())
+    except SessionLost:
+        raise
+    except CorralError:
+        pass
+    raise UnknownSession(
+        f"no HTTP session {session_id!r}; open one with POST /sessions and send its "
+        f"id in the {SESSION_HEADER} header",
+        details={"session": session_id},
+    )
 
-    def get(self, session_id: str) -> LockstepLink:
-        """The live session ``session_id`` (and mark it active).
 
-        Raises:
-            SessionLost: it existed and was closed or reaped (with the reason).
-            UnknownSession: no HTTP session has that id.
-        """
-        link = self._links.get(session_id)
-        try:
-            self.service.manager.get(session_id, link.channel if link is not None else _NOBODY)
-        except UnknownSession:
-            self._links.pop(session_id, None)
-            raise UnknownSession(
-                f"no HTTP session {session_id!r}; open one with POST /sessions and send its "
-                f"id in the {SESSION_HEADER} header",
-                details={"session": session_id},
-            ) from None
-        except CorralError:
-            self._links.pop(session_id, None)
-            raise
-        assert link is not None
-        return link
+class _NoOwner:
+    """An owner no session has: looking a session up with it yields its tombstone."""
 
-    async def close(self, session_id: str) -> None:
-        """Close the session ``session_id``.
-
-        Raises:
-            SessionLost / UnknownSession: as for :meth:`get`.
-        """
-        link = self.get(session_id)
-        async with link.lock:
-            await link.close("closed by the HTTP client")
-        self._links.pop(session_id, None)
+    def send(self, reply: object) -> None:
+        """Never called."""
 
 
 def error_response(exc: CorralError) -> JSONResponse:
@@ -243,9 +211,15 @@ def _reply_response(reply: dict[str, Any]) -> JSONResponse:
 
 
 def openenv_router(service: EnvService) -> APIRouter:
-    """OpenEnv's HTTP routes and corral's HTTP session routes for ``service``."""
-    tools = tools_of(service.env_type)
-    sessions = HttpSessions(service, tools)
+    """OpenEnv's HTTP routes (and the ``/mcp`` WebSocket) for ``service``.
+
+    An OpenEnv environment gets OpenEnv's own routes (:func:`peer_router`); a corral
+    environment gets these, with corral's HTTP session routes.
+    """
+    registry = registry_of(service)
+    if registry.runtime is not None:
+        return peer_router(service, registry)
+    tools = registry.tools
     router = APIRouter(tags=["OpenEnv"])
 
     async def exchange(link: LockstepLink, messages: list[dict[str, Any]]) -> JSONResponse:
@@ -254,7 +228,7 @@ def openenv_router(service: EnvService) -> APIRouter:
             try:
                 inbound = link.translator.parse(message)
             except CorralError as exc:
-                link.count_error(exc)
+                link.count_error(str(exc.code))
                 return error_response(exc)
             assert isinstance(inbound, Call)
             reply = await link.run(inbound.request)
@@ -266,12 +240,13 @@ def openenv_router(service: EnvService) -> APIRouter:
         """Run ``messages`` (OpenEnv frames) on a session; answer with the last reply."""
         if session_id is not None:
             try:
-                link = sessions.get(session_id)
+                link = lookup(registry, session_id)
             except CorralError as exc:
                 return error_response(exc)
+            assert isinstance(link, LockstepLink)
             async with link.lock:
                 return await exchange(link, messages)
-        link = LockstepLink(service, tools)
+        link = LockstepLink(service, tools, registry)
         try:
             await link.open()
         except CorralError as exc:
@@ -295,7 +270,7 @@ def openenv_router(service: EnvService) -> APIRouter:
         x_corral_session: SessionHeader = None,
     ) -> JSONResponse:
         data = body.model_dump(exclude_unset=True)
-        return await run([{"type": "reset", "data": data}], x_corral_session)
+        return await run([envelope("reset", data)], x_corral_session)
 
     @router.post(
         "/step",
@@ -309,10 +284,10 @@ def openenv_router(service: EnvService) -> APIRouter:
         body: StepBody,
         x_corral_session: SessionHeader = None,
     ) -> JSONResponse:
-        frame = {"type": "step", "data": body.action}
+        frame = envelope("step", body.action)
         if x_corral_session is not None:
             return await run([frame], x_corral_session)
-        return await run([{"type": "reset", "data": {}}, frame], None)
+        return await run([envelope("reset", {}), frame], None)
 
     @router.get(
         "/state",
@@ -323,7 +298,7 @@ def openenv_router(service: EnvService) -> APIRouter:
     async def state(
         x_corral_session: SessionHeader = None,
     ) -> JSONResponse:
-        return await run([{"type": "state"}], x_corral_session)
+        return await run([envelope("state")], x_corral_session)
 
     @router.post(
         "/sessions",
@@ -333,7 +308,7 @@ def openenv_router(service: EnvService) -> APIRouter:
     )
     async def open_session() -> JSONResponse:
         try:
-            link = await sessions.create()
+            link = await registry.create()
         except CorralError as exc:
             service.manager.stats.error(str(exc.code))
             return error_response(exc)
@@ -347,21 +322,35 @@ def openenv_router(service: EnvService) -> APIRouter:
     )
     async def close_session(session_id: str) -> JSONResponse:
         try:
-            await sessions.close(session_id)
+            lookup(registry, session_id)
         except CorralError as exc:
             return error_response(exc)
-        return JSONResponse({"session_id": session_id, "closed": True})
+        outcome = await registry.close(session_id, "closed by the HTTP client")
+        body: dict[str, Any] = {"session_id": session_id, "closed": outcome == "closed"}
+        if outcome == "closing":
+            body["closing"] = True
+        return JSONResponse(body)
 
     @router.post(
         "/mcp",
         summary="MCP JSON-RPC 2.0",
-        description="tools/list, tools/call, openenv/session/create, openenv/session/close.",
+        description="tools/list, tools/call, openenv/session/create, openenv/session/close. "
+        "An MCP-transport request (initialize, Mcp-Session-Id) is answered by the "
+        "streamable MCP endpoint when the server runs with --mcp.",
     )
     async def mcp(
         request: Request,
         x_corral_session: SessionHeader = None,
-    ) -> JSONResponse:
-        return JSONResponse(await answer_mcp(await request.body(), x_corral_session))
+    ) -> Response:
+        body = await request.body()
+        handover = await mcp_transport_request(request, body)
+        if handover is not None:
+            return handover
+        return JSONResponse(await answer_mcp(body, x_corral_session))
+
+    @router.websocket("/mcp")
+    async def mcp_socket(websocket: WebSocket) -> None:
+        await serve_mcp_socket(websocket, registry)
 
     async def answer_mcp(body: bytes, header_session: str | None) -> dict[str, Any]:
         try:
@@ -372,27 +361,31 @@ def openenv_router(service: EnvService) -> APIRouter:
             return rpc_result(plan.id, tools_list_result(tools))
         if isinstance(plan, CreateSession):
             try:
-                link = await sessions.create()
+                link = await registry.create()
             except CorralError as exc:
                 return _rpc_failure(plan.id, exc)
             assert link.session is not None
             return rpc_result(plan.id, {"session_id": link.session.id})
         if isinstance(plan, CloseRpcSession):
-            try:
-                await sessions.close(plan.session_id)
-            except CorralError as exc:
-                return rpc_error(plan.id, RpcCode.INVALID_PARAMS, exc.message)
-            return rpc_result(plan.id, {"session_id": plan.session_id, "closed": True})
+            outcome = await registry.close(plan.session_id, "closed over MCP")
+            if outcome == "unknown":
+                message = f"Unknown session_id: {plan.session_id}"
+                return rpc_error(plan.id, RpcCode.INVALID_PARAMS, message)
+            result: dict[str, Any] = {"session_id": plan.session_id, "closed": outcome == "closed"}
+            if outcome == "closing":
+                result["closing"] = True
+            return rpc_result(plan.id, result)
         assert isinstance(plan, CallTool)
         session_id = plan.session_id or header_session
         if session_id is not None:
             try:
-                link = sessions.get(session_id)
+                found = lookup(registry, session_id)
             except CorralError as exc:
                 return rpc_error(plan.id, RpcCode.INVALID_PARAMS, exc.message)
-            async with link.lock:
-                return await link.call_tool(plan)
-        link = LockstepLink(service, tools)
+            assert isinstance(found, LockstepLink)
+            async with found.lock:
+                return await found.call_tool(plan)
+        link = LockstepLink(service, tools, registry)
         try:
             await link.open()
         except CorralError as exc:

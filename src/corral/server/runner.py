@@ -12,6 +12,12 @@ carries on with a fresh one, so hung environments never starve the others of thr
 Whatever an environment raises stays an ordinary exception of its call: ``SystemExit``,
 ``KeyboardInterrupt`` and other ``BaseException`` types are turned into ``EnvError``
 where they are raised, since asyncio would otherwise let them stop the whole server.
+
+:func:`run_calls` runs many sessions' calls at once (a batch), grouped by where they
+run: async environments concurrently on the loop, sync ones of the shared pool one after
+the other in one executor call (a stuck one moves the rest to a fresh call), sessions
+with thread affinity on their own threads, and worker-process sessions in one frame per
+worker. The worker processes run their share with it too.
 """
 
 from __future__ import annotations
@@ -21,12 +27,16 @@ import concurrent.futures
 import contextlib
 import functools
 import inspect
+import threading
+import time
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ParamSpec, Protocol, TypeVar
 
 from corral.contract import Environment
-from corral.errors import EnvError, FactoryError, StepTimeout
+from corral.errors import EnvError, FactoryError, SessionLost, StepTimeout
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -313,3 +323,146 @@ def eager_start(coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
         future.set_exception(exc)
         return future
     return asyncio.ensure_future(_finish(coro, suspended))
+
+
+# -- many calls at once (batches) -------------------------------------------------
+
+
+@dataclass(slots=True, eq=False)
+class EnvCall:
+    """One environment method call of a batch, and its outcome once run.
+
+    ``value`` holds the method's return value when ``error`` is None; ``seconds`` how
+    long the call took (for the latency histogram).
+    """
+
+    runner: Any
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    value: Any = None
+    error: BaseException | None = None
+    seconds: float = 0.0
+
+
+class BatchExecutor(Protocol):
+    """Runs a group of calls on their own (worker processes implement this)."""
+
+    async def run_calls(self, calls: Sequence[EnvCall], timeout: float | None) -> None:
+        """Run ``calls``, filling in each outcome; never raise for one call's failure."""
+        ...
+
+
+async def run_calls(
+    calls: Sequence[EnvCall], executor: concurrent.futures.Executor, timeout: float | None
+) -> None:
+    """Run ``calls`` together, filling in every outcome (see the module docstring).
+
+    A call's failure is stored on the call (``error``), never raised, so one failing
+    environment cannot fail its neighbours.
+    """
+    awaiting: list[Awaitable[None]] = []
+    shared: list[EnvCall] = []
+    remote: dict[BatchExecutor, list[EnvCall]] = defaultdict(list)
+    for call in calls:
+        owner = getattr(call.runner, "batch_executor", None)
+        if owner is not None:
+            remote[owner].append(call)
+        elif call.runner.is_async(call.method) or not call.runner.shared:
+            # Started now: an async env with nothing to wait for is done without a task.
+            started = eager_start(_one(call, timeout))
+            if not started.done():
+                awaiting.append(started)
+        else:
+            shared.append(call)
+    if len(shared) == 1:
+        awaiting.append(_one(shared[0], timeout))  # one call: the plain runner path
+    elif shared:
+        awaiting.append(_run_in_one_thread(shared, executor, timeout))
+    awaiting.extend(owner.run_calls(group, timeout) for owner, group in remote.items())
+    if len(awaiting) == 1:
+        await awaiting[0]
+    elif awaiting:
+        await asyncio.gather(*awaiting)
+
+
+async def _one(call: EnvCall, timeout: float | None) -> None:
+    started = time.perf_counter()
+    try:
+        call.value = await call.runner.call(call.method, *call.args, timeout=timeout, **call.kwargs)
+    except Exception as exc:
+        call.error = exc
+    call.seconds = time.perf_counter() - started
+
+
+class _ThreadJob:
+    """Calls run one after the other in one executor thread, with progress for timeouts."""
+
+    def __init__(self, calls: list[EnvCall]) -> None:
+        self.calls = calls
+        self.current = -1
+        self.started = time.monotonic()
+        self.stop_at = len(calls)
+        self.lock = threading.Lock()
+
+    def run(self) -> None:
+        for index, call in enumerate(self.calls):
+            with self.lock:
+                if index >= self.stop_at:
+                    return  # the loop side gave up on an earlier call and re-queued the rest
+                self.current = index
+                self.started = time.monotonic()
+            if call.runner.closed:
+                call.error = SessionLost("the session was closed while its batch was queued")
+                continue
+            try:
+                call.value = getattr(call.runner.env, call.method)(*call.args, **call.kwargs)
+            except Exception as exc:
+                call.error = exc
+            except BaseException as exc:  # SystemExit and the like must not stop the server
+                call.error = _escaped(call.method, exc)
+            call.seconds = time.monotonic() - self.started
+
+    def overdue(self, timeout: float) -> int | None:
+        """If the running call overran ``timeout``, stop after it and return its index."""
+        with self.lock:
+            if self.current >= 0 and time.monotonic() - self.started >= timeout:
+                self.stop_at = self.current + 1
+                return self.current
+        return None
+
+    def next_deadline(self, timeout: float) -> float:
+        """Seconds until the running call would overrun ``timeout``.
+
+        Before the job has started (the executor is busy), the wait is a full timeout:
+        the clock of a call only runs once the call does.
+        """
+        with self.lock:
+            if self.current < 0:
+                return timeout
+            return max(0.0, self.started + timeout - time.monotonic())
+
+
+async def _run_in_one_thread(
+    calls: list[EnvCall], executor: concurrent.futures.Executor, timeout: float | None
+) -> None:
+    pending = calls
+    while pending:
+        job = _ThreadJob(pending)
+        future = executor.submit(job.run)
+        waiter = asyncio.wrap_future(future)
+        if timeout is None:
+            await waiter
+            return
+        while True:
+            done, _ = await asyncio.wait({waiter}, timeout=job.next_deadline(timeout))
+            if done:
+                waiter.result()
+                return
+            index = job.overdue(timeout)
+            if index is not None:
+                break
+        stuck = pending[index]
+        stuck.error = stuck.runner.timeout_error(stuck.method, timeout)
+        stuck.runner.mark_stuck(future)
+        pending = pending[index + 1 :]

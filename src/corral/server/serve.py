@@ -12,6 +12,12 @@ A launcher may also bind the socket and hand it over as an inherited file descri
 (``fd``, as systemd's socket activation does): the server then accepts on a socket of the
 launcher's network namespace, which is how a server in a sandbox without network is still
 reachable on the host's 127.0.0.1.
+
+**Draining** (for rolling updates and scale-down on Kubernetes): with ``drain_timeout`` set
+(or ``$CORRAL_DRAIN_SECONDS``), SIGTERM does not stop the server at once. ``/ready``
+answers 503 from then on, so the orchestrator routes no new clients here, while the
+sessions already open keep working; the server stops once none is left, or at the
+deadline, whichever comes first. A second SIGTERM, or SIGINT, stops it at once.
 """
 
 from __future__ import annotations
@@ -19,23 +25,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import uvicorn
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from corral import runtime
 from corral.auth import TOKEN_ENV, TOKEN_FILE_ENV, resolve_token
 from corral.server import logs
 from corral.server.app import create_app
 from corral.server.config import ServerConfig
+from corral.server.sessions import SessionManager
 
 LISTENING = "CORRAL_LISTENING"
 """The stdout line prefix a server prints once it is bound."""
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+DRAIN_ENV = "CORRAL_DRAIN_SECONDS"
+"""Environment variable: seconds a SIGTERM'd server keeps serving its open sessions."""
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -116,6 +131,84 @@ def inherited_socket(fd: int) -> socket.socket:
     return sock
 
 
+def drain_seconds(value: float | None = None) -> float | None:
+    """The drain deadline to use: ``value``, else ``$CORRAL_DRAIN_SECONDS``, else None (off).
+
+    Raises:
+        ValueError: the variable is not a non-negative number.
+    """
+    if value is None:
+        raw = os.environ.get(DRAIN_ENV, "").strip()
+        if not raw:
+            return None
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ValueError(f"${DRAIN_ENV} must be a number of seconds, not {raw!r}") from None
+    if value < 0:
+        raise ValueError(f"the drain deadline must be >= 0 seconds, not {value:g}")
+    return value or None
+
+
+class _Draining:
+    """Answers ``/ready`` with 503 once the server drains; passes everything else on.
+
+    It sits outside the app, so that readiness flips without the app knowing about it.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.draining = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.draining and scope["type"] == "http" and scope["path"] == "/ready":
+            response = JSONResponse(
+                {"ready": False, "draining": True}, status_code=503, headers={"Retry-After": "5"}
+            )
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+class _DrainingServer(uvicorn.Server):
+    """uvicorn's server, where the first SIGTERM drains the sessions before stopping."""
+
+    def __init__(
+        self, config: uvicorn.Config, gate: _Draining, manager: SessionManager, deadline: float
+    ) -> None:
+        super().__init__(config)
+        self.gate = gate
+        self.manager = manager
+        self.deadline = deadline
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._drain: asyncio.Task[None] | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if sig != signal.SIGTERM or self.gate.draining or self.loop is None:
+            super().handle_exit(sig, frame)
+            return
+        self.gate.draining = True
+        self.loop.call_soon_threadsafe(self._start_drain)
+
+    def _start_drain(self) -> None:
+        self._drain = asyncio.ensure_future(self._drain_sessions())
+
+    async def _drain_sessions(self) -> None:
+        manager = self.manager
+        loop = asyncio.get_running_loop()
+        end = loop.time() + self.deadline
+        print(
+            f"draining: {manager.active} sessions open, stopping when none is left "
+            f"or in {self.deadline:g} s",
+            file=sys.stderr,
+            flush=True,
+        )
+        # A 10 Hz check of a counter: the drain has no event of its own to wait on.
+        while manager.active and loop.time() < end:
+            await asyncio.sleep(0.1)
+        super().handle_exit(signal.SIGTERM, None)
+
+
 def serve(
     env: Any,
     *,
@@ -126,6 +219,8 @@ def serve(
     config: ServerConfig | None = None,
     sock: socket.socket | None = None,
     log_format: str = "text",
+    drain_timeout: float | None = None,
+    customize: Callable[[Any], None] | None = None,
 ) -> None:
     """Serve ``env`` until interrupted (blocking). Binds 127.0.0.1 by default.
 
@@ -142,6 +237,10 @@ def serve(
             binding ``host:port``.
         log_format: ``"text"`` or ``"json"`` (one object per line; see
             :mod:`corral.server.logs`).
+        drain_timeout: on SIGTERM, answer ``/ready`` with 503 and keep serving the open
+            sessions for up to this many seconds (default: ``$CORRAL_DRAIN_SECONDS``;
+            unset or 0: stop at once).
+        customize: called with the app before it serves (e.g. to mount more routes).
 
     The calling process becomes the server: it runs on uvloop when installed and with
     the garbage collector tuned for many sessions (see :mod:`corral.runtime`).
@@ -157,15 +256,26 @@ def serve(
     if warning is not None:
         print(warning, file=sys.stderr, flush=True)
     app = create_app(env, cfg)
+    deadline = drain_seconds(drain_timeout)
+    if customize is not None:
+        customize(app)
     if sock is None:
         sock = bind_socket(host, port)
     bound_port = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
-    server = uvicorn.Server(uvicorn_config(app, cfg, log_level))
+    server: uvicorn.Server
+    if deadline is None:
+        server = uvicorn.Server(uvicorn_config(app, cfg, log_level))
+    else:
+        gate = _Draining(app)
+        settings = uvicorn_config(gate, cfg, log_level)
+        server = _DrainingServer(settings, gate, app.state.service.manager, deadline)
     logs.configure(log_format, log_level)  # after uvicorn's own logging set-up, replacing it
     runtime.tune_gc()
 
     async def main() -> None:
+        if isinstance(server, _DrainingServer):
+            server.loop = asyncio.get_running_loop()
         startup = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started and not startup.done():
             await asyncio.sleep(0.01)

@@ -1,44 +1,62 @@
 """The environment service: turns ``corral/1`` requests into environment calls.
 
-It is transport-agnostic: the WebSocket endpoint (and any other transport) hands it a
-:class:`Channel` (the connection's codec, reply queue and negotiated contract) and each
-parsed request. Session requests run as tasks, so one connection multiplexes many
-sessions; within a session the lifecycle machine keeps requests in order.
+It is transport-agnostic. A transport opens a connection with :meth:`EnvService.connect`
+(a sans-I/O :class:`~corral.protocol.server.ServerConnection` whose frames out go to the
+transport's ``write``), feeds every frame that arrives to :meth:`EnvService.receive`, and
+calls :meth:`EnvService.disconnect` when the socket goes. ``receive`` never awaits: the
+connection object answers what needs no environment, and the work that does (building
+a session, an environment call, a batch, closing) runs as tasks, so one connection
+multiplexes many sessions; within a session the lifecycle table keeps requests in order.
+
+    conn = service.connect(codec, write=frames_out.append)
+    service.receive(conn, frame)           # for each frame in; replies arrive via write
+    await service.disconnect(conn, clean=True)
+
+A link that carries typed requests instead of frames (the OpenEnv envelope) uses a
+:class:`Channel` and :meth:`EnvService.handle`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
-import reprlib
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
-
 from corral import __version__
-from corral.contract import Contract, Environment, Observation, State, make_wire_safe
+from corral.contract import Environment
+from corral.contract.environment import ActionMigration
+from corral.contract.schema import Contract
+from corral.contract.wiresafe import make_wire_safe
 from corral.errors import (
-    BadObservation,
+    BadMessage,
     CorralError,
-    EnvError,
     ErrorCode,
     HandshakeRequired,
     InternalError,
-    InvalidAction,
-    InvalidArgument,
     StepTimeout,
-    TooManySessions,
 )
-from corral.protocol import batch as b
 from corral.protocol import messages as m
-from corral.protocol.codecs import Codec
-from corral.protocol.handshake import Compat, check_protocol, negotiate
+from corral.protocol.codecs import Codec, Frame
+from corral.protocol.handshake import Compat
+from corral.protocol.server import (
+    CallRequest,
+    CloseSession,
+    ConnectionGate,
+    Event,
+    Greeting,
+    OpenSession,
+    Peer,
+    RunBatch,
+    RunCall,
+    ServerConnection,
+    admit_call,
+)
 from corral.protocol.session import Op
+from corral.server.admission import Admission
 from corral.server.batching import BatchHandler
 from corral.server.config import ServerConfig
 from corral.server.runner import EnvFactory
@@ -46,20 +64,27 @@ from corral.server.sessions import Session, SessionManager
 
 log = logging.getLogger("corral.server")
 
+Connection = ServerConnection[Session]
+"""A ``corral/1`` connection of this server."""
+
 
 @dataclass(eq=False)
 class Channel:
-    """One client connection as the service sees it; the sink of its sessions' replies."""
+    """A link that hands the service typed requests instead of frames (OpenEnv's envelope).
+
+    Its replies go to ``sender`` as wire maps. Such links have no ``hello``: one is
+    greeted when it is built with its ``compat`` set.
+    """
 
     codec: Codec
     sender: Callable[[dict[str, Any]], None]
     compat: Compat | None = None
-    migrate: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    migrate: ActionMigration | None = None
     owned: int = 0
 
-    def send(self, message: dict[str, Any]) -> None:
-        """Queue ``message`` for this connection."""
-        self.sender(message)
+    def send(self, reply: m.Reply) -> None:
+        """Hand ``reply`` over as its wire map."""
+        self.sender(reply.to_wire())
 
 
 def resolve_env(target: Any) -> tuple[type[Environment[Any, Any, Any]], EnvFactory]:
@@ -101,16 +126,29 @@ class EnvService:
         self.config = config
         self.instance = uuid.uuid4().hex
         self.started = time.time()
+        """Wall-clock start time (the status page's uptime)."""
         self.manager = SessionManager(
             factory,
             config,
             auto_reset=env_type.auto_reset,
             thread_affinity=env_type.thread_affinity,
         )
-        self._reset_params = _accepted_options(env_type.reset)
-        self.connections: dict[str, int] = {}
-        """Open WebSocket connections by client address (for the per-client limit)."""
-        self.batches = BatchHandler(self)
+        self.admission = Admission(env_type, self.contract)
+        self.rewards = self.admission.rewards
+        """Reward and reward-component histograms (``/metrics``)."""
+        self.gate = ConnectionGate(config.max_connections_per_client)
+        """WebSocket connections by client address (for the per-client limit)."""
+        self.greeting = Greeting(
+            server=self.server_info(),
+            env=self.env_info(),
+            limits=config.limits(),
+            contract_version=self.contract.version,
+            fingerprint=self.fingerprint,
+            schemas=self.contract.schemas,
+            migrations=env_type.action_migrations,
+        )
+        self.batches = BatchHandler(self.manager, self.admission, config.step_timeout_s)
+        self._tasks: set[asyncio.Task[None]] = set()
 
     # -- descriptions -------------------------------------------------------------
 
@@ -128,274 +166,178 @@ class EnvService:
         """The server's identity; ``instance`` changes on every restart."""
         return {"name": "corral", "version": __version__, "instance": self.instance}
 
-    # -- request handling ---------------------------------------------------------
+    # -- connections ----------------------------------------------------------------
 
-    def send_error(self, channel: Channel, exc: CorralError, session: str | None = None) -> None:
-        """Send ``exc`` as an error reply and count it."""
-        self.manager.stats.error(str(exc.code))
-        channel.send(
-            m.error(
-                exc.request_id, str(exc.code), exc.message, details=exc.details, session=session
-            )
+    def connect(self, codec: Codec, write: Callable[[Frame], None]) -> Connection:
+        """A new ``corral/1`` connection; its frames out go to ``write``, in order.
+
+        This is the entry of every transport, the in-process one of tests included:
+        feed each frame in to :meth:`receive`, end with :meth:`disconnect`.
+        """
+        self.manager.stats.connections += 1
+        return ServerConnection(
+            codec,
+            self.manager.registry,
+            self.greeting,
+            write=write,
+            max_frame_bytes=self.config.max_frame_bytes,
+            max_batch=self.config.max_batch,
+            count_error=self.manager.stats.error,
         )
 
-    async def handle(self, channel: Channel, request: m.Request | b.BatchRequest) -> None:
-        """Handle one parsed request; every outcome is a reply on ``channel``."""
+    def receive(self, conn: Connection, frame: Frame) -> None:
+        """Take one frame of ``conn``; every outcome is a reply, now or later. Never awaits."""
         try:
-            if isinstance(request, m.Hello):
-                self._hello(channel, request)
-            elif channel.compat is None:
-                raise HandshakeRequired(
-                    "send 'hello' (and get 'welcome') first", details={"type": request.type}
-                )
-            elif isinstance(request, m.Open):
-                await self._open(channel, request)
-            elif isinstance(request, m.Attach):
-                self._attach(channel, request)
-            elif isinstance(request, m.Close):
-                await self._close(channel, request)
-            elif isinstance(request, (b.StepBatch, b.ResetBatch)):
-                self.batches.submit(channel, request)
+            event = conn.receive(frame)
+        except Exception as exc:  # a bug must not take the connection down
+            self.internal_error(conn, exc)
+            return
+        if event is not None:
+            self.dispatch(conn, event)
+
+    async def disconnect(self, conn: Connection, clean: bool) -> None:
+        """``conn`` closed: free its sessions now (clean) or after the resume window."""
+        conn.close()
+        self.manager.stats.connections -= 1
+        if clean:
+            await self.manager.close_owned(conn, "the client disconnected")
+        else:
+            self.manager.detach_all(conn)
+
+    def dispatch(self, peer: Peer, event: Event[Session]) -> None:
+        """Start the work of an admitted ``event``; its reply goes to ``peer``."""
+        try:
+            if isinstance(event, RunCall):
+                event.session.task = asyncio.create_task(self._run(peer, event))
+            elif isinstance(event, RunBatch):
+                self.batches.submit(peer, event)
+            elif isinstance(event, OpenSession):
+                assert isinstance(peer, ServerConnection)
+                self._spawn(self._open(peer, event))
             else:
-                self._submit(channel, request)
+                self._close(peer, event)
+        except Exception as exc:  # a bug: free what was admitted and answer the request
+            if isinstance(event, RunCall):
+                event.session.machine.abort()
+            elif isinstance(event, RunBatch):
+                for call in event.calls:
+                    call.session.machine.abort()
+            self.internal_error(peer, exc, event.request.id)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _open(self, conn: Connection, event: OpenSession) -> None:
+        request = event.request
+        try:
+            session = await self.manager.build(conn)
+        except CorralError as exc:
+            exc.request_id = request.id
+            conn.fail(exc)
+            return
+        except Exception as exc:  # a bug: the slot is released; answer the request
+            self.internal_error(conn, exc, request.id)
+            return
+        if not conn.opened(request, session):
+            await self.manager.close(session, "the connection closed while it opened")
+
+    def _close(self, peer: Peer, event: CloseSession[Session]) -> None:
+        session = event.session
+        self.manager.retire(session, "closed by the client")
+
+        async def close() -> None:
+            try:
+                await session.runner.close()
+            finally:
+                peer.send(m.Closed(event.request.id, session.id))
+
+        self._spawn(close())
+
+    async def shutdown(self) -> None:
+        """Cancel the work still running and close every session (server shutdown)."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.batches.shutdown()
+        await self.manager.shutdown()
+
+    # -- links without frames -------------------------------------------------------
+
+    def send_error(self, peer: Peer, exc: CorralError, session: str | None = None) -> None:
+        """Send ``exc`` as an error reply and count it."""
+        self.manager.stats.error(str(exc.code))
+        peer.send(m.ErrorReply.of(exc, session))
+
+    async def handle(self, channel: Channel, request: m.Request) -> None:
+        """Run one request of a link without frames: ``reset``, ``step`` or ``state``.
+
+        Every outcome is a reply on ``channel`` (an environment call's, once it ran).
+        """
+        try:
+            if channel.compat is None:
+                raise HandshakeRequired("the link is not greeted", details={"type": request.type})
+            if not isinstance(request, CallRequest):
+                raise BadMessage(
+                    f"{request.type!r} is not carried over this link",
+                    details={"type": request.type},
+                )
+            outcome = admit_call(self.manager.registry, channel, request)
         except CorralError as exc:
             exc.request_id = request.id
             self.send_error(channel, exc, getattr(request, "session", None))
-
-    def _hello(self, channel: Channel, hello: m.Hello) -> None:
-        check_protocol(hello)
-        compat = negotiate(
-            hello.contract,
-            self.contract.version,
-            self.fingerprint,
-            self.env_type.action_migrations,
-        )
-        channel.compat = compat
-        if compat is Compat.MIGRATED and hello.contract is not None:
-            major = int(hello.contract.version.split(".")[0])
-            channel.migrate = self.env_type.action_migrations[major]
-        channel.send(
-            m.welcome(
-                hello.id,
-                server=self.server_info(),
-                env=self.env_info(),
-                limits=self.config.limits(),
-                compat=str(compat),
-                schemas=self.contract.schemas if hello.want_schemas else None,
-            )
-        )
-
-    async def _open(self, channel: Channel, request: m.Open) -> None:
-        session = await self.manager.open(channel, channel.owned)
-        channel.owned += 1
-        channel.send(m.opened(request.id, session.id, session.token))
-
-    def _attach(self, channel: Channel, request: m.Attach) -> None:
-        live = self.manager.sessions.get(request.session)
-        previous = live.owner if live is not None else None
-        if previous is not channel and channel.owned >= self.config.max_sessions_per_connection:
-            raise TooManySessions(
-                f"this connection already holds {channel.owned} sessions",
-                details={"limit": self.config.max_sessions_per_connection},
-            )
-        session = self.manager.attach(request.session, request.token, channel)
-        if previous is not channel:
-            # The session moves here from a dead (or not yet detected dead) connection:
-            # the count of each connection must follow it, or a re-attach twice over
-            # would wrongly exhaust the per-connection limit.
-            channel.owned += 1
-            if isinstance(previous, Channel):
-                previous.owned -= 1
-        channel.send(m.opened(request.id, session.id, session.token, kind="attached"))
-
-    async def _close(self, channel: Channel, request: m.Close) -> None:
-        session = self.manager.get(request.session, channel)
-        await self.manager.close(session, "closed by the client")
-        channel.owned -= 1
-        channel.send(m.closed(request.id, session.id))
-
-    def _submit(self, channel: Channel, request: m.SessionRequest) -> None:
-        session = self.manager.get(request.session, channel)
-        cached = session.cache.get(request.id)
-        if cached is not None:
-            channel.send(cached)  # a retry of an answered request: at most once
             return
-        if session.machine.running == request.id:
-            return  # a retry of the running request: its reply will come here
-        op = session.machine.begin(request.type, request.id)
-        session.task = asyncio.create_task(self._run(channel, session, request, op))
+        if isinstance(outcome, RunCall):
+            self.dispatch(channel, outcome)
+        elif outcome is not None:
+            channel.send(outcome)  # a retry of an answered request: at most once
 
-    async def _run(
-        self, channel: Channel, session: Session, request: m.SessionRequest, op: Op
-    ) -> None:
-        timeout = self.config.step_timeout_s
+    # -- environment calls --------------------------------------------------------------
+
+    async def _run(self, peer: Peer, call: RunCall[Session]) -> None:
+        request, session, op = call.request, call.session, call.op
+        admission = self.admission
         started = time.perf_counter()
         try:
+            method, args, kwargs = admission.call(peer, op, request)
+            value = await session.runner.call(
+                method, *args, timeout=self.config.step_timeout_s, **kwargs
+            )
+            reply: m.Reply
             if op is Op.STATE:
-                state = await session.runner.call("state", timeout=timeout)
-                payload = self._dump(channel, state, self.contract.state, "state")
+                reply = m.StateReply(request.id, session.id, admission.state(peer, value))
                 session.machine.finish(op)
-                reply = m.state_reply(request.id, session.id, payload)
             else:
-                obs = await self._episode_call(channel, session, request, op, timeout)
-                payload = self._dump(channel, obs, self.contract.observation, "observation")
-                session.machine.finish(op, done=obs.done)
-                reply = m.result(request.id, session.id, payload)
-        except StepTimeout as exc:
-            exc.request_id = request.id
-            self._deliver_error(session, exc)
-            await self.manager.close(session, "a call overran the step timeout")
-            return
-        except CorralError as exc:
-            session.machine.abort()
-            exc.request_id = request.id
-            self._deliver_error(session, exc)
-            return
+                payload, done = admission.result(peer, value, op)
+                reply = m.Result(request.id, session.id, payload)
+                session.machine.finish(op, done=done)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            session.machine.abort()
-            error = EnvError(
-                f"{type(exc).__name__}: {exc}",
-                details={"exception": type(exc).__name__, "op": str(op)},
-                request_id=request.id,
-            )
-            self._deliver_error(session, error)
+            error = admission.failure(exc, op)
+            error.request_id = request.id
+            self.manager.stats.error(str(error.code))
+            if isinstance(error, StepTimeout):
+                session.deliver(m.ErrorReply.of(error, session.id))
+                await self.manager.close(session, "a call overran the step timeout")
+            else:
+                session.machine.abort()
+                session.deliver(m.ErrorReply.of(error, session.id))
             return
-        self.manager.stats.observe(str(op), time.perf_counter() - started)
+        stats = self.manager.stats
+        stats.observe(str(op), time.perf_counter() - started)
+        stats.count(op)
         session.deliver(reply)
 
-    async def _episode_call(
-        self,
-        channel: Channel,
-        session: Session,
-        request: m.SessionRequest,
-        op: Op,
-        timeout: float | None,
-    ) -> Observation:
-        if op is Op.STEP:
-            assert isinstance(request, m.Step)
-            action = self._load_action(channel, request.action)
-            obs = await session.runner.call("step", action, timeout=timeout)
-            self.manager.stats.steps += 1
-        else:
-            seed, options = (
-                (request.seed, request.options) if isinstance(request, m.Reset) else (None, {})
-            )
-            self._check_options(options)
-            obs = await session.runner.call("reset", seed, timeout=timeout, **options)
-            self.manager.stats.resets += 1
-        return self._check_observation(obs, op)
-
-    def _check_observation(self, obs: Any, op: Op) -> Observation:
-        if not isinstance(obs, Observation) or not isinstance(obs, self.contract.observation):
-            raise BadObservation(
-                f"{self.env_type.__name__}.{'step' if op is Op.STEP else 'reset'}() returned "
-                f"{type(obs).__name__}, not {self.contract.observation.__name__}",
-                details={"returned": type(obs).__name__},
-            )
-        return obs
-
-    def _load_action(self, channel: Channel, raw: Any) -> BaseModel:
-        if channel.migrate is not None and isinstance(raw, dict):
-            raw = channel.migrate(raw)
-        try:
-            return channel.codec.load(self.contract.action, raw)
-        except ValidationError as exc:
-            raise InvalidAction(
-                f"invalid {self.contract.action.__name__}: {exc.error_count()} error(s)",
-                details={"errors": _errors(exc)},
-            ) from None
-        except (TypeError, ValueError, RecursionError) as exc:
-            # The value could not even be handed to validation (e.g. nested deeper than
-            # the JSON encoder goes): the client's action is at fault, not the env.
-            raise InvalidAction(
-                f"invalid {self.contract.action.__name__}: {type(exc).__name__}: {exc}",
-                details={"errors": [{"type": "unreadable", "loc": [], "msg": str(exc)}]},
-            ) from None
-
-    def _check_options(self, options: dict[str, Any]) -> None:
-        if self._reset_params is None:
-            return
-        unknown = sorted(set(options) - self._reset_params)
-        if unknown:
-            raise InvalidArgument(
-                f"unknown reset option(s) {unknown}; {self.env_type.__name__}.reset accepts "
-                f"{sorted(self._reset_params) or 'no options'}",
-                details={"unknown": unknown, "accepted": sorted(self._reset_params)},
-            )
-
-    def _dump(self, channel: Channel, value: Any, expected: type[BaseModel], what: str) -> Any:
-        if what == "state" and not isinstance(value, State):
-            raise BadObservation(
-                f"{self.env_type.__name__}.state() returned {type(value).__name__}, not a State"
-            )
-        try:
-            return channel.codec.dump(value)
-        except Exception as exc:
-            raise BadObservation(
-                f"the {what} could not be serialized: {exc}", details={"model": expected.__name__}
-            ) from None
-
-    def _deliver_error(self, session: Session, exc: CorralError) -> None:
-        self.manager.stats.error(str(exc.code))
-        session.deliver(
-            m.error(
-                exc.request_id, str(exc.code), exc.message, details=exc.details, session=session.id
-            )
-        )
-
-    async def disconnect(self, channel: Channel, clean: bool) -> None:
-        """The channel closed: free its sessions now (clean) or after the resume window."""
-        if clean:
-            await self.manager.close_owned(channel, "the client disconnected")
-        else:
-            self.manager.detach_all(channel)
-
-    def internal_error(
-        self, channel: Channel, exc: BaseException, request_id: int | None = None
-    ) -> None:
+    def internal_error(self, peer: Peer, exc: BaseException, request_id: int | None = None) -> None:
         """Report a bug in corral to the client without dropping the connection.
 
         The reply answers ``request_id`` when given, so the caller is not left waiting.
         """
         log.exception("internal error handling a request", exc_info=exc)
         error = InternalError(f"internal server error: {type(exc).__name__}", request_id=request_id)
-        self.send_error(channel, error)
-
-
-def _short_repr() -> reprlib.Repr:
-    """A bounded repr for offending inputs: nesting or size cannot blow up an error reply."""
-    short = reprlib.Repr()
-    short.maxlevel, short.maxstring, short.maxother = 4, 160, 160
-    return short
-
-
-_SHORT = _short_repr()
-
-
-def _errors(exc: ValidationError) -> list[dict[str, Any]]:
-    """Pydantic's errors, reduced to wire-safe values."""
-    out = []
-    for err in exc.errors(include_url=False):
-        item = {"type": err["type"], "loc": list(err["loc"]), "msg": err["msg"]}
-        if "input" in err:
-            item["input"] = _SHORT.repr(err["input"])[:200]
-        out.append(item)
-    return out
-
-
-def _accepted_options(reset: Callable[..., Any]) -> set[str] | None:
-    """Reset keyword names the env accepts besides ``seed``; None if it takes ``**kwargs``."""
-    params = inspect.signature(reset).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return None
-    return {
-        name
-        for name, p in params.items()
-        if name not in ("self", "seed")
-        and p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    }
+        self.send_error(peer, error)
 
 
 __all__ = ["Channel", "EnvService", "ErrorCode", "resolve_env"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
+from corral.protocol.session import Op
+
 LATENCY_BUCKETS: tuple[float, ...] = (
     0.0001,
     0.00025,
@@ -57,7 +59,6 @@ class Stats:
     opened: int = 0
     closed: int = 0
     reaped: int = 0
-    refused: int = 0
     steps: int = 0
     resets: int = 0
     connections: int = 0
@@ -67,6 +68,13 @@ class Stats:
     def error(self, code: str) -> None:
         """Count one error reply of ``code``."""
         self.errors[code] = self.errors.get(code, 0) + 1
+
+    def count(self, op: Op) -> None:
+        """Count one environment call that returned its model (``state`` is not counted)."""
+        if op is Op.STEP:
+            self.steps += 1
+        elif op is not Op.STATE:
+            self.resets += 1
 
     def observe(self, op: str, seconds: float) -> None:
         """Record how long an environment call of ``op`` took."""

@@ -23,7 +23,6 @@ replacement; the other workers' sessions never notice.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import ctypes
@@ -36,12 +35,12 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from corral.contract import Contract, Environment
+from corral.contract.schema import Contract
 from corral.errors import (
     BadObservation,
     CorralError,
@@ -53,8 +52,7 @@ from corral.errors import (
     error_from_wire,
 )
 from corral.protocol.codecs import MsgpackCodec
-from corral.server.batching import Call, run_calls
-from corral.server.runner import EnvRunner, EnvThreads
+from corral.server.runner import EnvCall
 
 log = logging.getLogger("corral.server")
 
@@ -62,7 +60,7 @@ _HEADER = struct.Struct(">I")
 _MAX_FRAME = 1 << 30
 _GRACE_S = 10.0
 """How long past the step timeout the front waits for a worker before replacing it."""
-_PATH_ENV = "CORRAL_WORKER_SYS_PATH"
+PATH_ENV = "CORRAL_WORKER_SYS_PATH"
 _QUICK_DEATH_S = 10.0
 
 
@@ -90,7 +88,7 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-async def _read_frame(reader: asyncio.StreamReader, codec: MsgpackCodec) -> dict[str, Any] | None:
+async def read_frame(reader: asyncio.StreamReader, codec: MsgpackCodec) -> dict[str, Any] | None:
     """The next frame, or None at end of stream."""
     try:
         header = await reader.readexactly(_HEADER.size)
@@ -102,20 +100,18 @@ async def _read_frame(reader: asyncio.StreamReader, codec: MsgpackCodec) -> dict
         return None
 
 
-def _write_frame(
-    writer: asyncio.StreamWriter, codec: MsgpackCodec, message: dict[str, Any]
-) -> None:
+def write_frame(writer: asyncio.StreamWriter, codec: MsgpackCodec, message: dict[str, Any]) -> None:
     payload = codec.encode(message)
     writer.write(_HEADER.pack(len(payload)) + payload)
 
 
-def _wire_error(exc: BaseException) -> dict[str, Any]:
+def wire_error(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, CorralError):
         return {"corral": True, **exc.to_wire()}
     return {"corral": False, "exception": type(exc).__name__, "message": str(exc)}
 
 
-def _raise_wire_error(error: dict[str, Any], method: str) -> BaseException:
+def _raisewire_error(error: dict[str, Any], method: str) -> BaseException:
     if error.get("corral"):
         return error_from_wire(error)
     name = str(error.get("exception", "Exception"))
@@ -154,7 +150,7 @@ class WorkerRunner:
             SessionLost: the worker died or was replaced.
             EnvError: the environment raised (its exception type is kept in the message).
         """
-        call = Call(self, method, args, kwargs)
+        call = EnvCall(self, method, args, kwargs)
         await self.worker.run_calls([call], timeout)
         if call.error is not None:
             raise call.error
@@ -193,7 +189,7 @@ class Worker:
             RuntimeError: the worker exited or did not report ready within ``timeout``.
         """
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        env = {**os.environ, _PATH_ENV: os.pathsep.join(sys.path)}
+        env = {**os.environ, PATH_ENV: os.pathsep.join(sys.path)}
         config = self.pool.config
         argv = [
             sys.executable,
@@ -217,7 +213,7 @@ class Worker:
         theirs.close()
         reader, self._writer = await asyncio.open_unix_connection(sock=ours, limit=2**24)
         try:
-            hello = await asyncio.wait_for(_read_frame(reader, self._codec), timeout)
+            hello = await asyncio.wait_for(read_frame(reader, self._codec), timeout)
         except TimeoutError:
             hello = None
         if hello is None or hello.get("op") != "ready":
@@ -234,7 +230,7 @@ class Worker:
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         while True:
-            message = await _read_frame(reader, self._codec)
+            message = await read_frame(reader, self._codec)
             if message is None:
                 break
             future = self._pending.pop(message.get("id", -1), None)
@@ -268,7 +264,7 @@ class Worker:
         message["id"] = request_id
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
-        _write_frame(self._writer, self._codec, message)
+        write_frame(self._writer, self._codec, message)
         try:
             await self._writer.drain()
             return await asyncio.wait_for(future, wait)
@@ -294,7 +290,7 @@ class Worker:
         key = next(self._keys)
         reply = await self.request({"op": "open", "key": key, "timeout": timeout}, _wait(timeout))
         if "error" in reply:
-            raise _raise_wire_error(reply["error"], "open")
+            raise _raisewire_error(reply["error"], "open")
         self.sessions += 1
         return WorkerRunner(self, key)
 
@@ -304,7 +300,7 @@ class Worker:
         with contextlib.suppress(CorralError):
             await self.request({"op": "close", "key": key}, _GRACE_S)
 
-    async def run_calls(self, calls: list[Call], timeout: float | None) -> None:
+    async def run_calls(self, calls: Sequence[EnvCall], timeout: float | None) -> None:
         """Run ``calls`` (of sessions on this worker) in one frame; fill their outcomes."""
         items = [
             {
@@ -333,7 +329,7 @@ class Worker:
         for call, result in zip(calls, results, strict=True):
             call.seconds = elapsed  # what the front saw: the worker's whole batch
             if "error" in result:
-                call.error = _raise_wire_error(result["error"], call.method)
+                call.error = _raisewire_error(result["error"], call.method)
                 continue
             model = contract.state if call.method == "state" else contract.observation
             try:
@@ -360,7 +356,7 @@ class Worker:
         self._death_reason = "server shutting down"
         if self.alive and self._writer is not None:
             with contextlib.suppress(Exception):
-                _write_frame(self._writer, self._codec, {"op": "exit", "id": 0})
+                write_frame(self._writer, self._codec, {"op": "exit", "id": 0})
                 await self._writer.drain()
         self.alive = False
         if self.process is not None:
@@ -476,150 +472,3 @@ class WorkerPool:
         for task in list(self._respawns):
             task.cancel()
         await asyncio.gather(*(w.stop() for w in self.workers), return_exceptions=True)
-
-
-# -- the worker process ----------------------------------------------------------------
-
-
-class _WorkerServer:
-    """The worker's side: environment instances by key, calls run through EnvRunner."""
-
-    def __init__(
-        self,
-        factory: Callable[[], Environment[Any, Any, Any]],
-        threads: int,
-        thread_affinity: bool,
-    ) -> None:
-        self.factory = factory
-        self.thread_affinity = thread_affinity
-        self.executor = EnvThreads(threads)
-        self.runners: dict[int, EnvRunner] = {}
-        self.codec = MsgpackCodec()
-        self.tasks: set[asyncio.Task[None]] = set()
-
-    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        _write_frame(writer, self.codec, {"op": "ready", "pid": os.getpid()})
-        await writer.drain()
-        while True:
-            message = await _read_frame(reader, self.codec)
-            if message is None or message.get("op") == "exit":
-                break
-            task = asyncio.create_task(self._handle(message, writer))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
-        for runner in list(self.runners.values()):
-            await runner.close()
-        self.executor.shutdown(wait=False, cancel_futures=True)
-
-    async def _handle(self, message: dict[str, Any], writer: asyncio.StreamWriter) -> None:
-        reply: dict[str, Any] = {"id": message.get("id")}
-        try:
-            op = message.get("op")
-            if op == "open":
-                await self._open(int(message["key"]), message.get("timeout"))
-            elif op == "close":
-                runner = self.runners.pop(int(message["key"]), None)
-                if runner is not None:
-                    await runner.close()
-            elif op == "batch":
-                reply["results"] = await self._batch(message["items"], message.get("timeout"))
-            else:
-                raise InternalError(f"unknown worker op {op!r}")
-        except Exception as exc:
-            reply["error"] = _wire_error(exc)
-        _write_frame(writer, self.codec, reply)
-        await writer.drain()
-
-    async def _open(self, key: int, timeout: float | None) -> None:
-        self.runners[key] = await EnvRunner.create(
-            self.factory, self.executor, thread_affinity=self.thread_affinity, timeout=timeout
-        )
-
-    async def _batch(
-        self, items: list[dict[str, Any]], timeout: float | None
-    ) -> list[dict[str, Any]]:
-        calls: list[Call | None] = []
-        results: list[dict[str, Any]] = [{} for _ in items]
-        for index, item in enumerate(items):
-            runner = self.runners.get(int(item["key"]))
-            if runner is None:
-                results[index] = {
-                    "error": _wire_error(SessionLost("no such session in this worker"))
-                }
-                calls.append(None)
-                continue
-            args = list(item.get("args") or [])
-            if item["method"] == "step":
-                try:
-                    args[0] = type(runner.env).action_type.model_validate(args[0])
-                except ValidationError as exc:
-                    results[index] = {"error": _wire_error(exc)}
-                    calls.append(None)
-                    continue
-            calls.append(
-                Call(runner, str(item["method"]), tuple(args), dict(item.get("kwargs") or {}))
-            )
-        await run_calls([c for c in calls if c is not None], self.executor, timeout)
-        for index, call in enumerate(calls):
-            if call is None:
-                continue
-            if call.error is not None:
-                results[index] = {"error": _wire_error(call.error)}
-            elif isinstance(call.value, BaseModel):
-                results[index] = {"value": call.value.model_dump(mode="python")}
-            else:
-                name = type(call.value).__name__
-                results[index] = {
-                    "error": _wire_error(
-                        BadObservation(
-                            f"{type(call.runner.env).__name__}.{call.method}() returned {name}",
-                            details={"returned": name},
-                        )
-                    )
-                }
-        return results
-
-
-def _factory(reference: str) -> Callable[[], Environment[Any, Any, Any]]:
-    from corral.server.target import load_target
-
-    target = load_target(reference)
-    if not callable(target):
-        raise TypeError(f"{reference!r} is not an environment class or factory")
-    factory: Callable[[], Environment[Any, Any, Any]] = target
-    return factory
-
-
-async def _worker_main(fd: int, reference: str, threads: int, thread_affinity: bool) -> None:
-    sock = socket.socket(fileno=fd)
-    reader, writer = await asyncio.open_unix_connection(sock=sock, limit=2**24)
-    try:
-        factory = _factory(reference)
-    except Exception as exc:
-        _write_frame(
-            writer, MsgpackCodec(), {"op": "failed", "error": f"{type(exc).__name__}: {exc}"}
-        )
-        await writer.drain()
-        return
-    await _WorkerServer(factory, threads, thread_affinity).serve(reader, writer)
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Entry point of a worker process (started by :class:`WorkerPool`, not by hand)."""
-    parser = argparse.ArgumentParser(prog="corral-worker", description=main.__doc__)
-    parser.add_argument("--fd", type=int, required=True)
-    parser.add_argument("--target", required=True)
-    parser.add_argument("--threads", type=int, default=32)
-    parser.add_argument("--thread-affinity", action="store_true")
-    args = parser.parse_args(argv)
-    for entry in reversed(os.environ.get(_PATH_ENV, "").split(os.pathsep)):
-        if entry and entry not in sys.path:
-            sys.path.insert(0, entry)
-    # The front decides when workers stop (and they die with it): a Ctrl-C or SIGTERM to
-    # the process group must reach only the front, which then stops them in order.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    from corral import runtime
-
-    runtime.tune_gc()
-    runtime.run(_worker_main(args.fd, args.target, args.threads, args.thread_affinity))

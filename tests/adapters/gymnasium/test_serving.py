@@ -11,11 +11,12 @@ import typer
 from tests.support.gym_envs import FANCY_ID
 from tests.support.servers import running
 
-from corral.adapters.gymnasium import GymEnvironment, GymState, SpaceError, serve_target
+from corral.adapters.gymnasium import GymEnvironment, GymState, SpaceConversionError, serve_target
 from corral.adapters.gymnasium.remote import info_of
+from corral.blocking import run_blocking
 from corral.cli.serve import resolve_serve_target
-from corral.client import AsyncEnvClient, LocalServer, SyncEnvClient
-from corral.client.loop import run_blocking
+from corral.client import AsyncEnvClient, SyncEnvClient
+from corral.client.local_server import LocalServer
 from corral.errors import InvalidAction
 
 
@@ -136,7 +137,7 @@ def test_a_factory_must_keep_its_spaces() -> None:
         return env
 
     env_class = GymEnvironment.for_factory(make, name="shifty")
-    with pytest.raises(SpaceError, match="spaces differ"):
+    with pytest.raises(SpaceConversionError, match="spaces differ"):
         env_class()
 
 

@@ -18,7 +18,7 @@ from corral.adapters.gymnasium.spaces import (
     INT_MAX,
     INT_MIN,
     OBSERVATION_BASE_FIELDS,
-    SpaceError,
+    SpaceConversionError,
     binding_for_schema,
     field_for_space,
     model_binding,
@@ -183,7 +183,7 @@ def test_discrete_field_rejects_values_outside_the_space() -> None:
     ids=["graph", "oneof", "empty-tuple", "int-key"],
 )
 def test_unservable_spaces_are_refused_with_the_path(space: spaces.Space[Any]) -> None:
-    with pytest.raises(SpaceError, match=r"Probe\.value"):
+    with pytest.raises(SpaceConversionError, match=r"Probe\.value"):
         field_for_space(space, "Probe.value")
 
 
@@ -324,7 +324,7 @@ class Loose(Observation):
 )
 def test_fields_without_a_space_are_named(field: str, message: str) -> None:
     schema = Loose.model_json_schema()
-    with pytest.raises(SpaceError, match=rf"Loose\.{field}: .*{message}"):
+    with pytest.raises(SpaceConversionError, match=rf"Loose\.{field}: .*{message}"):
         model_binding(schema, exclude=sorted(OBSERVATION_BASE_FIELDS), only=[field])
 
 
@@ -332,30 +332,30 @@ def test_only_keeps_the_named_fields_and_checks_them() -> None:
     schema = Loose.model_json_schema()
     binding = model_binding(schema, exclude=sorted(OBSERVATION_BASE_FIELDS), only=["fine"])
     assert binding.space == spaces.Box(INT_MIN, INT_MAX, (), np.int64)
-    with pytest.raises(SpaceError, match=r"no field\(s\) \['reward'\]"):
+    with pytest.raises(SpaceConversionError, match=r"no field\(s\) \['reward'\]"):
         model_binding(schema, exclude=sorted(OBSERVATION_BASE_FIELDS), only=["reward"])
 
 
 def test_a_model_with_no_fields_has_no_space() -> None:
-    with pytest.raises(SpaceError, match="no fields"):
+    with pytest.raises(SpaceConversionError, match="no fields"):
         model_binding(Observation.model_json_schema(), exclude=sorted(OBSERVATION_BASE_FIELDS))
 
 
 def test_union_values_outside_every_branch_are_refused() -> None:
     binding = binding_for_schema({"anyOf": [{"type": "integer"}, {"type": "null"}]}, {}, "f")
-    with pytest.raises(SpaceError, match="matches no branch"):
+    with pytest.raises(SpaceConversionError, match="matches no branch"):
         binding.to_gym("seven")
     enum = binding_for_schema({"enum": ["a", "b"]}, {}, "f")
-    with pytest.raises(SpaceError, match="not one of"):
+    with pytest.raises(SpaceConversionError, match="not one of"):
         enum.to_gym("c")
 
 
 def test_broken_references_are_reported() -> None:
-    with pytest.raises(SpaceError, match="cannot resolve"):
+    with pytest.raises(SpaceConversionError, match="cannot resolve"):
         binding_for_schema({"$ref": "#/$defs/Missing"}, {}, "f")
-    with pytest.raises(SpaceError, match="recursive"):
+    with pytest.raises(SpaceConversionError, match="recursive"):
         binding_for_schema({"$ref": "#/$defs/A"}, {"A": {"$ref": "#/$defs/A"}}, "f")
-    with pytest.raises(SpaceError, match="malformed x-gym-space"):
+    with pytest.raises(SpaceConversionError, match="malformed x-gym-space"):
         binding_for_schema({"type": "integer", GYM_SPACE_KEY: {"type": "Discrete"}}, {}, "f")
-    with pytest.raises(SpaceError, match="unknown x-gym-space type"):
+    with pytest.raises(SpaceConversionError, match="unknown x-gym-space type"):
         binding_for_schema({GYM_SPACE_KEY: {"type": "Graph"}}, {}, "f")

@@ -119,7 +119,7 @@ def test_one_local_server_for_all_sessions_in_a_pool() -> None:
     envs = RemoteVectorEnv.from_env("gym:CartPole-v1", 3, autoreset_mode="same_step")
     try:
         assert isinstance(envs.sessions, PoolSessions)
-        (url,) = envs.sessions.pool.async_pool.server_urls
+        (url,) = envs.sessions.async_pool.server_urls
         obs, _ = envs.reset(seed=0)
         assert obs.shape == (3, 4) and envs.autoreset_mode is AutoresetMode.SAME_STEP
         envs.step(np.array([0, 1, 0]))

@@ -16,7 +16,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from corral.adapters.gymnasium.remote import ContractSpaces, RemoteEnv, as_gymnasium
 from corral.adapters.gymnasium.serving import GymEnvironment, GymObservation, GymState, serve_target
-from corral.adapters.gymnasium.spaces import SpaceError, field_for_space, model_binding
+from corral.adapters.gymnasium.spaces import SpaceConversionError, field_for_space, model_binding
 from corral.adapters.gymnasium.vector import (
     ClientSessions,
     PoolSessions,
@@ -34,7 +34,7 @@ __all__ = [
     "RemoteEnv",
     "RemoteVectorEnv",
     "Sessions",
-    "SpaceError",
+    "SpaceConversionError",
     "as_gymnasium",
     "field_for_space",
     "model_binding",

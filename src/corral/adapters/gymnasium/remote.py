@@ -52,7 +52,7 @@ class ContractSpaces:
         """Derive both spaces from ``{"action": schema, "observation": schema, ...}``.
 
         Raises:
-            SpaceError: a field has no Gymnasium space (pass ``observation_fields`` to
+            SpaceConversionError: a field has no Gymnasium space (pass ``observation_fields`` to
                 keep only the fields that have one).
         """
         return cls(
@@ -114,7 +114,7 @@ class RemoteEnv(gymnasium.Env[Any, Any]):
         close_client: ``close()`` closes the client (and any server it started).
 
     Raises:
-        SpaceError: the contract has a field with no Gymnasium space.
+        SpaceConversionError: the contract has a field with no Gymnasium space.
     """
 
     metadata: dict[str, Any] = {"render_modes": []}

@@ -26,7 +26,7 @@ from pydantic import AfterValidator, Field, PlainSerializer, PlainValidator, cre
 from pydantic_core import core_schema
 
 from corral.adapters.gymnasium.info import array_value, json_value, wire_value
-from corral.adapters.gymnasium.spaces import Binding, SpaceError, field_for_space
+from corral.adapters.gymnasium.spaces import Binding, SpaceConversionError, field_for_space
 from corral.contract import Action, Environment, Observation, State
 
 GYM_PREFIX = "gym:"
@@ -105,7 +105,7 @@ class GymEnvironment(Environment[Action, GymObservation, GymState]):
         env = cls.make_env()
         if env.action_space != cls.action_space or env.observation_space != cls.observation_space:
             env.close()
-            raise SpaceError(
+            raise SpaceConversionError(
                 f"{cls.env_id}: the factory built an environment whose spaces differ from the "
                 "ones the contract was generated from; it must build the same spaces every time"
             )
@@ -161,7 +161,7 @@ class GymEnvironment(Environment[Action, GymObservation, GymState]):
 
         Raises:
             ValueError: ``env_id`` is not registered (the message lists close matches).
-            SpaceError: a space has no contract counterpart.
+            SpaceConversionError: a space has no contract counterpart.
         """
         module, sep, registered = env_id.rpartition(":")
         if sep:
@@ -194,7 +194,7 @@ class GymEnvironment(Environment[Action, GymObservation, GymState]):
         then once per session.
 
         Raises:
-            SpaceError: a space has no contract counterpart.
+            SpaceConversionError: a space has no contract counterpart.
         """
         probe = make_env()
         try:

@@ -28,7 +28,7 @@ bounds → ``Discrete``, otherwise a scalar ``int64`` ``Box`` (open ends: :data:
 and lengths, otherwise printable ASCII up to ``max_text_length``); an array field →
 ``Box``; a list → ``Sequence``; a tuple → ``Tuple``; an object with properties → ``Dict``;
 a union → ``OneOf`` whose ``null`` branch is ``Discrete(1)``. Anything else (free-form
-objects, bytes, arrays of unknown shape) raises :class:`SpaceError` naming the field.
+objects, bytes, arrays of unknown shape) raises :class:`SpaceConversionError` naming the field.
 """
 
 from __future__ import annotations
@@ -50,13 +50,14 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
 from corral.contract.arrays import Array
-from corral.contract.models import WireModel
+from corral.contract.models import Observation, WireModel
 
 GYM_SPACE_KEY = "x-gym-space"
 """The JSON Schema keyword carrying what standard keywords cannot say about a space."""
 
-OBSERVATION_BASE_FIELDS = frozenset({"done", "truncated", "reward", "metadata"})
-"""Observation fields that Gymnasium returns outside the observation (and in ``info``)."""
+OBSERVATION_BASE_FIELDS = frozenset(Observation.model_fields)
+"""Observation fields that Gymnasium returns outside the observation (and in ``info``):
+the base class's (``done``, ``truncated``, ``reward``, ``reward_components``, ``metadata``)."""
 
 DEFAULT_MAX_TEXT_LENGTH = 4096
 """``Text.max_length`` for string fields whose schema gives no ``maxLength``."""
@@ -73,7 +74,7 @@ _MAX_DISCRETE = 2**62
 """Bounded integers wider than this stay a ``Box``: ``Discrete.n`` must fit in int64."""
 
 
-class SpaceError(ValueError):
+class SpaceConversionError(ValueError):
     """A space or schema has no counterpart on the other side; the message says where."""
 
 
@@ -116,7 +117,7 @@ class DiscreteBinding(Binding):
         for index, candidate in enumerate(self.values):
             if type(candidate) is type(value) and candidate == value:
                 return np.int64(index)
-        raise SpaceError(f"{value!r} is not one of {list(self.values)}")
+        raise SpaceConversionError(f"{value!r} is not one of {list(self.values)}")
 
     def from_gym(self, sample: Any) -> Any:
         index = int(sample)
@@ -212,7 +213,7 @@ class DictBinding(Binding):
         mapping = _mapping(value)
         missing = [key for key in self.fields if key not in mapping]
         if missing:
-            raise SpaceError(f"missing key(s) {missing} for {self.space}")
+            raise SpaceConversionError(f"missing key(s) {missing} for {self.space}")
         return {key: binding.to_gym(mapping[key]) for key, binding in self.fields.items()}
 
     def from_gym(self, sample: Any) -> Any:
@@ -232,7 +233,7 @@ class TupleBinding(Binding):
     def to_gym(self, value: Any) -> Any:
         values = list(value)
         if len(values) != len(self.items):
-            raise SpaceError(
+            raise SpaceConversionError(
                 f"expected {len(self.items)} items for {self.space}, got {len(values)}"
             )
         return tuple(binding.to_gym(v) for binding, v in zip(self.items, values, strict=True))
@@ -279,7 +280,7 @@ class OneOfBinding(Binding):
         for index, branch in enumerate(self.branches):
             if branch.accepts(value):
                 return (index, branch.to_gym(value))
-        raise SpaceError(f"{value!r} matches no branch of {self.space}")
+        raise SpaceConversionError(f"{value!r} matches no branch of {self.space}")
 
     def from_gym(self, sample: Any) -> Any:
         index, inner = sample
@@ -330,7 +331,7 @@ def _mapping(value: Any) -> Mapping[str, Any]:
         return dumped
     if isinstance(value, Mapping):
         return value
-    raise SpaceError(f"expected a mapping or a model, got {type(value).__name__}")
+    raise SpaceConversionError(f"expected a mapping or a model, got {type(value).__name__}")
 
 
 def _array(value: Any) -> np.ndarray[Any, Any]:
@@ -400,7 +401,7 @@ def describe_space(space: spaces.Space[Any]) -> dict[str, Any]:
         }
     if isinstance(space, spaces.Sequence):
         return {"type": "Sequence", "stack": space.stack}
-    raise SpaceError(f"{space} is not a leaf space")
+    raise SpaceConversionError(f"{space} is not a leaf space")
 
 
 def _char_class(charset: str) -> str:
@@ -454,7 +455,7 @@ def field_for_space(space: spaces.Space[Any], path: str) -> tuple[Any, Binding]:
             generated models and appears in errors.
 
     Raises:
-        SpaceError: for a space with no contract counterpart (``Graph``, ``OneOf``,
+        SpaceConversionError: for a space with no contract counterpart (``Graph``, ``OneOf``,
             custom spaces), naming ``path``.
     """
     gym_schema = GymSchema({GYM_SPACE_KEY: describe_space(space)}) if _is_leaf(space) else None
@@ -486,14 +487,14 @@ def field_for_space(space: spaces.Space[Any], path: str) -> tuple[Any, Binding]:
         return _dict_field(space, path)
     if isinstance(space, spaces.Tuple):
         if not space.spaces:
-            raise SpaceError(f"{path}: an empty Tuple space has no contract counterpart")
+            raise SpaceConversionError(f"{path}: an empty Tuple space has no contract counterpart")
         parts = [field_for_space(s, f"{path}[{i}]") for i, s in enumerate(space.spaces)]
         annotation = tuple.__class_getitem__(tuple(a for a, _ in parts))
         return annotation, TupleBinding(space, tuple(b for _, b in parts))
     if isinstance(space, spaces.Sequence):
         item_type, item = field_for_space(space.feature_space, f"{path}[]")
         return Annotated[list[item_type], gym_schema], SequenceBinding(space, item)  # type: ignore[valid-type]
-    raise SpaceError(
+    raise SpaceConversionError(
         f"{path}: {type(space).__name__} spaces cannot be served; use Discrete, Box, "
         "MultiDiscrete, MultiBinary, Text, Dict, Tuple or Sequence"
     )
@@ -518,7 +519,9 @@ def _dict_field(space: spaces.Dict, path: str) -> tuple[Any, Binding]:
     bindings: dict[str, Binding] = {}
     for index, (key, subspace) in enumerate(space.spaces.items()):
         if not isinstance(key, str):
-            raise SpaceError(f"{path}: Dict keys must be strings to cross the wire, got {key!r}")
+            raise SpaceConversionError(
+                f"{path}: Dict keys must be strings to cross the wire, got {key!r}"
+            )
         annotation, binding = field_for_space(subspace, f"{path}.{key}")
         definitions[_field_name(key, index)] = (annotation, Field(alias=key))
         bindings[key] = binding
@@ -552,7 +555,7 @@ def model_binding(
         max_text_length: ``Text.max_length`` for strings without ``maxLength``.
 
     Raises:
-        SpaceError: a field has no Gymnasium counterpart, or ``only`` names an unknown
+        SpaceConversionError: a field has no Gymnasium counterpart, or ``only`` names an unknown
             or excluded field, or no field is left.
     """
     ctx = _Context(schema.get("$defs", {}), max_text_length)
@@ -562,12 +565,12 @@ def model_binding(
     if only is not None:
         unknown = [name for name in only if name not in names]
         if unknown:
-            raise SpaceError(
+            raise SpaceConversionError(
                 f"{title} has no field(s) {unknown} to put in the space; choose from {names}"
             )
         names = list(only)
     if not names:
-        raise SpaceError(f"{title} has no fields to make a space from")
+        raise SpaceConversionError(f"{title} has no fields to make a space from")
     fields = {
         name: binding_for_schema(properties[name], ctx.defs, f"{title}.{name}", max_text_length)
         for name in names
@@ -588,7 +591,7 @@ def binding_for_schema(
     """The binding of one field from its JSON Schema (``defs``: the root's ``$defs``).
 
     Raises:
-        SpaceError: the schema has no Gymnasium counterpart; the message names ``path``.
+        SpaceConversionError: the schema has no Gymnasium counterpart; the message names ``path``.
     """
     return _binding(schema, _Context(defs, max_text_length), path)
 
@@ -603,12 +606,14 @@ def _resolve(schema: Mapping[str, Any], ctx: _Context, path: str) -> Mapping[str
             or not ref.startswith(prefix)
             or ref[len(prefix) :] not in ctx.defs
         ):
-            raise SpaceError(f"{path}: cannot resolve schema reference {ref!r}")
+            raise SpaceConversionError(f"{path}: cannot resolve schema reference {ref!r}")
         siblings = {k: v for k, v in schema.items() if k != "$ref"}
         schema = {**ctx.defs[ref[len(prefix) :]], **siblings}
         seen += 1
         if seen > 64:
-            raise SpaceError(f"{path}: recursive schema references have no Gymnasium space")
+            raise SpaceConversionError(
+                f"{path}: recursive schema references have no Gymnasium space"
+            )
     return schema
 
 
@@ -626,7 +631,7 @@ def _binding(schema: Mapping[str, Any], ctx: _Context, path: str) -> Binding:
     if "enum" in schema or "const" in schema:
         values = tuple(schema["enum"]) if "enum" in schema else (schema["const"],)
         if not values:
-            raise SpaceError(f"{path}: an empty enum has no Gymnasium space")
+            raise SpaceConversionError(f"{path}: an empty enum has no Gymnasium space")
         return DiscreteBinding(spaces.Discrete(len(values)), values)
     kind = schema.get("type")
     if isinstance(kind, list):
@@ -643,13 +648,15 @@ def _binding(schema: Mapping[str, Any], ctx: _Context, path: str) -> Binding:
         return ScalarBinding(spaces.Box(float(low), float(high), shape=(), dtype=np.float64))
     if kind == "string":
         if schema.get("format") in ("binary", "base64", "base64url") or "contentEncoding" in schema:
-            raise SpaceError(f"{path}: bytes fields have no Gymnasium space; send text or an array")
+            raise SpaceConversionError(
+                f"{path}: bytes fields have no Gymnasium space; send text or an array"
+            )
         return TextBinding(_text(schema, ctx.max_text_length))
     if kind == "array":
         return _array_binding(schema, ctx, path)
     if kind == "object":
         return _object(schema, ctx, path)
-    raise SpaceError(f"{path}: schema {dict(schema)!r} has no Gymnasium space")
+    raise SpaceConversionError(f"{path}: schema {dict(schema)!r} has no Gymnasium space")
 
 
 def _integer(schema: Mapping[str, Any]) -> Binding:
@@ -724,7 +731,7 @@ def _text(schema: Mapping[str, Any], max_text_length: int) -> spaces.Text:
 def _box_from_ndarray(info: Mapping[str, Any], path: str) -> Binding:
     dtype_str, shape = info.get("dtype"), info.get("shape")
     if dtype_str is None or shape is None or any(n is None for n in shape):
-        raise SpaceError(
+        raise SpaceConversionError(
             f"{path}: an array field needs a fixed dtype and shape to have a Gymnasium space; "
             "declare it as Array(dtype, shape)"
         )
@@ -737,7 +744,7 @@ def _box_from_ndarray(info: Mapping[str, Any], path: str) -> Binding:
         return ArrayBinding(spaces.Box(info_.min, info_.max, shape=dims, dtype=dtype))
     if dtype.kind == "f":
         return ArrayBinding(spaces.Box(-np.inf, np.inf, shape=dims, dtype=dtype))
-    raise SpaceError(f"{path}: arrays of dtype {dtype} have no Gymnasium space")
+    raise SpaceConversionError(f"{path}: arrays of dtype {dtype} have no Gymnasium space")
 
 
 _EXACT_KINDS = frozenset({"Discrete", "Text", "Sequence", "Box", "MultiDiscrete", "MultiBinary"})
@@ -747,7 +754,7 @@ def _exact(schema: Mapping[str, Any], gym: Mapping[str, Any], ctx: _Context, pat
     """Rebuild the space a served Gymnasium environment described."""
     kind = gym.get("type")
     if kind not in _EXACT_KINDS:
-        raise SpaceError(f"{path}: unknown {GYM_SPACE_KEY} type {kind!r}")
+        raise SpaceConversionError(f"{path}: unknown {GYM_SPACE_KEY} type {kind!r}")
     try:
         if kind == "Discrete":
             return DiscreteBinding(spaces.Discrete(int(gym["n"]), start=int(gym.get("start", 0))))
@@ -777,13 +784,15 @@ def _exact(schema: Mapping[str, Any], gym: Mapping[str, Any], ctx: _Context, pat
             n = [int(v) for v in gym["n"]]
             return ArrayBinding(spaces.MultiBinary(n[0] if len(n) == 1 else n))
     except (KeyError, TypeError, ValueError) as exc:
-        raise SpaceError(f"{path}: malformed {GYM_SPACE_KEY} {dict(gym)!r}: {exc}") from None
+        raise SpaceConversionError(
+            f"{path}: malformed {GYM_SPACE_KEY} {dict(gym)!r}: {exc}"
+        ) from None
     raise AssertionError(f"unhandled {GYM_SPACE_KEY} type {kind!r}")  # pragma: no cover
 
 
 def _union(options: list[Mapping[str, Any]], ctx: _Context, path: str) -> Binding:
     if not options:
-        raise SpaceError(f"{path}: an empty union has no Gymnasium space")
+        raise SpaceConversionError(f"{path}: an empty union has no Gymnasium space")
     branches = tuple(_binding(option, ctx, f"{path}|{i}") for i, option in enumerate(options))
     if len(branches) == 1:
         return branches[0]
@@ -802,7 +811,7 @@ def _array_binding(schema: Mapping[str, Any], ctx: _Context, path: str) -> Bindi
 def _object(schema: Mapping[str, Any], ctx: _Context, path: str) -> Binding:
     properties: Mapping[str, Any] = schema.get("properties") or {}
     if not properties:
-        raise SpaceError(
+        raise SpaceConversionError(
             f"{path}: a free-form object (dict) has no Gymnasium space; give it a model with "
             "fields, or leave the field out of the space"
         )

@@ -27,8 +27,9 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array,
 
 from corral.adapters.gymnasium.remote import ContractSpaces, info_of
 from corral.adapters.gymnasium.spaces import DEFAULT_MAX_TEXT_LENGTH
-from corral.client import AsyncEnvClient, LocalServer
-from corral.client.loop import run_blocking
+from corral.blocking import run_blocking
+from corral.client import AsyncEnvClient
+from corral.client.local_server import LocalServer
 from corral.client.pool import AutoresetMode as PoolAutoreset
 from corral.client.pool import EnvPool, SyncEnvPool
 from corral.contract import StepResult
@@ -159,10 +160,15 @@ class PoolSessions:
     Args:
         pool: a pool created with ``autoreset_mode="disabled"`` (started here if needed);
             :meth:`close` closes it.
+
+    Attributes:
+        async_pool: ``pool`` itself (its models, its servers' URLs).
+        pool: its blocking twin, which the vector env drives.
     """
 
-    def __init__(self, pool: EnvPool[Any, Any, Any] | SyncEnvPool[Any, Any, Any]) -> None:
-        self.pool = pool.sync() if isinstance(pool, EnvPool) else pool
+    def __init__(self, pool: EnvPool[Any, Any, Any]) -> None:
+        self.async_pool = pool
+        self.pool: SyncEnvPool[Any, Any, Any] = pool.sync()
         if self.pool.autoreset_mode is not PoolAutoreset.DISABLED:
             raise ValueError("PoolSessions needs a pool created with autoreset_mode='disabled'")
         self._closed = False
@@ -182,7 +188,7 @@ class PoolSessions:
         self, observation_fields: Sequence[str] | None, max_text_length: int
     ) -> ContractSpaces:
         """The spaces of the pool's contract."""
-        inner = self.pool.async_pool
+        inner = self.async_pool
         assert inner.action_type and inner.observation_type and inner.state_type
         schemas = model_schemas(inner.action_type, inner.observation_type, inner.state_type)
         return ContractSpaces.from_schemas(

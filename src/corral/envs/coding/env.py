@@ -1,15 +1,20 @@
 """``CodingEnv``: write a Python function; hidden tests run in a sandbox grade it.
 
-Each episode draws a :class:`~corral.envs.coding.tasks.Task` (by ``seed``, or by name
-with the ``task`` reset option). Each action is Python source code; it runs in a
-sandboxed process (see :mod:`corral.envs.coding`), then the task's hidden cases call
-the function it defined, in the same sandbox. The reward is the fraction of cases that
-pass; the episode *terminates* when all pass and is *truncated* after ``max_steps``
-actions.
+Each episode draws a :class:`~corral.envs.coding.tasks.Problem` (by ``seed``, by name
+with the ``task`` reset option, or as task ``index`` of a ``split``). Each action is
+Python source code; it runs in a sandboxed process (see :mod:`corral.envs.coding`), then
+the task's hidden cases call the function it defined, in the same sandbox. The reward is
+the fraction of cases that pass; the episode *terminates* when all pass and is
+*truncated* after ``max_steps`` actions.
 
-Reset options: ``task`` (a task name), ``persistent`` (bool: one interpreter for the
-whole episode, so variables survive between actions), ``max_steps`` (int >= 1) and
-``episode_id`` (str). Bad options raise :class:`~corral.errors.InvalidArgument`.
+Reset options: ``task`` (a task name), ``split`` with ``index`` (a task of the task
+API), ``persistent`` (bool: one interpreter for the whole episode, so variables survive
+between actions), ``max_steps`` (int >= 1) and ``episode_id`` (str). Bad options raise
+:class:`~corral.errors.InvalidArgument`.
+
+Tasks: the problems form the splits ``train`` and ``test`` (each problem says which),
+in their order; the task API publishes them as :class:`~corral.envs.coding.tasks.CodingTask`
+(the statement and the number of hidden tests, never the tests themselves).
 """
 
 from __future__ import annotations
@@ -26,7 +31,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from corral.contract import Action, Environment, Observation, State, WireModel
 from corral.contract.options import parse_reset_options
-from corral.envs.coding.sandbox import (
+from corral.contract.tasks import resolve_task, task_ref
+from corral.envs.coding.tasks import SPLITS, TASKS, CodingTask, Problem, matches
+from corral.errors import InvalidArgument
+from corral.sandbox import (
     DEFAULT_UID_RANGE,
     ExecOutcome,
     KilledReason,
@@ -38,8 +46,6 @@ from corral.envs.coding.sandbox import (
     Workspace,
     resolve_profile,
 )
-from corral.envs.coding.tasks import TASKS, Task, matches
-from corral.errors import InvalidArgument
 
 MAX_CODE_CHARS = 100_000
 """Largest accepted action, in characters."""
@@ -47,7 +53,8 @@ DEFAULT_MAX_STEPS = 8
 MAX_STEPS_LIMIT = 1000
 _PACKAGE_DIR = str(Path(__file__).resolve().parents[2])
 _OPTIONS_HELP = (
-    f"task (a task name), persistent (bool), max_steps (int 1..{MAX_STEPS_LIMIT}), episode_id (str)"
+    f"task (a task name), split (train or test) with index (int >= 0), persistent (bool), "
+    f"max_steps (int 1..{MAX_STEPS_LIMIT}), episode_id (str)"
 )
 
 
@@ -96,7 +103,8 @@ class CodeObservation(Observation):
         timed_out: a time limit (wall clock or CPU) was hit.
         killed_reason: why the sandboxed process ended early: ``wall_clock``,
             ``cpu_time``, ``memory`` (the address-space limit was hit, MemoryError),
-            ``output_limit``, ``signal`` (another signal, e.g. a crash), ``exited`` (the
+            ``output_limit``, ``disk`` (the working directory reached ``max_disk_bytes``;
+            it is emptied), ``signal`` (another signal, e.g. a crash), ``exited`` (the
             code ended the process, e.g. ``os._exit``), ``protocol`` (the code tampered
             with the worker's reply channel) or ``closed`` (the environment was closed).
         killed_phase: ``"code"`` (while running the action) or ``"tests"``.
@@ -144,7 +152,7 @@ class CodeState(State):
         last_reward / best_reward: the last and the best reward of the episode.
         solved: some action passed every hidden case.
         done: the episode is over.
-        worker_alive: the persistent interpreter is running.
+        worker_alive: the persistent interpreter is running (checked when asked).
         worker_restarts: how often the persistent interpreter had to be restarted.
     """
 
@@ -170,6 +178,8 @@ class _ResetOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     task: str | None = None
+    split: str | None = None
+    index: Annotated[int, Field(strict=True)] | None = None
     persistent: Annotated[bool, Field(strict=True)] | None = None
     max_steps: Annotated[int, Field(strict=True, ge=1, le=MAX_STEPS_LIMIT)] | None = None
     episode_id: str | None = None
@@ -181,7 +191,7 @@ def _parse_options(values: dict[str, Any]) -> _ResetOptions:
 
 @dataclasses.dataclass
 class _Episode:
-    task: Task
+    task: Problem
     persistent: bool
     workspace: Workspace
     state: CodeState
@@ -203,7 +213,8 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
         max_steps: default for the ``max_steps`` reset option.
         persistent: default for the ``persistent`` reset option.
         workdir_root: where episode directories are created (default: the system temp
-            dir); put it on a filesystem with a quota to bound disk use.
+            dir). Their size is bounded by ``limits.max_disk_bytes`` (a tmpfs of that size
+            in the namespace modes as root, a polled bound otherwise).
         extra_ro_paths: more host paths to show read-only in the sandbox (for an
             interpreter installed outside its prefix).
         hidden_paths: host paths never to show in the sandbox even when a parent is
@@ -222,6 +233,7 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
         "task's hidden tests that pass. Reset options: task, persistent, max_steps."
     )
     contract_version = "1.0.0"
+    task_type = CodingTask
 
     def __init__(
         self,
@@ -229,7 +241,7 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
         sandbox: SandboxMode | Literal["auto"] = "auto",
         limits: SandboxLimits | None = None,
         python: str | None = None,
-        tasks: Sequence[Task] | None = None,
+        tasks: Sequence[Problem] | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
         persistent: bool = False,
         workdir_root: str | None = None,
@@ -244,6 +256,7 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
         if not 1 <= max_steps <= MAX_STEPS_LIMIT:
             raise ValueError(f"max_steps must be in 1..{MAX_STEPS_LIMIT}, got {max_steps}")
         self._tasks = {t.name: t for t in chosen}
+        self._splits = {name: [t for t in chosen if t.split == name] for name in SPLITS}
         self._limits = limits or SandboxLimits()
         self._max_steps = max_steps
         self._persistent = persistent
@@ -282,10 +295,15 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
         opts = _parse_options(options)
         with self._lock:
             self._check_open()
-            task = self._choose(seed, opts.task)
+            task = self._choose(seed, opts)
             self._end_episode()
             persistent = self._persistent if opts.persistent is None else opts.persistent
-            workspace = Workspace(self._profile, self._hidden_paths, self._workdir_root)
+            workspace = Workspace(
+                self._profile,
+                self._hidden_paths,
+                self._workdir_root,
+                max_disk_bytes=self._limits.max_disk_bytes,
+            )
             state = CodeState(
                 episode_id=opts.episode_id or str(uuid.uuid4()),
                 task=task.name,
@@ -357,11 +375,14 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
             return self._observe(episode, worker, outcome, tests, restarted)
 
     def state(self) -> CodeState:
-        """A copy of the current state."""
+        """A copy of the current state (``worker_alive`` is checked now, not at the last step)."""
         with self._lock:
             episode = self._episode
-            source = episode.state if episode is not None else self._idle_state
-            return source.model_copy(deep=True)
+            if episode is None:
+                return self._idle_state.model_copy(deep=True)
+            state = episode.state.model_copy(deep=True)
+            state.worker_alive = episode.worker is not None and episode.worker.alive()
+            return state
 
     def close(self) -> None:
         """Kill the sandbox (even mid-step, from another thread) and delete the workspace."""
@@ -373,13 +394,34 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
         with self._lock:
             self._end_episode()
 
+    # -- the tasks face -----------------------------------------------------------------
+
+    def splits(self) -> list[str]:
+        """``["train", "test"]``."""
+        return list(SPLITS)
+
+    def num_tasks(self, split: str) -> int:
+        """How many problems ``split`` holds."""
+        return len(self._splits[split])
+
+    def task(self, split: str, index: int) -> CodingTask:
+        """Problem ``index`` of ``split``, as published (no hidden tests)."""
+        return CodingTask.of(self._splits[split][index], index)
+
     # -- internals --------------------------------------------------------------------
 
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("the environment is closed")
 
-    def _choose(self, seed: int | None, name: str | None) -> Task:
+    def _choose(self, seed: int | None, opts: _ResetOptions) -> Problem:
+        name = opts.task
+        ref = task_ref(opts.split, opts.index)
+        if ref is not None:
+            if name is not None:
+                raise InvalidArgument("reset options task and split/index both choose the task")
+            resolve_task(self, ref.split, ref.index)
+            return self._splits[ref.split][ref.index]
         if name is not None:
             task = self._tasks.get(name)
             if task is None:
@@ -414,10 +456,12 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
             episode.workspace.close()
 
     def _metadata(self, episode: _Episode) -> dict[str, Any]:
+        quota = episode.workspace.quota
         return {
             "sandbox_mode": str(self._profile.mode),
             "sandbox_strategy": self._profile.strategy,
             "persistent": episode.persistent,
+            "disk_quota": quota.kind if quota is not None else None,
         }
 
     def _observe(

@@ -1,9 +1,9 @@
 """The coding tasks: a function to write and the hidden cases that grade it.
 
-Each :class:`Task` asks for one Python function. Its :class:`TaskCase` list is hidden
+Each :class:`Problem` asks for one Python function. Its :class:`TaskCase` list is hidden
 from the agent: the arguments are sent into the sandbox only after the agent's code
 ran, and the expected values never enter it. The sandbox reports each return value in
-:func:`~corral.envs.coding._worker.canonical` form and :func:`matches` compares it with
+:func:`~corral.sandbox.canonical` form and :func:`matches` compares it with
 the expected value here, in the parent process, so code in the sandbox cannot fake a
 pass by overriding ``__eq__`` or patching the test runner.
 
@@ -21,7 +21,11 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from corral.envs.coding._worker import canonical
+from corral.contract.tasks import Task
+from corral.sandbox import canonical
+
+SPLITS = ("train", "test")
+"""The task splits; three of the ten shipped problems are held out for ``test``."""
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
@@ -49,7 +53,7 @@ class TaskCase:
 
 
 @dataclasses.dataclass(frozen=True)
-class Task:
+class Problem:
     """A function for the agent to write.
 
     Attributes:
@@ -58,6 +62,7 @@ class Task:
         description: what the function must do.
         examples: a few visible examples, none of them a hidden case.
         cases: the hidden cases; the reward is the fraction that pass.
+        split: the task split it belongs to (``train`` or ``test``).
     """
 
     name: str
@@ -65,6 +70,7 @@ class Task:
     description: str
     examples: tuple[str, ...]
     cases: tuple[TaskCase, ...]
+    split: str = "train"
 
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name):
@@ -78,6 +84,10 @@ class Task:
             )
         if not self.cases:
             raise ValueError(f"task {self.name!r} has no hidden cases")
+        if self.split not in SPLITS:
+            raise ValueError(
+                f"task {self.name!r}: split must be one of {SPLITS}, got {self.split!r}"
+            )
 
     @property
     def entry_point(self) -> str:
@@ -176,8 +186,8 @@ def _cases(pairs: Sequence[tuple[Any, Any]]) -> tuple[TaskCase, ...]:
     return tuple(TaskCase(args=(arg,), expected=expected) for arg, expected in pairs)
 
 
-TASKS: tuple[Task, ...] = (
-    Task(
+TASKS: tuple[Problem, ...] = (
+    Problem(
         name="fizzbuzz",
         signature="def fizzbuzz(n: int) -> str",
         description=(
@@ -206,7 +216,7 @@ TASKS: tuple[Task, ...] = (
             ]
         ),
     ),
-    Task(
+    Problem(
         name="is_prime",
         signature="def is_prime(n: int) -> bool",
         description=(
@@ -238,7 +248,7 @@ TASKS: tuple[Task, ...] = (
             ]
         ),
     ),
-    Task(
+    Problem(
         name="fibonacci",
         signature="def fibonacci(n: int) -> int",
         description=(
@@ -260,7 +270,7 @@ TASKS: tuple[Task, ...] = (
             ]
         ),
     ),
-    Task(
+    Problem(
         name="reverse_words",
         signature="def reverse_words(s: str) -> str",
         description=(
@@ -282,7 +292,7 @@ TASKS: tuple[Task, ...] = (
             ]
         ),
     ),
-    Task(
+    Problem(
         name="is_palindrome",
         signature="def is_palindrome(s: str) -> bool",
         description=(
@@ -303,8 +313,9 @@ TASKS: tuple[Task, ...] = (
             ]
         ),
     ),
-    Task(
+    Problem(
         name="roman_to_int",
+        split="test",
         signature="def roman_to_int(s: str) -> int",
         description=(
             "Convert a valid Roman numeral (I, V, X, L, C, D, M, with subtractive pairs such "
@@ -329,8 +340,9 @@ TASKS: tuple[Task, ...] = (
             ]
         ),
     ),
-    Task(
+    Problem(
         name="run_length_encode",
+        split="test",
         signature="def run_length_encode(s: str) -> str",
         description=(
             "Replace each run of equal characters by the character followed by the run's "
@@ -349,7 +361,7 @@ TASKS: tuple[Task, ...] = (
             ]
         ),
     ),
-    Task(
+    Problem(
         name="word_count",
         signature="def word_count(text: str) -> dict[str, int]",
         description=(
@@ -368,8 +380,9 @@ TASKS: tuple[Task, ...] = (
             ]
         ),
     ),
-    Task(
+    Problem(
         name="flatten",
+        split="test",
         signature="def flatten(nested: list) -> list",
         description=(
             "Return the non-list items of an arbitrarily nested list, in order, as one flat list."
@@ -386,7 +399,7 @@ TASKS: tuple[Task, ...] = (
             ]
         ),
     ),
-    Task(
+    Problem(
         name="primes_up_to",
         signature="def primes_up_to(n: int) -> list[int]",
         description="Return the list of all primes p with p <= n, in increasing order.",
@@ -404,3 +417,35 @@ TASKS: tuple[Task, ...] = (
     ),
 )
 """The shipped tasks, in a fixed order (seeds index into it)."""
+
+
+class CodingTask(Task):
+    """A coding problem as the task API publishes it: the statement, not the hidden tests.
+
+    Attributes:
+        name: the problem's name (also the ``task`` reset option).
+        signature: the function's ``def`` line.
+        description: what the function must do.
+        examples: the visible examples.
+        tests: how many hidden tests grade it.
+    """
+
+    name: str
+    signature: str
+    description: str
+    examples: list[str]
+    tests: int
+
+    @classmethod
+    def of(cls, problem: Problem, index: int) -> CodingTask:
+        """The published form of ``problem``, task ``index`` of its split."""
+        return cls(
+            split=problem.split,
+            index=index,
+            id=problem.name,
+            name=problem.name,
+            signature=problem.signature,
+            description=problem.description,
+            examples=list(problem.examples),
+            tests=len(problem.cases),
+        )

@@ -9,14 +9,15 @@ while not obs.done:
     obs = env.step(policy.act(obs))
 """
 
-from corral.envs.wordle.env import (
+from corral.envs.wordle.env import WordleEnv
+from corral.envs.wordle.game import LetterScore, load_words, score_guess
+from corral.envs.wordle.models import (
     GuessRecord,
     WordleAction,
-    WordleEnv,
     WordleObservation,
     WordleState,
+    WordleTask,
 )
-from corral.envs.wordle.game import LetterScore, load_words, score_guess
 from corral.envs.wordle.policy import SimplePolicy
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "WordleEnv",
     "WordleObservation",
     "WordleState",
+    "WordleTask",
     "load_words",
     "score_guess",
 ]

@@ -12,38 +12,60 @@ Rewards (shaped so a simple policy has something to climb):
   the episode, plus ``0.05`` per letter marked green or yellow for the first time;
 * a word that is not in the list: ``0.0``; it does not use a guess and ``message`` says so.
 
+Each step's ``reward_components`` splits its reward into ``solve``, or ``new_greens`` and
+``new_letters``.
+
 The episode *terminates* (``done=True, truncated=False``) when the word is solved or the
 guesses run out; it is *truncated* (``done=True, truncated=True``) when ``max_turns`` steps
 (rejected words included) have been taken without either. The secret appears in the
 observation only once the episode is over.
 
 Reset options: ``max_guesses`` (int >= 1, default 6), ``max_turns`` (int >= 1 or ``None``
-for no limit, default 20), ``word`` (force the secret; must be in the list) and
+for no limit, default 20), ``word`` (force the secret; must be in the list),
+``split`` and ``index`` (play task ``index`` of split ``train`` or ``test``) and
 ``episode_id`` (str).
+
+Tasks: the word list is split into ``train`` (about four words in five) and ``test`` by a
+hash of each word (:func:`~corral.envs.wordle.game.split_of`); task ``i`` of a split is
+its ``i``-th word in alphabetical order (:class:`WordleTask`). ``reset(seed=...)`` alone
+still draws from the whole list. The final observation's ``metadata["success"]`` says
+whether the word was found.
 """
 
 from __future__ import annotations
 
+import html
 import random
-import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from corral.contract import Action, Environment, Observation, State, WireModel
+from corral.contract import Environment
 from corral.contract.options import parse_reset_options
+from corral.contract.tasks import Task, resolve_task, task_ref
 from corral.envs.wordle.game import (
     CORRECT,
     PRESENT,
+    SPLITS,
     WORD_LENGTH,
-    LetterScore,
     load_words,
     parse_word_list,
     pattern_scores,
     score_guess,
+    split_words,
 )
+from corral.envs.wordle.models import (
+    DEFAULT_MAX_GUESSES,
+    DEFAULT_MAX_TURNS,
+    GuessRecord,
+    WordleAction,
+    WordleObservation,
+    WordleState,
+    WordleTask,
+)
+from corral.envs.wordle.policy import SimplePolicy
 from corral.errors import InvalidArgument
 
 SOLVE_REWARD = 1.0
@@ -55,101 +77,16 @@ NEW_GREEN_REWARD = 0.1
 NEW_LETTER_REWARD = 0.05
 """Reward per letter marked green or yellow for the first time in the episode."""
 
-DEFAULT_MAX_GUESSES = 6
-DEFAULT_MAX_TURNS = 20
 MAX_GUESSES_LIMIT = 100
 """Upper bound on ``max_guesses``; more would make the game meaningless."""
 
-_GUESS_RE = re.compile(r"[A-Za-z]{5}")
 _SOLVED_PATTERN = CORRECT * WORD_LENGTH
 _OPTIONS_HELP = (
     f"max_guesses (int 1..{MAX_GUESSES_LIMIT}, default {DEFAULT_MAX_GUESSES}), "
     f"max_turns (int >= 1, or None for no limit; default {DEFAULT_MAX_TURNS}), "
-    "word (a word from the list, to force the secret), episode_id (str)"
+    "word (a word from the list, to force the secret), split (train or test) with "
+    "index (int >= 0, the task), episode_id (str)"
 )
-
-
-class WordleAction(Action):
-    """One guess: exactly five ASCII letters in any case, normalised to lowercase."""
-
-    guess: str = Field(
-        description="Five ASCII letters (any case); lowercased before scoring.",
-        json_schema_extra={"pattern": "^[A-Za-z]{5}$"},
-        examples=["crane"],
-    )
-
-    @field_validator("guess")
-    @classmethod
-    def _five_letters(cls, value: str) -> str:
-        if _GUESS_RE.fullmatch(value) is None:
-            raise ValueError(
-                f"guess must be exactly 5 ASCII letters (a-z, any case), got {value!r} "
-                f"({len(value)} characters)"
-            )
-        return value.lower()
-
-
-class GuessRecord(WireModel):
-    """One accepted guess and its pattern (``G`` right spot, ``Y`` elsewhere, ``.`` absent)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    guess: str
-    pattern: str
-
-
-class WordleObservation(Observation):
-    """What the player sees after ``reset`` or a guess.
-
-    Attributes:
-        guess: the word this step submitted (``""`` after reset).
-        accepted: the word was in the list and used a guess.
-        pattern: the guess's marks, e.g. ``"GY..G"`` (``""`` when nothing was scored).
-        feedback: the same marks spelled out, one per letter.
-        history: every accepted guess of the episode with its pattern, oldest first.
-        guesses_left: guesses still available.
-        turns_left: steps left before truncation, or ``None`` without a turn limit.
-        message: a short human-readable account of the step.
-        secret: the secret word, revealed only once the episode is over.
-    """
-
-    guess: str = ""
-    accepted: bool = False
-    pattern: str = ""
-    feedback: list[LetterScore] = Field(default_factory=list)
-    history: list[GuessRecord] = Field(default_factory=list)
-    guesses_left: int = 0
-    turns_left: int | None = None
-    message: str = ""
-    secret: str | None = None
-
-
-class WordleState(State):
-    """The game as a trainer may inspect it, secret included.
-
-    ``step_count`` counts every step, rejected words included (the turn counter).
-
-    Attributes:
-        secret: the word to guess (``None`` before the first reset).
-        max_guesses: guesses allowed this episode.
-        max_turns: steps allowed before truncation, or ``None`` for no limit.
-        guesses: accepted guesses, oldest first.
-        guesses_made: ``len(guesses)``.
-        rejected: how many submitted words were not in the list.
-        solved: the secret was guessed.
-        done: the episode is over (solved, out of guesses, or truncated).
-        seed: the seed the episode was reset with.
-    """
-
-    secret: str | None = None
-    max_guesses: int = DEFAULT_MAX_GUESSES
-    max_turns: int | None = DEFAULT_MAX_TURNS
-    guesses: list[str] = Field(default_factory=list)
-    guesses_made: int = 0
-    rejected: int = 0
-    solved: bool = False
-    done: bool = False
-    seed: int | None = None
 
 
 _StrictPositive = Annotated[int, Field(strict=True, ge=1)]
@@ -163,6 +100,8 @@ class _ResetOptions(BaseModel):
     max_guesses: Annotated[int, Field(strict=True, ge=1, le=MAX_GUESSES_LIMIT)]
     max_turns: _StrictPositive | None
     word: str | None = None
+    split: str | None = None
+    index: int | None = Field(default=None, strict=True)
     episode_id: str | None = None
 
 
@@ -191,6 +130,7 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
         "the list costs a turn but not a guess."
     )
     contract_version = "1.0.0"
+    task_type = WordleTask
 
     def __init__(
         self,
@@ -201,6 +141,7 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
     ) -> None:
         self._words = load_words() if words is None else parse_word_list(words, source="words")
         self._allowed = frozenset(self._words)
+        self._splits = split_words(self._words)
         defaults = _parse_options({"max_guesses": max_guesses, "max_turns": max_turns})
         self._max_guesses = defaults.max_guesses
         self._max_turns = defaults.max_turns
@@ -222,7 +163,17 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
         opts = _parse_options(
             {"max_guesses": self._max_guesses, "max_turns": self._max_turns, **options}
         )
-        if opts.word is None:
+        ref = task_ref(opts.split, opts.index)
+        task: Task | None = None
+        if ref is not None:
+            if opts.word is not None:
+                raise InvalidArgument(
+                    "reset options word and split/index both choose the secret; pass one"
+                )
+            task = resolve_task(self, ref.split, ref.index)
+        if isinstance(task, WordleTask):
+            secret = task.word
+        elif opts.word is None:
             secret = random.Random(seed).choice(self._words)
         else:
             secret = opts.word.lower()
@@ -238,6 +189,7 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
             max_guesses=opts.max_guesses,
             max_turns=opts.max_turns,
             seed=seed,
+            task=task.id if task is not None else None,
         )
         self._history = []
         return WordleObservation(
@@ -248,6 +200,23 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
                 "G (right spot), Y (in the word, elsewhere) or . (not in the word)."
             ),
         )
+
+    @classmethod
+    def scripted_policy(cls, seed: int | None) -> Callable[[Any], Any]:
+        """:class:`~corral.envs.wordle.SimplePolicy`'s ``act``, seeded."""
+        return SimplePolicy(seed=seed).act
+
+    def splits(self) -> list[str]:
+        """``["train", "test"]``."""
+        return list(SPLITS)
+
+    def num_tasks(self, split: str) -> int:
+        """The number of words in ``split``."""
+        return len(self._splits[split])
+
+    def task(self, split: str, index: int) -> WordleTask:
+        """The ``index``-th word (alphabetical) of ``split``."""
+        return WordleTask(split=split, index=index, word=self._splits[split][index])
 
     def step(self, action: WordleAction) -> WordleObservation:
         """Score one guess, or reject a word that is not in the list.
@@ -265,13 +234,13 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
         pattern = ""
         if guess in self._allowed:
             pattern = score_guess(guess, state.secret)
-            reward = self._reward(guess, pattern)
+            components = self._reward(guess, pattern)
             self._history.append(GuessRecord(guess=guess, pattern=pattern))
             state.guesses.append(guess)
             state.guesses_made += 1
             state.solved = pattern == _SOLVED_PATTERN
         else:
-            reward = 0.0
+            components = {}
             state.rejected += 1
         guesses_left = state.max_guesses - state.guesses_made
         terminated = state.solved or guesses_left == 0
@@ -289,20 +258,59 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
             turns_left=None if state.max_turns is None else state.max_turns - state.step_count,
             message=self._message(guess, pattern, guesses_left, truncated),
             secret=state.secret if state.done else None,
-            reward=round(reward, 6),
+            reward=round(sum(components.values()), 6),
+            reward_components=components,
             done=state.done,
             truncated=truncated,
+            metadata={"success": state.solved} if state.done else {},
         )
 
     def state(self) -> WordleState:
         """A copy of the current state, secret included."""
         return self._state.model_copy(deep=True)
 
-    def _reward(self, guess: str, pattern: str) -> float:
-        """The reward of an accepted guess, given the guesses before it."""
+    def render_html(self, observation: WordleObservation) -> str:
+        """The board for the web UI: one row of coloured tiles per accepted guess."""
+        colour = {CORRECT: "#6aaa64", PRESENT: "#c9b458"}
+        rows = []
+        for record in observation.history:
+            tiles = "".join(
+                f'<span style="background:{colour.get(mark, "#787c7e")}">{html.escape(letter)}'
+                "</span>"
+                for letter, mark in zip(record.guess.upper(), record.pattern, strict=True)
+            )
+            rows.append(f'<div class="row">{tiles}</div>')
+        left = max(observation.guesses_left, 0)
+        rows.extend(['<div class="row">' + "<span></span>" * WORD_LENGTH + "</div>"] * left)
+        return (
+            "<style>body{font:600 22px system-ui,sans-serif;margin:8px;color:#fff}"
+            ".row{display:flex;gap:5px;margin-bottom:5px}"
+            ".row span{width:44px;height:44px;display:flex;align-items:center;"
+            "justify-content:center;border:2px solid #d3d6da}"
+            "p{color:#333;font-size:14px;font-weight:400}</style>"
+            + "".join(rows)
+            + f"<p>{html.escape(observation.message)}</p>"
+        )
+
+    def web_actions(self, observation: WordleObservation) -> list[tuple[str, WordleAction]]:
+        """Up to three words consistent with the board so far (the simple policy's pick
+        first), as one-click guesses."""
+        if observation.done:
+            return []
+        from corral.envs.wordle.policy import SimplePolicy  # the policy imports this module
+
+        policy = SimplePolicy(self._words, seed=0, top=1)
+        for record in observation.history:
+            policy.observe(record.guess, record.pattern)
+        best = policy.next_guess()
+        picks = [best, *[word for word in policy.candidates if word != best][:2]]
+        return [(f"try {word}", WordleAction(guess=word)) for word in picks]
+
+    def _reward(self, guess: str, pattern: str) -> dict[str, float]:
+        """The reward components of an accepted guess, given the guesses before it."""
         if pattern == _SOLVED_PATTERN:
             guesses_left = self._state.max_guesses - self._state.guesses_made - 1
-            return SOLVE_REWARD + SOLVE_BONUS_PER_GUESS_LEFT * guesses_left
+            return {"solve": round(SOLVE_REWARD + SOLVE_BONUS_PER_GUESS_LEFT * guesses_left, 6)}
         known_greens = {
             i
             for record in self._history
@@ -321,7 +329,10 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
             for letter, mark in zip(guess, pattern, strict=True)
             if mark in (CORRECT, PRESENT)
         } - known_letters
-        return NEW_GREEN_REWARD * len(new_greens) + NEW_LETTER_REWARD * len(new_letters)
+        return {
+            "new_greens": round(NEW_GREEN_REWARD * len(new_greens), 6),
+            "new_letters": round(NEW_LETTER_REWARD * len(new_letters), 6),
+        }
 
     def _message(self, guess: str, pattern: str, guesses_left: int, truncated: bool) -> str:
         state = self._state

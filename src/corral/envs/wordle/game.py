@@ -7,6 +7,7 @@ tests all share one implementation of the scoring rule.
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 from collections.abc import Iterable
 from importlib import resources
@@ -121,6 +122,29 @@ def parse_word_list(lines: Iterable[str], source: str = "word list") -> tuple[st
     if not words:
         raise ValueError(f"{source} contains no words")
     return tuple(sorted(words))
+
+
+SPLITS = ("train", "test")
+"""The task splits of a word list."""
+TEST_SHARE = 5
+"""One word in about this many is in the test split."""
+
+
+def split_of(word: str) -> str:
+    """The split ``word`` belongs to: ``test`` for about one word in :data:`TEST_SHARE`.
+
+    Decided by a hash of the word alone, so adding words to a list never moves another
+    word from one split to the other.
+    """
+    return "test" if hashlib.sha256(word.encode()).digest()[0] % TEST_SHARE == 0 else "train"
+
+
+def split_words(words: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """``{"train": ..., "test": ...}``: each split's words, sorted."""
+    chosen: dict[str, list[str]] = {name: [] for name in SPLITS}
+    for word in sorted(words):
+        chosen[split_of(word)].append(word)
+    return {name: tuple(group) for name, group in chosen.items()}
 
 
 @functools.cache

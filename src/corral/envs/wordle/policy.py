@@ -14,8 +14,8 @@ import random
 from collections import Counter
 from collections.abc import Iterable
 
-from corral.envs.wordle.env import WordleAction, WordleObservation
 from corral.envs.wordle.game import consistent_words, load_words, parse_word_list
+from corral.envs.wordle.models import WordleAction, WordleObservation
 
 
 class SimplePolicy:

@@ -1,0 +1,235 @@
+"""``corral deploy k8s [PATH]``: a fleet's manifests; ``corral k8s gc``: sweep dead owners.
+
+    corral build path/to/env && docker push ...
+    corral deploy k8s path/to/env --image registry.example.com/corral-echo:0.1.0 \\
+        --namespace rl --host envs.example.com | kubectl apply -f -
+    corral deploy k8s path/to/env -o deploy/        # one file per object + kustomization.yaml
+
+The objects are those of :mod:`corral.providers.kubernetes.manifests`. On stdout the
+output is YAML only (what ``kubectl apply -f -`` reads); the summary goes to stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from corral.providers.manifest import ManifestError, load_manifest
+
+deploy_app = typer.Typer(
+    name="deploy",
+    help="Render deployment manifests for a long-lived fleet of servers.",
+    no_args_is_help=True,
+)
+k8s_app = typer.Typer(
+    name="k8s",
+    help="Kubernetes housekeeping: sweep what dead providers left.",
+    no_args_is_help=True,
+)
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    Console(stderr=True, highlight=False, soft_wrap=True).print(
+        f"[red]error:[/red] {escape(message)}"
+    )
+    return typer.Exit(code)
+
+
+class _Dumper(yaml.SafeDumper):
+    """Safe YAML without anchors: shared label dicts are written out, as kubectl shows them."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _dump(obj: Any) -> str:
+    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
+
+
+@deploy_app.command("k8s")
+def deploy_k8s(
+    path: Annotated[
+        Path, typer.Argument(help="The environment's directory (or its corral.yaml).")
+    ] = Path("."),
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="Write one file per object (and kustomization.yaml) here."
+        ),
+    ] = None,
+    image: Annotated[
+        str | None,
+        typer.Option(help="The image (default: corral build's tag, corral-NAME:VERSION)."),
+    ] = None,
+    namespace: Annotated[str | None, typer.Option(help="Set on every object.")] = None,
+    replicas: Annotated[int, typer.Option(help="Pods to start with.")] = 2,
+    min_replicas: Annotated[int, typer.Option(help="The autoscaler's minimum.")] = 1,
+    max_replicas: Annotated[int, typer.Option(help="The autoscaler's maximum.")] = 10,
+    target_cpu: Annotated[int, typer.Option(help="Average CPU % of the request to aim at.")] = 70,
+    target_sessions: Annotated[
+        float | None,
+        typer.Option(help="Average active sessions per Pod to aim at (default: 80% of max)."),
+    ] = None,
+    drain: Annotated[
+        float, typer.Option(help="Seconds a stopping Pod keeps serving its open sessions.")
+    ] = 300.0,
+    host: Annotated[
+        str | None, typer.Option(help="Ingress (or HTTPRoute) host name; no Ingress without.")
+    ] = None,
+    ingress_class: Annotated[str | None, typer.Option(help="The Ingress class.")] = None,
+    tls_secret: Annotated[str | None, typer.Option(help="TLS Secret for the host.")] = None,
+    gateway: Annotated[
+        str | None,
+        typer.Option(help="A Gateway (NAME or NAMESPACE/NAME): an HTTPRoute instead of Ingress."),
+    ] = None,
+    websocket_timeout: Annotated[
+        int, typer.Option(help="Seconds a WebSocket may stay silent at the ingress.")
+    ] = 3600,
+    egress: Annotated[
+        bool, typer.Option("--egress/--no-egress", help="Allow outbound traffic from servers.")
+    ] = False,
+    prepull: Annotated[
+        bool, typer.Option("--prepull/--no-prepull", help="The image pre-pull DaemonSet.")
+    ] = True,
+    monitoring: Annotated[
+        bool,
+        typer.Option(
+            "--monitoring/--no-monitoring", help="ServiceMonitor and PrometheusRule objects."
+        ),
+    ] = True,
+    agent_sandbox: Annotated[
+        int,
+        typer.Option(help="Warm Pods of an agent-sandbox SandboxWarmPool (0: none)."),
+    ] = 0,
+    token_secret: Annotated[
+        str | None,
+        typer.Option(help="A Secret holding the bearer token under the key 'token'."),
+    ] = None,
+    runtime_class: Annotated[
+        str | None, typer.Option(help="RuntimeClass of the server Pods (gvisor, kata).")
+    ] = None,
+    pull_secret: Annotated[
+        list[str] | None, typer.Option(help="Image pull Secret (repeatable).")
+    ] = None,
+    cpu_limit: Annotated[
+        bool,
+        typer.Option("--cpu-limit/--no-cpu-limit", help="Limit CPU to the request."),
+    ] = True,
+) -> None:
+    """Render the Kubernetes manifests of a fleet serving the environment at PATH."""
+    # Imported here: every corral command (corral serve too) imports this module.
+    from corral.providers.kubernetes.manifests import (
+        FleetOptions,
+        file_name,
+        kustomization,
+        render_fleet,
+    )
+
+    try:
+        manifest = load_manifest(path)
+    except ManifestError as exc:
+        raise _fail(str(exc)) from None
+    try:
+        options = FleetOptions(
+            image=image,
+            namespace=namespace,
+            replicas=replicas,
+            min_replicas=min_replicas,
+            max_replicas=max_replicas,
+            target_cpu=target_cpu,
+            target_sessions=target_sessions,
+            drain_seconds=drain,
+            host=host,
+            ingress_class=ingress_class,
+            tls_secret=tls_secret,
+            gateway=gateway,
+            websocket_timeout=websocket_timeout,
+            egress=egress,
+            prepull=prepull,
+            monitoring=monitoring,
+            agent_sandbox=agent_sandbox,
+            token_secret=token_secret,
+            runtime_class=runtime_class,
+            image_pull_secrets=tuple(pull_secret or ()),
+            cpu_limit=cpu_limit,
+        )
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    objects = render_fleet(manifest, options)
+    source = manifest.path.name if manifest.path else "corral.yaml"
+    header = (
+        f"# Generated by corral deploy k8s from {source} ({manifest.name} {manifest.version}).\n"
+    )
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    if output is None:
+        sys.stdout.write(header + "".join(f"---\n{_dump(obj)}" for obj in objects))
+    else:
+        output.mkdir(parents=True, exist_ok=True)
+        files = [file_name(i, obj) for i, obj in enumerate(objects)]
+        for name, obj in zip(files, objects, strict=True):
+            (output / name).write_text(header + _dump(obj))
+        (output / "kustomization.yaml").write_text(header + _dump(kustomization(files)))
+        err.print(f"wrote {len(files)} manifests and kustomization.yaml to {escape(str(output))}")
+    kinds = ", ".join(str(o["kind"]) for o in objects)
+    err.print(f"[dim]{manifest.name}: {kinds}[/dim]")
+    if options.monitoring:
+        err.print(
+            "[dim]the autoscaler's sessions metric needs the custom metrics API "
+            "(e.g. prometheus-adapter); see docs/scaling.md[/dim]"
+        )
+
+
+@k8s_app.command("gc")
+def k8s_gc(
+    namespace: Annotated[
+        str | None, typer.Option(help="The namespace (default: the context's).")
+    ] = None,
+    context: Annotated[str | None, typer.Option(help="The kubeconfig context.")] = None,
+    kubeconfig: Annotated[str | None, typer.Option(help="The kubeconfig file.")] = None,
+    owner: Annotated[
+        str | None,
+        typer.Option(help="Sweep this owner's objects even if its Lease is live."),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List what would be deleted; delete nothing.")
+    ] = False,
+) -> None:
+    """Delete the Pods, SandboxClaims, Secrets and Leases of providers that died."""
+    try:
+        from corral.providers.kubernetes.api import KubeError, connect
+        from corral.providers.kubernetes.gc import sweep
+    except ImportError as exc:
+        raise _fail(str(exc)) from None
+
+    async def run() -> Any:
+        api = await connect(namespace=namespace, kubeconfig=kubeconfig, context=context)
+        try:
+            return api.namespace, await sweep(api, owner=owner, dry_run=dry_run)
+        finally:
+            await api.close()
+
+    try:
+        where, swept = asyncio.run(run())
+    except KubeError as exc:
+        raise _fail(str(exc), code=1) from None
+    console = Console(highlight=False, soft_wrap=True)
+    verb = "would delete" if dry_run else "deleted"
+    if not swept.total:
+        console.print(f"nothing to sweep in namespace {where}")
+        return
+    table = Table(title=f"{verb} in namespace {where}")
+    table.add_column("kind")
+    table.add_column("name")
+    for kind, names in swept.objects.items():
+        for name in names:
+            table.add_row(kind, name)
+    console.print(table)
+    console.print(f"{verb} {swept.total} objects of {len(swept.owners)} dead owners")

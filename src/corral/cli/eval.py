@@ -1,0 +1,133 @@
+"""``corral eval TARGET``: a policy over many episodes, with a progress bar and a summary.
+
+    corral eval corral.envs.wordle:WordleEnv --policy scripted --split test --out runs/wl
+    corral eval http://127.0.0.1:8000 --episodes 200 --concurrency 32 --policy my.agents:Greedy
+    corral eval corral.envs.wordle:WordleEnv --policy llm --llm-url http://127.0.0.1:8001/v1 \\
+        --model qwen2.5-7b --split test --out runs/wl-qwen
+
+Running the same command again resumes the run in ``--out``. Exit status: 0 when the
+run completed (whatever the policy scored), 2 when it could not run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from corral.errors import CorralError
+
+
+def eval_command(
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="module:Class (started in local servers), a URL, or URLs separated by commas."
+        ),
+    ],
+    episodes: Annotated[
+        int | None,
+        typer.Option(min=1, help="Episodes to play (default: the split's tasks, else 10)."),
+    ] = None,
+    concurrency: Annotated[int, typer.Option(min=1, help="Sessions playing at once.")] = 8,
+    policy: Annotated[
+        str,
+        typer.Option(help="random, scripted, llm, or PATH:NAME (a function or class)."),
+    ] = "random",
+    split: Annotated[str | None, typer.Option(help="Play this split's tasks.")] = None,
+    seed: Annotated[int, typer.Option(help="Episode k gets seed SEED + k.")] = 0,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="The run's directory (default: runs/<target>-<time>); resumed."),
+    ] = None,
+    retries: Annotated[int, typer.Option(min=0, help="Extra attempts of a failed episode.")] = 2,
+    max_steps: Annotated[int, typer.Option(min=1, help="Truncate episodes at this many.")] = 100,
+    servers: Annotated[
+        int | None, typer.Option(min=1, help="Local servers to start (module:Class only).")
+    ] = None,
+    env: Annotated[
+        str | None,
+        typer.Option(
+            "--env", help="The environment class (module:Class) for typed models and scripted."
+        ),
+    ] = None,
+    llm_url: Annotated[
+        str | None, typer.Option(help="An OpenAI-compatible endpoint (…/v1) for --policy llm.")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="The model name for --policy llm.")] = None,
+    llm_key_env: Annotated[
+        str, typer.Option(help="The environment variable holding the endpoint's API key.")
+    ] = "OPENAI_API_KEY",
+    resume: Annotated[
+        bool, typer.Option(help="Resume the run in --out (--no-resume: refuse to).")
+    ] = True,
+    parquet: Annotated[bool, typer.Option(help="Also write episodes.parquet.")] = False,
+    dataset: Annotated[
+        bool, typer.Option(help="Also save a Hugging Face dataset in <out>/dataset.")
+    ] = False,
+    codec: Annotated[str, typer.Option(help="msgpack or json.")] = "msgpack",
+    token: Annotated[
+        str | None, typer.Option(envvar="CORRAL_TOKEN", help="Bearer token for the servers.")
+    ] = None,
+    progress: Annotated[
+        bool | None, typer.Option(help="Show a progress bar (default: on a terminal).")
+    ] = None,
+) -> None:
+    """Evaluate a policy on an environment: N episodes, recorded, summarized."""
+    # Imported here: the pool needs numpy, which every other corral command can skip.
+    from corral.evaluation import EvalError, evaluate, summary_table
+
+    console = Console(highlight=False, soft_wrap=True)
+    errors = Console(stderr=True, highlight=False, soft_wrap=True)
+    where: Any = target.split(",") if "," in target else target
+    env_class = None
+    if env is not None:
+        from corral.server.target import TargetError, load_target
+
+        try:
+            env_class = load_target(env, search_path=Path.cwd())
+        except (TargetError, ImportError) as exc:
+            raise typer.BadParameter(str(exc), param_hint="--env") from None
+    run_dir = out or Path("runs") / f"{_slug(target)}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+    try:
+        summary = asyncio.run(
+            evaluate(
+                where,
+                out=run_dir,
+                policy=policy,
+                episodes=episodes,
+                concurrency=concurrency,
+                split=split,
+                seed=seed,
+                retries=retries,
+                max_steps=max_steps,
+                env=env_class,
+                servers=servers,
+                llm_url=llm_url,
+                model=model,
+                llm_api_key=os.environ.get(llm_key_env),
+                resume=resume,
+                progress=progress,
+                console=errors,
+                codec=codec,
+                token=token,
+                parquet=parquet,
+                dataset=dataset,
+            )
+        )
+    except (EvalError, CorralError, OSError, ImportError) as exc:
+        errors.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from None
+    console.print(summary_table(summary))
+    console.print(f"episodes, settings and summary in {escape(str(run_dir))}/")
+
+
+def _slug(target: str) -> str:
+    name = target.rsplit(":", 1)[-1] if "://" not in target else target.split("://", 1)[1]
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in name).strip("-")[:40]

@@ -1,0 +1,332 @@
+"""``AsyncEnvClient``: one environment session on a corral server; ``SyncEnvClient``, its twin.
+
+    async with AsyncEnvClient("http://127.0.0.1:8000", env=EchoEnv) as env:
+        result = await env.reset(seed=1)
+        result = await env.step(EchoAction(message="hi"))
+
+Replies are decoded into the environment's typed models: the classes you pass (``env=``
+or ``action_type=``/``observation_type=``/``state_type=``), or, when you pass none,
+models built from the server's published schemas. No per-environment parsing code.
+
+A dropped connection is re-established and the session resumed without the caller
+noticing (see :mod:`corral.client.connection`); a session the server no longer has
+raises :class:`~corral.errors.SessionLost` with the reason, and is never silently
+replaced by a new one.
+
+:meth:`AsyncEnvClient.sync` (or :class:`SyncEnvClient` directly) gives the blocking twin:
+same methods, same names, same exceptions; each call runs the async implementation on
+corral's private background loop (:mod:`corral.blocking`), so it works in scripts and
+inside Jupyter alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Generic, Self
+
+from corral.blocking import BlockingTwin, run_blocking
+from corral.client.connection import Connection, Dialer, http_url
+from corral.client.openenv_connection import OpenEnvConnection, is_openenv_refusal
+from corral.client.typed import ActT, ObsT, StateT, TypedFace, TypedModels
+from corral.contract import Environment, StepResult
+from corral.errors import ClientClosed, UnsupportedProtocol
+from corral.protocol.client import ReconnectPolicy
+from corral.protocol.messages import (
+    Close,
+    GetState,
+    Open,
+    Opened,
+    Reply,
+    Reset,
+    Result,
+    StateReply,
+    Step,
+)
+
+if TYPE_CHECKING:
+    from corral.client.local_server import LocalServer
+
+_MARGIN = 5.0
+"""Seconds a blocking call waits beyond the client's own timeout before giving up."""
+
+
+class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
+    """A typed session with a remote environment (see module docstring).
+
+    Args:
+        url: the server (``http://host:port`` or ``ws://host:port/ws``).
+        env: the environment class, to take the models (and contract) from it.
+        action_type / observation_type / state_type: the models, given one by one.
+        codec: ``"msgpack"`` (default) or ``"json"``.
+        timeout: seconds to wait for each reply (None: no limit).
+        connect_timeout: seconds to connect and complete the handshake.
+        check_contract: send the local contract so that an incompatible server is
+            refused at connect time (``CONTRACT_MISMATCH``).
+        ping_interval / ping_timeout: keepalive; a server that does not answer a ping
+            within ``ping_timeout`` counts as gone and the connection is re-established.
+        headers: extra HTTP headers for the WebSocket handshake.
+        openenv_fallback: if the server accepts the WebSocket without corral's
+            subprotocol (an OpenEnv server), speak OpenEnv's envelope instead (see
+            :mod:`corral.client.openenv_connection` for its limits).
+        token: bearer token for a server started with one (default: ``$CORRAL_TOKEN``,
+            or the file named by ``$CORRAL_TOKEN_FILE``).
+        reconnect: a :class:`~corral.protocol.client.ReconnectPolicy`, True for the
+            default (backoff up to 2 s, give up after 30 s), False to fail at the first drop.
+        dialer: opens the socket (default: a WebSocket); :mod:`corral.testing` passes an
+            in-process one.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        env: type[Environment[ActT, ObsT, StateT]] | None = None,
+        action_type: type[ActT] | None = None,
+        observation_type: type[ObsT] | None = None,
+        state_type: type[StateT] | None = None,
+        codec: str = "msgpack",
+        timeout: float | None = 60.0,
+        connect_timeout: float = 10.0,
+        check_contract: bool = True,
+        ping_interval: float | None = 20.0,
+        ping_timeout: float | None = 20.0,
+        headers: Mapping[str, str] | None = None,
+        openenv_fallback: bool = True,
+        token: str | None = None,
+        reconnect: ReconnectPolicy | bool = True,
+        dialer: Dialer | None = None,
+    ) -> None:
+        self.url = http_url(url)
+        self.timeout = timeout
+        self.typed: TypedModels[ActT, ObsT, StateT] = TypedModels(
+            env, action_type, observation_type, state_type, check_contract=check_contract
+        )
+        self.openenv_fallback = openenv_fallback
+        self.connection: Connection | OpenEnvConnection = Connection(
+            url,
+            codec=codec,
+            connect_timeout=connect_timeout,
+            ping_interval=ping_interval,
+            ping_timeout=ping_timeout,
+            headers=dict(headers or {}),
+            token=token,
+            reconnect=reconnect,
+            dialer=dialer,
+        )
+        self.session_id: str | None = None
+        self.resume_token: str | None = None
+        self._server: LocalServer | None = None
+        self._closed = False
+
+    # -- construction helpers -----------------------------------------------------
+
+    @classmethod
+    async def from_env(
+        cls,
+        target: str,
+        *,
+        env: type[Environment[Any, Any, Any]] | None = None,
+        server_args: list[str] | None = None,
+        startup_timeout: float = 60.0,
+        **client_kwargs: Any,
+    ) -> AsyncEnvClient[Any, Any, Any]:
+        """Start ``target`` (``"module:Class"``) in a local server process and connect.
+
+        The server process is stopped when the client closes (and at interpreter exit).
+        """
+        from corral.client.local_server import LocalServer
+
+        server = LocalServer(
+            target,
+            server_args=server_args,
+            startup_timeout=startup_timeout,
+            token=client_kwargs.get("token"),
+        )
+        url = await server.start()
+        try:
+            client: AsyncEnvClient[Any, Any, Any] = cls(url, env=env, **client_kwargs)
+            client._server = server
+            await client.connect()
+        except BaseException:
+            await server.stop()
+            raise
+        return client
+
+    @property
+    def server(self) -> LocalServer | None:
+        """The local server process this client started, if any."""
+        return self._server
+
+    def sync(self) -> SyncEnvClient[ActT, ObsT, StateT]:
+        """A blocking twin of this client: same methods, same errors."""
+        return SyncEnvClient(self)
+
+    # -- connection and session ---------------------------------------------------
+
+    async def connect(self) -> Self:
+        """Connect, handshake and open the session (done lazily by the first call)."""
+        if self._closed:
+            raise ClientClosed("this client was closed")
+        if self.session_id is not None:
+            return self
+        need_schemas = self.typed.incomplete
+        try:
+            welcome = await self.connection.connect(
+                self.typed.local_contract(), want_schemas=need_schemas
+            )
+        except UnsupportedProtocol as exc:
+            if not (
+                self.openenv_fallback
+                and isinstance(self.connection, Connection)
+                and is_openenv_refusal(exc)
+            ):
+                raise
+            self.connection = OpenEnvConnection.replacing(self.connection)
+            welcome = await self.connection.connect(want_schemas=need_schemas)
+        if need_schemas:
+            self.typed.adopt_schemas(welcome.get("schemas") or {})
+        connection = self.connection
+        opened = await connection.request(Open(connection.next_id()), timeout=self.timeout)
+        assert isinstance(opened, Opened)
+        self.session_id = opened.session
+        self.resume_token = opened.token
+        return self
+
+    @property
+    def server_info(self) -> dict[str, Any]:
+        """The server's ``welcome``: env name, contract version, fingerprint, limits."""
+        return self.connection.welcome
+
+    async def _session(self) -> str:
+        """This client's session id, connecting first if needed."""
+        session = self.session_id
+        if session is None:
+            await self.connect()
+            session = self.session_id
+            assert session is not None
+        return session
+
+    # -- the environment API ------------------------------------------------------
+
+    async def reset(self, seed: int | None = None, **options: Any) -> StepResult[ObsT]:
+        """Start a new episode; returns its first observation as a :class:`StepResult`."""
+        session = await self._session()
+        connection = self.connection
+        request = Reset(connection.next_id(), session, seed, options)
+        return self._result(await connection.request(request, timeout=self.timeout))
+
+    async def step(self, action: ActT | Mapping[str, Any]) -> StepResult[ObsT]:
+        """Apply ``action`` (a model or a dict validated locally) and return the result."""
+        session = await self._session()
+        connection = self.connection
+        payload = connection.codec.dump(self.typed.action(action))
+        request = Step(connection.next_id(), session, payload)
+        return self._result(await connection.request(request, timeout=self.timeout))
+
+    async def state(self) -> StateT:
+        """The environment's current state, typed."""
+        session = await self._session()
+        connection = self.connection
+        reply = await connection.request(
+            GetState(connection.next_id(), session), timeout=self.timeout
+        )
+        assert isinstance(reply, StateReply)
+        return self.typed.state(reply.state, connection.codec)
+
+    async def close(self) -> None:
+        """Close the session, the connection and any server this client started."""
+        if self._closed:
+            return
+        self._closed = True
+        connection = self.connection
+        try:
+            if self.session_id is not None and connection.connected:
+                with contextlib.suppress(Exception):
+                    close = Close(connection.next_id(), self.session_id)
+                    await connection.request(close, timeout=5.0)
+        finally:
+            await connection.close()
+            if self._server is not None:
+                await self._server.stop()
+
+    async def __aenter__(self) -> Self:
+        return await self.connect()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def _result(self, reply: Reply) -> StepResult[ObsT]:
+        assert isinstance(reply, Result)
+        return StepResult.of(self.typed.observation(reply.observation, self.connection.codec))
+
+
+class SyncEnvClient(BlockingTwin[AsyncEnvClient[ActT, ObsT, StateT]], Generic[ActT, ObsT, StateT]):
+    """A blocking session with a remote environment; see :class:`AsyncEnvClient`."""
+
+    @classmethod
+    def connect_to(cls, url: str, **kwargs: Any) -> SyncEnvClient[Any, Any, Any]:
+        """Create the async client with ``kwargs`` and return its connected twin."""
+        twin: SyncEnvClient[Any, Any, Any] = SyncEnvClient(AsyncEnvClient(url, **kwargs))
+        return twin.connect()
+
+    @classmethod
+    def from_env(
+        cls,
+        target: str,
+        *,
+        env: type[Environment[Any, Any, Any]] | None = None,
+        **kwargs: Any,
+    ) -> SyncEnvClient[Any, Any, Any]:
+        """Start ``target`` in a local server process and connect (blocking)."""
+        client = run_blocking(AsyncEnvClient.from_env(target, env=env, **kwargs), None)
+        return SyncEnvClient(client)
+
+    @property
+    def async_client(self) -> AsyncEnvClient[ActT, ObsT, StateT]:
+        """The async client this twin drives."""
+        return self._async
+
+    @property
+    def session_id(self) -> str | None:
+        """The server's id of this session."""
+        return self._async.session_id
+
+    @property
+    def server_info(self) -> dict[str, Any]:
+        """The server's ``welcome``."""
+        return self._async.server_info
+
+    def _wait(self) -> float | None:
+        timeout = self._async.timeout
+        return None if timeout is None else timeout + _MARGIN
+
+    def _enter(self) -> None:
+        self.connect()
+
+    def connect(self) -> Self:
+        """Connect, handshake and open the session."""
+        self._call(self._async.connect())
+        return self
+
+    def reset(self, seed: int | None = None, **options: Any) -> StepResult[ObsT]:
+        """Start a new episode; see :meth:`AsyncEnvClient.reset`."""
+        return self._call(self._async.reset(seed, **options))
+
+    def step(self, action: ActT | Mapping[str, Any]) -> StepResult[ObsT]:
+        """Apply ``action``; see :meth:`AsyncEnvClient.step`."""
+        return self._call(self._async.step(action))
+
+    def state(self) -> StateT:
+        """The current state; see :meth:`AsyncEnvClient.state`."""
+        return self._call(self._async.state())
+
+    def close(self) -> None:
+        """Close the session, connection and any server the client started."""
+        self._call(self._async.close(), 30.0)

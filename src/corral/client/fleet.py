@@ -1,0 +1,492 @@
+"""The pool's fleet: its servers, their connections and sessions, health and recovery.
+
+**Servers.** A fleet takes its servers from a *source*: a list of URLs of running
+servers, or a factory of :class:`ServerHandle` objects it starts and stops itself (a
+:class:`~corral.client.local_server.LocalServer` per ``"package.module:Class"`` target;
+any provider fits behind a handle: ``start()`` returns the URL, ``alive()`` asks the
+provider, ``stop()`` releases the server).
+
+**Layout.** Sessions are numbered ``0..n-1``; server ``j`` of ``M`` holds the contiguous
+block ``j*n//M .. (j+1)*n//M - 1``, and each server's block is split over connections
+(:class:`Link`) of at most ``sessions_per_connection`` sessions (capped by the server's
+``max_sessions_per_connection``). Each link carries a gate of ``max_in_flight`` messages
+(the pool's back-pressure) and the server's ``max_batch``.
+
+**Health.** Every ``health_interval`` seconds (and whenever the pool reports a failure,
+:meth:`Fleet.suspect`) the fleet checks a server: its handle is alive, none of its
+connections gave up reconnecting, and ``/health`` answers. A server that fails the check
+is recovered in the background, once at a time:
+
+* alive: its dropped connections are replaced and their sessions re-attached with their
+  resume tokens, episodes intact (a session the server no longer has is opened afresh
+  and marked ``needs_reset``);
+* dead, started by the fleet, and ``replace_dead_servers``: a new server is started in
+  its place and its sessions are opened again and marked ``needs_reset``;
+* otherwise its sessions are lost (:meth:`Fleet.unusable` says why).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from corral.auth import bearer_header, resolve_token
+from corral.client.connection import Connection, http_url
+from corral.client.health import answers, probe_client
+from corral.client.typed import TypedModels
+from corral.errors import SessionLost
+from corral.protocol.messages import Open, Opened
+
+if TYPE_CHECKING:
+    import httpx
+    from rich.console import Console
+    from rich.progress import Progress, TaskID
+
+log = logging.getLogger("corral.client")
+
+
+class ServerHandle(Protocol):
+    """A server the fleet starts and stops (such as a :class:`LocalServer`)."""
+
+    async def start(self) -> str:
+        """Start the server; return its URL once it is ready."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop the server (idempotent)."""
+        ...
+
+    async def alive(self) -> bool:
+        """False once the server is known to be gone (its process or container ended)."""
+        ...
+
+
+ServerSource = list[str] | Callable[[], ServerHandle]
+"""Where a fleet's servers come from: running servers' URLs, or a factory of handles."""
+
+
+def server_source(
+    target: str | Sequence[str] | Callable[[], ServerHandle],
+    servers: int | None,
+    server_args: Sequence[str] | None,
+    startup_timeout: float,
+) -> tuple[ServerSource, int]:
+    """The source of ``EnvPool``'s ``target`` and how many servers it gives.
+
+    Raises:
+        ValueError: the target is neither a URL, a list of URLs, an environment
+            reference nor a callable, or ``servers`` does not fit it.
+    """
+    if servers is not None and servers < 1:
+        raise ValueError(f"servers must be >= 1, got {servers}")
+    if isinstance(target, str) and "://" not in target:
+        if ":" not in target:
+            raise ValueError(
+                f"target {target!r} is neither a URL nor an environment reference "
+                "'package.module:Class'"
+            )
+        from corral.client.local_server import LocalServer
+
+        args = list(server_args or [])
+        return (
+            lambda: LocalServer(target, server_args=args, startup_timeout=startup_timeout)
+        ), servers or 1
+    if callable(target):
+        return target, servers or 1
+    if servers is not None:
+        raise ValueError("servers= is for targets the pool starts; a URL list says how many")
+    if isinstance(target, str):
+        return [target], 1
+    urls = list(target)
+    if not urls or not all(isinstance(u, str) for u in urls):
+        raise ValueError("target must be a non-empty list of server URLs")
+    return urls, len(urls)
+
+
+@dataclass(eq=False)
+class FleetServer:
+    """One server of the fleet and what the fleet knows about it."""
+
+    index: int
+    handle: ServerHandle | None
+    url: str
+    links: list[Link] = field(default_factory=list)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set while the server is usable; cleared while it is being recovered."""
+    dead: str | None = None
+    """Why the server is gone, when it could not be recovered."""
+    recovering: asyncio.Task[None] | None = None
+
+
+@dataclass(eq=False)
+class Link:
+    """One connection to a server and the sessions it carries."""
+
+    server: FleetServer
+    connection: Connection
+    slots: list[Slot]
+    gate: asyncio.Semaphore
+    """At most ``max_in_flight`` messages outstanding on this connection."""
+    batch_limit: int
+    """The server's ``max_batch``: items per batch message."""
+
+
+@dataclass(eq=False)
+class Slot:
+    """Session ``index`` of the pool: where it lives and what its episode needs."""
+
+    index: int
+    server: FleetServer
+    link: Link | None = None
+    session: str = ""
+    needs_reset: bool = False
+    """The episode is gone or ended: the next step resets it (per the autoreset mode)."""
+    pending: bool = False
+    """A step sent with ``EnvPool.send`` waits for ``recv``."""
+    lost: str | None = None
+    """Why the session is gone for good."""
+
+
+class Fleet:
+    """The servers, connections and sessions of one pool (see the module docstring).
+
+    Args:
+        n: number of sessions.
+        source: the servers (see :func:`server_source`).
+        num_servers: how many servers the source gives.
+        typed: the pool's models (the handshake sends their contract or fetches schemas).
+        codec / connect_timeout / headers / token: of every connection.
+        timeout: seconds for each ``open``/``attach`` request.
+        sessions_per_connection / max_in_flight: the layout (module docstring).
+        health_interval: seconds between health checks (None: only when suspected).
+        replace_dead_servers: start a new server in place of a dead one it started.
+        progress / console: the progress bar while starting (None: when stderr is a
+            terminal and the fleet is large).
+    """
+
+    def __init__(
+        self,
+        n: int,
+        source: ServerSource,
+        num_servers: int,
+        typed: TypedModels[Any, Any, Any],
+        *,
+        codec: str,
+        timeout: float | None,
+        connect_timeout: float,
+        sessions_per_connection: int,
+        max_in_flight: int,
+        health_interval: float | None,
+        replace_dead_servers: bool,
+        headers: Mapping[str, str] | None,
+        token: str | None,
+        progress: bool | None,
+        console: Console | None,
+    ) -> None:
+        self.n = n
+        self.source = source
+        self.num_servers = num_servers
+        self.typed = typed
+        self.codec = codec
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.sessions_per_connection = sessions_per_connection
+        self.max_in_flight = max_in_flight
+        self.health_interval = health_interval
+        self.replace_dead_servers = replace_dead_servers
+        self.headers = dict(headers or {})
+        self.token = resolve_token(token)
+        self.servers: list[FleetServer] = []
+        self.slots: list[Slot] = []
+        self.closed = False
+        self._progress_wanted = progress
+        self._console = console
+        self._monitor: asyncio.Task[None] | None = None
+
+    @property
+    def urls(self) -> list[str]:
+        """The URL of each server, in order."""
+        return [s.url for s in self.servers]
+
+    # -- starting and stopping ----------------------------------------------------
+
+    async def start(self) -> None:
+        """Start (or reach) the servers, connect, open every session, start the monitor.
+
+        Raises:
+            ServerStartError / ConnectionLost / CapacityReached / ContractMismatch: a
+                server could not be started or reached, or refused the pool (what was
+                started is left for :meth:`close`).
+        """
+        with self._bar() as bar:
+            await self._start_servers(bar)
+            task = bar.add("opening sessions", self.n)
+            await asyncio.gather(*(self._open(s, bar, task) for s in self.servers))
+        if self.health_interval is not None:
+            self._monitor = asyncio.create_task(self._monitor_forever(), name="corral-pool-health")
+
+    async def _start_servers(self, bar: _Bar) -> None:
+        factory = self.source if callable(self.source) else None
+        urls = self.source if isinstance(self.source, list) else []
+        task = bar.add("starting servers", self.num_servers) if factory else None
+
+        async def one(index: int) -> FleetServer:
+            handle = factory() if factory is not None else None
+            url = await handle.start() if handle is not None else urls[index]
+            bar.advance(task)
+            return FleetServer(index, handle, http_url(url))
+
+        started = await asyncio.gather(
+            *(one(j) for j in range(self.num_servers)), return_exceptions=True
+        )
+        self.servers = [s for s in started if isinstance(s, FleetServer)]
+        failure = next((s for s in started if isinstance(s, BaseException)), None)
+        if failure is not None:
+            raise failure
+        self.slots = [
+            Slot(i, self.servers[j])
+            for j, block in enumerate(_blocks(self.n, self.num_servers))
+            for i in block
+        ]
+
+    async def _open(self, server: FleetServer, bar: _Bar, task: TaskID | None) -> None:
+        """Connect to ``server`` and open its block of sessions."""
+        slots = self.slots_of(server)
+        server.links = []
+        first = await self.connect(server)
+        limits = first.welcome.get("limits", {})
+        per = min(
+            self.sessions_per_connection,
+            int(limits.get("max_sessions_per_connection", self.sessions_per_connection)),
+        )
+        batch_limit = int(limits.get("max_batch", per))
+        groups = [slots[i : i + per] for i in range(0, len(slots), per)]
+        connections = [first] + [await self.connect(server) for _ in groups[1:]]
+        for connection, group in zip(connections, groups, strict=True):
+            link = Link(
+                server, connection, group, asyncio.Semaphore(self.max_in_flight), batch_limit
+            )
+            server.links.append(link)
+            for slot in group:
+                slot.link = link
+
+        async def open_one(slot: Slot) -> None:
+            assert slot.link is not None
+            slot.session, slot.lost = await self._open_session(slot.link.connection), None
+            bar.advance(task)
+
+        await asyncio.gather(*(open_one(s) for s in slots))
+        server.dead = None
+        server.ready.set()
+
+    async def connect(self, server: FleetServer) -> Connection:
+        """A new connection to ``server``, handshake done (schemas adopted if needed)."""
+        connection = Connection(
+            server.url,
+            codec=self.codec,
+            connect_timeout=self.connect_timeout,
+            headers=self.headers,
+            token=self.token,
+        )
+        await self._handshake(connection)
+        return connection
+
+    async def _handshake(self, connection: Connection) -> None:
+        need_schemas = self.typed.incomplete
+        welcome = await connection.connect(self.typed.local_contract(), want_schemas=need_schemas)
+        if need_schemas:
+            self.typed.adopt_schemas(welcome.get("schemas") or {})
+
+    async def _open_session(self, connection: Connection) -> str:
+        """Open a session on ``connection``; its id."""
+        opened = await connection.request(Open(connection.next_id()), timeout=self.timeout)
+        assert isinstance(opened, Opened)
+        return opened.session
+
+    def _bar(self) -> _Bar:
+        wanted = self._progress_wanted
+        if wanted is None:
+            wanted = sys.stderr.isatty() and (self.n >= 64 or self.num_servers > 1)
+        return _Bar(wanted, self._console)
+
+    async def close(self) -> None:
+        """Stop the monitor and recoveries, close every connection, stop started servers."""
+        self.closed = True
+        if self._monitor is not None:
+            self._monitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._monitor
+        for server in self.servers:
+            if server.recovering is not None:
+                server.recovering.cancel()
+        await asyncio.gather(*(self._close_server(s) for s in self.servers))
+
+    async def _close_server(self, server: FleetServer) -> None:
+        for link in server.links:
+            with contextlib.suppress(Exception):
+                await link.connection.close()
+        if server.handle is not None:
+            with contextlib.suppress(Exception):
+                await server.handle.stop()
+
+    # -- using a session ----------------------------------------------------------
+
+    def slots_of(self, server: FleetServer) -> list[Slot]:
+        """The sessions ``server`` holds, in order."""
+        return [s for s in self.slots if s.server is server]
+
+    async def wait_ready(self, server: FleetServer) -> None:
+        """Wait (bounded) while ``server`` is being recovered; never raises."""
+        recovering = server.recovering
+        if server.ready.is_set() or recovering is None:
+            return
+        wait = 120.0 if self.timeout is None else self.timeout + 60.0
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(recovering), wait)
+
+    def unusable(self, slot: Slot) -> SessionLost | None:
+        """Why ``slot`` cannot be sent to now, or None."""
+        server = slot.server
+        if not server.ready.is_set():
+            return SessionLost(
+                f"session {slot.index}'s server {server.url} is gone: {server.dead}",
+                details={"session": slot.index, "reason": server.dead},
+            )
+        if slot.lost is not None or slot.link is None:
+            return SessionLost(
+                f"session {slot.index} is gone: {slot.lost}",
+                details={"session": slot.index, "reason": slot.lost},
+            )
+        return None
+
+    # -- health and recovery ------------------------------------------------------
+
+    def suspect(self, server: FleetServer) -> None:
+        """Something failed on ``server``: recover it in the background (once at a time)."""
+        if self.closed or server.recovering is not None:
+            return
+        server.ready.clear()
+        server.recovering = asyncio.create_task(self._recover(server))
+
+    async def _monitor_forever(self) -> None:
+        assert self.health_interval is not None
+        async with probe_client(self._http_headers()) as http:
+            while True:
+                await asyncio.sleep(self.health_interval)
+                for server in self.servers:
+                    if server.recovering is None and not await self._healthy(server, http):
+                        self.suspect(server)
+
+    async def _healthy(self, server: FleetServer, http: httpx.AsyncClient) -> bool:
+        """The handle is alive, no connection gave up, and ``/health`` answers."""
+        if server.handle is not None and not await server.handle.alive():
+            return False
+        if any(_failed(link.connection) for link in server.links):
+            return False  # gave up reconnecting (a reconnect in progress is left to finish)
+        return await answers(server.url, http=http, headers=self._http_headers())
+
+    def _http_headers(self) -> dict[str, str]:
+        """Headers of the health checks: the pool's, plus the bearer token if any."""
+        return {**self.headers, **(bearer_header(self.token) if self.token else {})}
+
+    async def _recover(self, server: FleetServer) -> None:
+        try:
+            alive = server.handle is None or await server.handle.alive()
+            if alive and await answers(server.url, headers=self._http_headers()):
+                await self._reattach(server)
+            elif server.handle is not None and self.replace_dead_servers:
+                await self._replace(server)
+            else:
+                server.dead = "the server does not answer its health check"
+                for slot in self.slots_of(server):
+                    slot.lost = server.dead
+                    slot.needs_reset = True
+        except Exception as exc:
+            server.dead = f"recovery failed: {exc}"
+            log.warning("could not recover server %s: %s", server.url, exc)
+        finally:
+            server.recovering = None
+
+    async def _reattach(self, server: FleetServer) -> None:
+        """Re-establish the connections to a live server that gave up reconnecting.
+
+        Each connection re-attaches its own sessions (episodes intact, request ids going
+        on, so the server's reply cache stays right); a session the server no longer has
+        is opened afresh and marked ``needs_reset``.
+        """
+        for link in server.links:
+            connection = link.connection
+            if not _failed(connection):
+                continue
+            await self._handshake(connection)
+            for slot in link.slots:
+                if connection.sessions.reason(slot.session) is not None:
+                    connection.sessions.forget(slot.session)
+                    slot.session = await self._open_session(connection)
+                    slot.needs_reset = True
+                slot.lost = None
+        server.dead = None
+        server.ready.set()
+
+    async def _replace(self, server: FleetServer) -> None:
+        """Start a new server in place of a dead one and open its sessions again."""
+        log.warning("server %s died; starting a replacement", server.url)
+        await self._close_server(server)
+        assert callable(self.source)
+        server.handle = self.source()
+        server.url = http_url(await server.handle.start())
+        await self._open(server, _Bar(False, None), None)
+        for slot in self.slots_of(server):
+            slot.needs_reset = True
+
+
+def _failed(connection: Connection) -> bool:
+    """True for a connection that is down and no longer reconnecting by itself."""
+    return not connection.connected and not connection.reconnecting
+
+
+def _blocks(n: int, servers: int) -> list[range]:
+    """Contiguous session ranges, one per server."""
+    return [range(j * n // servers, (j + 1) * n // servers) for j in range(servers)]
+
+
+class _Bar:
+    """A rich progress bar on stderr, or nothing."""
+
+    def __init__(self, enabled: bool, console: Console | None) -> None:
+        self._progress: Progress | None = None
+        if enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+            self._progress = Progress(
+                "[progress.description]{task.description}",
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console or Console(stderr=True),
+                transient=True,
+            )
+
+    def __enter__(self) -> _Bar:
+        if self._progress is not None:
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def add(self, description: str, total: int) -> TaskID | None:
+        if self._progress is None:
+            return None
+        return self._progress.add_task(description, total=total)
+
+    def advance(self, task: TaskID | None) -> None:
+        if self._progress is not None and task is not None:
+            self._progress.advance(task)

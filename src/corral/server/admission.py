@@ -1,0 +1,146 @@
+"""Admission: a request's payload into an environment call, and the call's result back out.
+
+The same steps for a single request and for every item of a batch, so the two paths
+cannot drift apart:
+
+* :meth:`Admission.call` turns an admitted operation into the runner call to make:
+  the wire action loaded into the Action model (after the action migration of a client
+  of an older contract major; ``INVALID_ACTION`` with pydantic's errors otherwise), or
+  the reset seed and options, checked against the keywords ``reset`` takes
+  (``INVALID_ARGUMENT``);
+* :meth:`Admission.result` and :meth:`Admission.state` check that the environment
+  returned its contract's model and dump it with the connection's codec
+  (``BAD_OBSERVATION``);
+* :meth:`Admission.failure` maps whatever a call raised to the error to send: corral's
+  own errors as they are, anything the environment raised as ``ENV_ERROR``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from corral.contract import Environment, Observation, State
+from corral.contract.options import accepted_reset_options, check_reset_options
+from corral.contract.schema import Contract
+from corral.errors import (
+    BadObservation,
+    CorralError,
+    EnvError,
+    InvalidAction,
+    validation_errors,
+)
+from corral.protocol.batch import ResetItem, StepItem
+from corral.protocol.messages import GetState, Reset, Step
+from corral.protocol.server import Peer
+from corral.protocol.session import Op
+from corral.server.rewards import RewardStats
+
+Payload = Reset | Step | GetState | ResetItem | StepItem
+"""What an environment call is made from: a single request, or one item of a batch."""
+
+_STEPS = (Step, StepItem)
+_RESETS = (Reset, ResetItem)
+
+
+class Admission:
+    """The payload and result rules of one environment class (see the module docstring)."""
+
+    def __init__(self, env_type: type[Environment[Any, Any, Any]], contract: Contract) -> None:
+        self.env_name = env_type.__name__
+        self.contract = contract
+        self.reset_options = accepted_reset_options(env_type.reset)
+        """Keywords ``reset`` takes besides ``seed`` (None: any)."""
+        self.rewards = RewardStats()
+        """Every returned observation's reward and components, single call or batch item."""
+
+    def call(self, peer: Peer, op: Op, payload: Payload) -> tuple[str, tuple[Any, ...], Any]:
+        """The runner call ``(method, args, kwargs)`` for ``op`` on ``payload``.
+
+        Raises:
+            InvalidAction: the action does not load into the Action model.
+            InvalidArgument: a reset option the environment does not take.
+        """
+        if op is Op.STEP:
+            assert isinstance(payload, _STEPS)
+            return "step", (self.action(peer, payload.action),), {}
+        if op is Op.STATE:
+            return "state", (), {}
+        # A reset, or a step that auto-resets an ended episode (no seed, no options).
+        if isinstance(payload, _RESETS):
+            check_reset_options(payload.options, self.reset_options, self.env_name)
+            return "reset", (payload.seed,), payload.options
+        return "reset", (None,), {}
+
+    def action(self, peer: Peer, raw: Any) -> BaseModel:
+        """Load a wire action into the Action model, migrating it first if need be.
+
+        Raises:
+            InvalidAction: with pydantic's errors (see :func:`corral.errors.validation_errors`).
+        """
+        model = self.contract.action
+        if peer.migrate is not None and isinstance(raw, dict):
+            raw = peer.migrate(raw)
+        try:
+            return peer.codec.load(model, raw)
+        except ValidationError as exc:
+            raise InvalidAction(
+                f"invalid {model.__name__}: {exc.error_count()} error(s)",
+                details={"errors": validation_errors(exc)},
+            ) from None
+        except (TypeError, ValueError, RecursionError) as exc:
+            # The value could not even be handed to validation (e.g. nested deeper than
+            # the JSON encoder goes): the client's action is at fault, not the env.
+            raise InvalidAction(
+                f"invalid {model.__name__}: {type(exc).__name__}: {exc}",
+                details={"errors": [{"type": "unreadable", "loc": [], "msg": str(exc)}]},
+            ) from None
+
+    def result(self, peer: Peer, value: Any, op: Op) -> tuple[Any, bool]:
+        """The observation ``reset``/``step`` returned, as ``(wire object, done)``.
+
+        Raises:
+            BadObservation: not the contract's Observation, or it cannot be dumped.
+        """
+        model = self.contract.observation
+        if not isinstance(value, Observation) or not isinstance(value, model):
+            method = "step" if op is Op.STEP else "reset"
+            raise BadObservation(
+                f"{self.env_name}.{method}() returned {type(value).__name__}, not {model.__name__}",
+                details={"returned": type(value).__name__},
+            )
+        wire = self._dump(peer, value, model, "observation")
+        self.rewards.observe(value)
+        return wire, value.done
+
+    def state(self, peer: Peer, value: Any) -> Any:
+        """The state ``state()`` returned, as a wire object.
+
+        Raises:
+            BadObservation: not a State, or it cannot be dumped.
+        """
+        if not isinstance(value, State):
+            raise BadObservation(
+                f"{self.env_name}.state() returned {type(value).__name__}, not a State"
+            )
+        return self._dump(peer, value, self.contract.state, "state")
+
+    @staticmethod
+    def _dump(peer: Peer, value: BaseModel, model: type[BaseModel], what: str) -> Any:
+        try:
+            return peer.codec.dump(value)
+        except Exception as exc:
+            raise BadObservation(
+                f"the {what} could not be serialized: {exc}", details={"model": model.__name__}
+            ) from None
+
+    @staticmethod
+    def failure(exc: BaseException, op: Op) -> CorralError:
+        """The error to answer a call that raised ``exc`` with."""
+        if isinstance(exc, CorralError):
+            return exc
+        return EnvError(
+            f"{type(exc).__name__}: {exc}",
+            details={"exception": type(exc).__name__, "op": str(op)},
+        )

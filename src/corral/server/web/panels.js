@@ -1,0 +1,223 @@
+// The other views: contract, protocol inspector (+ copy as Python/curl), server view.
+
+import { h, $, clear, json, mask } from './dom.js';
+import { fieldTable, sparkline } from './observe.js';
+
+const MAX_FRAMES = 500;
+
+export class Inspector {
+  constructor(body, detail) {
+    this.body = body;
+    this.detail = detail;
+    this.frames = [];
+  }
+
+  add(dir, message, text) {
+    const frame = { dir, message, text, t: new Date() };
+    this.frames.push(frame);
+    if (this.frames.length > MAX_FRAMES) {
+      this.frames.shift();
+      this.body.firstElementChild?.remove();
+    }
+    const m = message || {};
+    this.body.append(
+      h(
+        'tr',
+        { class: `frame ${dir} ${m.type === 'error' ? 'error' : ''}`, tabindex: 0, onclick: () => this.show(frame), onkeydown: (e) => e.key === 'Enter' && this.show(frame) },
+        h('td', { text: dir === 'out' ? '→' : '←', 'aria-label': dir === 'out' ? 'sent' : 'received' }),
+        h('td', { text: m.id ?? '' }),
+        h('td', { text: m.type ?? '?' }),
+        h('td', { text: m.session ? m.session.slice(0, 8) : '' }),
+        h('td', { text: String(text.length) }),
+        h('td', { text: frame.t.toLocaleTimeString() }),
+      ),
+    );
+  }
+
+  show(frame) {
+    this.detail.textContent = frame.message ? json(mask(frame.message)) : frame.text;
+  }
+
+  clear() {
+    this.frames = [];
+    clear(this.body);
+    this.detail.textContent = '';
+  }
+}
+
+export function showContract(el, { schema, metadata, welcome }) {
+  const limits = welcome?.limits || {};
+  clear(
+    el,
+    fieldTable({
+      name: metadata.name,
+      description: metadata.description,
+      contract_version: schema.contract_version,
+      fingerprint: schema.fingerprint,
+      compat: welcome?.compat,
+      server: welcome?.server,
+      auto_reset: metadata.auto_reset,
+    }),
+    h('h3', { text: 'Server limits' }),
+    fieldTable(limits),
+    ['action', 'observation', 'state', 'reset_options'].filter((k) => schema[k]).map((k) =>
+      h('details', { class: 'schema', open: k === 'action' }, h('summary', { text: `${k} schema` }), h('pre', { class: 'obj', text: json(schema[k]) })),
+    ),
+    metadata.readme_content ? h('details', { class: 'readme' }, h('summary', { text: 'README' }), h('pre', { class: 'long', text: metadata.readme_content })) : null,
+  );
+}
+
+// -- copy as Python / curl ------------------------------------------------------------
+
+const py = (value) =>
+  JSON.stringify(value, null, 0)
+    .replace(/\btrue\b/g, 'True')
+    .replace(/\bfalse\b/g, 'False')
+    .replace(/\bnull\b/g, 'None');
+
+const actionsUpTo = (ep, index) => ep.steps.slice(1, Math.max(1, index + 1)).map((s) => s.action);
+
+export function pythonSnippet(ep, index, meta) {
+  const lines = [
+    'import asyncio',
+    '',
+    'from corral.client import AsyncEnvClient',
+    '',
+    '',
+    'async def main() -> None:',
+    `    # token=... (or $CORRAL_TOKEN) if the server requires one`,
+    `    async with AsyncEnvClient(${py(meta.url)}, codec="json") as env:`,
+    `        result = await env.reset(seed=${py(ep.seed)}${Object.keys(ep.options).length ? `, **${py(ep.options)}` : ''})`,
+    ...actionsUpTo(ep, index).map((a) => `        result = await env.step(${py(a)})`),
+    '        print(result)',
+    '        print(await env.state())',
+    '',
+    '',
+    'asyncio.run(main())',
+  ];
+  return lines.join('\n') + '\n';
+}
+
+const shellQuote = (text) => `'${text.replace(/'/g, `'\\''`)}'`;
+
+export function curlSnippet(ep, index, meta) {
+  const auth = ' -H "Authorization: Bearer $CORRAL_TOKEN"';
+  const json = '-H "Content-Type: application/json"';
+  const base = meta.url;
+  const reset = { ...ep.options };
+  if (ep.seed !== null) reset.seed = ep.seed;
+  const lines = [
+    '# a stateful HTTP session (POST /sessions); drop the Authorization header if the server has no token',
+    `S=$(curl -s -X POST${auth} ${base}/sessions | python3 -c 'import json,sys; print(json.load(sys.stdin)["session_id"])')`,
+    `curl -s -X POST${auth} -H "X-Corral-Session: $S" ${json} ${base}/reset -d ${shellQuote(JSON.stringify(reset))}`,
+    ...actionsUpTo(ep, index).map((a) => `curl -s -X POST${auth} -H "X-Corral-Session: $S" ${json} ${base}/step -d ${shellQuote(JSON.stringify({ action: a }))}`),
+    `curl -s${auth} -H "X-Corral-Session: $S" ${base}/state`,
+    `curl -s -X DELETE${auth} ${base}/sessions/$S`,
+  ];
+  return lines.join('\n') + '\n';
+}
+
+export function showSnippet(title, text) {
+  const dialog = $('#snippet-dialog');
+  $('#snippet-title').textContent = title;
+  $('#snippet').textContent = text;
+  $('#snippet-copy').onclick = async () => {
+    try {
+      await navigator.clipboard.writeText(text);
+      $('#snippet-copy').textContent = 'Copied';
+    } catch {
+      getSelection().selectAllChildren($('#snippet'));
+      $('#snippet-copy').textContent = 'Selected: press Ctrl+C';
+    }
+  };
+  $('#snippet-close').onclick = () => dialog.close();
+  $('#snippet-copy').textContent = 'Copy';
+  dialog.showModal();
+}
+
+// -- server view ----------------------------------------------------------------------
+
+const ms = (s) => (s === null || s === undefined ? '—' : `${(s * 1000).toFixed(s < 0.001 ? 2 : 1)} ms`);
+
+export class ServerView {
+  constructor(el, fetchStatus) {
+    this.el = el;
+    this.fetchStatus = fetchStatus;
+    this.timer = null;
+  }
+
+  start() {
+    if (this.timer) return;
+    const tick = async () => {
+      try {
+        this.show(await this.fetchStatus());
+      } catch (e) {
+        clear(this.el, h('p', { class: 'warn', text: `status unavailable: ${e.code || ''} ${e.message}` }));
+      }
+      if (this.timer) this.timer = setTimeout(tick, 2000);
+    };
+    this.timer = setTimeout(tick, 0);
+  }
+
+  stop() {
+    clearTimeout(this.timer);
+    this.timer = null;
+  }
+
+  show(s) {
+    this.last = s;
+    const hist = s.history || [];
+    const errorsPer = hist.map((x, i) => (i ? Math.max(0, x.errors - hist[i - 1].errors) : 0));
+    const cap = s.capacity;
+    const spark = (label, values, text) =>
+      h('figure', { class: 'sparkfig' }, sparkline(values, { label }), h('figcaption', {}, label, ' ', h('b', { text })));
+    const last = hist[hist.length - 1] || {};
+    clear(
+      this.el,
+      h(
+        'div',
+        { class: 'row wrap' },
+        h('div', { class: 'capacity' }, 'sessions ', h('b', { 'data-stat': 'active', text: `${cap.active} / ${cap.max}` }), h('meter', { min: 0, max: cap.max, value: cap.active, 'aria-label': 'capacity used' })),
+        h('span', { class: 'stat' }, 'connections ', h('b', { text: String(s.connections) })),
+        h('span', { class: 'stat' }, 'uptime ', h('b', { text: `${Math.round(s.server.uptime_s)} s` })),
+        h('span', { class: 'stat' }, 'workers ', h('b', { text: String(s.server.workers) })),
+      ),
+      h(
+        'div',
+        { class: 'row wrap' },
+        spark('active sessions', hist.map((x) => x.active), String(last.active ?? cap.active)),
+        spark('step p50', hist.map((x) => x.p50), ms(last.p50)),
+        spark('step p99', hist.map((x) => x.p99), ms(last.p99)),
+        spark('errors / sample', errorsPer, String(errorsPer[errorsPer.length - 1] ?? 0)),
+      ),
+      h('h3', { text: 'Counters' }),
+      fieldTable({ ...s.counters, ...Object.fromEntries(Object.entries(s.latency).map(([op, l]) => [`${op} latency`, `p50 ${ms(l.p50_s)} · p99 ${ms(l.p99_s)} · n=${l.count}`])) }, { plain: true }),
+      h('h3', { text: 'Errors by code' }),
+      Object.keys(s.errors).length ? fieldTable(s.errors) : h('p', { class: 'hint', text: 'none' }),
+      h('h3', { text: `Live sessions (${s.sessions_total})` }),
+      h(
+        'table',
+        { class: 'sessions' },
+        h('thead', {}, h('tr', {}, ['id', 'age', 'idle', 'episodes', 'steps', 'phase', 'connection', 'worker'].map((c) => h('th', { text: c })))),
+        h(
+          'tbody',
+          {},
+          s.sessions.map((x) =>
+            h(
+              'tr',
+              {},
+              h('td', {}, h('code', { text: x.id })),
+              h('td', { text: `${x.age_s.toFixed(0)} s` }),
+              h('td', { text: `${x.idle_s.toFixed(0)} s` }),
+              h('td', { text: String(x.episodes) }),
+              h('td', { text: String(x.steps) }),
+              h('td', { text: x.phase + (x.busy ? ' (busy)' : '') }),
+              h('td', { text: x.connection === null ? 'detached' : `#${x.connection} ${x.codec ?? ''}` }),
+              h('td', { text: x.worker === null ? '—' : String(x.worker) }),
+            ),
+          ),
+        ),
+      ),
+    );
+  }
+}

@@ -1,0 +1,247 @@
+"""corral eval: real local servers through EnvPool, recorded, resumed, summarized."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.support.cli import REPO, corral
+from tests.support.flaky import FragileEnv
+from tests.support.llm_standin import standin_app
+from tests.support.peers import AppThread
+from tests.support.servers import running
+
+from corral.envs.wordle import WordleEnv
+from corral.episodes import read
+from corral.evaluation import EvalError, evaluate
+from corral.evaluation.report import final_attempts, parse_episode_id
+
+WORDLE = "corral.envs.wordle:WordleEnv"
+FRAGILE = "tests.support.flaky:FragileEnv"
+
+
+@pytest.fixture(scope="module")
+def fragile_url() -> Iterator[str]:
+    """A FragileEnv server shared by tests that avoid its once-breaking seeds."""
+    with running(FragileEnv, max_sessions=64) as srv:
+        yield srv.url
+
+
+@pytest.fixture(scope="module")
+def wordle_url() -> Iterator[str]:
+    with running(WordleEnv, max_sessions=64) as srv:
+        yield srv.url
+
+
+def test_wordle_scripted_on_the_test_split(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    done = corral(
+        "eval",
+        WORDLE,
+        "--policy",
+        "scripted",
+        "--split",
+        "test",
+        "--episodes",
+        "24",
+        "--concurrency",
+        "6",
+        "--out",
+        str(out),
+        "--parquet",
+        "--dataset",
+    )
+    assert done.returncode == 0, done.stderr
+    assert "success rate" in done.stdout and "100.0%" in done.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["episodes"] == 24 and summary["success_rate"] == 1.0
+    assert summary["outcomes"] == {"terminated": 24} and summary["errors"] == {}
+    assert set(summary["components"]) == {"solve", "new_greens", "new_letters"}
+    assert summary["steps_per_s"] > 0 and summary["env"] == "wordle"
+    episodes = read(out / "episodes.jsonl")
+    assert len(episodes) == 24 and all(e.complete for e in episodes)
+    words = {e.task.index: e.records[-1].observation["secret"] for e in episodes}
+    env = WordleEnv()
+    assert words == {i: env.task("test", i).word for i in range(24)}
+    assert {e.seed for e in episodes} == set(range(24))
+    assert episodes[0].header.source == "eval" and episodes[0].header.env.fingerprint
+    settings = json.loads((out / "run.json").read_text())
+    assert settings["policy"] == "scripted" and settings["split"] == "test"
+
+    import datasets
+    import pyarrow.parquet as pq
+
+    steps = sum(len(e.records) for e in episodes)
+    assert pq.read_table(out / "episodes.parquet").num_rows == steps
+    loaded = datasets.load_from_disk(str(out / "dataset"))
+    assert len(loaded) == steps and set(loaded.unique("outcome")) == {"terminated"}
+
+
+def test_failed_episodes_are_retried_and_counted(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    import asyncio
+
+    summary = asyncio.run(
+        evaluate(FRAGILE, out=out, policy="random", episodes=14, concurrency=4, retries=2)
+    )
+    # Seeds 3 and 10 always break (3 attempts each); seeds 5 and 12 break once.
+    assert summary.episodes == 14 and summary.outcomes == {"terminated": 12, "failed": 2}
+    assert summary.errors == {"ENV_ERROR": 2 * 3 + 2}
+    assert summary.attempts == 12 + 2 + 2 * 3 and summary.retried == 4
+    assert summary.success_rate == pytest.approx(12 / 14)
+    runs = final_attempts(read(out / "episodes.jsonl"))
+    assert [a.summary.outcome for a in runs[3]] == ["failed"] * 3
+    assert [a.summary.outcome for a in runs[5]] == ["failed", "terminated"]
+    assert runs[5][0].summary.error.code == "ENV_ERROR"
+
+
+def test_a_killed_run_resumes_where_it_stopped(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    args = [
+        "eval",
+        FRAGILE,
+        "--episodes",
+        "30",
+        "--concurrency",
+        "2",
+        "--out",
+        str(out),
+        "--retries",
+        "0",
+        "--policy",
+        "random",
+    ]
+    slow = {**os.environ, "FRAGILE_DELAY": "0.05"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "corral.cli.main", *args],
+        cwd=REPO,
+        env=slow,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    path = out / "episodes.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # bounded: wait for some finished episodes
+        if path.exists() and path.read_bytes().count(b'"kind":"end"') >= 6:
+            break
+        assert proc.poll() is None, "the run ended before it could be killed"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # the eval and its servers, mid-run
+    proc.wait(30)
+    before = {e.id: e for e in read(path, strict=False)}
+    finished_before = {parse_episode_id(i)[0] for i, e in before.items() if e.complete}
+    assert 6 <= len(finished_before) < 30
+
+    again = corral(*args, env={"FRAGILE_DELAY": "0"})
+    assert again.returncode == 0, again.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["episodes"] == 30 and summary["planned"] == 30
+    runs = final_attempts(read(path))
+    assert sorted(runs) == list(range(30))
+    for k in finished_before:  # kept, not played again
+        assert [a.id for a in runs[k] if a.complete] == [f"ep{k:06d}-a0"]
+    # Without retries, seeds 7k+3 (always) and 7k+5 (first time) fail; the rest end.
+    failing = [k for k in range(30) if k % 7 in (3, 5)]
+    assert summary["outcomes"] == {"terminated": 30 - len(failing), "failed": len(failing)}
+    assert sorted(k for k, a in runs.items() if a[-1].summary.outcome == "failed") == failing
+
+
+def test_an_llm_policy_against_a_stand_in_endpoint(tmp_path: Path, wordle_url: str) -> None:
+    app, seen = standin_app()
+    with AppThread(app) as llm_url, running(WordleEnv, max_sessions=8) as srv:
+        out = tmp_path / "run"
+        done = corral(
+            "eval",
+            srv.url,
+            "--policy",
+            "llm",
+            "--llm-url",
+            f"{llm_url}/v1",
+            "--model",
+            "standin",
+            "--split",
+            "test",
+            "--episodes",
+            "6",
+            "--concurrency",
+            "3",
+            "--out",
+            str(out),
+            "--env",
+            WORDLE,
+        )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["policy"] == "llm:standin" and summary["episodes"] == 6
+    assert summary["success_rate"] == 1.0
+    assert summary["errors"] == {"INVALID_ACTION": 6}  # each conversation's first answer
+    assert all(body["model"] == "standin" for body in seen)
+    assert all(body["tool_choice"]["function"]["name"] == "act" for body in seen)
+    told = [
+        b for b in seen if any("That action failed" in str(m.get("content")) for m in b["messages"])
+    ]
+    assert told, "the model was never told about its invalid action"
+    episode = read(out / "episodes.jsonl")[0]
+    assert episode.records[1].error.code == "INVALID_ACTION"
+    assert episode.records[1].action == {"guess": "toolong"}
+
+
+async def test_policies_from_files_and_modules(tmp_path: Path, fragile_url: str) -> None:
+    agents = tmp_path / "agents.py"
+    agents.write_text(
+        "class Counting:\n"
+        "    def __init__(self, seed=None):\n"
+        "        self.n = seed or 0\n"
+        "    def act(self, observation):\n"
+        "        self.n += 1\n"
+        "        return {'n': self.n}\n"
+        "async def broken(observation):\n"
+        "    raise ValueError('no idea')\n"
+    )
+    out = tmp_path / "counting"
+    await evaluate(fragile_url, out=out, policy=f"{agents}:Counting", episodes=3, concurrency=3)
+    first = read(out / "episodes.jsonl")[0]
+    assert [r.action for r in first.steps] == [{"n": 1}, {"n": 2}, {"n": 3}]
+
+    out = tmp_path / "broken"
+    summary = await evaluate(fragile_url, out=out, policy=f"{agents}:broken", episodes=2, retries=1)
+    assert summary.outcomes == {"failed": 2} and summary.errors == {"POLICY_ERROR": 4}
+    error = read(out / "episodes.jsonl")[0].end.error
+    assert error.code == "POLICY_ERROR" and "ValueError: no idea" in error.message
+
+    with pytest.raises(EvalError, match="no scripted policy"):
+        await evaluate(fragile_url, out=tmp_path / "y", policy="scripted", env=FragileEnv)
+    # A policy that cannot be loaded fails before any server is started.
+    bad = corral("eval", FRAGILE, "--policy", "nowhere:nothing", "--out", str(tmp_path / "x"))
+    assert bad.returncode == 2 and "cannot load policy" in bad.stderr
+    assert not (tmp_path / "x").exists()
+
+
+async def test_resuming_with_other_settings_is_refused(tmp_path: Path, fragile_url: str) -> None:
+    out = tmp_path / "run"  # seeds 6..9: none of FragileEnv's breaking ones
+    await evaluate(fragile_url, out=out, episodes=2, seed=6)
+    with pytest.raises(EvalError, match="seed: 6 before, 7 now"):
+        await evaluate(fragile_url, out=out, episodes=2, seed=7)
+    with pytest.raises(EvalError, match="already holds a run"):
+        await evaluate(fragile_url, out=out, episodes=2, seed=6, resume=False)
+    more = await evaluate(fragile_url, out=out, episodes=4, seed=6)  # extends the run
+    assert more.episodes == 4 and more.steps == 2 * 3
+
+
+async def test_bad_splits_and_options_are_clear(
+    tmp_path: Path, wordle_url: str, fragile_url: str
+) -> None:
+    with pytest.raises(EvalError, match="unknown split 'dev'"):
+        await evaluate(wordle_url, out=tmp_path / "a", split="dev")
+    with pytest.raises(EvalError, match="publishes no tasks"):
+        await evaluate(fragile_url, out=tmp_path / "b", split="test")
+    with pytest.raises(EvalError, match="refused the reset options"):
+        await evaluate(wordle_url, out=tmp_path / "c", episodes=1, options={"colour": 1})

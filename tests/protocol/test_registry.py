@@ -1,0 +1,137 @@
+"""The session registry: capacity, ownership, resume, tombstones and expiry, without I/O."""
+
+from __future__ import annotations
+
+import pytest
+
+from corral.errors import (
+    CapacityReached,
+    SessionLost,
+    TooManySessions,
+    Unauthorized,
+    UnknownSession,
+)
+from corral.protocol.registry import TOMBSTONES, SessionRegistry
+from corral.protocol.session import Phase, ReplyCache, SessionMachine, SessionState
+
+
+class Owner:
+    def send(self, reply):  # pragma: no cover - nothing is delivered in these tests
+        raise AssertionError(reply)
+
+
+def registry(**kwargs):
+    options = {
+        "max_sessions": 4,
+        "max_per_owner": 2,
+        "resume_window_s": 30.0,
+        "idle_timeout_s": 600.0,
+    }
+    return SessionRegistry(**{**options, **kwargs})
+
+
+def opened(reg, owner, sid="s1"):
+    reg.reserve(owner)
+    session = SessionState(
+        id=sid, token=f"tok-{sid}", machine=SessionMachine(), cache=ReplyCache(), owner=owner
+    )
+    reg.add(session, owner)
+    return session
+
+
+def test_reservations_count_until_they_become_sessions():
+    reg, a = registry(max_sessions=2), Owner()
+    reg.reserve(a)
+    assert reg.active == 1 and reg.held(a) == 1 and not reg.sessions
+    reg.release(a)
+    assert reg.active == 0 and reg.held(a) == 0
+    opened(reg, a, "x")
+    reg.reserve(a)  # a second open in flight
+    with pytest.raises(TooManySessions) as many:
+        reg.reserve(a)  # pending opens count against the per-owner limit
+    assert many.value.details == {"limit": 2}
+    with pytest.raises(CapacityReached) as full:
+        reg.reserve(Owner())
+    assert full.value.details == {"active_sessions": 2, "max_sessions": 2}
+    assert reg.refused == 1
+
+
+def test_an_owners_own_count_can_be_given():
+    reg = registry()
+    with pytest.raises(TooManySessions):
+        reg.reserve(Owner(), held=2)
+
+
+def test_sessions_answer_only_their_owner():
+    reg, a, b = registry(), Owner(), Owner()
+    session = opened(reg, a)
+    assert reg.get("s1", a) is session
+    with pytest.raises(UnknownSession):
+        reg.get("s1", b)
+    with pytest.raises(UnknownSession):
+        reg.get("nope", a)
+
+
+def test_attach_moves_the_session_and_its_count():
+    reg, a, b = registry(max_per_owner=1), Owner(), Owner()
+    session = opened(reg, a)
+    with pytest.raises(Unauthorized):
+        reg.attach("s1", "wrong", b)
+    with pytest.raises(Unauthorized):
+        reg.attach("s1", "ünïcode", b)  # any token string is compared safely
+    assert reg.attach("s1", session.token, b) is session
+    assert session.owner is b and reg.held(b) == 1 and reg.held(a) == 0
+    assert reg.attach("s1", session.token, b) is session  # again: counted once
+    assert reg.held(b) == 1
+    opened(reg, a, "s2")  # a's slot was freed by the move
+    with pytest.raises(TooManySessions):
+        reg.attach("s2", "tok-s2", b)  # b holds its one session
+    with pytest.raises(UnknownSession) as unknown:
+        reg.attach("gone", "t", Owner())
+    assert "restarted" in unknown.value.message
+
+
+def test_detached_sessions_wait_for_their_window():
+    reg, a = registry(resume_window_s=10.0, idle_timeout_s=None), Owner()
+    session = opened(reg, a)
+    reg.detach_all(a, now=100.0)
+    assert session.owner is None and session.detached_at == 100.0 and reg.held(a) == 0
+    assert reg.expired(now=109.0) == []
+    assert reg.expired(now=110.0) == [(session, "connection lost and not resumed in time")]
+    reg.attach("s1", session.token, a)
+    assert session.detached_at is None and reg.expired(now=1e9) == []
+
+
+def test_idle_sessions_expire_unless_running():
+    reg, a = registry(idle_timeout_s=5.0), Owner()
+    session = opened(reg, a)
+    session.last_active = 0.0
+    session.machine.begin("reset", 1)
+    assert reg.expired(now=100.0) == []  # a long call is not idleness
+    session.machine.abort()
+    assert reg.expired(now=100.0) == [(session, "idle for more than 5 s")]
+    assert reg.check_interval() == 1.25
+
+
+def test_removed_sessions_leave_a_tombstone_and_free_their_slot():
+    reg, a = registry(), Owner()
+    session = opened(reg, a)
+    assert reg.remove(session, "reaped")
+    assert not reg.remove(session, "again")
+    assert session.machine.phase is Phase.CLOSED and reg.held(a) == 0 and reg.active == 0
+    with pytest.raises(SessionLost) as lost:
+        reg.get("s1", a)
+    assert lost.value.details == {"reason": "reaped", "session": "s1"}
+    for i in range(TOMBSTONES):
+        reg.remove(opened(reg, a, f"t{i}"), "bulk")
+    with pytest.raises(UnknownSession):  # the oldest tombstones are forgotten
+        reg.get("s1", a)
+
+
+def test_a_full_server_accepts_connections_that_resume():
+    reg, a = registry(max_sessions=1), Owner()
+    assert reg.accepts(None)
+    opened(reg, a)
+    assert not reg.accepts(None) and not reg.accepts("") and not reg.accepts("other")
+    assert reg.accepts("other, s1")
+    assert not reg.accepts(",".join(["x"] * 16 + ["s1"]))  # only the first 16 ids count

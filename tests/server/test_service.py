@@ -1,0 +1,202 @@
+"""The service's in-process entry: frames in through ``receive``, frames out through
+``write``, no socket. What a transport (the ASGI route, a test transport) relies on."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import pytest
+from tests.support.envs import CountAction, CounterEnv, CountObservation
+
+from corral.errors import ErrorCode
+from corral.protocol import batch as b
+from corral.protocol import messages as m
+from corral.protocol.codecs import Frame, get_codec
+from corral.server.config import ServerConfig
+from corral.server.service import EnvService
+
+
+class Wire:
+    """A client end wired straight to ``service``."""
+
+    def __init__(self, service: EnvService, codec: str = "msgpack") -> None:
+        self.service = service
+        self.codec = get_codec(codec)
+        self.incoming: asyncio.Queue[Frame] = asyncio.Queue()
+        self.conn = service.connect(self.codec, self.incoming.put_nowait)
+        self.ids = itertools.count(1)
+
+    def send(self, build: Callable[[int], Any]) -> int:
+        message = build(next(self.ids))
+        self.service.receive(self.conn, self.codec.encode(message.to_wire()))
+        return int(message.id)
+
+    async def recv(self) -> m.Reply:
+        frame = await asyncio.wait_for(self.incoming.get(), 10)
+        return m.parse_reply(self.codec.decode(frame))
+
+    async def request(self, build: Callable[[int], Any]) -> Any:
+        rid = self.send(build)
+        while (reply := await self.recv()).id != rid:
+            pass
+        return reply
+
+    async def hello_open(self) -> str:
+        assert isinstance(await self.request(m.Hello), m.Welcome)
+        opened = await self.request(m.Open)
+        assert isinstance(opened, m.Opened), opened
+        return str(opened.session)
+
+
+async def eventually(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+async def service():
+    svc = EnvService(CounterEnv, ServerConfig(max_sessions=4, step_timeout_s=10))
+    yield svc
+    await svc.shutdown()
+
+
+@pytest.mark.parametrize("codec", ["msgpack", "json"])
+async def test_an_episode_without_a_socket(service, codec):
+    wire = Wire(service, codec)
+    sid = await wire.hello_open()
+    reset = await wire.request(lambda i: m.Reset(i, sid, seed=3, options={"limit": 2}))
+    assert isinstance(reset, m.Result) and reset.observation["metadata"] == {"seed": 3}
+    step = await wire.request(lambda i: m.Step(i, sid, {"amount": 2}))
+    assert step.observation["total"] == 2 and step.observation["done"] is True
+    state = await wire.request(lambda i: m.GetState(i, sid))
+    assert isinstance(state, m.StateReply) and state.state["history"] == [2]
+    ended = await wire.request(lambda i: m.Step(i, sid, {}))
+    assert ended.code == ErrorCode.EPISODE_ENDED and ended.session == sid
+    assert isinstance(await wire.request(lambda i: m.Close(i, sid)), m.Closed)
+    assert service.manager.active == 0
+    await service.disconnect(wire.conn, clean=True)
+    assert service.manager.stats.connections == 0
+
+
+async def test_a_batch_without_a_socket(service):
+    wire = Wire(service)
+    sids = [await wire.hello_open(), (await wire.request(m.Open)).session]
+    resets = await wire.request(lambda i: b.ResetBatch(i, tuple(b.ResetItem(s) for s in sids)))
+    assert [type(r) for r in resets.results] == [b.ItemResult, b.ItemResult]
+    steps = await wire.request(
+        lambda i: b.StepBatch(i, (b.StepItem(sids[0], {"amount": 5}), b.StepItem("x", {})))
+    )
+    assert steps.results[0].observation["total"] == 5
+    assert steps.results[1].code == ErrorCode.UNKNOWN_SESSION
+
+
+async def test_disconnects(service):
+    wire = Wire(service)
+    sid = await wire.hello_open()
+    await service.disconnect(wire.conn, clean=False)
+    session = service.manager.sessions[sid]
+    assert session.owner is None and session.detached_at is not None  # waits to resume
+    again = Wire(service)
+    await again.request(m.Hello)
+    attached = await again.request(lambda i: m.Attach(i, sid, session.token))
+    assert isinstance(attached, m.Attached) and session.owner is again.conn
+    await service.disconnect(again.conn, clean=True)
+    assert sid not in service.manager.sessions and service.manager.active == 0
+
+
+class GatedEnv(CounterEnv):
+    """Its construction waits for ``gate``; its ``close`` is recorded."""
+
+    gate: ClassVar[threading.Event] = threading.Event()
+    closed: ClassVar[list[int]] = []
+
+    def __init__(self) -> None:
+        self.gate.wait(10)
+        super().__init__()
+
+    def close(self) -> None:
+        self.closed.append(1)
+
+
+@pytest.fixture
+async def gated():
+    GatedEnv.gate.set()  # the class check at service start builds one instance
+    svc = EnvService(GatedEnv, ServerConfig(step_timeout_s=10))
+    GatedEnv.gate.clear()
+    GatedEnv.closed.clear()
+    yield svc
+    GatedEnv.gate.set()
+    await svc.shutdown()
+
+
+async def test_a_session_built_after_its_connection_dropped_is_closed(gated):
+    service = gated
+    wire = Wire(service)
+    await wire.request(m.Hello)
+    wire.send(m.Open)
+    assert service.manager.active == 1  # reserved while it is being built
+    await service.disconnect(wire.conn, clean=False)
+    GatedEnv.gate.set()
+    await eventually(lambda: service.manager.active == 0 and GatedEnv.closed == [1])
+    assert wire.incoming.empty()  # nothing is written to a closed connection
+
+
+async def test_opens_run_concurrently_and_close_answers_after_the_env_closed(gated):
+    service = gated
+    wire = Wire(service)
+    await wire.request(m.Hello)
+    first, second = wire.send(m.Open), wire.send(m.Open)
+    state = wire.send(lambda i: m.GetState(i, "nope"))  # not held up by the opens
+    assert (await wire.recv()).id == state
+    GatedEnv.gate.set()
+    opened = {(await wire.recv()).id, (await wire.recv()).id}
+    assert opened == {first, second}
+    sid = next(iter(service.manager.sessions))
+    closed = await wire.request(lambda i: m.Close(i, sid))
+    assert isinstance(closed, m.Closed) and GatedEnv.closed == [1]
+
+
+async def test_a_bug_in_dispatch_is_answered_and_frees_the_session(service, monkeypatch):
+    wire = Wire(service)
+    sid = await wire.hello_open()
+    await wire.request(lambda i: m.Reset(i, sid, options={"limit": 100}))
+
+    def broken(*_: Any) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(service.batches, "submit", broken)
+    reply = await wire.request(lambda i: b.StepBatch(i, (b.StepItem(sid, {"amount": 1}),)))
+    assert reply.code == ErrorCode.INTERNAL_ERROR
+    monkeypatch.undo()
+    step = await wire.request(lambda i: m.Step(i, sid, {"amount": 1}))
+    assert step.observation["total"] == 1  # the session was not left busy
+
+
+async def test_observations_the_codec_cannot_carry(service, monkeypatch):
+    wire = Wire(service)
+    sid = await wire.hello_open()
+    await wire.request(lambda i: m.Reset(i, sid, options={"limit": 100}))
+
+    def huge(self: CounterEnv, action: CountAction) -> CountObservation:
+        return CountObservation(total=2**70)
+
+    monkeypatch.setattr(CounterEnv, "step", huge)
+    reply = await wire.request(lambda i: m.Step(i, sid, {"amount": 1}))
+    assert reply.code == ErrorCode.BAD_OBSERVATION and reply.session == sid
+
+
+async def test_a_bug_while_opening_frees_the_slot_and_answers(service, monkeypatch):
+    wire = Wire(service)
+    await wire.request(m.Hello)
+
+    async def broken(*_: Any, **__: Any) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("corral.server.sessions.EnvRunner.create", broken)
+    reply = await wire.request(m.Open)
+    assert reply.code == ErrorCode.INTERNAL_ERROR and service.manager.active == 0

@@ -1,0 +1,174 @@
+"""Episodes in the browser: export and import in corral.episodes' format (both ways),
+replay, the determinism check, and the exported pytest regression test."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("playwright")
+
+from playwright.async_api import expect
+from tests.support.browser import js, open_ui, screenshot
+from tests.support.servers import running
+from tests.support.web_envs import FlakyCoinEnv
+
+from corral import episodes
+from corral.client import SyncEnvClient
+from corral.envs.wordle import WordleEnv
+from corral.errors import CorralError
+
+pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
+
+
+@pytest.fixture(scope="module")
+def wordle():
+    with running(WordleEnv, web=True) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def flaky():
+    with running(FlakyCoinEnv, web=True) as srv:
+        yield srv
+
+
+async def play(page, guesses):
+    for guess in guesses:
+        count = await page.locator("#timeline li").count()
+        await page.fill("#action-guess", guess)
+        await page.click("#step")
+        await expect(page.locator("#timeline li")).to_have_count(count + 1)
+
+
+async def download(page, button, tmp_path):
+    async with page.expect_download() as waiting:
+        await page.click(button)
+    done = await waiting.value
+    target = tmp_path / done.suggested_filename
+    await done.save_as(target)
+    return target
+
+
+async def test_an_exported_episode_is_read_by_python(context, wordle, tmp_path):
+    ctx, _ = context
+    page = await open_ui(ctx, wordle.url)
+    await play(page, ["crane", "abc", "zzzzz", "moist"])
+    path = await download(page, "#export", tmp_path)
+    assert path.suffix == ".jsonl"
+    [episode] = episodes.read(path)
+    assert episode.header.source == "web"
+    assert episode.header.env.name == "wordle"
+    assert episode.header.env.fingerprint == wordle.service.fingerprint
+    assert episode.seed == int(await page.input_value("#seed"))
+    assert [r.op for r in episode.records] == ["reset", "step", "step", "step", "step"]
+    assert episode.actions == [{"guess": g} for g in ("crane", "abc", "zzzzz", "moist")]
+    assert episode.records[2].error is not None
+    assert episode.records[2].error.code == "INVALID_ACTION"
+    assert episode.records[2].observation is None
+    shown = await js(page, "window.corral.episode.steps.map(s => s.observation)")
+    assert episode.observations == shown
+    assert all(r.latency_s is not None and r.latency_s >= 0 for r in episode.records)
+    assert all(r.state is not None for r in episode.records if r.error is None)
+    assert abs(episode.records[0].t - time.time()) < 600
+    assert not episode.complete  # still running: no end line
+
+
+def _record_with_python(url: str, path, guesses, seed=5):
+    with (
+        episodes.EpisodeWriter(path, episodes.Header(source="test")) as out,
+        SyncEnvClient.connect_to(url, codec="json") as env,
+    ):
+        recorder = episodes.EpisodeRecorder(out)
+        first = env.reset(seed=seed)
+        recorder.reset("s1", seed=seed, observation=first.observation, t=time.time())
+        for guess in guesses:
+            try:
+                result = env.step({"guess": guess})
+            except CorralError as exc:
+                recorder.step("s1", action={"guess": guess}, error=exc, t=time.time())
+                continue
+            recorder.step("s1", action={"guess": guess}, observation=result.observation)
+
+
+async def test_a_python_file_is_imported_replayed_and_verified(context, wordle, tmp_path):
+    ctx, _ = context
+    path = tmp_path / "python.jsonl"
+    _record_with_python(wordle.url, path, ["crane", "hello", "qqqqq"])
+    [recorded] = episodes.read(path)
+    page = await open_ui(ctx, wordle.url)
+    await page.set_input_files("#import", str(path))
+    await expect(page.locator("[data-stat] ~ .pill, .stat.pill")).to_have_text("imported episode")
+    await expect(page.locator("#timeline li")).to_have_count(4)
+    await expect(page.locator("#step")).to_be_disabled()
+    await page.locator("#timeline li").nth(2).locator("button").click()
+    await expect(page.locator("#observation tr[data-field=guess] td")).to_have_text('"hello"')
+    # Verify: a fresh session gives the same observations.
+    await page.click("#verify")
+    await expect(page.locator("#episode-note .verify-result")).to_contain_text("deterministic")
+    await expect(page.locator("#episode-note .verify-result")).not_to_contain_text("not")
+    # Replay it in this tab's session: the same observations, now live.
+    await page.click("#replay-imported")
+    await expect(page.locator("#timeline li")).to_have_count(4)
+    await expect(page.locator("#step")).to_be_enabled()
+    live = await js(page, "window.corral.episode.steps.map(s => s.observation)")
+    assert live == recorded.observations
+    await screenshot(page, "web-replay")
+
+
+async def test_the_determinism_check_catches_a_non_deterministic_env(context, flaky):
+    ctx, _ = context
+    page = await open_ui(ctx, flaky.url)
+    for _ in range(2):
+        count = await page.locator("#timeline li").count()
+        await page.check("#action-call-0")  # heads
+        await page.click("#step")
+        await expect(page.locator("#timeline li")).to_have_count(count + 1)
+    await page.click("#verify")
+    note = page.locator("#episode-note .verify-result")
+    await expect(note).to_contain_text("not deterministic: step 1 differs")
+    await expect(page.locator("#timeline li.diverged")).to_have_count(1)
+    await expect(page.locator("#detail")).to_contain_text("replay differs here")
+    await expect(page.locator("#detail table.diff").first).to_contain_text("roll")
+    assert flaky.manager.active == 1  # the check's own session is closed again
+
+
+def _run_pytest(test_file, url):
+    # The exported test needs no plugin; not loading this venv's many saves seconds.
+    env = {**os.environ, "CORRAL_URL": url, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    env.pop("PYTEST_ADDOPTS", None)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=test_file.parent,
+    )
+
+
+async def test_the_exported_pytest_passes_and_catches_a_change(context, wordle, flaky, tmp_path):
+    ctx, _ = context
+    page = await open_ui(ctx, wordle.url)
+    await play(page, ["crane", "abc", "slate"])
+    test_file = await download(page, "#export-pytest", tmp_path)
+    assert test_file.name == "test_wordle_episode.py"
+    assert "corral replay --pytest" in test_file.read_text()  # the one template
+    ran = _run_pytest(test_file, wordle.url)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "1 passed" in ran.stdout
+    # The same test against a different environment fails, saying where.
+    flaky_page = await open_ui(ctx, flaky.url)
+    await flaky_page.check("#action-call-1")  # tails
+    await flaky_page.click("#step")
+    await expect(flaky_page.locator("#timeline li")).to_have_count(2)
+    flaky_test = await download(flaky_page, "#export-pytest", tmp_path)
+    failed = _run_pytest(flaky_test, flaky.url)
+    # The flip may match by chance; the roll (a random float) does not.
+    assert failed.returncode == 1, failed.stdout
+    assert "step 1 differs at observation." in failed.stdout
+    assert "1 failed" in failed.stdout

@@ -1,0 +1,152 @@
+"""corral's loop under blocking calls: who runs it, timeouts, threads, Ctrl-C, background work."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from corral import blocking
+from corral.blocking import run_blocking
+from corral.errors import RequestTimeout
+
+
+async def _answer(value: int, delay: float = 0.0) -> int:
+    await asyncio.sleep(delay)
+    return value
+
+
+async def _fail() -> None:
+    raise ValueError("inside")
+
+
+def test_results_errors_and_timeouts():
+    assert run_blocking(_answer(7), 10) == 7
+    with pytest.raises(ValueError, match="inside"):
+        run_blocking(_fail(), None)
+    cancelled = threading.Event()
+
+    async def slow() -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    with pytest.raises(RequestTimeout) as err:
+        run_blocking(slow(), 0.05)
+    assert err.value.details == {"timeout_s": 0.05}
+    assert cancelled.is_set()  # the call was cancelled, not left running
+
+    async def raises_its_own_timeout() -> None:
+        raise TimeoutError("mine")
+
+    with pytest.raises(TimeoutError, match="mine") as own:
+        run_blocking(raises_its_own_timeout(), 10)
+    assert not isinstance(own.value, RequestTimeout)
+
+
+def test_a_caller_runs_the_loop_itself():
+    async def where() -> str:
+        return threading.current_thread().name
+
+    run_blocking(_answer(0), 10)
+    assert run_blocking(where(), 10) == threading.current_thread().name
+
+
+def test_calls_from_inside_a_running_loop_and_from_the_loop_itself():
+    async def cell() -> int:  # a notebook cell: the caller has a loop of its own
+        return run_blocking(_answer(3, 0.01), 10)
+
+    assert asyncio.run(cell()) == 3
+
+    async def nested() -> None:
+        run_blocking(_answer(1), 10)
+
+    with pytest.raises(RuntimeError, match="corral's own event loop"):
+        run_blocking(nested(), 10)
+
+
+def test_many_threads_at_once():
+    results: dict[int, list[int]] = {}
+
+    def worker(k: int) -> None:
+        results[k] = [run_blocking(_answer(k * 100 + i, 0.001 * (i % 3)), 30) for i in range(50)]
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert results == {k: [k * 100 + i for i in range(50)] for k in range(8)}
+
+
+def test_a_call_handed_over_finishes_when_the_driver_is_done():
+    started = threading.Event()
+    done: list[int] = []
+
+    async def long_call() -> int:
+        started.set()
+        await asyncio.sleep(0.2)
+        return 1
+
+    driver = threading.Thread(target=lambda: done.append(run_blocking(long_call(), 30)))
+    driver.start()
+    started.wait(10)
+    # This call is handed to the loop the driver runs; it outlives the driver's call.
+    assert run_blocking(_answer(2, 0.5), 30) == 2
+    driver.join(30)
+    assert done == [1]
+
+
+def test_background_work_goes_on_between_calls():
+    fired = threading.Event()
+
+    async def schedule() -> None:
+        asyncio.get_running_loop().call_later(0.05, fired.set)
+
+    run_blocking(schedule(), 10)
+    # Nobody calls again: the background thread takes the loop after the grace period.
+    assert fired.wait(blocking.GRACE_S + 30)
+
+
+def test_ctrl_c_cancels_the_call_and_the_loop_lives_on(tmp_path):
+    script = tmp_path / "interrupt.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import asyncio, os, signal, threading
+            from corral.blocking import run_blocking
+
+            cancelled = []
+
+            async def long_call():
+                loop = asyncio.get_running_loop()
+                loop.call_later(0.2, os.kill, os.getpid(), signal.SIGINT)
+                try:
+                    await asyncio.sleep(30)
+                except asyncio.CancelledError:
+                    cancelled.append(True)
+                    raise
+
+            try:
+                run_blocking(long_call(), None)
+            except KeyboardInterrupt:
+                print("interrupted", cancelled)
+
+            async def answer():
+                return 42
+
+            print("after", run_blocking(answer(), 10))
+            print("handler", signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+            """
+        )
+    )
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=True
+    ).stdout.split("\n")
+    assert out[:3] == ["interrupted [True]", "after 42", "handler True"]
