@@ -20,11 +20,25 @@ HEAVY = (
     "corral.cli.init",
     "corral.cli.schema",
     "corral.cli.validate",
-    "corral.cli.validate_local",
+    "corral.cli.validate.local",
+    "corral.cli.validate.remote",
+    "corral.cli.replay",
+    "corral.cli.eval",
+    "corral.cli.mcp",
+    "corral.cli.deploy",
     "corral.providers.docker",
     "corral.providers.hfspace",
+    "corral.providers.kubernetes",
+    "corral.providers.ray",
+    "corral.evaluation",
+    "corral.replay",
+    "corral.adapters.mcp",
     "docker",
     "huggingface_hub",
+    "kubernetes",
+    "kubernetes_asyncio",
+    "ray",
+    "mcp",
     "corral.client",
 )
 
@@ -56,7 +70,19 @@ def imported_by(*argv: str) -> tuple[int, str, set[str]]:
 
 
 def test_the_command_table_is_pinned() -> None:
-    assert list(COMMANDS) == ["init", "serve", "validate", "build", "push", "schema"]
+    assert list(COMMANDS) == [
+        "init",
+        "serve",
+        "validate",
+        "build",
+        "push",
+        "replay",
+        "eval",
+        "mcp",
+        "schema",
+        "deploy",
+        "k8s",
+    ]
 
 
 def test_version_prints_the_version_and_loads_no_command() -> None:
@@ -101,3 +127,11 @@ def test_a_typo_suggests_the_command() -> None:
 def test_no_arguments_shows_the_help() -> None:
     result = runner.invoke(app, [])
     assert "serve" in result.output and "Missing command" not in result.output
+
+
+def test_a_group_loads_only_its_own_module() -> None:
+    code, out, modules = imported_by("deploy", "k8s", "--help")
+    assert code == 0, out
+    assert "--image" in out
+    assert "corral.cli.deploy" in modules
+    assert not modules & (set(HEAVY) - {"corral.cli.deploy"})
