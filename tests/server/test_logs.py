@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.faultproxy import FaultProxy
+from tests.support.servers import port_of
 
-from corral.client import AsyncEnvClient
+from corral.client import AsyncEnvClient, ReconnectPolicy
 from corral.envs.echo import EchoAction, EchoEnv
 from corral.server.logs import FIELDS, JsonFormatter, TextFormatter, banner, configure
 
@@ -118,6 +120,23 @@ async def test_json_logs_carry_the_session_as_a_field(tmp_path: Path) -> None:
     closed = records[-1]
     assert closed["reason"] == "closed by the client"
     assert (closed["episodes"], closed["steps"]) == (1, 1)
+
+
+async def test_a_dropped_connection_logs_detached_then_resumed(tmp_path: Path) -> None:
+    with corral_serve(tmp_path) as served:
+        async with FaultProxy(port_of(served.url)) as proxy:
+            fast = ReconnectPolicy(initial_delay_s=0.01, max_delay_s=0.1, give_up_after_s=10)
+            async with AsyncEnvClient(proxy.url, env=EchoEnv, reconnect=fast) as env:
+                await env.reset(seed=1)
+                session = env.session_id
+                proxy.cut_all()
+                await env.step(EchoAction(message="after the drop"))
+                lines = served.wait_for(f"session {session} resumed")
+    detached = next(line for line in lines if f"session {session} detached" in line)
+    assert detached.endswith("connection lost, resumable for 30 s")
+    assert lines.index(detached) < next(
+        i for i, line in enumerate(lines) if f"session {session} resumed" in line
+    )
 
 
 def token(tmp_path: Path) -> Path:
