@@ -7,7 +7,8 @@ block needs is said in an HTML comment right above it, invisible on the rendered
 
     <!-- snippet: server=corral.envs.echo:EchoEnv -->
 
-Keys (space-separated; a value runs to the next key):
+(indented as much as the block is, in a list item). Keys (space-separated; a value runs
+to the next key):
 
 * ``server=TARGET``: ``corral serve TARGET`` runs on a free port, and the block's
   ``http://127.0.0.1:8000`` (where the page says the server is) is replaced by its URL.
@@ -57,7 +58,7 @@ SERVER_URL = "http://127.0.0.1:8000"
 OPENENV_URL = "http://127.0.0.1:8001"
 
 _BLOCK = re.compile(
-    r"(?:<!-- snippet: (?P<notes>[^\n]*?) -->\n)?```(?P<lang>[a-z]*)\n(?P<code>.*?)```", re.S
+    r"(?:<!-- snippet: (?P<notes>[^\n]*?) -->\n[ ]*)?```(?P<lang>[a-z]*)\n(?P<code>.*?)```", re.S
 )
 _SHELL = ("sh", "bash", "console", "shell")
 _KEYS = ("server", "openenv-server", "cwd", "image", "serves", "docker", "network", "slow")
