@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -46,6 +47,8 @@ class Settings:
     openenv_budget_s: float = 240.0
     payload_steps: int = 2000
     startup_repeats: int = 5
+    ppo_steps: int = 8 * 256 * 8
+    ppo_repeats: int = 3
     openenv: bool = True
 
     @classmethod
@@ -67,6 +70,8 @@ class Settings:
             openenv_budget_s=60.0,
             payload_steps=30,
             startup_repeats=1,
+            ppo_steps=8 * 32 * 2,
+            ppo_repeats=1,
             openenv=openenv,
         )
 
@@ -546,6 +551,49 @@ async def _corral_startup() -> float:
         await server.stop()
 
 
+# A user's first script: a fresh interpreter imports corral, starts a server with
+# ``from_env`` and resets; timed from spawning the interpreter to the reset's answer.
+_SCRIPT = """
+import asyncio
+from corral.client import AsyncEnvClient
+from corral.envs.echo import EchoEnv
+
+async def main():
+    env = await AsyncEnvClient.from_env("corral.envs.echo:EchoEnv", env=EchoEnv)
+    try:
+        await env.reset()
+        print("first reset", flush=True)
+    finally:
+        await env.close()
+
+asyncio.run(main())
+"""
+
+
+async def _script_startup() -> float:
+    start = time.perf_counter()
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _SCRIPT,
+        cwd=servers.ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    assert child.stdout is not None
+    try:
+        line = await asyncio.wait_for(child.stdout.readline(), 120)
+        elapsed = time.perf_counter() - start
+        rest = await asyncio.wait_for(child.stdout.read(), 60)
+        if line.strip() != b"first reset" or await child.wait() != 0:
+            raise RuntimeError(f"the start-up script failed: {(line + rest).decode()[-2000:]}")
+        return elapsed
+    finally:
+        if child.returncode is None:
+            child.kill()
+            await child.wait()
+
+
 async def _openenv_startup() -> float:
     from benchmarks.envs import openenv_models
 
@@ -567,14 +615,63 @@ async def _openenv_startup() -> float:
 async def startup(s: Settings, log: Log) -> dict[str, dict[str, float]]:
     """Seconds from launching a local server process to the first successful reset."""
     log("5. start-up")
-    times: dict[str, list[float]] = {"corral": [], "openenv-core": []}
+    times: dict[str, list[float]] = {"corral": [], "corral, fresh script": [], "openenv-core": []}
     for repeat in range(s.startup_repeats):
         times["corral"].append(await _corral_startup())
+        times["corral, fresh script"].append(await _script_startup())
         if s.openenv:
             times["openenv-core"].append(await _openenv_startup())
-        log(f"  repeat {repeat + 1}/{s.startup_repeats}: corral {times['corral'][-1]:.2f} s")
+        log(
+            f"  repeat {repeat + 1}/{s.startup_repeats}: corral {times['corral'][-1]:.2f} s, "
+            f"fresh script {times['corral, fresh script'][-1]:.2f} s"
+        )
     return {
         name: {"median_s": statistics.median(v), "min_s": min(v), "max_s": max(v)}
         for name, v in times.items()
         if v
     }
+
+
+# -- 6. PPO on 8 CartPole sessions ---------------------------------------------------------
+
+
+def _ppo_fps(env: Any, steps: int) -> float:
+    import torch
+    from stable_baselines3 import PPO
+
+    torch.set_num_threads(1)  # the same for both contenders, and fair to a shared machine
+    n_steps = max(32, steps // (env.num_envs * 4))
+    model = PPO("MlpPolicy", env, n_steps=n_steps, batch_size=256, n_epochs=4, seed=0)
+    started = time.perf_counter()
+    model.learn(total_timesteps=steps)
+    return steps / (time.perf_counter() - started)
+
+
+def _ppo_compare(steps: int, repeats: int, log: Log) -> dict[str, dict[str, float]]:
+    import gymnasium
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from corral.adapters.sb3 import RemoteVecEnv
+
+    local = DummyVecEnv([lambda: gymnasium.make("CartPole-v1") for _ in range(8)])
+    remote = RemoteVecEnv.from_env("gym:CartPole-v1", 8)
+    fps: dict[str, list[float]] = {"local DummyVecEnv": [], "corral RemoteVecEnv": []}
+    try:
+        for repeat in range(repeats):  # the contenders take turns, as everywhere here
+            fps["local DummyVecEnv"].append(_ppo_fps(local, steps))
+            fps["corral RemoteVecEnv"].append(_ppo_fps(remote, steps))
+            log(
+                f"  repeat {repeat + 1}/{repeats}: local {fps['local DummyVecEnv'][-1]:.0f}, "
+                f"remote {fps['corral RemoteVecEnv'][-1]:.0f} env-steps/s"
+            )
+    finally:
+        remote.close()
+        local.close()
+    return {name: {"fps": statistics.median(v)} for name, v in fps.items()}
+
+
+async def ppo(s: Settings, log: Log) -> dict[str, dict[str, float]]:
+    """SB3 PPO env-steps/s on 8 CartPole environments: local, and remote sessions batched
+    through corral's SB3 VecEnv (one local server)."""
+    log("6. PPO")
+    return await asyncio.to_thread(_ppo_compare, s.ppo_steps, s.ppo_repeats, log)

@@ -24,7 +24,7 @@ LAYERS = [
     {"protocol"},
     {"contract"},
     {"sandbox"},
-    {"blocking", "errors", "auth", "runtime"},
+    {"blocking", "errors", "auth", "runtime", "progress"},
 ]
 SIDEWAYS = {frozenset({"client", "server"}), frozenset({"providers", "envs"})}
 """Pairs that may not import each other in either direction, rows aside."""

@@ -72,3 +72,72 @@ def test_ppo_learns_on_a_served_cartpole(cartpole: RemoteEnv) -> None:
     )
     print(f"PPO after 4096 steps: mean return {trained_mean:.1f}; random policy {random_mean:.1f}")
     assert trained_mean > 2 * random_mean, (trained_mean, random_mean)
+
+
+# -- RemoteVecEnv: the SB3 VecEnv over an EnvPool ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cartpole_url() -> Iterator[str]:
+    with running(GymEnvironment.for_id("CartPole-v1")) as server:
+        yield server.url
+
+
+def test_remote_vec_env_matches_dummy_vec_env_step_for_step(cartpole_url: str) -> None:
+    import gymnasium
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from corral.adapters.sb3 import RemoteVecEnv
+
+    remote = RemoteVecEnv.from_url(cartpole_url, 4)
+    local = DummyVecEnv([lambda: gymnasium.make("CartPole-v1") for _ in range(4)])
+    try:
+        assert remote.observation_space == local.observation_space
+        assert remote.action_space == local.action_space
+        remote.seed(7)
+        local.seed(7)
+        np.testing.assert_allclose(remote.reset(), local.reset())
+        rng = np.random.default_rng(0)
+        ended = 0
+        for _ in range(120):
+            actions = rng.integers(0, 2, size=4)
+            r_obs, r_rew, r_done, r_info = remote.step(actions)
+            l_obs, l_rew, l_done, l_info = local.step(actions)
+            np.testing.assert_allclose(r_obs, l_obs, rtol=1e-6)
+            np.testing.assert_array_equal(r_rew, l_rew)
+            np.testing.assert_array_equal(r_done, l_done)
+            for i in np.flatnonzero(l_done):
+                ended += 1
+                np.testing.assert_allclose(
+                    r_info[i]["terminal_observation"], l_info[i]["terminal_observation"]
+                )
+                assert r_info[i]["TimeLimit.truncated"] == l_info[i]["TimeLimit.truncated"]
+        assert ended > 0  # episodes ended and restarted in the same step, as in SB3
+        assert remote.env_is_wrapped(object) == [False] * 4
+        assert remote.get_attr("render_mode") == [None] * 4
+        with pytest.raises(AttributeError, match="remote sessions expose no attribute"):
+            remote.get_attr("gravity")
+    finally:
+        remote.close()
+        local.close()
+
+
+def test_remote_vec_env_needs_same_step_resets(cartpole_url: str) -> None:
+    from corral.adapters.sb3 import RemoteVecEnv
+    from corral.client import EnvPool
+
+    pool = EnvPool(2, cartpole_url, autoreset_mode="next_step")
+    with pytest.raises(ValueError, match="autoreset_mode='same_step'"):
+        RemoteVecEnv(pool)
+
+
+def test_ppo_trains_on_eight_batched_sessions(cartpole_url: str) -> None:
+    from corral.adapters.sb3 import RemoteVecEnv
+
+    envs = RemoteVecEnv.from_url(cartpole_url, 8)
+    try:
+        model = PPO("MlpPolicy", envs, n_steps=32, batch_size=64, n_epochs=1, seed=0)
+        model.learn(total_timesteps=8 * 32 * 2)
+        assert model.num_timesteps == 8 * 32 * 2
+    finally:
+        envs.close()

@@ -16,6 +16,7 @@ SECTIONS = [
     "## 3. Scale",
     "## 4. 84x84x3 uint8 observation",
     "## 5. Start-up",
+    "## 6. PPO on 8 CartPole environments",
     "## Targets",
 ]
 
@@ -65,18 +66,22 @@ def test_smoke_run_writes_every_table(tmp_path):
     assert [row[0] for row in batched] == ["1", "16"]
     assert all(_number(cell) > 0 for row in batched for cell in row[1:4])  # three modes
     assert "Soak:" in report and "client RSS" in report
-    assert report.count("Load average (1 min) during this section") == 6
+    assert report.count("Load average (1 min) during this section") == 7
     scale = {row[0]: row for row in _rows(report, SECTIONS[3])}
     assert _number(scale["corral"][1]) == 200 and _number(scale["corral"][3]) > 0
     payload = {row[0]: row for row in _rows(report, SECTIONS[4])}
     assert _number(payload["corral msgpack"][1]) > 0
     startup = {row[0]: row for row in _rows(report, SECTIONS[5])}
     assert 0 < _number(startup["corral"][1]) < 120
+    assert 0 < _number(startup["corral, fresh script"][1]) < 120
     if importlib.util.find_spec("openenv") is not None:
         assert _number(lockstep["openenv-core"][3]) > 0
         assert _number(payload["openenv-core"][1]) > 0
         assert scale["openenv-core"][1] != "—"
-    targets = _rows(report, SECTIONS[6])
+    ppo = {row[0]: row for row in _rows(report, SECTIONS[6])}
+    assert _number(ppo["local DummyVecEnv"][1]) > 0
+    assert _number(ppo["corral RemoteVecEnv"][1]) > 0
+    targets = _rows(report, SECTIONS[7])
     assert any(row[0].startswith("lockstep p50 within 1.3x") for row in targets)
     assert any(row[0].startswith("stretch: pipelined") for row in targets)
     assert all(row[2] in ("yes", "no", "—") for row in targets)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -51,9 +52,14 @@ def test_build_offline_on_the_local_base_image(
             app, ["build", str(echo_dir), "--base-image", base_image, "--offline", "--tag", tag]
         )
         assert result.exit_code == 0, result.output
-        assert f"built {tag} (sha256:" in result.output
-        assert f"offline, from {base_image}" in result.output
-        assert "Step 1/" in result.output and "resolving dependencies" in result.output
+        # The title, then the one-line summary: the raw output is behind -v.
+        lines = result.output.splitlines()
+        assert lines[0] == "building echo …" and len(lines) == 2, result.output
+        assert lines[1].startswith(f"built {tag} (sha256:")
+        assert (
+            f"offline, {image_pins(echo_dir)} pinned distributions, from {base_image}" in lines[1]
+        )
+        assert "--platform" not in result.output and "Step 1/" not in result.output
         image = docker_client.images.get(tag)
         assert image.labels["org.corral.version"] == "0.2.0"
         dockerfile = (echo_dir / ".corral" / "build" / "Dockerfile").read_text()
@@ -63,6 +69,11 @@ def test_build_offline_on_the_local_base_image(
 
         with contextlib.suppress(docker.errors.ImageNotFound):
             docker_client.images.remove(tag, force=True)
+
+
+def image_pins(env_dir: Path) -> int:
+    lock = (env_dir / ".corral" / "build" / "requirements.lock").read_text()
+    return len([line for line in lock.splitlines() if line and not line.startswith("#")])
 
 
 def test_push_refuses_a_bad_repo_id(echo_dir: Path) -> None:
@@ -83,7 +94,7 @@ def test_push_dry_run_stages_and_uploads_nothing(echo_dir: Path) -> None:
     result = runner.invoke(app, ["push", str(echo_dir), "--repo-id", "me/echo", "--dry-run"])
     assert result.exit_code == 0, result.output
     staged = echo_dir / ".corral" / "space"
-    assert f"staged {staged}:" in result.output
+    assert f"staged {staged} (5 files) in " in result.output
     for name in (
         "Dockerfile",
         "README.md",
@@ -124,6 +135,25 @@ def test_push_uploads(
     (create,) = fake_hub.of("/api/repos/create")
     assert create.json()["visibility"] == "private" or create.json().get("private") is True
     assert len(fake_hub.of("/api/spaces/me/echo/commit/main")) == 1
+
+
+@pytest.mark.network
+@pytest.mark.network
+def test_push_to_an_unreachable_hub_says_so_in_one_line(echo_dir: Path) -> None:
+    with socket.socket() as closed:  # bound, never listening: connections are refused
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+        result = runner.invoke(
+            app, ["push", str(echo_dir), "--repo-id", "me/echo", "--endpoint", url]
+        )
+    assert result.exit_code == 1
+    staged = echo_dir / ".corral" / "space"
+    lines = result.output.splitlines()
+    assert lines[0] == "staging echo for me/echo …"
+    assert lines[1].startswith(f"staged {staged} (")
+    assert lines[2].startswith(f"error: the Hugging Face Hub at {url} is unreachable (")
+    assert lines[2].endswith(f"The Space is staged in {staged}: push again when online")
+    assert len(lines) == 3 and (staged / "Dockerfile").is_file()
 
 
 @pytest.mark.network

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from corral.cli.init import InitError, names_for, scaffold
+from corral.cli.init import InitError, corral_source, install_command, names_for, scaffold
 from corral.cli.main import app
 from corral.client import AsyncEnvClient
 from corral.contract.lock import read_lock
@@ -135,3 +135,52 @@ def test_an_existing_directory_is_refused_unless_forced(tmp_path: Path) -> None:
     assert (tmp_path / "taken_env_x" / "corral.yaml").is_file()
     result = runner.invoke(app, ["init", "Bad Name", "--dir", str(tmp_path)])
     assert result.exit_code == 2 and "not a valid environment name" in result.output
+
+
+def test_the_install_command_names_where_this_corral_comes_from(tmp_path: Path) -> None:
+    # This suite runs from an editable install of the source tree.
+    assert Path(corral_source()) == Path(__file__).resolve().parents[2]
+    assert install_command() == f"pip install {corral_source()} -e '.[test]'"
+    root = scaffold("install_me_env", tmp_path)
+    assert install_command() in (root / "README.md").read_text()
+    result = runner.invoke(app, ["init", "install_me_too_env", "--dir", str(tmp_path)])
+    assert install_command() in result.output
+
+
+@pytest.mark.network
+@pytest.mark.slow
+def test_the_scaffold_installs_in_a_fresh_virtualenv(tmp_path: Path) -> None:
+    """The printed install command works where corral is not installed (nor on PyPI)."""
+    root = scaffold("fresh_venv_env", tmp_path)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    install = subprocess.run(
+        ["bash", "-c", install_command()],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
+    # Importable from anywhere, and its own tests pass in that virtualenv.
+    where = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import fresh_venv_env, corral; print('ok')"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert where.stdout.strip() == "ok", where.stderr
+    tests = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-3000:]

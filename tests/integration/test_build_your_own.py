@@ -12,7 +12,6 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,8 +94,8 @@ def test_the_walkthrough_up_to_the_build(walk: Walk) -> None:
     assert walk.before_build.count("corral validate") == 1
 
 
-async def test_the_client_code_plays_an_episode(walk: Walk) -> None:
-    # The page's first Python block, against 'corral serve .' as the page says.
+def test_the_client_code_plays_an_episode(walk: Walk) -> None:
+    # The page's first Python block, as a script, against 'corral serve .' as the page says.
     port_file = walk.workdir / "url"
     server = subprocess.Popen(
         [BIN / "corral", "serve", ".", "--port", "0", "--port-file", str(port_file)],
@@ -104,23 +103,19 @@ async def test_the_client_code_plays_an_episode(walk: Walk) -> None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    script = walk.env_dir / "play.py"
     try:
         deadline = time.monotonic() + 60
         while not port_file.exists():
             assert server.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
         block = python_blocks(DOC.read_text())[0]
-        code = block.replace("http://127.0.0.1:8000", port_file.read_text())
-        source = "async def main():\n" + textwrap.indent(code, "    ") + "    return result\n"
-        namespace: dict[str, Any] = {}
-        sys.path.insert(0, str(walk.env_dir))
-        try:
-            exec(compile(source, str(DOC), "exec"), namespace)
-            result = await namespace["main"]()
-        finally:
-            sys.path.remove(str(walk.env_dir))
-        assert result.observation.hint == "correct" and result.reward == 1.0
+        script.write_text(block.replace("http://127.0.0.1:8000", port_file.read_text()))
+        played = run([f"{sys.executable} play.py"], walk.env_dir)
+        assert played.returncode == 0, played.stdout + played.stderr
+        assert played.stdout.split() == ["correct", "1.0"]
     finally:
+        script.unlink(missing_ok=True)
         server.terminate()
         server.wait(10)
 

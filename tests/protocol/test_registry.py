@@ -102,6 +102,19 @@ def test_detached_sessions_wait_for_their_window():
     assert session.detached_at is None and reg.expired(now=1e9) == []
 
 
+def test_detaching_names_the_sessions_and_re_attaching_is_reported():
+    attached = []
+    reg, a, b = registry(on_attach=attached.append), Owner(), Owner()
+    first, second = opened(reg, a, "s1"), opened(reg, a, "s2")
+    assert reg.detach_all(a, now=1.0) == [first, second]
+    assert reg.detach_all(a, now=2.0) == []
+    with pytest.raises(Unauthorized):
+        reg.attach("s1", "wrong", b)
+    assert attached == []  # only a re-attach that succeeds is reported
+    reg.attach("s1", first.token, b)
+    assert attached == [first]
+
+
 def test_idle_sessions_expire_unless_running():
     reg, a = registry(idle_timeout_s=5.0), Owner()
     session = opened(reg, a)

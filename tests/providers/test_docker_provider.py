@@ -315,3 +315,21 @@ def test_a_forgotten_provider_removes_its_containers(docker_client: Any, base_im
     gc.collect()
     with pytest.raises(docker.errors.NotFound):
         docker_client.containers.get(endpoint.container_id)
+
+
+def test_build_and_pull_events_become_one_line_each() -> None:
+    from corral.providers.docker import _build_lines
+
+    events = [
+        {"status": "Pulling from library/python", "id": "3.11-slim"},
+        {"status": "Downloading", "progress": "[=>   ] 1.2MB/50MB", "id": "a1b2c3"},
+        {"stream": "Step 1/2 : FROM corral-base:bookworm\n"},
+        {"aux": {"ID": "sha256:feed"}},
+    ]
+    lines: list[str] = []
+    assert _build_lines(iter(events), lines.append)[0] == "sha256:feed"
+    assert lines == [
+        "3.11-slim: Pulling from library/python",
+        "a1b2c3: Downloading [=>   ] 1.2MB/50MB",
+        "Step 1/2 : FROM corral-base:bookworm",
+    ]

@@ -187,7 +187,7 @@ def test_a_failing_step_reports_its_output(tmp_path: Path, monkeypatch: pytest.M
         prepare_context(
             tmp_path, tmp_path / ".corral" / "build", pip=failing_pip, progress=lines.append
         )
-    assert "building corral's wheel failed (exit 2)" in str(info.value)
+    assert "building the wheel of corral failed (exit 2)" in str(info.value)
     assert "no wheel for thing" in str(info.value)
     assert "no wheel for thing" in lines
 
@@ -236,11 +236,17 @@ def test_prepare_context_for_a_project(tmp_path: Path, monkeypatch: pytest.Monke
     assert ctx.labels["org.corral.fingerprint"] == EchoEnv.contract().fingerprint
     assert (ctx.directory / "requirements.lock").read_text().splitlines()[1:] == ctx.requirements
     assert any("resolving dependencies" in line for line in lines)
-    assert any("building corral's wheel" in line for line in lines)
-    # corral's wheel is cached by the hash of its sources: the next build reuses it and
-    # goes on to the environment's own wheel (made to fail here, to stop early).
+    assert "building the wheel of corral" in lines and "building the wheel of guess-env" in lines
+    # Both wheels are cached by the hash of their sources, and the resolution by its inputs:
+    # the next build asks pip for nothing until the download (made to fail, to stop early).
     failing_pip = [sys.executable, "-c", "import sys; print('stop'); sys.exit(2)"]
     again: list[str] = []
-    with pytest.raises(BuildError, match="building the wheel of guess-env failed"):
+    with pytest.raises(BuildError, match="downloading wheels failed"):
         prepare_context(env, env / ".corral" / "build", pip=failing_pip, progress=again.append)
-    assert any(line.startswith("reusing corral's wheel corral-") for line in again)
+    reused = [line for line in again if line.startswith("reusing ")]
+    assert [line.split()[3].split("-")[0] for line in reused[:2]] == ["corral", "guess_env"]
+    assert reused[2].startswith(f"reusing the resolution of {len(ctx.requirements)} ")
+    # A changed source is built again.
+    (env / "guess_env" / "extra.py").write_text("X = 1\n")
+    with pytest.raises(BuildError, match="building the wheel of guess-env failed"):
+        prepare_context(env, env / ".corral" / "build", pip=failing_pip)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,11 +14,14 @@ from tests.support.fakehub import FakeHub, running_fake_hub, space_front_matter_
 import corral
 from corral.envs.echo import EchoEnv
 from corral.providers.hfspace import (
+    SHORT_DESCRIPTION_MAX,
+    HubUnreachable,
     SpaceError,
     StagedSpace,
     check_repo_id,
     contract_markdown,
     push_space,
+    short_description,
     stage_space,
 )
 
@@ -177,3 +181,52 @@ def test_push_with_a_bad_token(tmp_path: Path, fake_hub: FakeHub) -> None:
 def test_push_needs_a_staged_folder(tmp_path: Path) -> None:
     with pytest.raises(SpaceError, match=r"has no README\.md; stage it first"):
         push_space(tmp_path, "me/x", token="t", endpoint="http://127.0.0.1:9")
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A loopback port that refuses connections (bound, never listening)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
+
+
+def test_an_unreachable_hub_is_one_clear_error(tmp_path: Path, closed_port: int) -> None:
+    (tmp_path / "Dockerfile").write_text("FROM python:3.11-slim\n")
+    (tmp_path / "README.md").write_text("---\nsdk: docker\n---\n")
+    url = f"http://127.0.0.1:{closed_port}"
+    with pytest.raises(HubUnreachable) as info:
+        push_space(tmp_path, "me/x", token="hf_test_token", endpoint=url)
+    assert str(info.value).startswith(f"the Hugging Face Hub at {url} is unreachable (")
+    assert str(info.value).endswith(f"The Space is staged in {tmp_path}: push again when online")
+    assert info.value.staged == tmp_path and "\n" not in str(info.value)
+
+
+def test_the_hub_offline_mode_is_unreachable_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    (tmp_path / "Dockerfile").write_text("FROM python:3.11-slim\n")
+    (tmp_path / "README.md").write_text("---\nsdk: docker\n---\n")
+    with pytest.raises(HubUnreachable, match="offline mode is enabled"):
+        push_space(tmp_path, "me/x", token="hf_test_token")
+
+
+@pytest.mark.parametrize(
+    ("text", "short"),
+    [
+        ("Echoes messages back.", "Echoes messages back."),
+        (
+            "Find a secret number between 0 and 100 from higher/lower hints, in ten guesses.",
+            "Find a secret number between 0 and 100 from higher/lower…",
+        ),
+        ("word " * 20, "word word word word word word word word word word word…"),
+        ("x" * 80, "x" * 59 + "…"),
+        ("  spread\nover   lines  ", "spread over lines"),
+    ],
+)
+def test_short_descriptions_end_at_a_word(text: str, short: str) -> None:
+    assert short_description(text) == short
+    assert len(short_description(text)) <= SHORT_DESCRIPTION_MAX

@@ -155,3 +155,35 @@ async def test_docker_spares_are_replaced(docker_client: Any, base_image: str) -
             assert httpx.get(endpoint.url, timeout=5).status_code == 200
             await pool.release(endpoint)
         assert provider.running == []
+
+
+class CountingProvider(LocalProcessProvider):
+    """The local provider, counting the starts in flight at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    async def start(self, spec: Any) -> LocalEndpoint:
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            return await super().start(spec)
+        finally:
+            self.in_flight -= 1
+
+
+async def test_spares_start_concurrently_with_a_progress_summary(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    provider = CountingProvider()
+    pool = WarmPool(provider, ECHO, size=3, health_interval=60, progress=True)
+    async with provider, pool:
+        await pool.wait_full(timeout=120)
+        # All three starts were in flight together: none waited for another.
+        assert provider.most_in_flight == 3
+        assert pool.stats().started == 3
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == f"starting 3 spare servers of {ECHO} …"
+    assert lines[-1].startswith("3 spare servers ready in ") and len(lines) == 2

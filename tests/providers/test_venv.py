@@ -91,6 +91,20 @@ def test_the_venv_is_built_once_and_reused(sums_dir: Path) -> None:
     )
 
 
+def test_a_build_shows_progress_and_a_summary_a_reuse_is_silent(
+    sums_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = ensure_venv(sums_dir, cache_dir=tmp_path / "cache")
+    shown = capsys.readouterr().err.splitlines()
+    # Off a terminal: the title when the build starts and the summary when it ends.
+    assert shown[0] == f"building the virtualenv of {sums_dir.name} …", shown
+    assert shown[-1].startswith(f"building the virtualenv of {sums_dir.name}: done in ")
+    assert shown[-1].endswith(" s (cached for later starts)") and len(shown) == 2
+    again = ensure_venv(sums_dir, cache_dir=tmp_path / "cache")
+    assert again.reused and again.path == first.path
+    assert capsys.readouterr().err == ""
+
+
 async def test_a_server_runs_in_its_venv(sums_dir: Path) -> None:
     assert importlib.util.find_spec("toolz") is None, "the test venv must not have toolz"
     built = ensure_venv(sums_dir)

@@ -8,24 +8,11 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from corral.errors import CorralError
+from corral.progress import Activity
 from corral.providers.dockerfile import GENERATED_HEADER, BuildError
 from corral.providers.manifest import ManifestError, load_manifest
-
-# Lines worth keeping on screen once the spinner has moved on: the steps themselves.
-_MILESTONES = (
-    "Step ",
-    "$ ",
-    "building ",
-    "resolving ",
-    "downloading ",
-    "build context ",
-    "warning:",
-    "Successfully ",
-    "base image ",
-)
 
 
 def refresh_dockerfile(env_dir: Path, generated: Path) -> bool:
@@ -72,7 +59,9 @@ def build_command(
     context: Annotated[
         Path | None, typer.Option(help="Where to write the build context (default .corral/build).")
     ] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print every line.")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Print every line of the build's output.")
+    ] = False,
 ) -> None:
     """Generate the Dockerfile from the manifest and build the image, with progress."""
     console = Console(highlight=False)
@@ -87,36 +76,26 @@ def build_command(
         console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from None
 
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as bar:
-        task = bar.add_task(f"building {manifest.name}", total=None)
-
-        def show(line: str) -> None:
-            if verbose or line.startswith(_MILESTONES):
-                bar.console.print(escape(line), style="dim" if line.startswith("$ ") else None)
-            bar.update(task, description=escape(line[:100]))
-
+    with Activity(f"building {manifest.name}", console=console, verbose=verbose) as activity:
         try:
             built = build_image(
                 manifest.root,
                 tag,
                 base_image=base_image,
                 offline=offline,
-                progress=show,
+                progress=activity,
                 context_dir=context,
             )
         except (BuildError, CorralError) as exc:
-            console.print(f"[red]build failed:[/red] {escape(str(exc))}")
+            activity.done(f"build failed after {activity.seconds:.1f} s", style="red")
+            console.print(escape(str(exc)), soft_wrap=True)
             raise typer.Exit(1) from None
-    mode = "offline" if offline else "online"
+        mode = "offline" if offline else "online"
+        wheels = len(built.context.requirements)
+        activity.done(
+            f"built {built.tag} ({built.image_id[:19]}) in {built.seconds:.1f} s, {mode}, "
+            f"{wheels} pinned distributions, from {built.context.base_image}; context in "
+            f"{built.context.directory} (-v shows the build's output)"
+        )
     if refresh_dockerfile(manifest.root, built.context.dockerfile):
         console.print(f"updated {manifest.root / 'Dockerfile'} (generated from the manifest)")
-    console.print(
-        f"[green]built[/green] {built.tag} ({built.image_id[:19]}) in {built.seconds:.1f} s, "
-        f"{mode}, from {built.context.base_image}; context in {built.context.directory}"
-    )

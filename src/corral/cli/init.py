@@ -13,9 +13,12 @@ README whose contract tables are generated from the models.
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import importlib.util
+import json
 import keyword
 import re
+import shlex
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +26,7 @@ from importlib import resources
 from pathlib import Path
 from string import Template
 from typing import Annotated
+from urllib.parse import unquote, urlparse
 
 import typer
 from rich.console import Console
@@ -96,6 +100,30 @@ def names_for(name: str) -> Names:
     return Names(name=name, package=package, cls=cls)
 
 
+def corral_source() -> str:
+    """What ``pip install`` needs to get this corral into another virtualenv.
+
+    corral is not on the package index yet, so a generated project's ``corral>=VERSION``
+    cannot be resolved there. pip records where each distribution came from
+    (``direct_url.json``): the source tree of an editable install, or the wheel or
+    directory it was installed from; that local path is given to pip next to the
+    project. A corral installed from an index is found there again: ``corral==VERSION``.
+    """
+    try:
+        recorded = importlib.metadata.distribution("corral").read_text("direct_url.json")
+    except importlib.metadata.PackageNotFoundError:
+        recorded = None
+    url = str(json.loads(recorded).get("url", "")) if recorded else ""
+    if url.startswith("file://"):
+        return unquote(urlparse(url).path)
+    return f"corral=={corral.__version__}"
+
+
+def install_command() -> str:
+    """The command that installs a generated project with its tests in a fresh virtualenv."""
+    return f"pip install {shlex.quote(corral_source())} -e '.[test]'"
+
+
 def _template(name: str) -> Template:
     text = resources.files("corral.cli").joinpath("templates", "env", name).read_text("utf-8")
     return Template(text)
@@ -141,6 +169,7 @@ def scaffold(name: str, parent: str | Path = ".", *, force: bool = False) -> Pat
         "cls": names.cls,
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
         "corral_version": corral.__version__,
+        "install": install_command(),
     }
     for target, template in _FILES.items():
         path = root / target.format(package=names.package)
@@ -188,5 +217,8 @@ def init_command(
         "  corral validate        # static checks and a smoke test through a real server\n"
         "  corral serve .         # serve it on 127.0.0.1:8000\n"
         f"  corral build           # the Docker image {escape(image_tag(manifest))}\n"
-        "  pytest                 # its own tests"
+        "  pytest                 # its own tests\n"
+        "\nto install it (importable from any directory), also in a fresh virtualenv:\n"
+        f"  {escape(install_command())}\n"
+        "  (corral is not on PyPI yet: pip takes it from where this corral was installed)"
     )

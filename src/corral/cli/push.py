@@ -10,8 +10,9 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
+from corral.progress import Activity
 from corral.providers.dockerfile import BuildError
-from corral.providers.hfspace import SpaceError, push_space, stage_space
+from corral.providers.hfspace import HubUnreachable, SpaceError, push_space, stage_space
 from corral.providers.manifest import ManifestError, load_manifest
 
 
@@ -36,29 +37,43 @@ def push_command(
         bool,
         typer.Option("--offline/--online", help="Ship every wheel in the Space (offline)."),
     ] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Print every line of the staging's output.")
+    ] = False,
 ) -> None:
     """Stage a Docker Space (README front matter, Dockerfile, pinned wheels) and upload it."""
     console = Console(highlight=False)
     try:
         manifest = load_manifest(path)
-        with console.status(f"staging {manifest.name} for {repo_id}"):
+    except ManifestError as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from None
+    title = f"staging {manifest.name} for {repo_id}"
+    with Activity(title, console=console, verbose=verbose) as activity:
+        try:
             staged = stage_space(
                 manifest.root,
                 out or manifest.root / ".corral" / "space",
                 repo_id,
                 offline=offline,
+                progress=activity,
             )
-    except (ManifestError, SpaceError) as exc:
-        console.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2) from None
-    except BuildError as exc:
-        console.print(f"[red]staging failed:[/red] {escape(str(exc))}")
-        raise typer.Exit(1) from None
-    console.print(f"staged {staged.directory}:")
-    for name in staged.files:
-        console.print(f"  {escape(name)}")
-    console.print("front matter:")
-    console.print(escape(yaml.safe_dump(staged.front_matter, sort_keys=False, allow_unicode=True)))
+        except (ManifestError, SpaceError) as exc:
+            activity.done(f"error: {exc}", style="red")
+            raise typer.Exit(2) from None
+        except BuildError as exc:
+            activity.done(f"staging failed after {activity.seconds:.1f} s", style="red")
+            console.print(escape(str(exc)), soft_wrap=True)
+            raise typer.Exit(1) from None
+        activity.done(
+            f"staged {staged.directory} ({len(staged.files)} files) in {activity.seconds:.1f} s"
+        )
+    if dry_run or verbose:
+        for name in staged.files:
+            console.print(f"  {escape(name)}")
+        console.print("front matter:")
+        front = yaml.safe_dump(staged.front_matter, sort_keys=False, allow_unicode=True)
+        console.print(escape(front))
     if dry_run:
         console.print("dry run: nothing uploaded.")
         return
@@ -70,8 +85,11 @@ def push_command(
     except ImportError as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from None
+    except HubUnreachable as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(1) from None
     except (OSError, ValueError) as exc:
         # huggingface_hub's HTTP errors derive from OSError; metadata errors from ValueError.
-        console.print(f"[red]upload failed:[/red] {escape(str(exc))}")
+        console.print(f"[red]upload failed:[/red] {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(1) from None
     console.print(f"[green]pushed[/green] {pushed.url} (commit {pushed.commit_oid[:12]})")

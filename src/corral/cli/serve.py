@@ -12,6 +12,7 @@ from corral.adapters.openenv_env import load_openenv, openenv_target
 from corral.auth import read_token_file
 from corral.providers.manifest import Manifest, ManifestError, load_manifest
 from corral.server.config import TRANSPORTS, ServerConfig
+from corral.server.logs import FORMATS
 from corral.server.serve import inherited_socket, serve
 from corral.server.target import TargetError, load_target
 
@@ -186,7 +187,17 @@ def serve_command(
             "exchange it once for a short-lived cookie.",
         ),
     ] = False,
-    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
+    log_level: Annotated[
+        str,
+        typer.Option(
+            help="debug, info (the banner and a line per session event), warning or error; "
+            "uvicorn's own lines show at debug."
+        ),
+    ] = "info",
+    log_format: Annotated[
+        str,
+        typer.Option(help="text, or json: one object per line, session ids as fields."),
+    ] = "text",
     mcp: Annotated[
         bool,
         typer.Option(
@@ -207,6 +218,11 @@ def serve_command(
     ] = 10.0,
 ) -> None:
     """Serve an environment over WebSocket and HTTP (loopback by default)."""
+    if log_format not in FORMATS:
+        raise typer.BadParameter(
+            f"{log_format!r} is not a log format; use {' or '.join(FORMATS)}",
+            param_hint="--log-format",
+        )
     chosen = parse_serve_target(target)
     env = resolve_serve_target(chosen.reference, search_path=chosen.search_path)
     manifest = chosen.manifest
@@ -256,6 +272,7 @@ def serve_command(
         log_level=log_level,
         config=config,
         sock=sock,
+        log_format=log_format,
         customize=_mount_mcp if mcp else None,
     )
 

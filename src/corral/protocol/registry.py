@@ -52,6 +52,8 @@ class SessionRegistry(Generic[S]):
         max_per_owner: sessions one connection may hold.
         resume_window_s: how long a detached session waits to be re-attached.
         idle_timeout_s: a session with no request for this long expires (None: never).
+        on_attach: called with each session a client re-attaches (the server's access
+            log: re-attaching is decided here, with no I/O side to report it).
     """
 
     def __init__(
@@ -61,11 +63,13 @@ class SessionRegistry(Generic[S]):
         max_per_owner: int,
         resume_window_s: float,
         idle_timeout_s: float | None,
+        on_attach: Callable[[S], None] | None = None,
     ) -> None:
         self.max_sessions = max_sessions
         self.max_per_owner = max_per_owner
         self.resume_window_s = resume_window_s
         self.idle_timeout_s = idle_timeout_s
+        self._on_attach = on_attach
         self.sessions: dict[str, S] = {}
         self.refused = 0
         """How many times a new session or connection was refused for capacity."""
@@ -209,19 +213,26 @@ class SessionRegistry(Generic[S]):
         session.owner = owner
         session.detached_at = None
         session.touch()
+        if self._on_attach is not None:
+            self._on_attach(session)
         return session
 
     def owned_by(self, owner: ReplySink) -> list[S]:
         """The live sessions attached to ``owner``."""
         return [s for s in self.sessions.values() if s.owner is owner]
 
-    def detach_all(self, owner: ReplySink, now: float | None = None) -> None:
-        """The connection ``owner`` dropped: its sessions wait for a re-attach."""
+    def detach_all(self, owner: ReplySink, now: float | None = None) -> list[S]:
+        """The connection ``owner`` dropped: its sessions wait for a re-attach.
+
+        Returns the sessions detached.
+        """
         now = time.monotonic() if now is None else now
-        for session in self.owned_by(owner):
+        detached = self.owned_by(owner)
+        for session in detached:
             session.owner = None
             session.detached_at = now
         self._held.pop(owner, None)
+        return detached
 
     def remove(self, session: S, reason: str) -> bool:
         """Close ``session``: free its slot, leave ``reason`` for late requests.

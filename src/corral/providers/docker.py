@@ -612,13 +612,21 @@ def _build_lines(
             )
         if "aux" in event and isinstance(event["aux"], dict) and "ID" in event["aux"]:
             image_id = str(event["aux"]["ID"])
-        text = event.get("stream") or event.get("status") or ""
+        text = event.get("stream") or _pull_status(event)
         for line in str(text).splitlines():
             if line.strip():
                 tail = [*tail[-39:], line.rstrip()]
                 if progress is not None:
                     progress(line.rstrip())
     return image_id, tail
+
+
+def _pull_status(event: dict[str, Any]) -> str:
+    """A pull event as one line: ``<layer>: Downloading [==>   ] 12.1MB/50.2MB``."""
+    status = str(event.get("status") or "")
+    layer = event.get("id")
+    detail = event.get("progress")
+    return " ".join(str(part) for part in (f"{layer}:" if layer else "", status, detail) if part)
 
 
 def _ensure_base_image(

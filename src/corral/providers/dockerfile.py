@@ -20,6 +20,7 @@ contract.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import json
@@ -30,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -319,18 +321,61 @@ def wheel_cache_dir() -> Path:
     return Path(base) / "corral" / "wheels"
 
 
+def _tree_digest(root: Path, files: Sequence[Path]) -> str:
+    """A hash of ``files`` (paths relative to ``root`` and contents)."""
+    digest = hashlib.sha256()
+    for path in files:
+        if path.is_file():
+            digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:20]
+
+
 def _source_digest(source: Path) -> str:
     """A hash of everything corral's wheel is built from."""
-    digest = hashlib.sha256()
     files = [source / "pyproject.toml", source / "README.md"]
     files += sorted(
         p for p in (source / "src").rglob("*") if p.is_file() and "__pycache__" not in p.parts
     )
-    for path in files:
-        if path.is_file():
-            digest.update(path.relative_to(source).as_posix().encode() + b"\0")
-            digest.update(path.read_bytes() + b"\0")
-    return digest.hexdigest()[:20]
+    return _tree_digest(source, files)
+
+
+def _project_digest(env_dir: Path) -> str:
+    """A hash of an environment's files, those :data:`IGNORED` left out."""
+
+    def kept(path: Path) -> bool:
+        parts = path.relative_to(env_dir).parts
+        return not any(fnmatch.fnmatch(part, pattern) for part in parts for pattern in IGNORED)
+
+    return _tree_digest(env_dir, sorted(p for p in env_dir.rglob("*") if kept(p)))
+
+
+def _cached_wheel(
+    source: Path, name: str, cache: Path, pip: Sequence[str], progress: Progress | None
+) -> Path:
+    """The wheel of the project in ``source``, built once into ``cache`` (a directory
+    named by a hash of the sources): an unchanged project is never rebuilt."""
+    cached = sorted(cache.glob("*.whl")) if cache.is_dir() else []
+    if cached:
+        _emit(progress, f"reusing the wheel {cached[0].name} (sources unchanged)")
+        return cached[0]
+    _emit(progress, f"building the wheel of {name}")
+    staging = Path(tempfile.mkdtemp(prefix="corral-wheel-"))
+    try:
+        run_step(
+            [*pip, "wheel", "--no-deps", "-q", "-w", str(staging), str(source)],
+            f"building the wheel of {name}",
+            progress,
+        )
+        built = _wheel_of(staging, name)
+        cache.mkdir(parents=True, exist_ok=True)
+        # Rename within the cache directory: a concurrent build never sees half a file.
+        partial = cache / (built.name + ".partial")
+        shutil.copyfile(built, partial)
+        partial.replace(cache / built.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return cache / built.name
 
 
 def corral_wheel(pip: Sequence[str] | None = None, progress: Progress | None = None) -> Path | None:
@@ -351,27 +396,22 @@ def corral_wheel(pip: Sequence[str] | None = None, progress: Progress | None = N
         return None
     pip_cmd = list(pip) if pip is not None else [sys.executable, "-m", "pip"]
     cache = wheel_cache_dir() / _source_digest(source)
-    cached = sorted(cache.glob("corral-*.whl")) if cache.is_dir() else []
-    if cached:
-        _emit(progress, f"reusing corral's wheel {cached[0].name} (source unchanged)")
-        return cached[0]
-    _emit(progress, f"building corral's wheel from {source}")
-    staging = Path(tempfile.mkdtemp(prefix="corral-wheel-"))
-    try:
-        run_step(
-            [*pip_cmd, "wheel", "--no-deps", "-q", "-w", str(staging), str(source)],
-            "building corral's wheel",
-            progress,
-        )
-        built = _wheel_of(staging, "corral")
-        cache.mkdir(parents=True, exist_ok=True)
-        # Rename within the cache directory: a concurrent build never sees half a file.
-        partial = cache / (built.name + ".partial")
-        shutil.copyfile(built, partial)
-        partial.replace(cache / built.name)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return cache / built.name
+    return _cached_wheel(source, "corral", cache, pip_cmd, progress)
+
+
+def project_wheel(
+    env_dir: Path, project: str, pip: Sequence[str] | None = None, progress: Progress | None = None
+) -> Path:
+    """The wheel of the environment project in ``env_dir``, built once per source change
+    (cached like corral's own under :func:`wheel_cache_dir`).
+
+    Raises:
+        BuildError: building the wheel failed.
+    """
+    pip_cmd = list(pip) if pip is not None else [sys.executable, "-m", "pip"]
+    normalized = re.sub(r"[-_.]+", "_", project).lower()
+    cache = wheel_cache_dir() / "projects" / f"{normalized}-{_project_digest(env_dir)}"
+    return _cached_wheel(env_dir, project, cache, pip_cmd, progress)
 
 
 def _wheel_of(directory: Path, name: str) -> Path:
@@ -398,10 +438,53 @@ def _project_name(env_dir: Path) -> str | None:
     return name
 
 
+RESOLUTION_TTL_S = 24 * 3600.0
+"""How long a resolution is reused for the same inputs before the index is asked again."""
+
+
+def _resolution_key(requirements: Sequence[str], target: Target) -> str:
+    """A hash of what a resolution depends on: the local wheels' contents (their metadata
+    holds their dependencies), the other requirements and the target platform."""
+    digest = hashlib.sha256()
+    for requirement in requirements:
+        path = Path(requirement)
+        if requirement.endswith(".whl") and path.is_file():
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+        else:
+            digest.update(requirement.encode())
+        digest.update(b"\0")
+    digest.update(json.dumps(target.pip_args()).encode())
+    return digest.hexdigest()[:24]
+
+
 def _resolve(
     requirements: Sequence[str], target: Target, pip: Sequence[str], progress: Progress | None
 ) -> list[tuple[str, str]]:
-    """Resolve ``requirements`` for ``target``; returns (name, version) of every distribution."""
+    """Resolve ``requirements`` for ``target``; returns (name, version) of every distribution.
+
+    The same inputs resolved less than :data:`RESOLUTION_TTL_S` ago reuse that result (kept
+    under :func:`wheel_cache_dir`), so that repeated builds and stagings do not ask the
+    package index again: a resolution queries the index once per distribution.
+    """
+    cached = (
+        wheel_cache_dir().parent / "resolutions" / f"{_resolution_key(requirements, target)}.json"
+    )
+    with contextlib.suppress(OSError, ValueError):
+        if time.time() - cached.stat().st_mtime < RESOLUTION_TTL_S:
+            pins = [(str(n), str(v)) for n, v in json.loads(cached.read_text(encoding="utf-8"))]
+            _emit(progress, f"reusing the resolution of {len(pins)} distributions ({cached.name})")
+            return pins
+    pins = _resolve_with_pip(requirements, target, pip, progress)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_suffix(".partial")
+    partial.write_text(json.dumps(pins), encoding="utf-8")
+    partial.replace(cached)
+    return pins
+
+
+def _resolve_with_pip(
+    requirements: Sequence[str], target: Target, pip: Sequence[str], progress: Progress | None
+) -> list[tuple[str, str]]:
     with tempfile.TemporaryDirectory(prefix="corral-resolve-") as tmp:
         report = Path(tmp) / "report.json"
         run_step(
@@ -502,13 +585,9 @@ def prepare_context(
         requirements.append(f"corral=={corral.__version__}")
     project = _project_name(env_path)
     if project is not None:
-        _emit(progress, f"building the wheel of {project}")
-        run_step(
-            [*pip_cmd, "wheel", "--no-deps", "-q", "-w", str(wheels), str(env_path)],
-            f"building the wheel of {project}",
-            progress,
-        )
-        local.append(_wheel_of(wheels, project))
+        built = project_wheel(env_path, project, pip_cmd, progress)
+        local.append(wheels / built.name)
+        shutil.copyfile(built, local[-1])
 
     _emit(progress, f"resolving dependencies for CPython {target.python_version} {target.machine}")
     resolved = _resolve([*map(str, local), *requirements], target, pip_cmd, progress)

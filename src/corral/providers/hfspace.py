@@ -14,6 +14,7 @@ the pinned versions (pass ``offline=True`` to ship every wheel instead).
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +32,40 @@ SPACE_COLORS = ("red", "yellow", "green", "blue", "indigo", "purple", "pink", "g
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
 
 
+SHORT_DESCRIPTION_MAX = 60
+"""The longest ``short_description`` a Space card accepts."""
+
+
 class SpaceError(ValueError):
     """Bad arguments for a Space (repo id, colours, folder)."""
+
+
+class HubUnreachable(ConnectionError):
+    """The Hub could not be reached; nothing was uploaded and the staged Space is intact.
+
+    Attributes:
+        endpoint: the Hub's URL that was tried.
+        staged: the staged Space folder, ready to be pushed again.
+    """
+
+    def __init__(self, endpoint: str, staged: Path, reason: str) -> None:
+        super().__init__(
+            f"the Hugging Face Hub at {endpoint} is unreachable ({reason}); nothing was "
+            f"uploaded. The Space is staged in {staged}: push again when online"
+        )
+        self.endpoint = endpoint
+        self.staged = staged
+
+
+def short_description(text: str, limit: int = SHORT_DESCRIPTION_MAX) -> str:
+    """``text`` on one line, at most ``limit`` characters, cut at a word boundary with "…"."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    if " " in cut:
+        cut = cut[: cut.rindex(" ")]
+    return cut.rstrip(" ,;:.-") + "…"
 
 
 def check_repo_id(repo_id: str) -> str:
@@ -229,7 +262,7 @@ def stage_space(
         "tags": all_tags,
     }
     if manifest.description:
-        front_matter["short_description"] = manifest.description[:60]
+        front_matter["short_description"] = short_description(manifest.description)
     readme = render_readme(manifest, front_matter, _schemas(manifest), repo_id)
     (context.directory / "README.md").write_text(readme, encoding="utf-8")
     return StagedSpace(
@@ -276,6 +309,7 @@ def push_space(
 
     Raises:
         SpaceError: a bad repo id, or a folder that is not a staged Space.
+        HubUnreachable: no connection to the Hub (the staged folder is left as it is).
         huggingface_hub.errors.HfHubHTTPError: the Hub refused a request.
     """
     try:
@@ -290,13 +324,40 @@ def push_space(
         if not (folder / required).is_file():
             raise SpaceError(f"{folder} has no {required}; stage it first (corral push stages it)")
     api = HfApi(endpoint=endpoint, token=token)
-    url = api.create_repo(
-        repo_id, repo_type="space", space_sdk="docker", exist_ok=True, private=private
-    )
-    info = api.upload_folder(
-        repo_id=repo_id,
-        repo_type="space",
-        folder_path=str(folder),
-        commit_message=commit_message or "Upload environment with corral",
-    )
+    try:
+        url = api.create_repo(
+            repo_id, repo_type="space", space_sdk="docker", exist_ok=True, private=private
+        )
+        info = api.upload_folder(
+            repo_id=repo_id,
+            repo_type="space",
+            folder_path=str(folder),
+            commit_message=commit_message or "Upload environment with corral",
+        )
+    except Exception as exc:
+        if not _unreachable(exc):
+            raise
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise HubUnreachable(str(api.endpoint), folder, reason) from exc
     return PushedSpace(url=str(url), commit_url=str(info.commit_url), commit_oid=info.oid)
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` means "no connection to the Hub" rather than a refusal by it.
+
+    huggingface_hub's HTTP stack has changed (requests, httpx, its own httpx fork); under
+    each, a connection failure carries the socket error it came from (refused, name not
+    resolved, timed out) in its chain of causes, so that chain is what is read.
+    """
+    from huggingface_hub.errors import OfflineModeIsEnabled
+
+    seen = 0
+    current: BaseException | None = exc
+    while current is not None and seen < 16:
+        if isinstance(current, (OfflineModeIsEnabled, ConnectionError, socket.gaierror)):
+            return True
+        if isinstance(current, TimeoutError):
+            return True
+        current = current.__cause__ or current.__context__
+        seen += 1
+    return False

@@ -6,7 +6,9 @@
         ...                                      # use it exclusively
         await spares.release(endpoint)           # stop it; a replacement is already coming
 
-The pool works with any :class:`~corral.providers.base.Provider`. Acquiring pops a ready
+The pool works with any :class:`~corral.providers.base.Provider`. Its servers start
+concurrently: filling the pool starts every missing spare at once (their starts overlap;
+on a small machine they still share its cores). Acquiring pops a ready
 server (after a cheap liveness check) and immediately starts a replacement in the
 background; when none is ready, the caller waits for the next one to finish starting.
 A background health check (``/health`` every ``health_interval`` seconds) removes a spare
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -32,6 +35,7 @@ from typing import Any, Self
 
 from corral.blocking import BlockingTwin
 from corral.errors import ServerStartError
+from corral.progress import Activity
 from corral.providers.base import Endpoint, Provider, ServerSpec, SpecLike
 
 
@@ -68,6 +72,8 @@ class WarmPool:
         health_interval: seconds between health checks of the ready spares.
         max_failures: consecutive failed starts after which waiting callers get the error.
         start_options: provider-specific keyword arguments of ``provider.start``.
+        progress: show a progress bar (on stderr) while :meth:`wait_full` waits, then a
+            one-line summary (default: when stderr is a terminal).
     """
 
     def __init__(
@@ -79,6 +85,7 @@ class WarmPool:
         health_interval: float = 5.0,
         max_failures: int = 3,
         start_options: Mapping[str, Any] | None = None,
+        progress: bool | None = None,
     ) -> None:
         if size < 1:
             raise ValueError(f"size must be at least 1, got {size}")
@@ -92,13 +99,14 @@ class WarmPool:
         self.health_interval = health_interval
         self.max_failures = max_failures
         self.start_options = dict(start_options or {})
+        self.progress = sys.stderr.isatty() if progress is None else progress
         self._ready: deque[Endpoint] = deque()
         self._waiters: deque[asyncio.Future[Endpoint]] = deque()
         self._starting: set[asyncio.Task[None]] = set()
         self._acquired: dict[str, Endpoint] = {}
         self._health: asyncio.Task[None] | None = None
         self._retry: asyncio.TimerHandle | None = None
-        self._full = asyncio.Event()
+        self._changed = asyncio.Event()
         self._opened = False
         self._closed = False
         self._started = 0
@@ -127,15 +135,26 @@ class WarmPool:
             ServerStartError: starts keep failing (the last error is the cause).
         """
         await self.open()
+        if len(self._ready) >= self.size or not self.progress:
+            await self._wait_full(timeout, None)
+            return
+        title = f"starting {self.size} spare servers of {self.spec.target}"
+        with Activity(title, total=self.size) as activity:
+            await self._wait_full(timeout, activity)
+            activity.done(f"{self.size} spare servers ready in {activity.seconds:.1f} s")
+
+    async def _wait_full(self, timeout: float | None, activity: Activity | None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
         while len(self._ready) < self.size:
+            if activity is not None:
+                activity.update(len(self._ready))
             self._raise_if_failing()
-            self._full.clear()
+            self._changed.clear()
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 raise TimeoutError(f"the warm pool did not fill {self.size} spares in time")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._full.wait(), remaining)
+                await asyncio.wait_for(self._changed.wait(), remaining)
 
     async def acquire(self, timeout: float | None = None) -> Endpoint:
         """A ready server for the caller's exclusive use; a replacement starts at once.
@@ -281,8 +300,7 @@ class WarmPool:
                 waiter.set_result(endpoint)
                 return
         self._ready.append(endpoint)
-        if len(self._ready) >= self.size:
-            self._full.set()
+        self._changed.set()  # wait_full() checks whether the pool is full, and shows progress
 
     def _failed(self, exc: BaseException) -> None:
         self._failures += 1
@@ -298,7 +316,7 @@ class WarmPool:
                 waiter = self._waiters.popleft()
                 if not waiter.done():
                     waiter.set_exception(failing)
-            self._full.set()  # wake wait_full() so that it raises
+            self._changed.set()  # wake wait_full() so that it raises
         if self._retry is None and not self._closed:
             delay = min(30.0, 0.25 * 2 ** (self._consecutive_failures - 1))
             self._retry = asyncio.get_running_loop().call_later(delay, self._retry_now)

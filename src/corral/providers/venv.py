@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import corral
+from corral.progress import Activity
 from corral.providers.dockerfile import BuildError, Progress, corral_wheel, run_step
 from corral.providers.manifest import project_dependencies
 
@@ -131,6 +132,33 @@ def venv_key(python: str, requirements: Sequence[str]) -> str:
 
 
 @contextlib.contextmanager
+def _shown(progress: Progress | None, title: str) -> Iterator[Progress]:
+    """``progress``, or else a progress display on stderr that appears only once something
+    is built (reusing a cached virtualenv and corral's cached wheel stays silent)."""
+    if progress is not None:
+        yield progress
+        return
+    activity: Activity | None = None
+
+    def show(line: str) -> None:
+        nonlocal activity
+        if activity is None:
+            if line.startswith("reusing "):
+                return
+            activity = Activity(title).__enter__()
+        activity(line)
+
+    try:
+        yield show
+    except BaseException:
+        if activity is not None:
+            activity.done(f"{title}: failed after {activity.seconds:.1f} s", style="red")
+        raise
+    if activity is not None:
+        activity.done(f"{title}: done in {activity.seconds:.1f} s (cached for later starts)")
+
+
+@contextlib.contextmanager
 def _locked(path: Path, timeout: float) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -178,12 +206,14 @@ def _build(
     else:
         run_step([python, "-m", "venv", str(path)], "creating the venv", progress)
         pip = [str(venv_python), "-m", "pip"]
-    quiet = ["--disable-pip-version-check", "--no-input", "-q"]
+    # Not quiet: pip's lines ("Collecting ...") are what the progress display shows.
+    plain = ["--disable-pip-version-check", "--no-input"]
     local = ["--no-index", "--find-links", str(wheelhouse)]
-    install = [*pip, "install", *quiet, *local, *requirements]
+    install = [*pip, "install", *plain, *local, *requirements]
     wheelhouse.mkdir(parents=True, exist_ok=True)
     try:
-        run_step(install, "installing from the wheelhouse", None)
+        # Expected to fail while the wheelhouse lacks a wheel: its output is not shown.
+        run_step([*install, "-q"], "installing from the wheelhouse", None)
         return
     except BuildError as exc:
         if offline:
@@ -203,7 +233,7 @@ def _build(
         stale.unlink(missing_ok=True)
     try:
         run_step(
-            [*pip, "wheel", *quiet, *fetch, *requirements],
+            [*pip, "wheel", *plain, *fetch, *requirements],
             "downloading and building wheels",
             progress,
             hint="Check the dependency names and versions in pyproject.toml.",
@@ -232,7 +262,8 @@ def ensure_venv(
         python: the interpreter to base it on (default: this one's base interpreter).
         offline: never contact the package index (use the wheelhouse and pip's
             find-links only).
-        progress: receives a line per step.
+        progress: receives each line of output (default: a progress display on stderr
+            while something is built, then a one-line summary).
         lock_timeout: seconds to wait for another process building the same virtualenv.
 
     Raises:
@@ -241,23 +272,28 @@ def ensure_venv(
     """
     base = python or _base_python()
     cache = Path(cache_dir) if cache_dir is not None else venv_cache_dir()
-    requirements = requirements_for(env_dir, progress)
-    key = venv_key(base, requirements)
-    path = cache / key
-    venv_python = path / "bin" / "python"
-    with _locked(cache / f"{key}.lock", lock_timeout):
-        if (path / MARKER).is_file() and venv_python.exists():
-            if progress is not None:
-                progress(f"reusing the virtualenv {path}")
-            return EnvVenv(path, venv_python, key, tuple(requirements), reused=True)
-        if progress is not None:
-            progress(f"building a virtualenv for {len(requirements)} requirement(s) in {path}")
-        shutil.rmtree(path, ignore_errors=True)
-        try:
-            _build(path, base, requirements, cache / "wheelhouse", offline, progress)
-            record = {"key": key, "python": _interpreter_id(base), "requirements": requirements}
-            (path / MARKER).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        except BaseException:
+    title = f"building the virtualenv of {Path(env_dir).resolve().name}"
+    with _shown(progress, title) as show:
+        requirements = requirements_for(env_dir, show)
+        key = venv_key(base, requirements)
+        path = cache / key
+        venv_python = path / "bin" / "python"
+        with _locked(cache / f"{key}.lock", lock_timeout):
+            if (path / MARKER).is_file() and venv_python.exists():
+                show(f"reusing the virtualenv {path}")
+                return EnvVenv(path, venv_python, key, tuple(requirements), reused=True)
+            show(f"building a virtualenv for {len(requirements)} requirement(s) in {path}")
             shutil.rmtree(path, ignore_errors=True)
-            raise
+            try:
+                _build(path, base, requirements, cache / "wheelhouse", offline, show)
+                record = {
+                    "key": key,
+                    "python": _interpreter_id(base),
+                    "requirements": requirements,
+                }
+                text = json.dumps(record, indent=2) + "\n"
+                (path / MARKER).write_text(text, encoding="utf-8")
+            except BaseException:
+                shutil.rmtree(path, ignore_errors=True)
+                raise
     return EnvVenv(path, venv_python, key, tuple(requirements), reused=False)

@@ -48,6 +48,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from corral import runtime
 from corral.auth import TOKEN_ENV, TOKEN_FILE_ENV, resolve_token
+from corral.server import logs
 from corral.server.app import create_app
 from corral.server.config import ServerConfig
 from corral.server.front import HandshakeGuard, front_factory
@@ -281,9 +282,10 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 0,
     port_file: str | Path | None = None,
-    log_level: str = "warning",
+    log_level: str = "info",
     config: ServerConfig | None = None,
     sock: socket.socket | None = None,
+    log_format: str = "text",
     drain_timeout: float | None = None,
     customize: Callable[[Any], None] | None = None,
 ) -> None:
@@ -296,10 +298,12 @@ def serve(
         env: what :func:`~corral.server.app.create_app` takes.
         host / port: where to bind (port 0: a free port, announced once listening).
         port_file: write the bound URL to this file once listening.
-        log_level: uvicorn's log level.
+        log_level: corral's log level (uvicorn's own lines show at ``debug`` only).
         config: the server's limits and timeouts.
         sock: accept on this listening socket (e.g. :func:`inherited_socket`) instead of
             binding ``host:port``.
+        log_format: ``"text"`` or ``"json"`` (one object per line; see
+            :mod:`corral.server.logs`).
         drain_timeout: on SIGTERM, answer ``/ready`` with 503 and keep serving the open
             sessions for up to this many seconds (default: ``$CORRAL_DRAIN_SECONDS``;
             unset or 0: stop at once).
@@ -335,6 +339,7 @@ def serve(
         settings = uvicorn_config(gate, cfg, log_level)
         server = _DrainingServer(settings, gate, app.state.service.manager, deadline)
         install_front(server, app)
+    logs.configure(log_format, log_level)  # after uvicorn's own logging set-up, replacing it
     runtime.tune_gc()
 
     async def main() -> None:
@@ -348,6 +353,7 @@ def serve(
             if pacer is not None:
                 pacer.start()
             _announce(f"http://{shown}:{bound_port}", port_file)
+            logs.log_banner(app, f"http://{shown}:{bound_port}")
         try:
             await startup
         finally:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from corral.errors import CapacityReached
 from corral.protocol.registry import SessionRegistry
 from corral.protocol.session import ReplyCache, ReplySink, SessionMachine, SessionState
+from corral.server import logs
 from corral.server.config import ServerConfig
 from corral.server.runner import EnvFactory, EnvRunner, EnvThreads, Runner
 from corral.server.stats import Stats
@@ -63,6 +64,7 @@ class SessionManager:
             max_per_owner=config.max_sessions_per_connection,
             resume_window_s=config.resume_window_s,
             idle_timeout_s=config.idle_timeout_s,
+            on_attach=logs.session_resumed,
         )
         self.stats = Stats()
         self._executor = EnvThreads(config.executor_threads)
@@ -136,6 +138,7 @@ class SessionManager:
         )
         self.registry.add(session, owner)
         self.stats.opened += 1
+        logs.session_opened(session)
         return session
 
     def get(self, session_id: str, owner: ReplySink) -> Session:
@@ -149,7 +152,8 @@ class SessionManager:
 
     def detach_all(self, owner: ReplySink) -> None:
         """The connection ``owner`` dropped: its sessions wait for a re-attach."""
-        self.registry.detach_all(owner)
+        for session in self.registry.detach_all(owner):
+            logs.session_detached(session, self.config.resume_window_s)
 
     def retire(self, session: Session, reason: str) -> bool:
         """Close ``session`` for every request from now on and free its slot.
@@ -160,6 +164,7 @@ class SessionManager:
         if not self.registry.remove(session, reason):
             return False
         self.stats.closed += 1
+        logs.session_closed(session, reason)
         task = session.task
         if task is not None and not task.done() and task is not asyncio.current_task():
             task.cancel()

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import gymnasium
+import httpx
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import data_equivalence
@@ -13,7 +14,12 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from tests.support.gym_envs import FANCY_ID
 from tests.support.servers import ThreadServer, running
 
-from corral.adapters.gymnasium import ClientSessions, GymEnvironment, RemoteVectorEnv
+from corral.adapters.gymnasium import (
+    ClientSessions,
+    GymEnvironment,
+    PoolSessions,
+    RemoteVectorEnv,
+)
 from corral.adapters.gymnasium.vector import autoreset
 from corral.client import AsyncEnvClient
 
@@ -109,17 +115,18 @@ def test_equivalent_with_dict_spaces_options_and_infos() -> None:
             local.close()
 
 
-def test_one_local_server_for_all_sessions() -> None:
+def test_one_local_server_for_all_sessions_in_a_pool() -> None:
     envs = RemoteVectorEnv.from_env("gym:CartPole-v1", 3, autoreset_mode="same_step")
     try:
-        assert isinstance(envs.sessions, ClientSessions) and envs.sessions.server is not None
-        assert len({c.url for c in envs.sessions.clients}) == 1
+        assert isinstance(envs.sessions, PoolSessions)
+        (url,) = envs.sessions.async_pool.server_urls
         obs, _ = envs.reset(seed=0)
         assert obs.shape == (3, 4) and envs.autoreset_mode is AutoresetMode.SAME_STEP
         envs.step(np.array([0, 1, 0]))
     finally:
         envs.close()
-    assert not envs.sessions.server.running  # type: ignore[attr-defined]
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"{url}/health", timeout=2)
 
 
 def test_disabled_mode_refuses_to_step_an_ended_session(cartpole_server: ThreadServer) -> None:

@@ -17,7 +17,12 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from corral.adapters.gymnasium.remote import ContractSpaces, RemoteEnv, as_gymnasium
 from corral.adapters.gymnasium.serving import GymEnvironment, GymObservation, GymState, serve_target
 from corral.adapters.gymnasium.spaces import SpaceConversionError, field_for_space, model_binding
-from corral.adapters.gymnasium.vector import ClientSessions, RemoteVectorEnv, Sessions
+from corral.adapters.gymnasium.vector import (
+    ClientSessions,
+    PoolSessions,
+    RemoteVectorEnv,
+    Sessions,
+)
 
 __all__ = [
     "ClientSessions",
@@ -25,6 +30,7 @@ __all__ = [
     "GymEnvironment",
     "GymObservation",
     "GymState",
+    "PoolSessions",
     "RemoteEnv",
     "RemoteVectorEnv",
     "Sessions",

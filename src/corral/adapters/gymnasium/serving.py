@@ -84,7 +84,10 @@ class GymEnvironment(Environment[Action, GymObservation, GymState]):
         action_space / observation_space: the spaces the models were generated from.
     """
 
-    thread_affinity = True  # renderers and simulators often require their creating thread
+    # Renderers (pygame, OpenGL) need the thread that created them; a class made by
+    # for_factory keeps this only when its environments render. Without it, a batch's
+    # sessions run in one executor call instead of one thread hop each.
+    thread_affinity = True
     make_env: ClassVar[Callable[[], gymnasium.Env[Any, Any]]]
     action_binding: ClassVar[Binding]
     observation_binding: ClassVar[Binding]
@@ -197,6 +200,7 @@ class GymEnvironment(Environment[Action, GymObservation, GymState]):
         try:
             action_space, observation_space = probe.action_space, probe.observation_space
             spec = probe.spec
+            renders = getattr(probe, "render_mode", None) is not None
         finally:
             probe.close()
         stem = _class_stem(name)
@@ -217,6 +221,7 @@ class GymEnvironment(Environment[Action, GymObservation, GymState]):
             "observation_binding": observation_binding,
             "action_space": action_space,
             "observation_space": observation_space,
+            "thread_affinity": renders,
         }
         env_class: type[GymEnvironment] = type(f"{stem}Env", (cls,), attrs)
         return env_class

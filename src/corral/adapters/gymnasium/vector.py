@@ -7,8 +7,10 @@
 It behaves like ``gymnasium.vector.SyncVectorEnv`` over the same environments and seeds,
 including the three autoreset modes (``NEXT_STEP``, ``SAME_STEP``, ``DISABLED`` with
 ``options={"reset_mask": ...}``), but every reset and step of the N sessions is sent at
-once. The sessions sit behind :class:`Sessions`, the one interface the vector env uses,
-so a batched, multiplexed pool can replace :class:`ClientSessions` without changing it.
+once. The sessions sit behind :class:`Sessions`, the one interface the vector env uses:
+:class:`PoolSessions` (the default of :meth:`RemoteVectorEnv.from_env` / ``from_url``) keeps
+them in an :class:`~corral.client.pool.EnvPool`, so the N resets or steps travel as one
+batch message per connection; :class:`ClientSessions` drives one client per session.
 """
 
 from __future__ import annotations
@@ -28,7 +30,10 @@ from corral.adapters.gymnasium.spaces import DEFAULT_MAX_TEXT_LENGTH
 from corral.blocking import run_blocking
 from corral.client import AsyncEnvClient
 from corral.client.local_server import LocalServer
+from corral.client.pool import AutoresetMode as PoolAutoreset
+from corral.client.pool import EnvPool, SyncEnvPool
 from corral.contract import StepResult
+from corral.contract.schema import model_schemas
 
 ResetRequest = tuple[int, int | None, dict[str, Any]]
 """``(session index, seed, options)``."""
@@ -147,6 +152,76 @@ class ClientSessions:
                 self.server.stop_now()
 
 
+class PoolSessions:
+    """Sessions in an :class:`EnvPool`: every reset or step is one batch per connection.
+
+    The pool runs without auto-reset (the vector env decides when sessions reset).
+
+    Args:
+        pool: a pool created with ``autoreset_mode="disabled"`` (started here if needed);
+            :meth:`close` closes it.
+
+    Attributes:
+        async_pool: ``pool`` itself (its models, its servers' URLs).
+        pool: its blocking twin, which the vector env drives.
+    """
+
+    def __init__(self, pool: EnvPool[Any, Any, Any]) -> None:
+        self.async_pool = pool
+        self.pool: SyncEnvPool[Any, Any, Any] = pool.sync()
+        if self.pool.autoreset_mode is not PoolAutoreset.DISABLED:
+            raise ValueError("PoolSessions needs a pool created with autoreset_mode='disabled'")
+        self._closed = False
+        self.pool.start()
+
+    @classmethod
+    def create(cls, target: str | Sequence[str], num_envs: int, **kwargs: Any) -> PoolSessions:
+        """``num_envs`` sessions of ``target`` (as :class:`EnvPool` takes it)."""
+        return cls(EnvPool(num_envs, target, autoreset_mode=PoolAutoreset.DISABLED, **kwargs))
+
+    @property
+    def size(self) -> int:
+        """How many sessions there are."""
+        return self.pool.num_envs
+
+    def spaces(
+        self, observation_fields: Sequence[str] | None, max_text_length: int
+    ) -> ContractSpaces:
+        """The spaces of the pool's contract."""
+        inner = self.async_pool
+        assert inner.action_type and inner.observation_type and inner.state_type
+        schemas = model_schemas(inner.action_type, inner.observation_type, inner.state_type)
+        return ContractSpaces.from_schemas(
+            schemas, observation_fields=observation_fields, max_text_length=max_text_length
+        )
+
+    def reset(self, requests: Sequence[ResetRequest]) -> list[StepResult[Any]]:
+        """Reset the given sessions in one batch."""
+        batch = self.pool.reset(
+            seed=[seed for _, seed, _ in requests],
+            options=[options for _, _, options in requests],
+            ids=[i for i, _, _ in requests],
+        )
+        return batch.results()
+
+    def step(self, requests: Sequence[StepRequest]) -> list[StepResult[Any]]:
+        """Step the given sessions in one batch."""
+        ids = [i for i, _ in requests]
+        actions = [action for _, action in requests]
+        if ids == list(range(self.size)):
+            return self.pool.step(actions).results()
+        self.pool.send(actions, session_ids=ids)
+        batch = self.pool.recv()
+        by_id = dict(zip(batch.ids.tolist(), batch.results(), strict=True))
+        return [by_id[i] for i in ids]
+
+    def close(self) -> None:
+        """Close the pool (and the servers it started); idempotent."""
+        if not self._closed:
+            self._closed = True
+            self.pool.close()
+
+
 class RemoteVectorEnv(VectorEnv[Any, Any, Any]):
     """A ``VectorEnv`` over remote sessions (see the module docstring).
 
@@ -196,19 +271,20 @@ class RemoteVectorEnv(VectorEnv[Any, Any, Any]):
         self._closed = False
 
     @classmethod
-    def from_url(cls, url: str, num_envs: int, **kwargs: Any) -> RemoteVectorEnv:
-        """``num_envs`` sessions on the server at ``url``; ``kwargs`` go to this class
-        (``autoreset_mode``, ``copy``, ``observation_fields``, ``max_text_length``) or
-        else to :class:`AsyncEnvClient`."""
-        own, client_kwargs = _split(kwargs)
-        return cls(ClientSessions.to_url(url, num_envs, **client_kwargs), **own)
+    def from_url(cls, url: str | Sequence[str], num_envs: int, **kwargs: Any) -> RemoteVectorEnv:
+        """``num_envs`` sessions on the server(s) at ``url``, in an :class:`EnvPool`;
+        ``kwargs`` go to this class (``autoreset_mode``, ``copy``, ``observation_fields``,
+        ``max_text_length``) or else to the pool."""
+        own, pool_kwargs = _split(kwargs)
+        return cls(PoolSessions.create(url, num_envs, **pool_kwargs), **own)
 
     @classmethod
     def from_env(cls, target: str, num_envs: int, **kwargs: Any) -> RemoteVectorEnv:
-        """``num_envs`` sessions on one local server started for ``target``
-        (``module:Class`` or ``gym:ENV_ID``), stopped when the vector env closes."""
-        own, client_kwargs = _split(kwargs)
-        return cls(ClientSessions.on_local_server(target, num_envs, **client_kwargs), **own)
+        """``num_envs`` sessions on a local server started for ``target`` (``module:Class``
+        or ``gym:ENV_ID``; ``servers=M`` starts M), in an :class:`EnvPool`, stopped when the
+        vector env closes."""
+        own, pool_kwargs = _split(kwargs)
+        return cls(PoolSessions.create(target, num_envs, **pool_kwargs), **own)
 
     def _seeds(self, seed: int | Sequence[int | None] | None) -> list[int | None]:
         if seed is None:

@@ -1,0 +1,194 @@
+"""N remote corral sessions as one Stable-Baselines3 ``VecEnv``, stepped in batches.
+
+    from stable_baselines3 import PPO
+    from corral.adapters.sb3 import RemoteVecEnv
+
+    envs = RemoteVecEnv.from_env("gym:CartPole-v1", num_envs=8)   # one local server
+    PPO("MlpPolicy", envs).learn(100_000)
+    envs.close()
+
+The sessions live in an :class:`~corral.client.pool.EnvPool`: the N resets or steps of a
+call travel as one batch message per connection (multiplexed, not one WebSocket per
+session), which is what makes a remote vectorised environment keep up with a local
+``DummyVecEnv``. Episodes end and restart the way SB3 expects (the pool's ``SAME_STEP``
+auto-reset): the step that ends an episode returns the next episode's first observation,
+with the last one in ``infos[i]["terminal_observation"]`` and
+``infos[i]["TimeLimit.truncated"]`` telling a time limit from a terminal state.
+
+Spaces come from the contract's JSON Schemas, as for
+:class:`~corral.adapters.gymnasium.RemoteEnv` (exactly the original spaces for a served
+Gymnasium environment). Needs the ``sb3`` extra (``pip install 'corral[sb3]'``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from copy import deepcopy
+from typing import Any
+
+import numpy as np
+
+try:
+    from stable_baselines3.common.vec_env import VecEnv
+    from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvStepReturn
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError(
+        "corral.adapters.sb3 needs Stable-Baselines3: pip install 'corral[sb3]'"
+    ) from exc
+
+from gymnasium.vector.utils import concatenate, create_empty_array
+
+from corral.adapters.gymnasium.remote import ContractSpaces, info_of
+from corral.adapters.gymnasium.spaces import DEFAULT_MAX_TEXT_LENGTH
+from corral.client.pool import AutoresetMode, EnvPool, PoolBatch, SyncEnvPool
+from corral.contract.schema import model_schemas
+
+
+class RemoteVecEnv(VecEnv):
+    """A Stable-Baselines3 ``VecEnv`` over the sessions of an :class:`EnvPool`.
+
+    Args:
+        pool: a pool in ``SAME_STEP`` auto-reset mode (started here if it is not yet).
+            ``close()`` closes it.
+        observation_fields / max_text_length: as for
+            :class:`~corral.adapters.gymnasium.RemoteEnv`.
+
+    Raises:
+        ValueError: the pool resets episodes another way.
+        SpaceConversionError: the contract has a field with no Gymnasium space.
+    """
+
+    def __init__(
+        self,
+        pool: EnvPool[Any, Any, Any],
+        *,
+        observation_fields: Sequence[str] | None = None,
+        max_text_length: int = DEFAULT_MAX_TEXT_LENGTH,
+    ) -> None:
+        self.pool: SyncEnvPool[Any, Any, Any] = pool.sync()
+        if self.pool.autoreset_mode is not AutoresetMode.SAME_STEP:
+            raise ValueError(
+                "an SB3 VecEnv resets an episode in the step that ends it: create the pool "
+                f"with autoreset_mode='same_step', not {self.pool.autoreset_mode.name}"
+            )
+        inner = pool
+        try:
+            self.pool.start()  # a no-op for a started pool
+            assert inner.action_type and inner.observation_type and inner.state_type
+            schemas = model_schemas(inner.action_type, inner.observation_type, inner.state_type)
+            self.spaces = ContractSpaces.from_schemas(
+                schemas, observation_fields=observation_fields, max_text_length=max_text_length
+            )
+        except BaseException:
+            self.pool.close()
+            raise
+        self.render_mode = None  # frames do not cross the wire from a VecEnv
+        super().__init__(
+            self.pool.num_envs, self.spaces.observation.space, self.spaces.action.space
+        )
+        self._observations: Any = create_empty_array(
+            self.observation_space, n=self.num_envs, fn=np.zeros
+        )
+        self._actions: list[dict[str, Any]] = []
+        self._closed = False
+
+    @classmethod
+    def from_env(
+        cls, target: str, num_envs: int, *, servers: int = 1, **kwargs: Any
+    ) -> RemoteVecEnv:
+        """``num_envs`` sessions on ``servers`` local servers started for ``target``
+        (``module:Class`` or ``gym:ENV_ID``); ``kwargs`` go to :class:`EnvPool` except
+        ``observation_fields`` / ``max_text_length``."""
+        own = {k: kwargs.pop(k) for k in ("observation_fields", "max_text_length") if k in kwargs}
+        pool = EnvPool(
+            num_envs, target, servers=servers, autoreset_mode=AutoresetMode.SAME_STEP, **kwargs
+        )
+        return cls(pool, **own)
+
+    @classmethod
+    def from_url(cls, url: str | Sequence[str], num_envs: int, **kwargs: Any) -> RemoteVecEnv:
+        """``num_envs`` sessions on the running server(s) at ``url``; as :meth:`from_env`."""
+        own = {k: kwargs.pop(k) for k in ("observation_fields", "max_text_length") if k in kwargs}
+        pool = EnvPool(num_envs, url, autoreset_mode=AutoresetMode.SAME_STEP, **kwargs)
+        return cls(pool, **own)
+
+    # -- VecEnv ---------------------------------------------------------------------
+
+    def reset(self) -> Any:
+        """Reset every session (with the seeds and options set by ``seed()`` /
+        ``set_options()``); returns the stacked first observations."""
+        options = [dict(o) for o in self._options]
+        batch = self.pool.reset(seed=list(self._seeds), options=options)
+        self.reset_infos = [info_of(r) for r in batch.results()]
+        self._reset_seeds()
+        self._reset_options()
+        return self._stack(batch)
+
+    def step_async(self, actions: np.ndarray[Any, Any]) -> None:
+        """Remember the actions (a batch of action-space samples) for :meth:`step_wait`."""
+        self._actions = [self.spaces.action_of(actions[i]) for i in range(self.num_envs)]
+
+    def step_wait(self) -> VecEnvStepReturn:
+        """Step every session in one batch; ended episodes restart in the same step."""
+        batch = self.pool.step(self._actions)
+        results = batch.results()
+        infos: list[dict[str, Any]] = []
+        for result in results:
+            info = info_of(result)
+            final = result.info.get("final_obs")
+            if final is not None:
+                info.pop("final_obs", None)
+                info.pop("final_info", None)
+                info["terminal_observation"] = self.spaces.observation.to_gym(final)
+                info["TimeLimit.truncated"] = bool(result.truncated and not result.terminated)
+            infos.append(info)
+        dones = batch.terminated | batch.truncated
+        return self._stack(batch), batch.rewards.astype(np.float32), dones, infos
+
+    def close(self) -> None:
+        """Close the sessions and stop the servers the pool started (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            self.pool.close()
+
+    def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
+        """Attributes every session shares (``render_mode``, the spaces, ``spec``)."""
+        if attr_name == "render_mode":
+            value: Any = self.render_mode
+        elif attr_name in ("observation_space", "action_space", "spec", "metadata"):
+            value = getattr(self, attr_name, None)
+        else:
+            raise AttributeError(
+                f"remote sessions expose no attribute {attr_name!r}; a RemoteVecEnv knows "
+                "render_mode, observation_space, action_space, spec and metadata"
+            )
+        return [value for _ in self._get_indices(indices)]
+
+    def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
+        """Not possible: the environments live in other processes."""
+        raise AttributeError(
+            f"cannot set {attr_name!r} on remote sessions: their environments live in the "
+            "server; pass settings as reset options (set_options) or server arguments"
+        )
+
+    def env_method(
+        self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **kwargs: Any
+    ) -> list[Any]:
+        """Not possible: the environments live in other processes."""
+        raise AttributeError(
+            f"cannot call {method_name!r} on remote sessions: only reset and step cross the wire"
+        )
+
+    def env_is_wrapped(self, wrapper_class: type[Any], indices: VecEnvIndices = None) -> list[bool]:
+        """Remote environments are never wrapped on this side."""
+        return [False for _ in self._get_indices(indices)]
+
+    # -- internals ------------------------------------------------------------------
+
+    def _stack(self, batch: PoolBatch[Any]) -> Any:
+        samples = [self.spaces.observation.to_gym(obs) for obs in batch.observations]
+        self._observations = concatenate(self.observation_space, samples, self._observations)
+        return deepcopy(self._observations)
+
+
+__all__ = ["RemoteVecEnv"]
