@@ -187,6 +187,14 @@ def serve_command(
         ),
     ] = False,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug",
+            help="Send the traceback of an exception the environment raised to the client "
+            "(in the ENV_ERROR's details); never use it on a public server.",
+        ),
+    ] = False,
     mcp: Annotated[
         bool,
         typer.Option(
@@ -241,6 +249,7 @@ def serve_command(
         web=web,
         max_hung_calls=max_hung_calls,
         inline_step_s=inline_step,
+        debug=debug,
     )
     sock = None
     if fd is not None:

@@ -24,7 +24,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from corral.contract import Action, Environment, Observation, State
 from corral.contract.schema import fingerprint, model_schemas
-from corral.errors import BadObservation, InvalidAction
+from corral.errors import BadObservation, InvalidAction, validation_message
 from corral.protocol.codecs import Codec
 from corral.protocol.messages import ContractRef
 
@@ -113,7 +113,7 @@ class TypedModels(Generic[ActT, ObsT, StateT]):
             details: dict[str, Any] = {} if index is None else {"index": index}
             details["errors"] = exc.errors(include_url=False, include_context=False)
             raise InvalidAction(
-                f"{where}invalid {action_type.__name__}: {exc.error_count()} error(s)",
+                validation_message(f"{where}invalid {action_type.__name__}", exc),
                 details=details,
             ) from None
 

@@ -29,7 +29,7 @@ import orjson
 from pydantic import ValidationError
 
 from corral.contract.tools import Tool
-from corral.errors import validation_errors
+from corral.errors import validation_errors, validation_message
 
 
 class RpcCode(IntEnum):
@@ -238,7 +238,7 @@ def plan_rpc(request: RpcRequest, tools: Mapping[str, Tool], env_name: str) -> R
     except ValidationError as exc:
         raise RpcError(
             RpcCode.INVALID_PARAMS,
-            f"invalid arguments for tool {name!r}: {exc.error_count()} error(s)",
+            validation_message(f"invalid arguments for tool {name!r}", exc),
             request_id=rid,
             data={"errors": validation_errors(exc)},
         ) from None
