@@ -218,6 +218,8 @@ def serve_command(
     chosen = parse_serve_target(target)
     env = resolve_serve_target(chosen.reference, search_path=chosen.search_path)
     manifest = chosen.manifest
+    if manifest is not None:
+        warn_if_unlocked(manifest)
     if max_sessions is None:
         max_sessions = manifest.concurrency.max_sessions if manifest else 1024
     if idle_timeout is None:
@@ -267,6 +269,49 @@ def serve_command(
         sock=sock,
         customize=_mount_mcp if mcp else None,
     )
+
+
+def warn_if_unlocked(manifest: Manifest) -> None:
+    """Warn on stderr when the models differ from the schema lock file (breaking changes
+    named), or the class's contract version from the manifest's: clients built from the
+    lock would be refused, or fail."""
+    if not manifest.lock_path.is_file():
+        return
+    from corral.contract.lock import LockError, check_lock, read_lock
+    from corral.providers.manifest import load_contract
+
+    try:
+        contract = load_contract(manifest)
+        result = check_lock(read_lock(manifest.lock_path), contract)
+    except (LockError, ImportError, TypeError) as exc:
+        typer.echo(f"warning: cannot compare the models with the schema lock: {exc}", err=True)
+        return
+    if "contract_version" in manifest.model_fields_set and (
+        manifest.contract_version != contract.version
+    ):
+        typer.echo(
+            f"warning: the environment's contract_version is {contract.version} but the "
+            f"manifest says {manifest.contract_version}",
+            err=True,
+        )
+    if not result.stale:
+        return
+    name = manifest.lock_path.name
+    if result.breaking:
+        named = "; ".join(f"{c.path}: {c.message}" for c in result.breaking[:3])
+        bumped = " (the major version was bumped)" if result.major_bumped else ""
+        typer.echo(
+            f"warning: the models differ from {name} by {len(result.breaking)} breaking "
+            f"change(s){bumped}: {named}; clients built from the lock will be refused. "
+            "Run 'corral schema check'.",
+            err=True,
+        )
+    else:
+        typer.echo(
+            f"warning: the models differ from {name} (compatible changes only, contract "
+            f"{result.lock.contract_version} -> {contract.version}); run 'corral schema lock'.",
+            err=True,
+        )
 
 
 def _mount_mcp(app: Any) -> None:
