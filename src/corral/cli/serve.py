@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,7 +17,29 @@ from corral.server.serve import inherited_socket, serve
 from corral.server.target import TargetError, load_target
 
 
-def resolve_serve_target(target: str, *, search_path: Path | None = None) -> Any:
+def parse_make_kwargs(pairs: list[str]) -> dict[str, Any]:
+    """``--kwarg key=value`` pairs as ``gymnasium.make`` keyword arguments: a value that
+    reads as JSON (``3``, ``0.5``, ``true``, ``null``, ``[1, 2]``) is that value, any other
+    is a string (``render_mode=rgb_array``).
+
+    Raises:
+        typer.BadParameter: a pair has no ``=`` or an empty key.
+    """
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip().isidentifier():
+            raise typer.BadParameter(f"expected key=value, got {pair!r}", param_hint="--kwarg")
+        try:
+            out[key.strip()] = json.loads(raw)
+        except ValueError:
+            out[key.strip()] = raw
+    return out
+
+
+def resolve_serve_target(
+    target: str, *, search_path: Path | None = None, make_kwargs: dict[str, Any] | None = None
+) -> Any:
     """Turn ``corral serve``'s TARGET (``module:Class`` or ``gym:ENV_ID``) into what
     ``create_app`` takes.
 
@@ -28,13 +51,20 @@ def resolve_serve_target(target: str, *, search_path: Path | None = None) -> Any
     Args:
         target: the reference.
         search_path: put first on ``sys.path`` (default: the working directory).
+        make_kwargs: ``gymnasium.make`` keyword arguments of a ``gym:ENV_ID`` target.
     """
     where = search_path or Path.cwd()
+    if make_kwargs and not target.startswith("gym:"):
+        raise typer.BadParameter(
+            "--kwarg passes gymnasium.make keyword arguments: only a 'gym:ENV_ID' target "
+            "takes them",
+            param_hint="--kwarg",
+        )
     try:
         if target.startswith("gym:"):
             from corral.adapters.gymnasium import serve_target
 
-            return serve_target(target, search_path=where)
+            return serve_target(target, search_path=where, make_kwargs=make_kwargs)
         obj = load_target(target, search_path=where)
     except (TargetError, ValueError, ImportError) as exc:
         raise typer.BadParameter(str(exc), param_hint="TARGET") from None
@@ -186,6 +216,14 @@ def serve_command(
             "exchange it once for a short-lived cookie.",
         ),
     ] = False,
+    kwarg: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--kwarg",
+            help="key=value passed to gymnasium.make for a gym:ENV_ID target (repeatable; "
+            "JSON values are parsed: --kwarg render_mode=rgb_array --kwarg max_episode_steps=50).",
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
     debug: Annotated[
         bool,
@@ -216,7 +254,11 @@ def serve_command(
 ) -> None:
     """Serve an environment over WebSocket and HTTP (loopback by default)."""
     chosen = parse_serve_target(target)
-    env = resolve_serve_target(chosen.reference, search_path=chosen.search_path)
+    env = resolve_serve_target(
+        chosen.reference,
+        search_path=chosen.search_path,
+        make_kwargs=parse_make_kwargs(kwarg or []),
+    )
     manifest = chosen.manifest
     if manifest is not None:
         warn_if_unlocked(manifest)
