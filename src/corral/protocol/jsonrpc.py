@@ -75,6 +75,16 @@ class RpcRequest:
 _RPC_KEYS = frozenset({"jsonrpc", "method", "params", "id"})
 
 
+def rpc_request(
+    request_id: RpcId, method: str, params: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A JSON-RPC request (what a client of ``POST /mcp`` sends)."""
+    request: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    if params is not None:
+        request["params"] = params
+    return request
+
+
 def rpc_result(request_id: RpcId, result: Any) -> dict[str, Any]:
     """A JSON-RPC success response."""
     return {"jsonrpc": "2.0", "id": request_id, "result": result}
@@ -314,6 +324,7 @@ __all__ = [
     "parse_rpc_bytes",
     "plan_rpc",
     "rpc_error",
+    "rpc_request",
     "rpc_result",
     "tool_descriptor",
     "tool_error",
