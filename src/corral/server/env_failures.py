@@ -66,10 +66,11 @@ def env_failure(exc: BaseException, op: Op, session: SessionState, *, debug: boo
         )
         text = format_traceback(exc)
     machine = session.machine
-    if op is Op.STEP:
-        episode, step = machine.episodes, machine.steps - machine.episode_start + 1
-    else:
+    if op is Op.RESET:  # the episode it would have started
         episode, step = machine.episodes + 1, 0
+    else:  # a step counts itself; a state call reports the step the episode is at
+        done = machine.steps - machine.episode_start
+        episode, step = machine.episodes, done + 1 if op is Op.STEP else done
     log.error(
         "environment raised in %s: session %s, episode %d, step %d\n%s",
         op,
@@ -84,4 +85,10 @@ def env_failure(exc: BaseException, op: Op, session: SessionState, *, debug: boo
     return error
 
 
-__all__ = ["TRACEBACK_LINES", "WorkerEnvError", "bounded_traceback", "env_failure"]
+__all__ = [
+    "TRACEBACK_LINES",
+    "WorkerEnvError",
+    "bounded_traceback",
+    "env_failure",
+    "format_traceback",
+]
