@@ -48,7 +48,8 @@ to the classes)::
     │   └── ServerStartError  a server did not start (CONNECTION_LOST; providers)
     └── ClientClosed              CLIENT_CLOSED (client side)
 
-:func:`validation_errors` is the one way pydantic's validation errors go on the wire.
+:func:`validation_errors` is the one way pydantic's validation errors go on the wire, and
+:func:`validation_message` the one way they read in a message.
 """
 
 from __future__ import annotations
@@ -260,7 +261,18 @@ class SessionBusy(SessionError):
 
 
 class EnvFailure(CorralError):
-    """Errors raised by or about the environment's own code."""
+    """Errors raised by or about the environment's own code.
+
+    When the server runs with ``debug`` its ``details["traceback"]`` holds the
+    environment's traceback (a list of lines), which ``str()`` shows after the message.
+    """
+
+    def __str__(self) -> str:
+        remote = self.details.get("traceback")
+        if isinstance(remote, list) and remote:
+            lines = "\n".join(str(line) for line in remote)
+            return f"{super().__str__()}\n\nRemote traceback (on the server):\n{lines}"
+        return super().__str__()
 
 
 class InvalidAction(EnvFailure):
@@ -387,3 +399,31 @@ def validation_errors(exc: ValidationError) -> list[dict[str, Any]]:
             item["input"] = _bounded(err["input"])
         out.append(item)
     return out
+
+
+MESSAGE_ERRORS = 3
+"""Field errors a validation message names (the rest are counted)."""
+MESSAGE_ERROR_CHARS = 160
+"""Characters of each field error a validation message shows."""
+
+
+def validation_message(what: str, exc: ValidationError) -> str:
+    """``what`` and pydantic's field errors in one bounded line, for a message a person
+    or a model reads: ``invalid Guess: guess: String should have at most 5 characters``.
+
+    At most :data:`MESSAGE_ERRORS` errors are named, each ``path: message`` cut to
+    :data:`MESSAGE_ERROR_CHARS` characters; the full list stays in ``details``
+    (:func:`validation_errors`).
+    """
+    errors = exc.errors(include_url=False, include_context=False, include_input=False)
+    shown = []
+    for err in errors[:MESSAGE_ERRORS]:
+        path = ".".join(str(part) for part in err["loc"])
+        text = f"{path}: {err['msg']}" if path else str(err["msg"])
+        if len(text) > MESSAGE_ERROR_CHARS:
+            text = text[: MESSAGE_ERROR_CHARS - 1] + "…"
+        shown.append(text)
+    more = len(errors) - len(shown)
+    if more > 0:
+        shown.append(f"and {more} more error(s)")
+    return f"{what}: {'; '.join(shown)}" if shown else what

@@ -43,7 +43,7 @@ from corral.episodes import (
     read,
 )
 from corral.episodes.files import AnyLine, Source
-from corral.errors import CorralError, InvalidAction
+from corral.errors import CorralError, InvalidAction, validation_message
 
 NOT_REPLAYABLE = SESSION_ENDING_CODES | {"REQUEST_TIMEOUT", "SESSION_BUSY", "INTERNAL_ERROR"}
 """Recorded error codes that say nothing about the environment: replay stops there."""
@@ -257,8 +257,10 @@ async def _send(
         action = record.action_as(client.action_type)
     except ValidationError as exc:
         misfit = InvalidAction(
-            f"the recorded action does not fit the served {client.action_type.__name__}: "
-            f"{exc.error_count()} error(s)",
+            validation_message(
+                f"the recorded action does not fit the served {client.action_type.__name__}",
+                exc,
+            ),
             details={"errors": exc.errors(include_url=False, include_context=False)},
         )
         recorder.step(session, action=record.action or {}, error=misfit, t=started)

@@ -134,3 +134,53 @@ def test_in_process_class_and_bad_inputs() -> None:
         environment_factory(42)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="must hold integers"):
         environment_factory(EchoEnv)().reset(seed="three")
+
+
+def _notes_tools_are_typed_and_documented(instance: object) -> None:
+    tools = trl_tools(instance)
+    assert sorted(tools) == ["count", "note", "search"]
+    search = get_json_schema(tools["search"])["function"]
+    assert search["description"].startswith("The notes containing ``word``")
+    assert search["parameters"]["required"] == ["word"]
+    assert search["parameters"]["properties"]["word"]["type"] == "string"
+    assert search["parameters"]["properties"]["limit"]["type"] == "integer"
+    assert "default 10" in search["parameters"]["properties"]["limit"]["description"]
+    assert get_json_schema(tools["count"])["function"]["name"] == "count"
+
+
+def _notes_rollout(Notes: type[CorralEnvironment]) -> None:
+    first, second = Notes(), Notes()
+    first.reset()
+    second.reset()
+    first.note(text="buy milk")  # type: ignore[attr-defined]
+    first.note(text="call mom")  # type: ignore[attr-defined]
+    second.note(text="milk again")  # type: ignore[attr-defined]
+    # Each rollout's tools run on its own episode's instance.
+    assert first.search("milk") == '["buy milk"]'  # type: ignore[attr-defined]
+    assert first.count() == "2"  # type: ignore[attr-defined]
+    assert second.count() == "1"  # type: ignore[attr-defined]
+    assert first.search(word="m", limit=1) == '["buy milk"]'  # type: ignore[attr-defined]
+    assert first.search(word=3).startswith("error: ")  # type: ignore[attr-defined]
+    assert first.reward == 2.0 and first.steps == 2
+    assert first.state.step_count == 2  # type: ignore[attr-defined]
+
+
+def test_environment_tools_reach_trl_in_process() -> None:
+    from tests.support.tool_env import NotesEnv
+
+    Notes = environment_factory(NotesEnv, tool_name="note")
+    _notes_tools_are_typed_and_documented(Notes())
+    _notes_rollout(Notes)
+
+
+def test_environment_tools_reach_trl_through_a_real_server() -> None:
+    from tests.support.servers import running
+    from tests.support.tool_env import NotesEnv
+
+    with running(NotesEnv) as server:
+        Notes = environment_factory(server.url, tool_name="note")
+        try:
+            _notes_tools_are_typed_and_documented(Notes())
+            _notes_rollout(Notes)
+        finally:
+            Notes._pool.close()

@@ -211,3 +211,34 @@ def test_bad_manifest_and_bad_entry_point(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "name: 'Guess Env' is not a valid name" in result.output
     assert "entry_point: required key is missing" in result.output
+
+
+def test_a_version_bumped_in_the_class_but_not_the_manifest_fails(
+    project: GuessProject,
+) -> None:
+    manifest = project.root / "corral.yaml"
+    manifest.write_text(manifest.read_text() + "contract_version: 1.0.0\n")
+    project.run("schema", "lock")
+    project.write(version="2.0.0")
+    code, out = project.run("schema", "check")
+    assert code == 1, out
+    assert "contract_version is 2.0.0 but corral.yaml says 1.0.0" in out
+
+
+def test_serve_warns_when_the_models_differ_from_the_lock(
+    project: GuessProject, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from corral.cli.serve import warn_if_unlocked
+    from corral.providers.manifest import load_manifest
+
+    project.run("schema", "lock")
+    warn_if_unlocked(load_manifest(project.root))
+    assert capsys.readouterr().err == ""
+    project.write(extra_observation="    distance: int")
+    warn_if_unlocked(load_manifest(project.root))
+    err = capsys.readouterr().err
+    assert "the models differ from corral.lock.json by 1 breaking change(s)" in err
+    assert "observation.distance" in err
+    project.write(maximum=200)
+    warn_if_unlocked(load_manifest(project.root))
+    assert "compatible changes only" in capsys.readouterr().err

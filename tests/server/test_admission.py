@@ -22,7 +22,7 @@ from corral.errors import (
 from corral.protocol import batch as b
 from corral.protocol import messages as m
 from corral.protocol.codecs import Codec, JsonCodec, MsgpackCodec
-from corral.protocol.session import Op
+from corral.protocol.session import Op, ReplyCache, SessionMachine, SessionState
 from corral.server.admission import Admission
 
 
@@ -99,8 +99,12 @@ def test_a_result_that_cannot_be_dumped():
 
 
 def test_failures_map_to_stable_codes():
+    adm, session = (
+        admission(),
+        SessionState(id="s1", token="t", machine=SessionMachine(), cache=ReplyCache(1), owner=None),
+    )
     timeout = StepTimeout("slow")
-    assert Admission.failure(timeout, Op.STEP) is timeout
-    error = Admission.failure(KeyError("k"), Op.RESET)
+    assert adm.failure(timeout, Op.STEP, session) is timeout
+    error = adm.failure(KeyError("k"), Op.RESET, session)
     assert isinstance(error, EnvError) and error.code == ErrorCode.ENV_ERROR
     assert error.details == {"exception": "KeyError", "op": "reset"}

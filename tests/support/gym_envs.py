@@ -109,3 +109,44 @@ class FancyEnv(gymnasium.Env[dict[str, Any], dict[str, Any]]):
 
 if "Fancy-v0" not in gymnasium.registry:
     gymnasium.register(id="Fancy-v0", entry_point=FancyEnv)
+
+
+PAINTED_ID = "tests.support.gym_envs:Painted-v0"
+
+
+class PaintedEnv(gymnasium.Env[np.ndarray, np.int64]):
+    """A counter that renders ``rgb_array`` frames: an 8x8 image whose red channel is the
+    count (and whose green channel is ``shade``, a ``gymnasium.make`` keyword)."""
+
+    metadata: dict[str, Any] = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(self, render_mode: str | None = None, shade: int = 0) -> None:
+        self.render_mode = render_mode
+        self.shade = shade
+        self.action_space = spaces.Discrete(2)
+        self.observation_space = spaces.Box(0.0, 100.0, (1,), np.float32)
+        self._count = 0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._count = int(self.np_random.integers(0, 3))
+        return np.array([self._count], dtype=np.float32), {}
+
+    def step(self, action: np.int64) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        self._count += int(action)
+        done = self._count >= 20
+        return np.array([self._count], dtype=np.float32), float(action), done, False, {}
+
+    def render(self) -> np.ndarray | None:
+        if self.render_mode != "rgb_array":
+            return None
+        frame = np.zeros((8, 8, 3), dtype=np.uint8)
+        frame[..., 0] = self._count
+        frame[..., 1] = self.shade
+        return frame
+
+
+if "Painted-v0" not in gymnasium.registry:
+    gymnasium.register(id="Painted-v0", entry_point=PaintedEnv, max_episode_steps=30)

@@ -10,13 +10,19 @@
 
 TRL builds one instance per rollout with no arguments, calls ``reset(**row)`` with the
 dataset row (its return value is appended to the prompt), and offers every public method
-of the class as a tool. The generated class has exactly one such method: the
-environment's action, named ``tool_name``, with one typed argument per Action field and a
-Google-style docstring built from the Action schema (what
-``transformers.utils.get_json_schema`` reads). Calling it steps the environment and
-returns the observation as text. Reward functions read ``reward`` (the episode's return),
-``rewards``, ``done``, ``observation``, ``steps`` and ``state`` (one round trip) from the
-instances.
+of the class as a tool. The generated class has the environment's action, named
+``tool_name``, with one typed argument per Action field and a Google-style docstring
+built from the Action schema (what ``transformers.utils.get_json_schema`` reads); calling
+it steps the environment and returns the observation as text. Beside it, each of the
+environment's ``@tool`` methods (:mod:`corral.contract.tools`) is a method of the same
+name, typed and documented from the tool's input schema and description; calling it runs
+the tool on the rollout's own environment instance and returns its result as text (a
+string as it is, anything else as JSON; a failure as ``error: ...``, for the model to
+read). Remote sessions of an environment with tools are stateful HTTP sessions
+(``POST /sessions``), since corral's WebSocket protocol carries no tool calls: the
+episode's steps and its tool calls then reach one instance. Reward functions read
+``reward`` (the episode's return), ``rewards``, ``done``, ``observation``, ``steps`` and
+``state`` (one round trip) from the instances.
 
 Sessions come from one :class:`SessionPool` per generated class: instances take a
 session when constructed and give it back when garbage-collected, so hundreds of rollouts
@@ -27,6 +33,7 @@ target (``module:Class`` or ``gym:ENV_ID``), for which one local server is start
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
 import threading
@@ -34,18 +41,28 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol, Union
 
+import httpx
 import orjson
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
+from corral.auth import bearer_header
 from corral.blocking import run_blocking
 from corral.client import AsyncEnvClient, SyncEnvClient
+from corral.client.connection import http_url
 from corral.client.local_server import LocalServer
 from corral.contract import Environment, Observation, StepResult
+from corral.contract.tools import tools_of
+from corral.errors import ConnectionLost, CorralError, error_from_wire, validation_message
+from corral.protocol.jsonrpc import rpc_request, tools_list_result
+from corral.protocol.openenv import unflatten_observation
+from corral.server.openenv_http import SESSION_HEADER
 
 RESERVED = frozenset({"reset", "get_reward", "state", "close"})
 """Names the generated tool may not take (TRL's and corral's own)."""
 
 _HIDDEN_FIELDS = {"done", "truncated", "reward", "metadata"}
+_TAKEN = RESERVED | {"reward", "rewards", "done", "observation", "steps", "get_reward"}
+"""Names an environment tool may not take: TRL's, corral's and the instance's attributes."""
 _IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 
@@ -94,10 +111,93 @@ class LocalSession:
         state: BaseModel = self._run(self.env.state())
         return state
 
+    def call_tool(self, name: str, arguments: Mapping[str, Any]) -> str:
+        """Run the tool ``name`` on the instance; its result as text."""
+        spec = tools_of(self.env_type)[name]
+        try:
+            args, kwargs = spec.bind(arguments)
+            value = spec.dump_result(self._run(getattr(self.env, spec.method)(*args, **kwargs)))
+        except ValidationError as exc:
+            return f"error: {validation_message(f'invalid arguments for tool {name!r}', exc)}"
+        except Exception as exc:  # the tool's own failure is for the model to read
+            return f"error: {type(exc).__name__}: {exc}"
+        return value if isinstance(value, str) else orjson.dumps(value).decode()
+
     def close(self) -> None:
         """Close the instance."""
         close: Callable[[], Any] = self.env.close
         self._run(close())
+
+
+class HttpSession:
+    """A stateful HTTP session of a corral server (``POST /sessions``): ``reset``,
+    ``step``, ``state`` and the environment's tools run on one environment instance.
+
+    Args:
+        url: the server.
+        observation_type / state_type: the models replies are read into.
+        token: the server's bearer token, if it has one.
+        timeout: seconds each request may take.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        observation_type: type[Observation],
+        state_type: type[BaseModel],
+        *,
+        token: str | None = None,
+        timeout: float | None = 300.0,
+    ) -> None:
+        self.observation_type = observation_type
+        self.state_type = state_type
+        headers = bearer_header(token) if token else {}
+        self.http = httpx.Client(base_url=http_url(url), headers=headers, timeout=timeout)
+        self.id = str(self._json("POST", "/sessions")["session_id"])
+        self.http.headers[SESSION_HEADER] = self.id
+
+    def _json(self, method: str, path: str, body: Any = None) -> Any:
+        reply = self.http.request(method, path, json=body)
+        data = reply.json() if reply.content else {}
+        if reply.is_error:
+            if isinstance(data, dict) and "code" in data:
+                raise error_from_wire(data)
+            raise ConnectionLost(f"{method} {path} answered HTTP {reply.status_code}")
+        return data
+
+    def reset(self, seed: int | None = None, **options: Any) -> StepResult[Any]:
+        """Start an episode."""
+        reply = self._json("POST", "/reset", {"seed": seed, **options})
+        return StepResult.of(self.observation_type.model_validate(unflatten_observation(reply)))
+
+    def step(self, action: Mapping[str, Any]) -> StepResult[Any]:
+        """Apply an action."""
+        reply = self._json("POST", "/step", {"action": dict(action)})
+        return StepResult.of(self.observation_type.model_validate(unflatten_observation(reply)))
+
+    def state(self) -> BaseModel:
+        """The environment's state."""
+        return self.state_type.model_validate(self._json("GET", "/state"))
+
+    def call_tool(self, name: str, arguments: Mapping[str, Any]) -> str:
+        """Run the tool ``name`` on this session's instance; its result as text."""
+        call = rpc_request(1, "tools/call", {"name": name, "arguments": dict(arguments)})
+        reply = self._json("POST", "/mcp", call)
+        if "error" in reply:
+            return f"error: {reply['error'].get('message', reply['error'])}"
+        result = reply.get("result") or {}
+        text = "\n".join(
+            str(part.get("text", ""))
+            for part in result.get("content", [])
+            if isinstance(part, dict)
+        )
+        return f"error: {text}" if result.get("isError") else text
+
+    def close(self) -> None:
+        """Close the session on the server and the HTTP client."""
+        with contextlib.suppress(httpx.HTTPError, CorralError):
+            self._json("DELETE", f"/sessions/{self.id}")
+        self.http.close()
 
 
 class SessionPool:
@@ -136,6 +236,8 @@ class SessionPool:
         self.created = 0
         self._idle: list[Session] = []
         self._lock = threading.Lock()
+        self._models: tuple[type[BaseModel], type[Observation], type[BaseModel]] | None = None
+        self._tools: list[dict[str, Any]] | None = None
 
     @property
     def url(self) -> str | None:
@@ -155,17 +257,71 @@ class SessionPool:
         return self.server.url
 
     def acquire(self) -> Session:
-        """An idle session, or a new one."""
+        """An idle session, or a new one (an HTTP session when the environment has tools)."""
+        tools = self.tools()
         with self._lock:
             if self._idle:
                 return self._idle.pop()
             if not isinstance(self.source, str):
                 session: Session = LocalSession(self.source)
+            elif tools:
+                _, observation, state = self.models()
+                session = HttpSession(
+                    self._server_url(),
+                    observation,
+                    state,
+                    token=self.client_kwargs.get("token"),
+                    timeout=self.client_kwargs.get("timeout", 300.0),
+                )
             else:
                 client = AsyncEnvClient(self._server_url(), env=self.env, **self.client_kwargs)
                 session = SyncEnvClient(client).connect()
             self.created += 1
             return session
+
+    def models(self) -> tuple[type[BaseModel], type[Observation], type[BaseModel]]:
+        """The environment's Action, Observation and State models (for a remote source
+        without ``env``: built from the server's schemas, asked once)."""
+        if self._models is None:
+            if not isinstance(self.source, str) or self.env is not None:
+                found = self.env or self.source
+                assert not isinstance(found, str)
+                self._models = (found.action_type, found.observation_type, found.state_type)
+            else:
+                client = AsyncEnvClient(self._server_url(), **self.client_kwargs)
+                probe = SyncEnvClient(client).connect()
+                try:
+                    remote = probe.async_client
+                    assert remote.action_type and remote.observation_type and remote.state_type
+                    self._models = (remote.action_type, remote.observation_type, remote.state_type)
+                finally:
+                    probe.close()
+        return self._models
+
+    def tools(self) -> list[dict[str, Any]]:
+        """The environment's tools as ``tools/list`` describes them (``name``,
+        ``description``, ``inputSchema``); asked of the server once for remote sources."""
+        if self._tools is None:
+            if not isinstance(self.source, str):
+                self._tools = list(tools_list_result(tools_of(self.source))["tools"])
+            else:
+                self._tools = self._remote_tools()
+        return self._tools
+
+    def _remote_tools(self) -> list[dict[str, Any]]:
+        token = self.client_kwargs.get("token")
+        headers = bearer_header(token) if token else {}
+        try:
+            reply = httpx.post(
+                http_url(self._server_url()) + "/mcp",
+                json=rpc_request(1, "tools/list"),
+                headers=headers,
+                timeout=30.0,
+            )
+            listed = reply.json().get("result", {}).get("tools", [])
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return []  # a server without the tools route (an OpenEnv server): no tools
+        return [t for t in listed if isinstance(t, dict) and isinstance(t.get("name"), str)]
 
     def release(self, session: Session) -> None:
         """Give a session back for the next instance."""
@@ -179,18 +335,8 @@ class SessionPool:
 
     def action_schema(self) -> dict[str, Any]:
         """The JSON Schema of the environment's Action model."""
-        if not isinstance(self.source, str):
-            schema: dict[str, Any] = self.source.action_type.model_json_schema()
-            return schema
-        session = self.acquire()
-        try:
-            assert isinstance(session, SyncEnvClient)
-            action_type = session.async_client.action_type
-            assert action_type is not None
-            remote: dict[str, Any] = action_type.model_json_schema()
-            return remote
-        finally:
-            self.release(session)
+        schema: dict[str, Any] = self.models()[0].model_json_schema()
+        return schema
 
     def close(self) -> None:
         """Close the idle sessions and stop the local server (sessions still held by
@@ -266,6 +412,11 @@ class CorralEnvironment:
         self.observation = result.observation
         return type(self)._render(result.observation)
 
+    def _call_tool(self, name: str, arguments: dict[str, Any]) -> str:
+        session = self._session
+        assert isinstance(session, LocalSession | HttpSession)  # the pool's choice with tools
+        return session.call_tool(name, arguments)
+
     @property
     def state(self) -> BaseModel:
         """The environment's current State (one round trip for remote sessions)."""
@@ -321,6 +472,15 @@ def environment_factory(
         "_option_columns": tuple(option_columns),
         name: _tool_method(name, schema),
     }
+    for spec in pool.tools():
+        tool_name_ = str(spec["name"])
+        if tool_name_ in attrs or tool_name_ in _TAKEN or not _IDENTIFIER.match(tool_name_):
+            raise ValueError(
+                f"the environment's tool {tool_name_!r} cannot be a method of the TRL class "
+                f"(reserved, taken by the action tool {name!r}, or not a Python identifier); "
+                "rename it with @tool(name=...) or pass tool_name=..."
+            )
+        attrs[tool_name_] = _env_tool_method(spec)
     if reward_method:
         attrs["get_reward"] = _get_reward
     generated: type[CorralEnvironment] = type(
@@ -340,7 +500,39 @@ def _snake(text: str) -> str:
 
 
 def _tool_method(name: str, schema: dict[str, Any]) -> Callable[..., str]:
-    """The tool: a function with a real signature, annotations and docstring."""
+    """The action tool: a function with a real signature, annotations and docstring."""
+    summary = str(schema.get("description") or f"Take one {schema.get('title', 'action')}.")
+    return _typed_method(
+        name,
+        schema,
+        summary,
+        "What the environment shows after the action.",
+        lambda self, arguments: self._act(arguments),
+    )
+
+
+def _env_tool_method(spec: dict[str, Any]) -> Callable[..., str]:
+    """An environment ``@tool`` as a method, from its ``tools/list`` descriptor."""
+    name = str(spec["name"])
+    schema = spec.get("inputSchema") or {}
+    return _typed_method(
+        name,
+        schema,
+        str(spec.get("description") or f"The environment's {name} tool."),
+        "The tool's result (JSON unless it is text).",
+        lambda self, arguments: self._call_tool(name, arguments),
+    )
+
+
+def _typed_method(
+    name: str,
+    schema: dict[str, Any],
+    summary: str,
+    returns: str,
+    call: Callable[[CorralEnvironment, dict[str, Any]], str],
+) -> Callable[..., str]:
+    """A function with a real signature, annotations and a Google-style docstring built
+    from the JSON Schema of its arguments object, calling ``call(self, arguments)``."""
     defs: dict[str, Any] = schema.get("$defs", {})
     properties: dict[str, Any] = schema.get("properties", {})
     required = set(schema.get("required", []))
@@ -373,13 +565,11 @@ def _tool_method(name: str, schema: dict[str, Any]) -> Callable[..., str]:
     def tool(self: CorralEnvironment, *args: Any, **kwargs: Any) -> str:
         bound = signature.bind(self, *args, **kwargs)
         bound.apply_defaults()
-        action = {k: v for k, v in bound.arguments.items() if k != "self"}
-        return self._act(action)
+        return call(self, {k: v for k, v in bound.arguments.items() if k != "self"})
 
-    summary = str(schema.get("description") or f"Take one {schema.get('title', 'action')}.")
     summary = " ".join(summary.split())
     doc = summary + "\n\nArgs:\n" + "\n".join(lines) if lines else summary
-    doc += "\n\nReturns:\n    What the environment shows after the action."
+    doc += f"\n\nReturns:\n    {returns}"
     tool.__name__ = tool.__qualname__ = name
     tool.__doc__ = doc
     tool.__signature__ = signature  # type: ignore[attr-defined]

@@ -174,6 +174,18 @@ def check_command(
     result = check_lock(
         _read(lock or manifest.lock_path), contract, tolerant_readers=tolerant_readers
     )
+    if "contract_version" in manifest.model_fields_set and (
+        manifest.contract_version != contract.version
+    ):
+        # The manifest's version labels images and Spaces; one that disagrees with the
+        # class's tells deployments the wrong contract.
+        raise _fail(
+            f"the environment's contract_version is {contract.version} but "
+            f"{manifest.path.name if manifest.path else 'the manifest'} says "
+            f"{manifest.contract_version}; set the same version "
+            "in both",
+            code=1,
+        )
     _report(result, as_json)
     if as_json:
         raise typer.Exit(0 if result.ok else 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -17,7 +18,29 @@ from corral.server.serve import inherited_socket, serve
 from corral.server.target import TargetError, load_target
 
 
-def resolve_serve_target(target: str, *, search_path: Path | None = None) -> Any:
+def parse_make_kwargs(pairs: list[str]) -> dict[str, Any]:
+    """``--kwarg key=value`` pairs as ``gymnasium.make`` keyword arguments: a value that
+    reads as JSON (``3``, ``0.5``, ``true``, ``null``, ``[1, 2]``) is that value, any other
+    is a string (``render_mode=rgb_array``).
+
+    Raises:
+        typer.BadParameter: a pair has no ``=`` or an empty key.
+    """
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip().isidentifier():
+            raise typer.BadParameter(f"expected key=value, got {pair!r}", param_hint="--kwarg")
+        try:
+            out[key.strip()] = json.loads(raw)
+        except ValueError:
+            out[key.strip()] = raw
+    return out
+
+
+def resolve_serve_target(
+    target: str, *, search_path: Path | None = None, make_kwargs: dict[str, Any] | None = None
+) -> Any:
     """Turn ``corral serve``'s TARGET (``module:Class`` or ``gym:ENV_ID``) into what
     ``create_app`` takes.
 
@@ -29,13 +52,20 @@ def resolve_serve_target(target: str, *, search_path: Path | None = None) -> Any
     Args:
         target: the reference.
         search_path: put first on ``sys.path`` (default: the working directory).
+        make_kwargs: ``gymnasium.make`` keyword arguments of a ``gym:ENV_ID`` target.
     """
     where = search_path or Path.cwd()
+    if make_kwargs and not target.startswith("gym:"):
+        raise typer.BadParameter(
+            "--kwarg passes gymnasium.make keyword arguments: only a 'gym:ENV_ID' target "
+            "takes them",
+            param_hint="--kwarg",
+        )
     try:
         if target.startswith("gym:"):
             from corral.adapters.gymnasium import serve_target
 
-            return serve_target(target, search_path=where)
+            return serve_target(target, search_path=where, make_kwargs=make_kwargs)
         obj = load_target(target, search_path=where)
     except (TargetError, ValueError, ImportError) as exc:
         raise typer.BadParameter(str(exc), param_hint="TARGET") from None
@@ -187,6 +217,14 @@ def serve_command(
             "exchange it once for a short-lived cookie.",
         ),
     ] = False,
+    kwarg: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--kwarg",
+            help="key=value passed to gymnasium.make for a gym:ENV_ID target (repeatable; "
+            "JSON values are parsed: --kwarg render_mode=rgb_array --kwarg max_episode_steps=50).",
+        ),
+    ] = None,
     log_level: Annotated[
         str,
         typer.Option(
@@ -198,6 +236,14 @@ def serve_command(
         str,
         typer.Option(help="text, or json: one object per line, session ids as fields."),
     ] = "text",
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug",
+            help="Send the traceback of an exception the environment raised to the client "
+            "(in the ENV_ERROR's details); never use it on a public server.",
+        ),
+    ] = False,
     mcp: Annotated[
         bool,
         typer.Option(
@@ -224,8 +270,14 @@ def serve_command(
             param_hint="--log-format",
         )
     chosen = parse_serve_target(target)
-    env = resolve_serve_target(chosen.reference, search_path=chosen.search_path)
+    env = resolve_serve_target(
+        chosen.reference,
+        search_path=chosen.search_path,
+        make_kwargs=parse_make_kwargs(kwarg or []),
+    )
     manifest = chosen.manifest
+    if manifest is not None:
+        warn_if_unlocked(manifest)
     if max_sessions is None:
         max_sessions = manifest.concurrency.max_sessions if manifest else 1024
     if idle_timeout is None:
@@ -257,6 +309,7 @@ def serve_command(
         web=web,
         max_hung_calls=max_hung_calls,
         inline_step_s=inline_step,
+        debug=debug,
     )
     sock = None
     if fd is not None:
@@ -275,6 +328,49 @@ def serve_command(
         log_format=log_format,
         customize=_mount_mcp if mcp else None,
     )
+
+
+def warn_if_unlocked(manifest: Manifest) -> None:
+    """Warn on stderr when the models differ from the schema lock file (breaking changes
+    named), or the class's contract version from the manifest's: clients built from the
+    lock would be refused, or fail."""
+    if not manifest.lock_path.is_file():
+        return
+    from corral.contract.lock import LockError, check_lock, read_lock
+    from corral.providers.manifest import load_contract
+
+    try:
+        contract = load_contract(manifest)
+        result = check_lock(read_lock(manifest.lock_path), contract)
+    except (LockError, ImportError, TypeError) as exc:
+        typer.echo(f"warning: cannot compare the models with the schema lock: {exc}", err=True)
+        return
+    if "contract_version" in manifest.model_fields_set and (
+        manifest.contract_version != contract.version
+    ):
+        typer.echo(
+            f"warning: the environment's contract_version is {contract.version} but the "
+            f"manifest says {manifest.contract_version}",
+            err=True,
+        )
+    if not result.stale:
+        return
+    name = manifest.lock_path.name
+    if result.breaking:
+        named = "; ".join(f"{c.path}: {c.message}" for c in result.breaking[:3])
+        bumped = " (the major version was bumped)" if result.major_bumped else ""
+        typer.echo(
+            f"warning: the models differ from {name} by {len(result.breaking)} breaking "
+            f"change(s){bumped}: {named}; clients built from the lock will be refused. "
+            "Run 'corral schema check'.",
+            err=True,
+        )
+    else:
+        typer.echo(
+            f"warning: the models differ from {name} (compatible changes only, contract "
+            f"{result.lock.contract_version} -> {contract.version}); run 'corral schema lock'.",
+            err=True,
+        )
 
 
 def _mount_mcp(app: Any) -> None:

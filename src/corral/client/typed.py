@@ -23,8 +23,8 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from corral.contract import Action, Environment, Observation, State
-from corral.contract.schema import fingerprint, model_schemas
-from corral.errors import BadObservation, InvalidAction
+from corral.contract.schema import compact_schema, fingerprint, model_schemas
+from corral.errors import BadObservation, InvalidAction, validation_message
 from corral.protocol.codecs import Codec
 from corral.protocol.messages import ContractRef
 
@@ -80,7 +80,8 @@ class TypedModels(Generic[ActT, ObsT, StateT]):
         if self._contract is None:  # the schemas are costly to build: once per face
             assert self.action_type and self.observation_type and self.state_type
             schemas = model_schemas(self.action_type, self.observation_type, self.state_type)
-            self._contract = ContractRef(self.contract_version, fingerprint(schemas))
+            compact = {name: compact_schema(schema) for name, schema in schemas.items()}
+            self._contract = ContractRef(self.contract_version, fingerprint(schemas), compact)
         return self._contract
 
     def adopt_schemas(self, schemas: dict[str, Any]) -> None:
@@ -113,7 +114,7 @@ class TypedModels(Generic[ActT, ObsT, StateT]):
             details: dict[str, Any] = {} if index is None else {"index": index}
             details["errors"] = exc.errors(include_url=False, include_context=False)
             raise InvalidAction(
-                f"{where}invalid {action_type.__name__}: {exc.error_count()} error(s)",
+                validation_message(f"{where}invalid {action_type.__name__}", exc),
                 details=details,
             ) from None
 

@@ -71,6 +71,13 @@ def _strip(node: Any) -> Any:
     return out
 
 
+def compact_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` without its annotations (titles, descriptions, examples): what a client
+    sends in its ``hello`` for the server to diff, at a fraction of the size."""
+    stripped: dict[str, Any] = _strip(schema)
+    return stripped
+
+
 def canonical_schema(schema: dict[str, Any]) -> bytes:
     """Canonical bytes of a schema: annotations removed, keys sorted."""
     stripped = _strip(schema)

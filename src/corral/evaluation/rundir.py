@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from corral.episodes import read
+from corral.errors import validation_message
 from corral.evaluation.report import final_attempts, parse_episode_id
 
 RUN_FILE = "run.json"
@@ -66,9 +67,7 @@ def previous_settings(out: Path, *, resume: bool) -> RunSettings | None:
     try:
         return RunSettings.model_validate_json(path.read_text())
     except ValidationError as exc:
-        raise EvalError(
-            f"{path} is not a run's settings file: {exc.error_count()} error(s)"
-        ) from None
+        raise EvalError(validation_message(f"{path} is not a run's settings file", exc)) from None
 
 
 def save_settings(out: Path, settings: RunSettings, previous: RunSettings | None) -> None:

@@ -54,7 +54,7 @@ from corral.episodes import (
     read,
 )
 from corral.episodes.export import to_dataset, to_parquet
-from corral.errors import CorralError, InvalidAction
+from corral.errors import CorralError, InvalidAction, validation_message
 from corral.evaluation.llm import llm_policy
 from corral.evaluation.policies import Agent, Policy, PolicyError, load_policy
 from corral.evaluation.progress import ProgressBar
@@ -579,7 +579,7 @@ def _validated(model: type[BaseModel] | None, action: Any) -> BaseModel:
         return model.model_validate(dict(raw))
     except ValidationError as exc:
         raise InvalidAction(
-            f"invalid {model.__name__}: {exc.error_count()} error(s)",
+            validation_message(f"invalid {model.__name__}", exc),
             details={"errors": exc.errors(include_url=False, include_context=False)},
         ) from None
 

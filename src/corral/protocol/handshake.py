@@ -4,7 +4,10 @@ The client states the contract it was built for (version + fingerprint). The ser
 answers with how it will treat that client:
 
 * ``exact``: same fingerprint;
-* ``compatible``: same contract major version (semver), schemas differ compatibly;
+* ``compatible``: same contract major version (semver), schemas differ compatibly: when
+  the client sent its schemas, the server diffs them against its own
+  (:func:`corral.contract.diff.diff_schemas`, the client's as the old side) and refuses
+  a breaking difference, naming it; without schemas the major version decides;
 * ``migrated``: an older major the server has an action migration for;
 * ``unchecked``: the client sent no contract (it decodes from the server's schemas);
 
@@ -13,9 +16,11 @@ or refuses with ``CONTRACT_MISMATCH`` at connect time, before any episode starts
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
+from typing import Any
 
+from corral.contract.diff import diff_schemas
 from corral.contract.schema import parse_semver
 from corral.errors import ContractMismatch, UnsupportedProtocol
 from corral.protocol.codecs import PROTOCOL
@@ -53,6 +58,7 @@ def negotiate(
     server_version: str,
     server_fingerprint: str,
     migrations: Iterable[int] = (),
+    server_schemas: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Compat:
     """Decide how to treat a client's contract, or raise ``ContractMismatch``."""
     if client is None:
@@ -71,6 +77,8 @@ def negotiate(
         raise ContractMismatch(str(exc), details=details) from None
     server_major = parse_semver(server_version)[0]
     if client_major == server_major:
+        if client.schemas is not None and server_schemas is not None:
+            _refuse_breaking(client.schemas, server_schemas, details)
         return Compat.COMPATIBLE
     if client_major in set(migrations):
         return Compat.MIGRATED
@@ -78,4 +86,44 @@ def negotiate(
         f"client contract {client.version} is incompatible with server contract "
         f"{server_version} (major versions differ and no migration is registered)",
         details=details,
+    )
+
+
+SHOWN_CHANGES = 3
+"""Breaking changes a ``CONTRACT_MISMATCH`` message names (``details`` lists more)."""
+_LISTED_CHANGES = 32
+
+
+def _refuse_breaking(
+    client: Mapping[str, Mapping[str, Any]],
+    server: Mapping[str, Mapping[str, Any]],
+    details: dict[str, Any],
+) -> None:
+    """Raise ``ContractMismatch`` naming the breaking changes from the client's schemas
+    to the server's (an old client's view: what it sends must still be accepted, what it
+    receives must still validate with its models)."""
+    try:
+        changes = diff_schemas(client, server)
+    except (RecursionError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise ContractMismatch(
+            f"the client's contract schemas could not be compared: {type(exc).__name__}",
+            details=details,
+        ) from None
+    breaking = [c for c in changes if c.breaking]
+    if not breaking:
+        return
+    named = "; ".join(f"{c.path}: {c.message}" for c in breaking[:SHOWN_CHANGES])
+    more = len(breaking) - SHOWN_CHANGES
+    if more > 0:
+        named += f"; and {more} more"
+    raise ContractMismatch(
+        f"client contract {details['client_version']} is incompatible with server contract "
+        f"{details['server_version']}: {len(breaking)} breaking change(s): {named}",
+        details={
+            **details,
+            "breaking": [
+                {"path": c.path, "kind": c.kind.value, "message": c.message}
+                for c in breaking[:_LISTED_CHANGES]
+            ],
+        },
     )

@@ -29,7 +29,7 @@ import orjson
 from pydantic import ValidationError
 
 from corral.contract.tools import Tool
-from corral.errors import validation_errors
+from corral.errors import validation_errors, validation_message
 
 
 class RpcCode(IntEnum):
@@ -73,6 +73,16 @@ class RpcRequest:
 
 
 _RPC_KEYS = frozenset({"jsonrpc", "method", "params", "id"})
+
+
+def rpc_request(
+    request_id: RpcId, method: str, params: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A JSON-RPC request (what a client of ``POST /mcp`` sends)."""
+    request: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    if params is not None:
+        request["params"] = params
+    return request
 
 
 def rpc_result(request_id: RpcId, result: Any) -> dict[str, Any]:
@@ -238,7 +248,7 @@ def plan_rpc(request: RpcRequest, tools: Mapping[str, Tool], env_name: str) -> R
     except ValidationError as exc:
         raise RpcError(
             RpcCode.INVALID_PARAMS,
-            f"invalid arguments for tool {name!r}: {exc.error_count()} error(s)",
+            validation_message(f"invalid arguments for tool {name!r}", exc),
             request_id=rid,
             data={"errors": validation_errors(exc)},
         ) from None
@@ -314,6 +324,7 @@ __all__ = [
     "parse_rpc_bytes",
     "plan_rpc",
     "rpc_error",
+    "rpc_request",
     "rpc_result",
     "tool_descriptor",
     "tool_error",

@@ -54,19 +54,32 @@ from corral.protocol.codecs import PROTOCOL
 
 @dataclass(frozen=True, slots=True)
 class ContractRef:
-    """A side's view of the contract: version and fingerprint."""
+    """A side's view of the contract: version, fingerprint and, optionally, the schemas
+    (annotations stripped) for the server to diff when the fingerprints differ."""
 
     version: str
     fingerprint: str | None = None
+    schemas: dict[str, Any] | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        """The ``contract`` map of a ``hello``."""
-        return {"version": self.version, "fingerprint": self.fingerprint}
+        """The ``contract`` map of a ``hello`` (``schemas`` only when there are some)."""
+        msg: dict[str, Any] = {"version": self.version, "fingerprint": self.fingerprint}
+        if self.schemas is not None:
+            msg["schemas"] = self.schemas
+        return msg
 
     @classmethod
     def from_wire(cls, msg: dict[str, Any]) -> ContractRef:
-        """Read a ``contract`` map."""
-        return cls(f.required(msg, "version", str), f.optional(msg, "fingerprint", str))
+        """Read a ``contract`` map; ``schemas``, when sent, maps model names to maps."""
+        schemas = f.optional(msg, "schemas", dict)
+        if schemas is not None and not all(
+            isinstance(k, str) and isinstance(v, dict) for k, v in schemas.items()
+        ):
+            raise BadMessage(
+                "field 'contract.schemas' of 'hello' must map model names to JSON Schemas",
+                details={"field": "contract.schemas"},
+            )
+        return cls(f.required(msg, "version", str), f.optional(msg, "fingerprint", str), schemas)
 
 
 # -- requests (client → server) ----------------------------------------------------

@@ -72,6 +72,7 @@ from corral.errors import (
     UnsupportedProtocol,
     error_from_wire,
     validation_errors,
+    validation_message,
 )
 from corral.protocol import messages as m
 from corral.protocol.fields import MESSAGE_CHARS, clip, echo
@@ -445,7 +446,7 @@ class ServerTranslator:
             envelope = model.model_validate(message)
         except ValidationError as exc:
             raise BadMessage(
-                f"invalid {kind!r} message: {exc.error_count()} error(s)",
+                validation_message(f"invalid {kind!r} message", exc),
                 details={"errors": validation_errors(exc)},
             ) from None
         if isinstance(envelope, _CloseFrame):

@@ -410,7 +410,11 @@ class ServerConnection(Generic[S]):
         greeting = self.greeting
         check_protocol(hello)
         self.compat = negotiate(
-            hello.contract, greeting.contract_version, greeting.fingerprint, greeting.migrations
+            hello.contract,
+            greeting.contract_version,
+            greeting.fingerprint,
+            greeting.migrations,
+            greeting.schemas,
         )
         if self.compat is Compat.MIGRATED and hello.contract is not None:
             self.migrate = greeting.migrations[parse_semver(hello.contract.version)[0]]

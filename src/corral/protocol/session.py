@@ -115,7 +115,16 @@ class SessionMachine:
     :meth:`abort` (the operation failed and changed nothing).
     """
 
-    __slots__ = ("_table", "auto_reset", "closed_reason", "episodes", "phase", "running", "steps")
+    __slots__ = (
+        "_table",
+        "auto_reset",
+        "closed_reason",
+        "episode_start",
+        "episodes",
+        "phase",
+        "running",
+        "steps",
+    )
 
     def __init__(self, *, auto_reset: bool = False) -> None:
         self.phase = Phase.NEW
@@ -125,6 +134,8 @@ class SessionMachine:
         self.closed_reason = ""
         self.episodes = 0
         self.steps = 0
+        self.episode_start = 0
+        """``steps`` when the current episode began (its step count is the difference)."""
 
     def begin(self, kind: str, request_id: int) -> Op:
         """Admit request ``request_id`` of ``kind`` (reset/step/state) or raise why not."""
@@ -154,6 +165,7 @@ class SessionMachine:
             self.steps += 1
         else:
             self.episodes += 1
+            self.episode_start = self.steps
         self.phase = after[done]
 
     def abort(self) -> None:

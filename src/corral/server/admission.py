@@ -32,16 +32,17 @@ from corral.contract.schema import Contract
 from corral.errors import (
     BadObservation,
     CorralError,
-    EnvError,
     InvalidAction,
     InvalidArgument,
     validation_errors,
+    validation_message,
 )
 from corral.protocol.batch import ResetItem, StepItem
 from corral.protocol.fields import clip
 from corral.protocol.messages import GetState, Reset, Step
 from corral.protocol.server import Peer
-from corral.protocol.session import Op
+from corral.protocol.session import Op, SessionState
+from corral.server.env_failures import env_failure
 from corral.server.rewards import RewardStats
 
 Payload = Reset | Step | GetState | ResetItem | StepItem
@@ -110,6 +111,8 @@ class Admission:
         """Keywords ``reset`` takes besides ``seed`` (None: any)."""
         self.rewards = RewardStats()
         """Every returned observation's reward and components, single call or batch item."""
+        self.debug = False
+        """Send environment tracebacks to clients (``ServerConfig.debug``)."""
 
     def call(self, peer: Peer, op: Op, payload: Payload) -> tuple[str, tuple[Any, ...], Any]:
         """The runner call ``(method, args, kwargs)`` for ``op`` on ``payload``.
@@ -145,7 +148,7 @@ class Admission:
             return peer.codec.load(model, raw)
         except ValidationError as exc:
             raise InvalidAction(
-                f"invalid {model.__name__}: {exc.error_count()} error(s)",
+                validation_message(f"invalid {model.__name__}", exc),
                 details={"errors": validation_errors(exc)},
             ) from None
         except (TypeError, ValueError, RecursionError) as exc:
@@ -195,12 +198,7 @@ class Admission:
                 f"the {what} could not be serialized: {exc}", details={"model": model.__name__}
             ) from None
 
-    @staticmethod
-    def failure(exc: BaseException, op: Op) -> CorralError:
-        """The error to answer a call that raised ``exc`` with."""
-        if isinstance(exc, CorralError):
-            return exc
-        return EnvError(
-            f"{type(exc).__name__}: {exc}",
-            details={"exception": type(exc).__name__, "op": str(op)},
-        )
+    def failure(self, exc: BaseException, op: Op, session: SessionState) -> CorralError:
+        """The error to answer a call of ``session`` that raised ``exc`` with (logged when
+        the environment raised it; see :mod:`corral.server.env_failures`)."""
+        return env_failure(exc, op, session, debug=self.debug)

@@ -176,7 +176,7 @@ class BatchHandler:
                 session.machine.finish(call.op, done=done)
                 return b.ItemResult(session.id, payload)
         session.machine.abort()
-        return self._error(session.id, self.admission.failure(call.error, call.op))
+        return self._error(session.id, self.admission.failure(call.error, call.op, session))
 
     def _error(self, session: str | None, error: CorralError) -> b.ItemError:
         self.manager.stats.error(str(error.code))

@@ -23,6 +23,7 @@ SERVER_ONLY = (
     "web",
     "max_hung_calls",
     "inline_step_s",
+    "debug",
 )
 """Settings the handshake does not tell clients."""
 
@@ -81,6 +82,10 @@ class ServerConfig:
             their moving average stays under this many seconds (saving the thread hop,
             ~100 µs of CPU); slower ones, and classes with ``blocking = True``, run on
             the executor, under the step timeout. 0 runs every sync call off the loop.
+        debug: send the formatted traceback of an exception the environment raised in
+            the ``ENV_ERROR``'s ``details["traceback"]`` (bounded). Off by default: a
+            traceback shows the server's code and paths. The server logs every such
+            exception with its traceback either way.
     """
 
     max_sessions: int = 1024
@@ -106,6 +111,7 @@ class ServerConfig:
     max_hung_calls: int = 16
     inline_step_s: float = 100e-6
     web: bool = False
+    debug: bool = False
 
     def __post_init__(self) -> None:
         for name in (

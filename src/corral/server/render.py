@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from corral.contract import Environment
-from corral.errors import CorralError, EnvError, InvalidArgument
+from corral.errors import CorralError, EnvError, InvalidArgument, validation_message
 from corral.protocol.codecs import JsonCodec
 from corral.server.service import EnvService
 from corral.server.webui import error_reply, read_limited
@@ -68,7 +68,7 @@ class Renderer:
         except ValidationError as exc:
             errors = exc.errors(include_url=False, include_context=False, include_input=False)
             raise InvalidArgument(
-                f"not a {model.__name__}: {exc.error_count()} error(s)",
+                validation_message(f"not a {model.__name__}", exc),
                 details={"errors": [{**e, "loc": list(e["loc"])} for e in errors]},
             ) from None
 

@@ -134,6 +134,7 @@ class EnvService:
             thread_affinity=env_type.thread_affinity,
         )
         self.admission = Admission(env_type, self.contract)
+        self.admission.debug = config.debug
         self.rewards = self.admission.rewards
         """Reward and reward-component histograms (``/metrics``)."""
         self.gate = ConnectionGate(config.max_connections_per_client)
@@ -353,7 +354,7 @@ class EnvService:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            error = admission.failure(exc, op)
+            error = admission.failure(exc, op, session)
             error.request_id = request.id
             self.manager.stats.error(str(error.code))
             session.end(request.id)

@@ -47,14 +47,15 @@ from corral.contract.schema import Contract
 from corral.errors import (
     BadObservation,
     CorralError,
-    EnvError,
     FactoryError,
     InternalError,
     SessionLost,
     StepTimeout,
     error_from_wire,
+    validation_message,
 )
 from corral.protocol.codecs import MsgpackCodec
+from corral.server.env_failures import WorkerEnvError, format_traceback
 from corral.server.runner import EnvCall
 
 log = logging.getLogger("corral.server")
@@ -111,16 +112,22 @@ def write_frame(writer: asyncio.StreamWriter, codec: MsgpackCodec, message: dict
 def wire_error(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, CorralError):
         return {"corral": True, **exc.to_wire()}
-    return {"corral": False, "exception": type(exc).__name__, "message": str(exc)}
+    return {
+        "corral": False,
+        "exception": type(exc).__name__,
+        "message": str(exc),
+        "traceback": format_traceback(exc),
+    }
 
 
 def _raisewire_error(error: dict[str, Any], method: str) -> BaseException:
     if error.get("corral"):
         return error_from_wire(error)
     name = str(error.get("exception", "Exception"))
-    return EnvError(
+    return WorkerEnvError(
         f"{name}: {error.get('message', '')}",
         details={"exception": name, "op": method, "worker": True},
+        remote_traceback=str(error.get("traceback", "")),
     )
 
 
@@ -349,8 +356,9 @@ class Worker:
                 call.value = model.model_validate(result.get("value"))
             except ValidationError as exc:
                 call.error = BadObservation(
-                    f"the worker's {call.method}() result is not a {model.__name__}: "
-                    f"{exc.error_count()} error(s)",
+                    validation_message(
+                        f"the worker's {call.method}() result is not a {model.__name__}", exc
+                    ),
                     details={"model": model.__name__},
                 )
 

@@ -10,16 +10,26 @@ exactly the original spaces; for any other corral environment the action space c
 from the Action model and the observation space from the Observation model without its
 ``done``/``truncated``/``reward``/``metadata`` fields (``metadata`` is returned as
 ``info``).
+
+Like an environment from ``gymnasium.make``, a ``RemoteEnv`` has a :attr:`spec`
+(``corral/<name>``, made by :func:`make_remote`: ``spec.make()`` opens another session of
+the same server, as ``check_env`` does) and a ``render_mode``: ``"rgb_array"`` renders
+the frame of the session's own environment on the server (its state carries the frame:
+a Gymnasium environment served with ``--kwarg render_mode=rgb_array``), so wrappers such
+as ``RecordVideo`` work.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import gymnasium
+import numpy as np
+from gymnasium.envs.registration import EnvSpec
 from pydantic import BaseModel
 
 from corral.adapters.gymnasium.info import array_value
@@ -103,6 +113,9 @@ def info_of(result: StepResult[Any]) -> dict[str, Any]:
     return info
 
 
+_ADAPTER_KEYWORDS = ("observation_fields", "max_text_length", "render_mode")
+
+
 class RemoteEnv(gymnasium.Env[Any, Any]):
     """A ``gymnasium.Env`` whose every call is a request to a remote corral session.
 
@@ -112,9 +125,11 @@ class RemoteEnv(gymnasium.Env[Any, Any]):
             with fields that have no Gymnasium space, such as free-form dicts).
         max_text_length: ``Text.max_length`` for strings whose schema sets no maximum.
         close_client: ``close()`` closes the client (and any server it started).
+        render_mode: ``"rgb_array"`` (when the server renders frames) or None.
 
     Raises:
         SpaceConversionError: the contract has a field with no Gymnasium space.
+        ValueError: ``render_mode`` is not one the server renders.
     """
 
     metadata: dict[str, Any] = {"render_modes": []}
@@ -126,6 +141,7 @@ class RemoteEnv(gymnasium.Env[Any, Any]):
         observation_fields: Sequence[str] | None = None,
         max_text_length: int = DEFAULT_MAX_TEXT_LENGTH,
         close_client: bool = True,
+        render_mode: str | None = None,
     ) -> None:
         self.client = client.sync() if isinstance(client, AsyncEnvClient) else client
         self.client.connect()
@@ -138,23 +154,39 @@ class RemoteEnv(gymnasium.Env[Any, Any]):
         self.observation_space = self.spaces.observation.space
         self._close_client = close_client
         self._closed = False
+        state_fields = self.client.async_client.state_type.model_fields  # type: ignore[union-attr]
+        self.metadata = {"render_modes": ["rgb_array"] if "frame" in state_fields else []}
+        fps = state_fields["render_fps"].default if "render_fps" in state_fields else None
+        if fps is not None:
+            self.metadata["render_fps"] = fps
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            self.close()
+            raise ValueError(
+                f"render_mode {render_mode!r} is not served: this server renders "
+                f"{self.metadata['render_modes'] or 'nothing'} (serve a Gymnasium "
+                "environment with '--kwarg render_mode=rgb_array' for frames)"
+            )
+        self.render_mode = render_mode
+        name = str(self.client.async_client.server_info.get("env", {}).get("name") or "env")
+        adapter = {"observation_fields": observation_fields, "max_text_length": max_text_length}
+        self.spec = EnvSpec(
+            id=f"corral/{_spec_name(name)}",
+            entry_point="corral.adapters.gymnasium.remote:make_remote",
+            kwargs={"url": self.client.async_client.url, **adapter},
+        )
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RemoteEnv:
         """Connect to the server at ``url``; ``kwargs`` go to :class:`AsyncEnvClient`
         except ``observation_fields``/``max_text_length``, which go to the adapter."""
-        adapter = {
-            k: kwargs.pop(k) for k in ("observation_fields", "max_text_length") if k in kwargs
-        }
+        adapter = {k: kwargs.pop(k) for k in _ADAPTER_KEYWORDS if k in kwargs}
         return cls(AsyncEnvClient(url, **kwargs), **adapter)
 
     @classmethod
     def from_env(cls, target: str, **kwargs: Any) -> RemoteEnv:
         """Start ``target`` (``module:Class`` or ``gym:ENV_ID``) in a local server and
         connect; the server stops when the environment closes."""
-        adapter = {
-            k: kwargs.pop(k) for k in ("observation_fields", "max_text_length") if k in kwargs
-        }
+        adapter = {k: kwargs.pop(k) for k in _ADAPTER_KEYWORDS if k in kwargs}
         return cls(SyncEnvClient.from_env(target, **kwargs), **adapter)
 
     def reset(
@@ -177,6 +209,13 @@ class RemoteEnv(gymnasium.Env[Any, Any]):
             info_of(result),
         )
 
+    def render(self) -> Any:
+        """The current frame (``rgb_array``: an ``(H, W, 3)`` uint8 array), rendered by
+        the session's environment on the server; None without a render mode."""
+        if self.render_mode is None:
+            return None
+        return np.asarray(getattr(self.client.state(), "frame"))  # noqa: B009
+
     def state(self) -> BaseModel:
         """The remote environment's typed State (not part of Gymnasium's API)."""
         state: BaseModel = self.client.state()
@@ -189,6 +228,18 @@ class RemoteEnv(gymnasium.Env[Any, Any]):
         self._closed = True
         if self._close_client:
             self.client.close()
+
+
+def make_remote(url: str, render_mode: str | None = None, **kwargs: Any) -> RemoteEnv:
+    """A :class:`RemoteEnv` on a new session of the server at ``url``: the entry point of
+    a ``RemoteEnv``'s spec (``gymnasium.make(env.spec, render_mode=...)``)."""
+    return RemoteEnv.from_url(url, render_mode=render_mode, **kwargs)
+
+
+def _spec_name(name: str) -> str:
+    # EnvSpec ids are ``[namespace/]name[-vN]``; keep a served Gymnasium env's own id.
+    stem = name.removeprefix("gym:").rpartition(":")[2]
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", stem) or "env"
 
 
 def as_gymnasium(

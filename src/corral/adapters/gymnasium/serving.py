@@ -8,6 +8,11 @@ The action model has one field, ``action``, and the observation model one field,
 ``reset(seed, **options)`` calls ``env.reset(seed=seed, options=options)``; ``terminated``
 and ``truncated`` map to the observation's ``done``/``truncated``; ``info`` travels as the
 observation's ``metadata`` (numpy values included, see :mod:`.info`).
+
+An environment made with ``render_mode="rgb_array"`` (``corral serve gym:ID --kwarg
+render_mode=rgb_array``) has the state model :class:`GymFrameState`: ``state()`` carries
+the frame ``env.render()`` returns, so a remote ``RemoteEnv.render()`` gets the frame of
+the session's own environment, on demand (steps stay frame-free).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from pydantic_core import core_schema
 from corral.adapters.gymnasium.info import array_value, json_value, wire_value
 from corral.adapters.gymnasium.spaces import Binding, SpaceConversionError, field_for_space
 from corral.contract import Action, Environment, Observation, State
+from corral.contract.arrays import NDArray
 
 GYM_PREFIX = "gym:"
 """The ``corral serve`` target prefix naming a registered Gymnasium environment."""
@@ -48,6 +54,16 @@ class GymState(State):
     episode_return: float = 0.0
     terminated: bool = False
     truncated: bool = False
+
+
+class GymFrameState(GymState):
+    """The state of an environment rendering ``rgb_array`` frames: ``frame`` is what
+    ``env.render()`` returned when the state was asked for. Each served class has its own
+    subclass whose ``render_fps`` default is the environment's ``metadata["render_fps"]``,
+    so clients read it from the contract's schema."""
+
+    frame: NDArray | None = None
+    render_fps: float | None = None
 
 
 def _validate_info(value: Any) -> dict[str, Any]:
@@ -129,7 +145,11 @@ class GymEnvironment(Environment[Action, GymObservation, GymState]):
         return self._observation(obs, info, reward, terminated=terminated, truncated=truncated)
 
     def state(self) -> GymState:
-        """A copy of the episode's state."""
+        """A copy of the episode's state (with the rendered frame, for ``rgb_array``)."""
+        state_type: Any = type(self).state_type
+        if issubclass(state_type, GymFrameState):
+            frame_state: GymState = state_type(**dict(self._state), frame=self.env.render())
+            return frame_state
         return self._state.model_copy()
 
     def close(self) -> None:
@@ -201,6 +221,8 @@ class GymEnvironment(Environment[Action, GymObservation, GymState]):
             action_space, observation_space = probe.action_space, probe.observation_space
             spec = probe.spec
             renders = getattr(probe, "render_mode", None) is not None
+            frames = probe.render_mode == "rgb_array"
+            fps = probe.metadata.get("render_fps")
         finally:
             probe.close()
         stem = _class_stem(name)
@@ -216,7 +238,7 @@ class GymEnvironment(Environment[Action, GymObservation, GymState]):
             "contract_version": contract_version,
             "action_type": action_type,
             "observation_type": observation_type,
-            "state_type": GymState,
+            "state_type": _frame_state(stem, fps) if frames else GymState,
             "action_binding": action_binding,
             "observation_binding": observation_binding,
             "action_space": action_space,
@@ -225,6 +247,15 @@ class GymEnvironment(Environment[Action, GymObservation, GymState]):
         }
         env_class: type[GymEnvironment] = type(f"{stem}Env", (cls,), attrs)
         return env_class
+
+
+def _frame_state(stem: str, fps: Any) -> type[GymFrameState]:
+    model: type[GymFrameState] = create_model(
+        f"{stem}State",
+        __base__=GymFrameState,
+        render_fps=(float | None, None if fps is None else float(fps)),
+    )
+    return model
 
 
 def _class_stem(name: str) -> str:
@@ -278,12 +309,14 @@ def _observation_model(
     return model, binding
 
 
-def serve_target(target: str, *, search_path: str | Path | None = None) -> type[GymEnvironment]:
+def serve_target(
+    target: str, *, search_path: str | Path | None = None, make_kwargs: dict[str, Any] | None = None
+) -> type[GymEnvironment]:
     """The environment class for a ``corral serve`` target ``gym:ENV_ID``.
 
     ``ENV_ID`` is anything ``gymnasium.make`` takes, including ``module:Name-v0`` for an
     environment that ``module`` registers on import (``search_path`` is put first on
-    ``sys.path`` to find it).
+    ``sys.path`` to find it); ``make_kwargs`` go to ``gymnasium.make`` (``--kwarg``).
 
     Raises:
         ValueError: the target lacks the prefix or names no registered environment.
@@ -294,4 +327,4 @@ def serve_target(target: str, *, search_path: str | Path | None = None) -> type[
         path = str(Path(search_path).resolve())
         if path not in sys.path:
             sys.path.insert(0, path)
-    return GymEnvironment.for_id(target[len(GYM_PREFIX) :])
+    return GymEnvironment.for_id(target[len(GYM_PREFIX) :], **(make_kwargs or {}))
