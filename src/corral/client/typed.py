@@ -67,6 +67,7 @@ class TypedModels(Generic[ActT, ObsT, StateT]):
         self.state_type: type[StateT] | None = state_type
         self.check_contract = check_contract
         self._contract: ContractRef | None = None
+        self._env = env
 
     @property
     def incomplete(self) -> bool:
@@ -79,8 +80,18 @@ class TypedModels(Generic[ActT, ObsT, StateT]):
             return None
         if self._contract is None:  # the schemas are costly to build: once per face
             assert self.action_type and self.observation_type and self.state_type
-            schemas = model_schemas(self.action_type, self.observation_type, self.state_type)
-            self._contract = ContractRef(self.contract_version, fingerprint(schemas))
+            env = self._env
+            models = (self.action_type, self.observation_type, self.state_type)
+            if env is not None and models == (
+                env.action_type,
+                env.observation_type,
+                env.state_type,
+            ):
+                # the env's own contract: its reset options are fingerprinted too
+                self._contract = ContractRef(self.contract_version, env.contract().fingerprint)
+            else:
+                schemas = model_schemas(*models)
+                self._contract = ContractRef(self.contract_version, fingerprint(schemas))
         return self._contract
 
     def adopt_schemas(self, schemas: dict[str, Any]) -> None:

@@ -28,7 +28,11 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from corral.contract import Environment, Observation, State
-from corral.contract.options import accepted_reset_options, check_reset_options
+from corral.contract.options import (
+    accepted_reset_options,
+    check_reset_options,
+    validate_reset_options,
+)
 from corral.contract.schema import Contract
 from corral.contract.tasks import TaskBounds, with_task
 from corral.errors import (
@@ -144,6 +148,7 @@ class Admission:
                     )
             check_passable(options)
             check_reset_options(options, self.reset_options, self.env_name)
+            validate_reset_options(self.contract.reset_options, options, self.env_name)
             if self.tasks is not None:
                 self.tasks.check(options)
             return "reset", (payload.seed,), options
