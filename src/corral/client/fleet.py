@@ -3,8 +3,9 @@
 **Servers.** A fleet takes its servers from a *source*: a list of URLs of running
 servers, or a factory of :class:`ServerHandle` objects it starts and stops itself (a
 :class:`~corral.client.local_server.LocalServer` per ``"package.module:Class"`` target;
-any provider fits behind a handle: ``start()`` returns the URL, ``alive()`` asks the
-provider, ``stop()`` releases the server).
+any provider fits behind a handle, :class:`ProviderServer`, which ``EnvPool(...,
+provider=...)`` makes: ``start()`` returns the URL, ``alive()`` asks the provider,
+``stop()`` releases the server).
 
 **Layout.** Sessions are numbered ``0..n-1``; server ``j`` of ``M`` holds the contiguous
 block ``j*n//M .. (j+1)*n//M - 1``, and each server's block is split over connections
@@ -40,6 +41,10 @@ A dead server's connections are closed at once, so its requests in flight fail w
 ``SessionLost`` (never silently, never a wait for their timeout). The fleet's
 connections give up reconnecting by themselves only after ``dead_after``: the fleet,
 not a socket's backoff, decides when a server is gone.
+
+This module is one thing over ~600 lines: the servers' handles (local, provider, URL),
+their connections and the health and recovery loop share the fleet's state; splitting
+them would pass that state around instead.
 """
 
 from __future__ import annotations

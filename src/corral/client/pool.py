@@ -12,7 +12,8 @@
 (:class:`~corral.client.local_server.LocalServer`); a URL string or a list of URLs uses
 running servers; any zero-argument callable returning a
 :class:`~corral.client.fleet.ServerHandle` (an object with ``start()``/``stop()``/``alive()``,
-like ``LocalServer``) lets another provider start them. The servers, connections and
+like ``LocalServer``) lets another provider start them; so does ``provider=`` (a
+:class:`~corral.providers.Provider`, with ``target`` its spec). The servers, connections and
 sessions, their health checks and recovery are the pool's :class:`~corral.client.fleet.Fleet`.
 
 **Batches.** Sessions are numbered ``0..n-1`` (their *session ids* in this API) and spread
@@ -73,9 +74,14 @@ live server resumes with the episodes intact.
 
 The blocking twin is :meth:`EnvPool.sync` (:class:`SyncEnvPool`): same methods, same errors.
 
-This module is one thing over ~800 lines: the pool's API and the auto-reset engine under
-it share every piece of per-session state (what is pending, what needs a reset); the
-servers, the batch type and the typed face live in their own modules.
+**Recording.** With ``record="dir/"`` every exchange's results are recorded where the
+engine has them (auto-resets as resets), from the reply's columns; see
+:mod:`corral.client.recording`.
+
+This module is one thing over ~900 lines: the pool's API, the auto-reset engine under it
+and its recording hooks share every piece of per-session state (what is pending, what
+needs a reset, what was sent); the servers, the batch type, the recording file and the
+typed face live in their own modules.
 """
 
 from __future__ import annotations
