@@ -41,6 +41,8 @@ async def test_a_recorded_client_session_reads_back_and_replays(tmp_path: Path) 
         first, second = read(path)
         assert first.header.source == "client" and first.header.url == srv.url
         assert first.header.env.fingerprint == WordleEnv.contract().fingerprint
+        assert first.header.env.schemas is not None
+        assert first.header.env.schemas["action"] == WordleEnv.contract().schemas["action"]
         assert first.seed == 3 and first.task == TaskRef(split="test", index=2)
         assert first.complete and first.summary.length == steps
         assert first.records[-1].observation["secret"] == WordleEnv().task("test", 2).word

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from corral.client import EnvPool
@@ -13,7 +14,8 @@ from corral.errors import ConnectionLost, SessionLost
 async def step_until_replaced(pool: EnvPool[Any, Any, Any], victim: int, old_url: str) -> None:
     """Step until the dead server's sessions answer again; only they may fail meanwhile."""
     ids = {s.index for s in pool.fleet.slots if s.server.index == victim}
-    for _ in range(600):
+    deadline = time.monotonic() + 180  # a new server (a container, an actor) on a busy machine
+    while time.monotonic() < deadline:
         batch = await pool.step([EchoAction(message="hi")] * pool.n)
         if not batch.errors:
             break

@@ -36,6 +36,7 @@ from corral.client.recording import Recording, RecordTarget, as_task, now
 from corral.client.typed import ActT, ObsT, StateT, TypedFace, TypedModels
 from corral.contract import Environment, StepResult
 from corral.contract.tasks import TaskRef
+from corral.episodes import EpisodeRecorder
 from corral.errors import ClientClosed, CorralError, InvalidAction, UnsupportedProtocol
 from corral.protocol.client import ReconnectPolicy
 from corral.protocol.messages import (
@@ -251,7 +252,7 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
         request = Reset(connection.next_id(), session, seed, options, ref)
         if self.recording is None:
             return self._result(await connection.request(request, timeout=self.timeout))
-        recorder = self.recording.recorder(self.server_info.get("env", {}), self.url)
+        recorder = self._recorder()
         sent, clock = now()
         try:
             result = self._result(await connection.request(request, timeout=self.timeout))
@@ -277,7 +278,7 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
             model = self.typed.action(action)
             request = Step(connection.next_id(), session, connection.codec.dump(model))
             return self._result(await connection.request(request, timeout=self.timeout))
-        recorder = self.recording.recorder(self.server_info.get("env", {}), self.url)
+        recorder = self._recorder()
         sent, clock = now()
         try:
             model = self.typed.action(action)
@@ -337,6 +338,11 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+    def _recorder(self) -> EpisodeRecorder:
+        assert self.recording is not None
+        models = (self.action_type, self.observation_type, self.state_type)
+        return self.recording.recorder(self.server_info.get("env", {}), self.url, models)
 
     def _result(self, reply: Reply) -> StepResult[ObsT]:
         assert isinstance(reply, Result)

@@ -430,7 +430,8 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             links = [link for server in self.fleet.servers for link in server.links]
             env = links[0].connection.welcome.get("env", {}) if links else {}
             url = self.fleet.urls[0] if self.fleet.urls else None
-            self._recorder = self.recording.recorder(env, url)
+            models = (self.action_type, self.observation_type, self.state_type)
+            self._recorder = self.recording.recorder(env, url, models)
         latency = time.perf_counter() - clock
         self.recording.pool_rows(self._recorder, table, op, inputs, sent, latency)
 

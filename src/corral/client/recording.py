@@ -40,23 +40,25 @@ class Recording:
     Args:
         directory: the directory the file goes in.
         source: who records (``client``, ``pool``): the file's prefix and header source.
-        schemas: the action/observation/state JSON Schemas, when the caller has the models.
     """
 
-    def __init__(
-        self, directory: RecordTarget, source: str, schemas: dict[str, Any] | None = None
-    ) -> None:
+    def __init__(self, directory: RecordTarget, source: str) -> None:
         self.directory = Path(os.fspath(directory))
         self.source = source
-        self.schemas = schemas
         self.path: Path | None = None
         """The file, once the first reset created it."""
         self._writer: EpisodeWriter | None = None
         self._recorder: EpisodeRecorder | None = None
 
-    def recorder(self, env: Mapping[str, Any], url: str | None) -> EpisodeRecorder:
+    def recorder(
+        self,
+        env: Mapping[str, Any],
+        url: str | None,
+        models: Sequence[type[BaseModel] | None] = (),
+    ) -> EpisodeRecorder:
         """The recorder, creating the file on first use with ``env`` (the handshake's
-        ``env`` map) in its header."""
+        ``env`` map) in its header, and the schemas of the action/observation/state
+        ``models`` when all are known (a reader can then rebuild them without a server)."""
         if self._recorder is None:
             stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
             self.path = self.directory / f"{self.source}-{stamp}-{uuid.uuid4().hex[:8]}.jsonl"
@@ -64,7 +66,7 @@ class Recording:
                 name=str(env.get("name", "")),
                 contract_version=env.get("contract_version"),
                 fingerprint=env.get("fingerprint"),
-                schemas=self.schemas,
+                schemas=model_schemas(models),
             )
             self._writer = EpisodeWriter(self.path, Header(env=info, source=self.source, url=url))
             self._recorder = EpisodeRecorder(self._writer)
@@ -138,7 +140,7 @@ def _action(value: Any) -> BaseModel | Mapping[str, Any]:
 
 def model_schemas(models: Sequence[type[BaseModel] | None]) -> dict[str, Any] | None:
     """The action/observation/state JSON Schemas of ``models``, None unless all are known."""
-    if any(m is None for m in models):
+    if len(models) != 3 or any(m is None for m in models):
         return None
     names = ("action", "observation", "state")
     return {n: m.model_json_schema() for n, m in zip(names, models, strict=True) if m}
