@@ -3,10 +3,11 @@
     python -m benchmarks.episodes            # a minute or two
     python -m benchmarks.episodes --smoke    # seconds (run by the tests)
 
-1. **Recording overhead.** The same stepping loop with and without an
-   :class:`~corral.episodes.EpisodeRecorder` writing every step to an episode file, in
-   one run, the two variants taking turns (ABAB...) so a busy machine slows both alike
-   (both decode the typed observations, as a trainer does);
+1. **Recording overhead.** The same stepping loop with and without ``record=dir``
+   (the client's and the pool's own recording into an episode file), in one run, the
+   two variants taking turns (ABAB...) so a busy machine slows both alike; the pool
+   loop reads ``batch.obs``/``batch.rewards`` as a numpy-first trainer does, and its
+   recording works from the reply's columns (no typed model per step);
    for a lockstep client (one session) and for an ``EnvPool`` (batched sessions), on
    Echo (a tiny observation) and Wordle (about 1 KB). The figure is the median of the
    repeats; the ratio is recorded/plain steps per second.
@@ -34,7 +35,6 @@ from corral.client import AsyncEnvClient, EnvPool
 from corral.client.local_server import LocalServer
 from corral.envs.echo import EchoAction, EchoEnv
 from corral.envs.wordle import WordleAction, WordleEnv
-from corral.episodes import EnvInfo, EpisodeRecorder, EpisodeWriter, Header
 from corral.evaluation import evaluate
 
 ENVS: dict[str, tuple[str, type[Any], Callable[[int], Any]]] = {
@@ -51,36 +51,15 @@ async def _lockstep(
     url: str, env: type[Any], act: Callable[[int], Any], steps: int, record: Path | None
 ) -> float:
     """Steps per second of one session stepping (resetting when an episode ends)."""
-    async with AsyncEnvClient(url, env=env) as client:
-        writer = EpisodeWriter(record, Header(env=EnvInfo(name=env.name))) if record else None
-        recorder = EpisodeRecorder(writer) if writer else None
-        session = client.session_id or "s"
+    async with AsyncEnvClient(url, env=env, record=record) as client:
         result = await client.reset(seed=0)
-        if recorder:
-            recorder.reset(session, seed=0, observation=result.observation, t=time.time())
         started = time.perf_counter()
         for i in range(steps):
             if result.done:
-                t = time.time()
                 result = await client.reset(seed=i)
-                if recorder:
-                    recorder.reset(session, seed=i, observation=result.observation, t=t)
                 continue
-            action = act(i)
-            t, clock = time.time(), time.perf_counter()
-            result = await client.step(action)
-            if recorder:
-                recorder.step(
-                    session,
-                    action=action,
-                    observation=result.observation,
-                    t=t,
-                    latency_s=time.perf_counter() - clock,
-                )
+            result = await client.step(act(i))
         elapsed = time.perf_counter() - started
-        if recorder is not None and writer is not None:
-            recorder.close()
-            writer.close()
     return steps / elapsed
 
 
@@ -93,38 +72,19 @@ async def _pool(
     record: Path | None,
 ) -> float:
     """Session-steps per second of an EnvPool stepping every session each round."""
-    async with EnvPool(sessions, url, env=env, autoreset_mode="disabled", progress=False) as pool:
-        writer = EpisodeWriter(record, Header(env=EnvInfo(name=env.name))) if record else None
-        recorder = EpisodeRecorder(writer) if writer else None
-        labels = [f"pool-{i}" for i in range(sessions)]
-        batch = await pool.reset(seed=0)
-        if recorder:
-            for i, obs in zip(batch.ids.tolist(), batch.observations, strict=True):
-                recorder.reset(labels[i], seed=i, observation=obs, t=time.time())
+    pool = EnvPool(sessions, url, env=env, autoreset_mode="disabled", progress=False, record=record)
+    async with pool:
+        await pool.reset(seed=0)
         started = time.perf_counter()
         steps = 0
         for r in range(rounds):
-            actions = [act(r + i) for i in range(sessions)]
-            t, clock = time.time(), time.perf_counter()
-            batch = await pool.step(actions)
-            latency = time.perf_counter() - clock
+            batch = await pool.step([act(r + i) for i in range(sessions)])
             steps += len(batch)
-            observations = batch.observations  # decoded as a trainer would, recording or not
-            if recorder:
-                for i, obs in zip(batch.ids.tolist(), observations, strict=True):
-                    recorder.step(
-                        labels[i], action=actions[i], observation=obs, t=t, latency_s=latency
-                    )
+            _ = batch.obs, batch.rewards  # read as a numpy-first trainer does
             ended = batch.ids[batch.dones].tolist()
             if ended:
-                again = await pool.reset(seed=r, ids=ended)
-                if recorder:
-                    for i, obs in zip(again.ids.tolist(), again.observations, strict=True):
-                        recorder.reset(labels[i], seed=r, observation=obs, t=time.time())
+                await pool.reset(seed=r, ids=ended)
         elapsed = time.perf_counter() - started
-        if recorder is not None and writer is not None:
-            recorder.close()
-            writer.close()
     return steps / elapsed
 
 
@@ -154,9 +114,10 @@ async def recording_overhead(smoke: bool, log: Callable[[str], None]) -> list[li
                     recorded: list[float] = []
                     size = 0.0
                     for k in range(repeats):
-                        path = Path(tmp) / f"{name}-{k}.jsonl"
+                        where = Path(tmp) / f"{name}-{mode[:4]}-{k}"
                         plain.append(await run(None))
-                        recorded.append(await run(path))
+                        recorded.append(await run(where))
+                        (path,) = where.glob("*.jsonl")
                         lines = path.read_bytes().count(b'"kind":"step"')
                         size = path.stat().st_size / max(1, lines)
                     p, r = statistics.median(plain), statistics.median(recorded)

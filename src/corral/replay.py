@@ -238,15 +238,19 @@ async def _send(
     started, clock = time.time(), time.perf_counter()
     if record.op == "reset":
         options = dict(record.options or {})
+        task = record.task
         try:
-            first = await client.reset(seed=record.seed, **options)
+            first = await client.reset(seed=record.seed, task=task, **options)
         except CorralError as exc:
-            recorder.reset(session, seed=record.seed, options=options, error=exc, t=started)
+            recorder.reset(
+                session, seed=record.seed, options=options, task=task, error=exc, t=started
+            )
             return
         recorder.reset(
             session,
             seed=record.seed,
             options=options,
+            task=task,
             observation=first.observation,
             t=started,
             latency_s=time.perf_counter() - clock,

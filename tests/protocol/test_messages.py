@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from corral.contract.tasks import TaskRef
 from corral.errors import BadMessage, ErrorCode, InvalidArgument, UnknownType
 from corral.protocol import batch as b
 from corral.protocol import fields as f
@@ -129,6 +130,7 @@ EXAMPLES = [
     m.Attach(4, "s", "t"),
     m.Reset(5, "s", 9, {"a": [1, 2]}),
     m.Reset(5, "s"),
+    m.Reset(5, "s", 3, {}, TaskRef(split="test", index=7)),
     m.Step(6, "s", {"x": b"raw"}),
     m.Step(6, "s", None),
     m.GetState(7, "s"),
@@ -201,3 +203,18 @@ def test_error_replies_carry_their_exception():
     assert back.details == {"field": "seed"}
     unknown = m.ErrorReply.from_wire({"type": "error", "id": None, "code": "NEW_CODE"})
     assert unknown.message == "NEW_CODE" and unknown.exception().code == "NEW_CODE"
+
+
+@pytest.mark.parametrize(
+    "task",
+    [{}, {"split": "test"}, {"split": "test", "index": -1}, {"split": "a b", "index": 0}],
+)
+def test_a_malformed_reset_task_is_invalid_argument(task: dict[str, object]) -> None:
+    with pytest.raises(InvalidArgument):
+        m.parse_request({"type": "reset", "id": 5, "session": "s", "task": task})
+
+
+def test_a_reset_without_a_task_has_no_task_key() -> None:
+    assert "task" not in m.Reset(5, "s").to_wire()
+    wire = m.Reset(5, "s", task=TaskRef(split="train", index=2)).to_wire()
+    assert wire["task"] == {"split": "train", "index": 2}

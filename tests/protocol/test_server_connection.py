@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from corral.contract.tasks import TaskRef
 from corral.errors import ErrorCode
 from corral.protocol import batch as b
 from corral.protocol import messages as m
@@ -161,6 +162,9 @@ def test_a_session_request_becomes_one_call_and_replays_after():
     assert peer.send(m.Reset(4, session.id, 1, {"k": 1})) is None
     assert peer.reply() == answer  # answered again, never run twice
     assert peer.send(m.Reset(4, session.id, 2, {"k": 1})) is None
+    assert error(reply := peer.reply()) == ErrorCode.REQUEST_ID_REUSED and reply.id == 4
+    other_task = m.Reset(4, session.id, 1, {"k": 1}, TaskRef(split="test", index=0))
+    assert peer.send(other_task) is None  # another task is another request
     assert error(reply := peer.reply()) == ErrorCode.REQUEST_ID_REUSED and reply.id == 4
     unknown = peer.send(m.GetState(6, "nope"))
     assert unknown is None and error(peer.reply()) == ErrorCode.UNKNOWN_SESSION

@@ -1,13 +1,17 @@
-"""Fixtures of the provider tests (the Docker ones live in tests/support)."""
+"""Fixtures of the provider tests (the Docker engine ones live in tests/support)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.support.docker_fixtures import base_image, docker_client
 
-__all__ = ["base_image", "docker_client", "echo_env_dir"]
+from corral.providers.docker import BuiltImage, build_image
+
+__all__ = ["base_image", "docker_client", "echo_env_dir", "echo_image"]
 
 
 @pytest.fixture(scope="session")
@@ -20,3 +24,21 @@ def echo_env_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "concurrency:\n  max_sessions: 8\n"
     )
     return env
+
+
+@pytest.fixture(scope="session")
+def echo_image(docker_client: Any, base_image: str, echo_env_dir: Path) -> Iterator[BuiltImage]:
+    """The echo env's image, built once for the Docker tests."""
+    lines: list[str] = []
+    built = build_image(
+        echo_env_dir,
+        "corral-test-echo:latest",
+        base_image=base_image,
+        offline=True,
+        progress=lines.append,
+        client=docker_client,
+    )
+    print(f"\nbuilt {built.tag} in {built.seconds:.1f} s")
+    assert any(line.startswith("Step ") for line in lines), lines[-20:]
+    yield built
+    docker_client.images.remove(built.image_id, force=True)

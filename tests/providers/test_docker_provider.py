@@ -54,23 +54,6 @@ def provider(docker_client: Any) -> Iterator[SyncProvider]:
     assert corral_containers(docker_client) == []
 
 
-@pytest.fixture(scope="module")
-def echo_image(docker_client: Any, base_image: str, echo_env_dir: Path) -> Iterator[BuiltImage]:
-    lines: list[str] = []
-    built = build_image(
-        echo_env_dir,
-        "corral-test-echo:latest",
-        base_image=base_image,
-        offline=True,
-        progress=lines.append,
-        client=docker_client,
-    )
-    print(f"\nbuilt {built.tag} in {built.seconds:.1f} s")
-    assert any(line.startswith("Step ") for line in lines), lines[-20:]
-    yield built
-    docker_client.images.remove(built.image_id, force=True)
-
-
 def crashing_command(lines: int) -> list[str]:
     script = f"import sys\nfor i in range({lines}): print('line', i)\nsys.exit(3)"
     return ["python3", "-c", script]

@@ -18,8 +18,10 @@ import pytest
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 ray = pytest.importorskip("ray", reason="needs the ray extra")
 
-from corral.client import AsyncEnvClient  # noqa: E402
-from corral.envs.echo import EchoAction  # noqa: E402
+from tests.support.pools import step_until_replaced  # noqa: E402
+
+from corral.client import AsyncEnvClient, EnvPool  # noqa: E402
+from corral.envs.echo import EchoAction, EchoEnv  # noqa: E402
 from corral.errors import CorralError, ServerStartError  # noqa: E402
 from corral.providers.ray import RayEndpoint, RayProvider  # noqa: E402
 
@@ -124,6 +126,27 @@ async def test_a_killed_actor_is_seen_dead_and_its_clients_fail(ray_cluster: str
                 await asyncio.sleep(0.05)
             with pytest.raises(CorralError):
                 await env.step(EchoAction(message="gone"))
+
+
+async def test_a_pool_over_ray_replaces_a_killed_actor(ray_cluster: str) -> None:
+    async with provider() as rays:
+        pool: EnvPool = EnvPool(
+            4,
+            ECHO,
+            env=EchoEnv,
+            provider=rays,
+            servers=2,
+            health_interval=0.2,
+            on_error="return",
+            progress=False,
+        )
+        async with pool:
+            await pool.reset(seed=0)
+            victim = pool.fleet.servers[1]
+            old_url = victim.url
+            ray.kill(rays.actor(victim.handle.endpoint), no_restart=True)
+            await step_until_replaced(pool, 1, old_url)
+        assert rays.endpoints == []
 
 
 DRIVER = textwrap.dedent(

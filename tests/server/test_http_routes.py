@@ -8,7 +8,7 @@ from tests.support.envs import CountAction, CounterEnv, CountState
 from tests.support.servers import running
 
 from corral.client import AsyncEnvClient
-from corral.errors import EnvError
+from corral.errors import EnvError, InvalidArgument
 
 
 async def test_health_ready_schema_metadata_metrics():
@@ -40,3 +40,17 @@ async def test_health_ready_schema_metadata_metrics():
         text = http.get("/metrics").text
         assert 'corral_sessions_total{event="opened"} 1.0' in text
         assert 'corral_errors_total{code="ENV_ERROR"} 1.0' in text
+
+
+async def test_schema_publishes_the_reset_options_and_the_server_checks_them():
+    with running(CounterEnv) as srv:
+        async with httpx.AsyncClient(base_url=srv.url) as http:
+            schema = (await http.get("/schema")).json()
+        assert schema["reset_options"] == CounterEnv.contract().schemas["reset_options"]
+        assert set(schema["reset_options"]["properties"]) == {"limit", "label"}
+        assert schema["fingerprint"] == CounterEnv.contract().fingerprint
+        async with AsyncEnvClient(srv.url, env=CounterEnv) as client:
+            assert client.server_info["compat"] == "exact"
+            with pytest.raises(InvalidArgument, match="limit"):
+                await client.reset(limit="lots")
+            assert (await client.reset(limit=3)).observation.total == 0

@@ -139,7 +139,7 @@ async def test_handshake_is_required_and_checked(server):
         {"type": "hello", "protocol": "corral/1", "contract": {"version": "1.3.0"}, "schemas": True}
     )
     assert welcome["compat"] == "compatible"
-    assert set(welcome["schemas"]) == {"action", "observation", "state"}
+    assert set(welcome["schemas"]) == {"action", "observation", "state", "reset_options"}
     assert welcome["env"]["fingerprint"] == server.service.fingerprint
     await peer.close()
 

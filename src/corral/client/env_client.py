@@ -22,16 +22,22 @@ inside Jupyter alike.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Self
 
+from pydantic import BaseModel
+
 from corral.blocking import BlockingTwin, run_blocking
 from corral.client.connection import Connection, Dialer, http_url
 from corral.client.openenv_connection import OpenEnvConnection, is_openenv_refusal
+from corral.client.recording import Recording, RecordTarget, as_task, now
 from corral.client.typed import ActT, ObsT, StateT, TypedFace, TypedModels
 from corral.contract import Environment, StepResult
-from corral.errors import ClientClosed, UnsupportedProtocol
+from corral.contract.tasks import TaskRef
+from corral.episodes import EpisodeRecorder
+from corral.errors import ClientClosed, CorralError, InvalidAction, UnsupportedProtocol
 from corral.protocol.client import ReconnectPolicy
 from corral.protocol.messages import (
     Close,
@@ -80,6 +86,8 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
             in-process one.
         max_frame_bytes: the largest reply frame taken (announced to the server, which
             answers a larger reply with ``REPLY_TOO_LARGE`` instead).
+        record: a directory to record every reset and step of this session into, as an
+            episode file (:mod:`corral.client.recording`); closed with the client.
     """
 
     def __init__(
@@ -103,6 +111,7 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
         transport: str = "auto",
         dialer: Dialer | None = None,
         max_frame_bytes: int = 64 * 1024 * 1024,
+        record: RecordTarget | None = None,
     ) -> None:
         self.url = http_url(url)
         self.timeout = timeout
@@ -127,6 +136,8 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
         self.resume_token: str | None = None
         self._server: LocalServer | None = None
         self._closed = False
+        self.recording = None if record is None else Recording(record, "client")
+        """Where this client records its episodes (``record=``), if anywhere."""
 
     # -- construction helpers -----------------------------------------------------
 
@@ -218,20 +229,76 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
 
     # -- the environment API ------------------------------------------------------
 
-    async def reset(self, seed: int | None = None, **options: Any) -> StepResult[ObsT]:
-        """Start a new episode; returns its first observation as a :class:`StepResult`."""
+    async def reset(
+        self,
+        seed: int | None = None,
+        *,
+        task: TaskRef | tuple[str, int] | None = None,
+        **options: Any,
+    ) -> StepResult[ObsT]:
+        """Start a new episode; returns its first observation as a :class:`StepResult`.
+
+        Args:
+            seed: the episode's seed.
+            task: the task to play, ``(split, index)`` or a :class:`TaskRef`; the server
+                checks it against the environment's tasks (``INVALID_ARGUMENT`` for an
+                unknown split or an index out of range). ``split=``/``index=`` options
+                choose a task too.
+            options: the environment's reset options.
+        """
         session = await self._session()
         connection = self.connection
-        request = Reset(connection.next_id(), session, seed, options)
-        return self._result(await connection.request(request, timeout=self.timeout))
+        ref = as_task(task)
+        request = Reset(connection.next_id(), session, seed, options, ref)
+        if self.recording is None:
+            return self._result(await connection.request(request, timeout=self.timeout))
+        recorder = self._recorder()
+        sent, clock = now()
+        try:
+            result = self._result(await connection.request(request, timeout=self.timeout))
+        except CorralError as exc:
+            recorder.reset(session, seed=seed, options=options, task=ref, error=exc, t=sent)
+            raise
+        recorder.reset(
+            session,
+            seed=seed,
+            options=options,
+            task=ref,
+            observation=result.observation,
+            t=sent,
+            latency_s=time.perf_counter() - clock,
+        )
+        return result
 
     async def step(self, action: ActT | Mapping[str, Any]) -> StepResult[ObsT]:
         """Apply ``action`` (a model or a dict validated locally) and return the result."""
         session = await self._session()
         connection = self.connection
-        payload = connection.codec.dump(self.typed.action(action))
-        request = Step(connection.next_id(), session, payload)
-        return self._result(await connection.request(request, timeout=self.timeout))
+        if self.recording is None:
+            model = self.typed.action(action)
+            request = Step(connection.next_id(), session, connection.codec.dump(model))
+            return self._result(await connection.request(request, timeout=self.timeout))
+        recorder = self._recorder()
+        sent, clock = now()
+        try:
+            model = self.typed.action(action)
+        except InvalidAction as exc:  # refused before sending: recorded as the server would
+            recorder.step(session, action=_raw(action), error=exc, t=sent)
+            raise
+        request = Step(connection.next_id(), session, connection.codec.dump(model))
+        try:
+            result = self._result(await connection.request(request, timeout=self.timeout))
+        except CorralError as exc:
+            recorder.step(session, action=model, error=exc, t=sent)
+            raise
+        recorder.step(
+            session,
+            action=model,
+            observation=result.observation,
+            t=sent,
+            latency_s=time.perf_counter() - clock,
+        )
+        return result
 
     async def state(self) -> StateT:
         """The environment's current state, typed."""
@@ -255,6 +322,8 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
                     close = Close(connection.next_id(), self.session_id)
                     await connection.request(close, timeout=5.0)
         finally:
+            if self.recording is not None:
+                self.recording.close()
             await connection.close()
             if self._server is not None:
                 await self._server.stop()
@@ -270,9 +339,21 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
     ) -> None:
         await self.close()
 
+    def _recorder(self) -> EpisodeRecorder:
+        assert self.recording is not None
+        models = (self.action_type, self.observation_type, self.state_type)
+        return self.recording.recorder(self.server_info.get("env", {}), self.url, models)
+
     def _result(self, reply: Reply) -> StepResult[ObsT]:
         assert isinstance(reply, Result)
         return StepResult.of(self.typed.observation(reply.observation, self.connection.codec))
+
+
+def _raw(action: Any) -> Mapping[str, Any]:
+    """An action that failed validation, as a map for its record."""
+    if isinstance(action, BaseModel):
+        return action.model_dump(mode="json")
+    return dict(action)
 
 
 class SyncEnvClient(BlockingTwin[AsyncEnvClient[ActT, ObsT, StateT]], Generic[ActT, ObsT, StateT]):
@@ -323,9 +404,15 @@ class SyncEnvClient(BlockingTwin[AsyncEnvClient[ActT, ObsT, StateT]], Generic[Ac
         self._call(self._async.connect())
         return self
 
-    def reset(self, seed: int | None = None, **options: Any) -> StepResult[ObsT]:
+    def reset(
+        self,
+        seed: int | None = None,
+        *,
+        task: TaskRef | tuple[str, int] | None = None,
+        **options: Any,
+    ) -> StepResult[ObsT]:
         """Start a new episode; see :meth:`AsyncEnvClient.reset`."""
-        return self._call(self._async.reset(seed, **options))
+        return self._call(self._async.reset(seed, task=task, **options))
 
     def step(self, action: ActT | Mapping[str, Any]) -> StepResult[ObsT]:
         """Apply ``action``; see :meth:`AsyncEnvClient.step`."""

@@ -3,8 +3,9 @@
 **Servers.** A fleet takes its servers from a *source*: a list of URLs of running
 servers, or a factory of :class:`ServerHandle` objects it starts and stops itself (a
 :class:`~corral.client.local_server.LocalServer` per ``"package.module:Class"`` target;
-any provider fits behind a handle: ``start()`` returns the URL, ``alive()`` asks the
-provider, ``stop()`` releases the server).
+any provider fits behind a handle, :class:`ProviderServer`, which ``EnvPool(...,
+provider=...)`` makes: ``start()`` returns the URL, ``alive()`` asks the provider,
+``stop()`` releases the server).
 
 **Layout.** Sessions are numbered ``0..n-1``; server ``j`` of ``M`` holds the contiguous
 block ``j*n//M .. (j+1)*n//M - 1``, and each server's block is split over connections
@@ -40,6 +41,10 @@ A dead server's connections are closed at once, so its requests in flight fail w
 ``SessionLost`` (never silently, never a wait for their timeout). The fleet's
 connections give up reconnecting by themselves only after ``dead_after``: the fleet,
 not a socket's backoff, decides when a server is gone.
+
+This module is one thing over ~600 lines: the servers' handles (local, provider, URL),
+their connections and the health and recovery loop share the fleet's state; splitting
+them would pass that state around instead.
 """
 
 from __future__ import annotations
@@ -86,17 +91,60 @@ class ServerHandle(Protocol):
         ...
 
 
+class ServerProvider(Protocol):
+    """What the pool needs of a provider (:class:`~corral.providers.Provider` has it):
+    start a server for a spec, stop it, say whether it still runs."""
+
+    async def start(self, spec: Any) -> Any: ...
+    async def stop(self, endpoint: Any) -> None: ...
+    async def alive(self, endpoint: Any) -> bool: ...
+
+
+class ProviderServer:
+    """A :class:`ServerHandle` over a provider: one server of ``spec`` that the pool
+    owns (started with the fleet, stopped with it or when it is replaced).
+
+    The provider stays the caller's: the pool stops what it started, never the
+    provider itself.
+    """
+
+    def __init__(self, provider: ServerProvider, spec: Any) -> None:
+        self.provider = provider
+        self.spec = spec
+        self.endpoint: Any = None
+
+    async def start(self) -> str:
+        """Start the server through the provider; its URL once it is ready."""
+        self.endpoint = await self.provider.start(self.spec)
+        return str(self.endpoint.url)
+
+    async def stop(self) -> None:
+        """Stop the server (idempotent)."""
+        endpoint, self.endpoint = self.endpoint, None
+        if endpoint is not None:
+            await self.provider.stop(endpoint)
+
+    async def alive(self) -> bool:
+        """What the provider says of the server's process, container, Pod or actor."""
+        return self.endpoint is not None and bool(await self.provider.alive(self.endpoint))
+
+
 ServerSource = list[str] | Callable[[], ServerHandle]
 """Where a fleet's servers come from: running servers' URLs, or a factory of handles."""
 
 
 def server_source(
-    target: str | Sequence[str] | Callable[[], ServerHandle],
+    target: str | Sequence[str] | Callable[[], ServerHandle] | Any,
     servers: int | None,
     server_args: Sequence[str] | None,
     startup_timeout: float,
+    provider: ServerProvider | None = None,
 ) -> tuple[ServerSource, int]:
     """The source of ``EnvPool``'s ``target`` and how many servers it gives.
+
+    With a ``provider``, ``target`` is what its ``start`` takes (a ``"module:Class"``
+    reference, a project path, a ``ServerSpec``) and each server is a
+    :class:`ProviderServer`.
 
     Raises:
         ValueError: the target is neither a URL, a list of URLs, an environment
@@ -104,6 +152,12 @@ def server_source(
     """
     if servers is not None and servers < 1:
         raise ValueError(f"servers must be >= 1, got {servers}")
+    if provider is not None:
+        if server_args:
+            raise ValueError("server_args= is for local servers; give a provider its spec")
+        if (isinstance(target, str) and "://" in target) or isinstance(target, (list, tuple)):
+            raise ValueError("provider= starts servers: give it a spec, not URLs")
+        return (lambda: ProviderServer(provider, target)), servers or 1
     if isinstance(target, str) and "://" not in target:
         if ":" not in target:
             raise ValueError(

@@ -12,7 +12,8 @@
 (:class:`~corral.client.local_server.LocalServer`); a URL string or a list of URLs uses
 running servers; any zero-argument callable returning a
 :class:`~corral.client.fleet.ServerHandle` (an object with ``start()``/``stop()``/``alive()``,
-like ``LocalServer``) lets another provider start them. The servers, connections and
+like ``LocalServer``) lets another provider start them; so does ``provider=`` (a
+:class:`~corral.providers.Provider`, with ``target`` its spec). The servers, connections and
 sessions, their health checks and recovery are the pool's :class:`~corral.client.fleet.Fleet`.
 
 **Batches.** Sessions are numbered ``0..n-1`` (their *session ids* in this API) and spread
@@ -73,9 +74,14 @@ live server resumes with the episodes intact.
 
 The blocking twin is :meth:`EnvPool.sync` (:class:`SyncEnvPool`): same methods, same errors.
 
-This module is one thing over ~800 lines: the pool's API and the auto-reset engine under
-it share every piece of per-session state (what is pending, what needs a reset); the
-servers, the batch type and the typed face live in their own modules.
+**Recording.** With ``record="dir/"`` every exchange's results are recorded where the
+engine has them (auto-resets as resets), from the reply's columns; see
+:mod:`corral.client.recording`.
+
+This module is one thing over ~900 lines: the pool's API, the auto-reset engine under it
+and its recording hooks share every piece of per-session state (what is pending, what
+needs a reset, what was sent); the servers, the batch type, the recording file and the
+typed face live in their own modules.
 """
 
 from __future__ import annotations
@@ -102,9 +108,12 @@ from corral.client.batch import (
     scalar_dtypes,
     stack_observations,
 )
-from corral.client.fleet import Fleet, Link, ServerHandle, Slot, server_source
+from corral.client.fleet import Fleet, Link, ServerHandle, ServerProvider, Slot, server_source
+from corral.client.recording import Recording, RecordTarget, as_task
 from corral.client.typed import ActT, ObsT, StateT, TypedFace, TypedModels
 from corral.contract import Environment
+from corral.contract.tasks import TaskRef, with_task
+from corral.episodes import EpisodeRecorder
 from corral.errors import (
     BadObservation,
     ClientClosed,
@@ -181,12 +190,18 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         gc_control: keep Python's garbage collector out of each batch and freeze what
             start-up and full resets create (see "Garbage collection" above); False (or
             ``CORRAL_GC=default``) leaves the collector alone.
+        provider: start the ``servers`` through this provider (a
+            :class:`~corral.providers.Provider`: local process, Docker, Kubernetes, Ray);
+            ``target`` is then its spec. The pool stops the servers it started (and
+            replaces a dead one) but leaves the provider open.
+        record: a directory to record every session's resets and steps into, as one
+            episode file (:mod:`corral.client.recording`), closed with the pool.
     """
 
     def __init__(
         self,
         n: int,
-        target: str | Sequence[str] | Callable[[], ServerHandle],
+        target: str | Sequence[str] | Callable[[], ServerHandle] | Any,
         *,
         env: type[Environment[ActT, ObsT, StateT]] | None = None,
         action_type: type[ActT] | None = None,
@@ -212,6 +227,8 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         token: str | None = None,
         transport: str = "auto",
         gc_control: bool = True,
+        provider: ServerProvider | None = None,
+        record: RecordTarget | None = None,
     ) -> None:
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"EnvPool needs n >= 1 sessions, got {n!r}")
@@ -227,7 +244,9 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         self.typed: TypedModels[ActT, ObsT, StateT] = TypedModels(
             env, action_type, observation_type, state_type, check_contract=check_contract
         )
-        source, num_servers = server_source(target, servers, server_args, startup_timeout)
+        source, num_servers = server_source(target, servers, server_args, startup_timeout, provider)
+        if token is None and provider is not None:
+            token = getattr(provider, "token", None)  # its servers require the provider's
         self.fleet = Fleet(
             n,
             source,
@@ -259,6 +278,11 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         """Ask servers for columnar batch replies (the binary codec; JSON stays in rows)."""
         self._dtypes: dict[str, Any] | None = None
         self._gc_control = gc_control and runtime.gc_control_enabled()
+        self.recording = None if record is None else Recording(record, "pool")
+        """Where this pool records its episodes (``record=``), if anywhere."""
+        self._recorder: EpisodeRecorder | None = None
+        self._next_task: dict[str, int] = {}
+        """The next index of each split ``reset(tasks=split)`` hands out."""
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -312,6 +336,8 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         for task in list(self._inflight):
             task.cancel()
         await asyncio.gather(*self._inflight, return_exceptions=True)
+        if self.recording is not None:
+            self.recording.close()
         await self.fleet.close()
 
     async def __aenter__(self) -> Self:
@@ -338,14 +364,22 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         *,
         ids: Sequence[int] | None = None,
         mask: Sequence[bool] | np.ndarray[Any, Any] | None = None,
+        tasks: str | Sequence[TaskRef | tuple[str, int]] | None = None,
     ) -> PoolBatch[ObsT]:
-        """Start new episodes; returns the first observations.
+        r"""Start new episodes; returns the first observations.
 
         Args:
             seed: an int (session ``ids[k]`` gets ``seed + k``, as Gymnasium does), one
                 seed per session, or None.
             options: reset options for every session, or one mapping per session.
             ids: the sessions to reset (default: all); or ``mask``, a bool per session.
+            tasks: the tasks to play, spread over the sessions: a list of
+                ``(split, index)`` pairs or :class:`TaskRef`\ s (session ``ids[k]`` gets
+                ``tasks[k % len(tasks)]``), or a split's name, meaning its consecutive
+                tasks (this pool's next unplayed index of that split onwards, so repeated
+                resets walk the split; an index past its end fails that session with
+                ``INVALID_ARGUMENT``). Each travels as the ``split``/``index`` reset
+                options, which the server checks against the environment's tasks.
         """
         slots = self._select(ids, mask)
         busy = [s.index for s in slots if s.pending]
@@ -353,12 +387,17 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             raise ValueError(f"sessions {busy} have a step in flight; recv() their results first")
         seeds = _per_session(seed, len(slots), "seed", lambda s, k: s + k)
         opts = _per_session(options, len(slots), "options", None)
-        items = [
-            (slot, (seeds[k], dict(opts[k]) if opts[k] is not None else {}))
-            for k, slot in enumerate(slots)
-        ]
+        refs = self._spread(tasks, len(slots))
+        items = []
+        for k, slot in enumerate(slots):
+            given = dict(opts[k]) if opts[k] is not None else {}
+            items.append((slot, (seeds[k], with_task(given, refs[k]))))
         with self._gc_pause():
+            sent, clock = time.time(), time.perf_counter()
             table = await self._exchange(ResetBatch.type, items, [s.index for s in slots])
+            if self.recording is not None:
+                inputs = {slot.index: given for slot, given in items}
+                self._record(table, "reset", inputs, sent, clock)
             for slot in slots:
                 if slot.index not in table.errors:
                     slot.needs_reset = False
@@ -366,6 +405,35 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         if self._gc_control and len(slots) == self.n:
             runtime.freeze_survivors()  # a reset wave: its state lives for the episodes
         return batch
+
+    def _spread(
+        self, tasks: str | Sequence[TaskRef | tuple[str, int]] | None, count: int
+    ) -> list[TaskRef | None]:
+        """One task (or None) per session of a reset of ``count`` sessions."""
+        if tasks is None:
+            return [None] * count
+        if isinstance(tasks, str):
+            start = self._next_task.get(tasks, 0)
+            self._next_task[tasks] = start + count
+            return [TaskRef(split=tasks, index=start + k) for k in range(count)]
+        refs = [as_task(t) for t in tasks]
+        if not refs:
+            raise ValueError("reset(tasks=[]) has no task to spread over the sessions")
+        return [refs[k % len(refs)] for k in range(count)]
+
+    def _record(
+        self, table: ResultTable, op: str, inputs: Mapping[int, Any], sent: float, clock: float
+    ) -> None:
+        """Record an exchange's results (see :meth:`Recording.pool_rows`)."""
+        assert self.recording is not None
+        if self._recorder is None:
+            links = [link for server in self.fleet.servers for link in server.links]
+            env = links[0].connection.welcome.get("env", {}) if links else {}
+            url = self.fleet.urls[0] if self.fleet.urls else None
+            models = (self.action_type, self.observation_type, self.state_type)
+            self._recorder = self.recording.recorder(env, url, models)
+        latency = time.perf_counter() - clock
+        self.recording.pool_rows(self._recorder, table, op, inputs, sent, latency)
 
     async def step(self, actions: Sequence[ActT | Mapping[str, Any]]) -> PoolBatch[ObsT]:
         """Step every session with its action (``actions[i]`` for session ``i``).
@@ -525,7 +593,14 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             exchanges.append(self._exchange(StepBatch.type, steps, None))
         if resets:
             exchanges.append(self._exchange(ResetBatch.type, [(s, (None, {})) for s in resets]))
+        sent, clock = time.time(), time.perf_counter()
         parts = await _all(exchanges)
+        if self.recording is not None:
+            if steps:
+                self._record(parts[0], "step", {s.index: p for s, p in steps}, sent, clock)
+            if resets:
+                auto: dict[int, Any] = {s.index: (None, {}) for s in resets}
+                self._record(parts[-1], "reset", auto, sent, clock)
         if resets:
             reset_part = parts[-1]
             for index in reset_part.ids:
@@ -547,9 +622,12 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
 
     async def _reset_finals(self, table: ResultTable, ended: list[int]) -> ResultTable:
         """SAME_STEP: reset the sessions whose episode just ended, in the same call."""
+        sent, clock = time.time(), time.perf_counter()
         fresh = await self._exchange(
             ResetBatch.type, [(self.fleet.slots[i], (None, {})) for i in ended]
         )
+        if self.recording is not None:
+            self._record(fresh, "reset", {i: (None, {}) for i in ended}, sent, clock)
         position = {sid: k for k, sid in enumerate(table.ids)}
         fresh_at = {sid: k for k, sid in enumerate(fresh.ids)}
         for index in ended:
@@ -800,9 +878,10 @@ class SyncEnvPool(BlockingTwin[EnvPool[ActT, ObsT, StateT]], Generic[ActT, ObsT,
         *,
         ids: Sequence[int] | None = None,
         mask: Sequence[bool] | np.ndarray[Any, Any] | None = None,
+        tasks: str | Sequence[TaskRef | tuple[str, int]] | None = None,
     ) -> PoolBatch[ObsT]:
         """Start new episodes; see :meth:`EnvPool.reset`."""
-        return self._call(self._async.reset(seed, options, ids=ids, mask=mask))
+        return self._call(self._async.reset(seed, options, ids=ids, mask=mask, tasks=tasks))
 
     def step(self, actions: Sequence[ActT | Mapping[str, Any]]) -> PoolBatch[ObsT]:
         """Step every session; see :meth:`EnvPool.step`."""

@@ -67,6 +67,7 @@ class TypedModels(Generic[ActT, ObsT, StateT]):
         self.state_type: type[StateT] | None = state_type
         self.check_contract = check_contract
         self._contract: ContractRef | None = None
+        self._env = env
 
     @property
     def incomplete(self) -> bool:
@@ -79,9 +80,20 @@ class TypedModels(Generic[ActT, ObsT, StateT]):
             return None
         if self._contract is None:  # the schemas are costly to build: once per face
             assert self.action_type and self.observation_type and self.state_type
-            schemas = model_schemas(self.action_type, self.observation_type, self.state_type)
+            models = (self.action_type, self.observation_type, self.state_type)
+            schemas = model_schemas(*models)
             compact = {name: compact_schema(schema) for name, schema in schemas.items()}
-            self._contract = ContractRef(self.contract_version, fingerprint(schemas), compact)
+            env = self._env
+            if env is not None and models == (
+                env.action_type,
+                env.observation_type,
+                env.state_type,
+            ):
+                # the env's own contract: its reset options are fingerprinted too
+                fp = env.contract().fingerprint
+            else:
+                fp = fingerprint(schemas)
+            self._contract = ContractRef(self.contract_version, fp, compact)
         return self._contract
 
     def adopt_schemas(self, schemas: dict[str, Any]) -> None:

@@ -36,6 +36,9 @@ from corral.contract.schema import canonical_schema
 MODELS = ("action", "observation", "state")
 """The three models of a contract, in the order diffs and locks list them."""
 
+OPTIONAL_MODELS = ("reset_options",)
+"""Models a contract has when the environment defines them (after the three in diffs)."""
+
 
 class Direction(StrEnum):
     """Which way a model's values travel."""
@@ -48,6 +51,7 @@ DIRECTIONS: dict[str, Direction] = {
     "action": Direction.CLIENT_TO_SERVER,
     "observation": Direction.SERVER_TO_CLIENT,
     "state": Direction.SERVER_TO_CLIENT,
+    "reset_options": Direction.CLIENT_TO_SERVER,
 }
 
 
@@ -575,8 +579,9 @@ def diff_schemas(
     """Classify every difference between two sets of contract schemas.
 
     Args:
-        old: the locked schemas, keyed ``action``/``observation``/``state`` (other keys
-            are compared as server→client models).
+        old: the locked schemas, keyed ``action``/``observation``/``state`` and
+            ``reset_options`` (client→server) when present (other keys are compared as
+            server→client models).
         new: the current schemas, same keys.
         tolerant_readers: clients ignore object keys they do not know. When False (the
             safe default: a client validating with the locked models rejects unknown keys
@@ -589,8 +594,9 @@ def diff_schemas(
         are ignored).
     """
     changes: list[Change] = []
-    names = [m for m in MODELS if m in old or m in new]
-    names += sorted(k for k in {*old, *new} if k not in MODELS)
+    known = (*MODELS, *OPTIONAL_MODELS)
+    names = [m for m in known if m in old or m in new]
+    names += sorted(k for k in {*old, *new} if k not in known)
     for model in names:
         direction = DIRECTIONS.get(model, Direction.SERVER_TO_CLIENT)
         if model not in new:

@@ -14,7 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar, Generic, TypeVar, get_args, get_origin
 
+from pydantic import BaseModel
+
 from corral.contract.models import Action, Observation, State
+from corral.contract.options import reset_options_model
 from corral.contract.schema import Contract, parse_semver
 from corral.contract.tasks import Task
 from corral.contract.wiresafe import make_wire_safe
@@ -48,6 +51,9 @@ class Environment(Generic[ActT, ObsT, StateT]):
             major version into one of the current version; clients of those majors are
             then accepted at the handshake.
         task_type: the :class:`~corral.contract.tasks.Task` model :meth:`task` returns.
+        reset_options_type: the reset options' model, published in ``/schema`` and
+            checked by the server (default: inferred from the ``reset`` signature; see
+            :mod:`corral.contract.options`).
 
     The optional *tasks face* (:meth:`splits`, :meth:`num_tasks`, :meth:`task`) publishes
     a dataset of tasks; an environment that has one accepts ``reset(split=..., index=...)``
@@ -65,6 +71,7 @@ class Environment(Generic[ActT, ObsT, StateT]):
     blocking: ClassVar[bool] = False
     action_migrations: ClassVar[dict[int, ActionMigration]] = {}
     task_type: ClassVar[type[Task]] = Task
+    reset_options_type: ClassVar[type[BaseModel] | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -165,6 +172,9 @@ class Environment(Generic[ActT, ObsT, StateT]):
             action=cls.action_type,
             observation=cls.observation_type,
             state=cls.state_type,
+            reset_options=reset_options_model(
+                cls.reset, cls.reset_options_type, cls.name or cls.__name__
+            ),
         )
 
 

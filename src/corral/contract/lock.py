@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from corral.contract.diff import MODELS, Change, diff_schemas
+from corral.contract.diff import MODELS, OPTIONAL_MODELS, Change, diff_schemas
 from corral.contract.schema import Contract, fingerprint, parse_semver
 
 LOCK_FORMAT = 1
@@ -33,7 +33,8 @@ class SchemaLock:
         name: the environment's name.
         contract_version: the contract's semantic version when locked.
         fingerprint: the fingerprint of ``schemas``.
-        schemas: the JSON Schemas keyed ``action``, ``observation``, ``state``.
+        schemas: the JSON Schemas keyed ``action``, ``observation``, ``state`` (and
+            ``reset_options`` when the environment has that model).
     """
 
     name: str
@@ -77,7 +78,7 @@ def lock_of(
         missing = [m for m in MODELS if m not in source]
         if missing:
             raise LockError(f"schemas lack {', '.join(missing)}; pass all of {', '.join(MODELS)}")
-        schemas = {m: dict(source[m]) for m in MODELS}
+        schemas = {m: dict(source[m]) for m in (*MODELS, *OPTIONAL_MODELS) if m in source}
     version = contract_version or "1.0.0"
     try:
         parse_semver(version)
@@ -150,7 +151,7 @@ def read_lock(path: str | Path) -> SchemaLock:
         name=str(data.get("name", "")),
         contract_version=data["contract_version"],
         fingerprint=data["fingerprint"],
-        schemas={m: schemas[m] for m in MODELS},
+        schemas={m: schemas[m] for m in (*MODELS, *OPTIONAL_MODELS) if m in schemas},
     )
 
 

@@ -1,12 +1,21 @@
-"""Reset options: which ones an environment takes, and validating them with a clear error."""
+"""Reset options: which ones an environment takes, their typed model, and validating them
+with a clear error.
+
+The reset-options model is part of the contract (published in ``/schema`` under
+``reset_options``, fingerprinted, locked and diffed like the others): the one the
+environment declares (``reset_options_type``), or else one inferred from the keyword
+parameters of its ``reset`` signature. A ``reset(seed, **options)`` without a declared
+model takes anything and publishes none.
+"""
 
 from __future__ import annotations
 
 import inspect
+import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from corral.errors import InvalidArgument, validation_errors
 
@@ -69,3 +78,48 @@ def check_reset_options(options: dict[str, Any], accepted: frozenset[str] | None
             f"{sorted(accepted) or 'no options'}",
             details={"unknown": unknown, "accepted": sorted(accepted)},
         )
+
+
+def reset_options_model(
+    reset: Callable[..., Any], declared: type[BaseModel] | None, env: str
+) -> type[BaseModel] | None:
+    """The reset-options model of an environment whose ``reset`` is ``reset``.
+
+    ``declared`` wins; otherwise the model has a field per keyword parameter of
+    ``reset`` besides ``seed`` (its annotation, ``Any`` without one, and its default),
+    forbidding others. None when ``reset`` takes ``**kwargs`` (anything goes) or no
+    option at all (nothing to publish).
+    """
+    if declared is not None:
+        return declared
+    accepted = accepted_reset_options(reset)
+    if not accepted:
+        return None
+    try:
+        hints = typing.get_type_hints(reset)
+    except Exception:  # an annotation that does not resolve: the option is Any
+        hints = {}
+    params = inspect.signature(reset).parameters
+    fields: dict[str, Any] = {
+        name: (
+            hints.get(name, Any),
+            ... if params[name].default is inspect.Parameter.empty else params[name].default,
+        )
+        for name in sorted(accepted)
+    }
+    model: type[BaseModel] = create_model(
+        f"{env}ResetOptions", __config__=ConfigDict(extra="forbid"), **fields
+    )
+    return model
+
+
+def validate_reset_options(
+    model: type[BaseModel] | None, options: dict[str, Any], env: str
+) -> None:
+    """Check ``options`` against the reset-options ``model`` (None: nothing to check).
+
+    Raises:
+        InvalidArgument: as :func:`parse_reset_options`.
+    """
+    if model is not None:
+        parse_reset_options(model, options, env=env, accepted=", ".join(sorted(model.model_fields)))

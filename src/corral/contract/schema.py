@@ -112,11 +112,17 @@ class Contract:
     action: type[BaseModel]
     observation: type[BaseModel]
     state: type[BaseModel]
+    reset_options: type[BaseModel] | None = None
+    """The reset options' model (see :mod:`corral.contract.options`), if it has one."""
 
     @cached_property
     def schemas(self) -> dict[str, dict[str, Any]]:
-        """The JSON Schemas of action, observation and state."""
-        return model_schemas(self.action, self.observation, self.state)
+        """The JSON Schemas of action, observation and state, and ``reset_options``
+        when the environment has a model for them."""
+        schemas = model_schemas(self.action, self.observation, self.state)
+        if self.reset_options is not None:
+            schemas["reset_options"] = self.reset_options.model_json_schema()
+        return schemas
 
     @cached_property
     def fingerprint(self) -> str:

@@ -10,6 +10,7 @@ Standard's task API, so their clients work against a corral server.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -71,14 +72,19 @@ SPLIT_KINDS = ("train", "validation", "test")
 """The kinds of split the task API reports (OpenEnv's and ORS's ``type``)."""
 
 
-class _TaskSource(Protocol):
+class _Splits(Protocol):
+    """The sizes part of the tasks face."""
+
+    def splits(self) -> list[str]: ...
+    def num_tasks(self, split: str) -> int: ...
+
+
+class _TaskSource(_Splits, Protocol):
     """What the helpers need of an environment: its tasks face."""
 
     @property
     def task_type(self) -> type[Task]: ...
 
-    def splits(self) -> list[str]: ...
-    def num_tasks(self, split: str) -> int: ...
     def task(self, split: str, index: int) -> Task: ...
 
 
@@ -119,7 +125,17 @@ def resolve_task(env: _TaskSource, split: str, index: int) -> Task:
         TypeError: the environment returned something that is not its task for that
             address (a bug in the environment).
     """
-    count = count_tasks(env, split)
+    _check_index(split, index, count_tasks(env, split))
+    task = env.task(split, index)
+    if not isinstance(task, env.task_type) or (task.split, task.index) != (split, index):
+        raise TypeError(
+            f"{type(env).__name__}.task({split!r}, {index}) returned {task!r}, not a "
+            f"{env.task_type.__name__} with split={split!r} and index={index}"
+        )
+    return task
+
+
+def _check_index(split: str, index: int, count: int) -> None:
     if not 0 <= index < count:
         valid = f"use 0..{count - 1}" if count else "it is empty"
         raise InvalidArgument(
@@ -132,13 +148,74 @@ def resolve_task(env: _TaskSource, split: str, index: int) -> Task:
                 "reason": "index_out_of_range",
             },
         )
-    task = env.task(split, index)
-    if not isinstance(task, env.task_type) or (task.split, task.index) != (split, index):
-        raise TypeError(
-            f"{type(env).__name__}.task({split!r}, {index}) returned {task!r}, not a "
-            f"{env.task_type.__name__} with split={split!r} and index={index}"
+
+
+def with_task(options: dict[str, Any], task: TaskRef | None) -> dict[str, Any]:
+    """Reset ``options`` with ``task`` as its ``split``/``index`` options (how a task
+    reaches ``reset``).
+
+    Raises:
+        InvalidArgument: the options name another task than ``task``.
+    """
+    if task is None:
+        return options
+    named = task_ref(options.get("split"), options.get("index"))
+    if named is not None and named != task:
+        raise InvalidArgument(
+            f"reset names two tasks: task {task} and options split/index {named}",
+            details={"task": str(task), "options": str(named)},
         )
-    return task
+    return {**options, "split": task.split, "index": task.index}
+
+
+class TaskBounds:
+    """The splits and their sizes, read once from an instance of the environment, to
+    check a task address before ``reset`` runs.
+
+    The tasks face is metadata (side-effect free, the same for every instance), so the
+    server reads it from one instance made on first use and refuses an unknown split or
+    an index out of range itself, with the same error as :func:`resolve_task`, for any
+    environment, even one whose ``reset`` does not check.
+
+    Args:
+        make: makes the instance to read (called once; closed after reading if it has
+            a ``close``).
+    """
+
+    def __init__(self, make: Callable[[], _Splits]) -> None:
+        self._make = make
+        self._splits: list[str] | None = None
+        self._counts: dict[str, int] = {}
+
+    def splits(self) -> list[str]:
+        """The split names (reading them on first use)."""
+        if self._splits is None:
+            env = self._make()
+            try:
+                splits = list(env.splits())
+                self._counts = {name: env.num_tasks(name) for name in splits}
+            finally:
+                close = getattr(env, "close", None)
+                if callable(close):
+                    close()
+            self._splits = splits
+        return self._splits
+
+    def num_tasks(self, split: str) -> int:
+        """The size of ``split`` (one of :meth:`splits`)."""
+        self.splits()
+        return self._counts[split]
+
+    def check(self, options: dict[str, Any]) -> None:
+        """Refuse reset ``options`` whose ``split``/``index`` is no task of the environment.
+
+        Raises:
+            InvalidArgument: only one of split/index given, the environment has no tasks,
+                an unknown split, or an index out of range.
+        """
+        ref = task_ref(options.get("split"), options.get("index"))
+        if ref is not None:
+            _check_index(ref.split, ref.index, count_tasks(self, ref.split))
 
 
 def task_range(
@@ -168,7 +245,7 @@ def split_kind(name: str) -> str:
     return name if name in SPLIT_KINDS else "validation"
 
 
-def count_tasks(env: _TaskSource, split: str) -> int:
+def count_tasks(env: _Splits, split: str) -> int:
     """How many tasks ``split`` holds.
 
     Raises:

@@ -46,7 +46,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar, Self
 
-from corral.errors import BadMessage, CorralError, UnknownType, error_from_wire
+from corral.contract.tasks import TaskRef, task_ref
+from corral.errors import BadMessage, CorralError, InvalidArgument, UnknownType, error_from_wire
 from corral.protocol import fields as f
 from corral.protocol.batch import BatchReply, ResetBatch, StepBatch
 from corral.protocol.codecs import PROTOCOL
@@ -203,33 +204,53 @@ class Attach(_TokenMessage):
 
 @dataclass(slots=True)
 class Reset:
-    """Starts a new episode of a session."""
+    """Starts a new episode of a session, of task ``task`` when given.
+
+    ``task`` travels as ``{"split": str, "index": int}`` and only when set, so a reset
+    without one reads the same to a server that predates it. The server resolves it
+    through the environment's tasks face and hands it to ``reset`` as the ``split`` and
+    ``index`` options.
+    """
 
     type: ClassVar[str] = "reset"
     id: int
     session: str
     seed: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    task: TaskRef | None = None
 
     def to_wire(self) -> dict[str, Any]:
         """The message's wire map."""
-        return {
+        wire = {
             "type": self.type,
             "id": self.id,
             "session": self.session,
             "seed": self.seed,
             "options": self.options,
         }
+        if self.task is not None:
+            wire["task"] = {"split": self.task.split, "index": self.task.index}
+        return wire
 
     @classmethod
     def from_wire(cls, msg: dict[str, Any]) -> Reset:
-        """Read a ``reset``; a seed outside 0..2**63-1 is ``INVALID_ARGUMENT``."""
+        """Read a ``reset``; a seed outside 0..2**63-1 or a malformed task address is
+        ``INVALID_ARGUMENT``."""
         seed = f.seed(msg)
+        raw = f.optional(msg, "task", dict)
+        task = None
+        if raw is not None:
+            task = task_ref(raw.get("split"), raw.get("index"))
+            if task is None:
+                raise InvalidArgument(
+                    "a reset's task is {split: str, index: int >= 0}, got an empty map"
+                )
         return cls(
             f.request_id(msg),
             f.required(msg, "session", str),
             seed,
             f.optional(msg, "options", dict) or {},
+            task,
         )
 
 

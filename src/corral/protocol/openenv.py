@@ -507,6 +507,9 @@ def client_frame(message: Mapping[str, Any]) -> dict[str, Any]:
     kind = message.get("type")
     if kind == "reset":
         data = dict(message.get("options") or {})
+        task = message.get("task")
+        if isinstance(task, Mapping):  # OpenEnv 0.10 chooses a task by these options
+            data.update(split=task.get("split"), index=task.get("index"))
         if message.get("seed") is not None:
             data["seed"] = message["seed"]
         return {"type": "reset", "data": data}

@@ -165,6 +165,8 @@ def request_key(kind: str, payload: Reset | Step | GetState | ResetItem | StepIt
     """The :data:`~corral.protocol.session.RequestKey` of a request or batch item."""
     if isinstance(payload, _STEPS):
         return kind, payload.action
+    if isinstance(payload, Reset) and payload.task is not None:
+        return kind, (payload.seed, payload.options, payload.task)
     if isinstance(payload, _RESETS):
         return kind, (payload.seed, payload.options)
     return kind, None

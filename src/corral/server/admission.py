@@ -22,13 +22,19 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from corral.contract import Environment, Observation, State
-from corral.contract.options import accepted_reset_options, check_reset_options
+from corral.contract.options import (
+    accepted_reset_options,
+    check_reset_options,
+    validate_reset_options,
+)
 from corral.contract.schema import Contract
+from corral.contract.tasks import TaskBounds, with_task
 from corral.errors import (
     BadObservation,
     CorralError,
@@ -104,11 +110,18 @@ def _check_finite(observation: Observation, env: str, method: str) -> None:
 class Admission:
     """The payload and result rules of one environment class (see the module docstring)."""
 
-    def __init__(self, env_type: type[Environment[Any, Any, Any]], contract: Contract) -> None:
+    def __init__(
+        self,
+        env_type: type[Environment[Any, Any, Any]],
+        contract: Contract,
+        factory: Callable[[], Environment[Any, Any, Any]] | None = None,
+    ) -> None:
         self.env_name = env_type.__name__
         self.contract = contract
         self.reset_options = accepted_reset_options(env_type.reset)
         """Keywords ``reset`` takes besides ``seed`` (None: any)."""
+        self.tasks = TaskBounds(factory) if factory is not None and env_type.has_tasks() else None
+        """The tasks face's splits and sizes, checked before a reset with a task runs."""
         self.rewards = RewardStats()
         """Every returned observation's reward and components, single call or batch item."""
         self.debug = False
@@ -128,9 +141,20 @@ class Admission:
             return "state", (), {}
         # A reset, or a step that auto-resets an ended episode (no seed, no options).
         if isinstance(payload, _RESETS):
-            check_passable(payload.options)
-            check_reset_options(payload.options, self.reset_options, self.env_name)
-            return "reset", (payload.seed,), payload.options
+            options = payload.options
+            if isinstance(payload, Reset) and payload.task is not None:
+                options = with_task(options, payload.task)
+                if self.tasks is None:
+                    raise InvalidArgument(
+                        f"{self.env_name} publishes no tasks: reset it without a task",
+                        details={"reason": "no_tasks"},
+                    )
+            check_passable(options)
+            check_reset_options(options, self.reset_options, self.env_name)
+            validate_reset_options(self.contract.reset_options, options, self.env_name)
+            if self.tasks is not None:
+                self.tasks.check(options)
+            return "reset", (payload.seed,), options
         return "reset", (None,), {}
 
     def action(self, peer: Peer, raw: Any) -> BaseModel:

@@ -133,7 +133,7 @@ class EnvService:
             auto_reset=env_type.auto_reset,
             thread_affinity=env_type.thread_affinity,
         )
-        self.admission = Admission(env_type, self.contract)
+        self.admission = Admission(env_type, self.contract, factory)
         self.admission.debug = config.debug
         self.rewards = self.admission.rewards
         """Reward and reward-component histograms (``/metrics``)."""

@@ -13,9 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 from tests.support.kube import Cluster
+from tests.support.pools import step_until_replaced
 
-from corral.client import AsyncEnvClient
-from corral.envs.echo import EchoAction
+from corral.client import AsyncEnvClient, EnvPool
+from corral.envs.echo import EchoAction, EchoEnv
 from corral.errors import CorralError, ServerStartError
 from corral.providers.base import ServerSpec
 from corral.providers.kubernetes import KubernetesEndpoint, KubernetesProvider
@@ -314,3 +315,26 @@ def test_the_sweep_command_reports_a_bad_cluster() -> None:
     )
     assert result.returncode == 1
     assert "corral k8s gc:" in result.stderr
+
+
+async def test_a_pool_over_pods_replaces_a_crashed_one(kube: Cluster, echo_env_dir: Path) -> None:
+    async with provider_for(kube) as provider:
+        pool: EnvPool = EnvPool(
+            4,
+            echo_env_dir,
+            env=EchoEnv,
+            provider=provider,
+            servers=2,
+            health_interval=0.2,
+            on_error="return",
+            progress=False,
+        )
+        async with pool:
+            await pool.reset(seed=0)
+            assert len(kube.objects("pods")) == 2
+            victim = pool.fleet.servers[1]
+            old_url = victim.url
+            kube.kubelet.crash(victim.handle.endpoint.pod)
+            await step_until_replaced(pool, 1, old_url)
+        assert kube.objects("pods") == []  # the pool deleted the Pods it made
+        assert provider.endpoints == []

@@ -1,0 +1,27 @@
+"""Pool helpers for tests: waiting out the replacement of a dead server."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from corral.client import EnvPool
+from corral.envs.echo import EchoAction
+from corral.errors import ConnectionLost, SessionLost
+
+
+async def step_until_replaced(pool: EnvPool[Any, Any, Any], victim: int, old_url: str) -> None:
+    """Step until the dead server's sessions answer again; only they may fail meanwhile."""
+    ids = {s.index for s in pool.fleet.slots if s.server.index == victim}
+    deadline = time.monotonic() + 180  # a new server (a container, an actor) on a busy machine
+    while time.monotonic() < deadline:
+        batch = await pool.step([EchoAction(message="hi")] * pool.n)
+        if not batch.errors and pool.server_urls[victim] != old_url:
+            break  # (a killed server may still answer a moment: wait for its successor)
+        assert set(batch.errors) <= ids, batch.errors
+        lost = (ConnectionLost, SessionLost)
+        assert all(isinstance(e, lost) for e in batch.errors.values()), batch.errors
+        await asyncio.sleep(0.05)
+    assert not batch.errors
+    assert pool.server_urls[victim] != old_url
