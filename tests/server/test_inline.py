@@ -13,7 +13,7 @@ from tests.support.servers import running
 
 from corral.contract import Action, Environment, Observation, State
 from corral.errors import EnvError, ErrorCode
-from corral.server.runner import EnvCall, EnvRunner, EnvThreads, run_inline
+from corral.server.runner import EnvCall, EnvRunner, EnvThreads, _Preemption, run_inline
 
 
 class ProbeAction(Action):
@@ -160,3 +160,13 @@ def test_run_inline_runs_measured_calls_and_keeps_their_failures():
     assert isinstance(calls[2].error, EnvError)  # SystemExit must not stop the server
     assert all(call.seconds > 0 for call in calls[:3])
     threads.shutdown()
+
+
+def test_a_slow_call_counts_its_wall_time_unless_the_os_preempted_it():
+    preemption = _Preemption()
+    time.sleep(0.05)  # a voluntary switch: blocked, so the wall time counts
+    assert preemption.cost(0.05) == 0.05
+    started = time.thread_time()
+    while time.thread_time() - started < 0.02:  # pure CPU: counted either way
+        pass
+    assert preemption.cost(0.02) >= 0.02 * 0.9
