@@ -58,9 +58,10 @@ class Served:
         return rss_kb(self.pid)
 
 
-async def corral_server(target: str, *args: str) -> Served:
-    """A ``corral serve`` process for ``target`` (started by corral's own launcher)."""
-    server = LocalServer(target, server_args=list(args), cwd=ROOT, startup_timeout=120)
+async def corral_server(target: str, *args: str, env: dict[str, str] | None = None) -> Served:
+    """A ``corral serve`` process for ``target`` (started by corral's own launcher;
+    ``env``: extra environment variables, e.g. ``PYTHONPATH`` to serve another tree)."""
+    server = LocalServer(target, server_args=list(args), cwd=ROOT, startup_timeout=120, env=env)
     url = await server.start()
     assert server.process is not None
     return Served(f"corral {target}", url, server.process.pid, server.stop)

@@ -12,8 +12,8 @@ from tests.support.raw import RawPeer
 from tests.support.servers import running
 
 from corral.contract import Action, Environment, Observation, State
-from corral.errors import ErrorCode
-from corral.server.runner import EnvRunner, EnvThreads
+from corral.errors import EnvError, ErrorCode
+from corral.server.runner import EnvCall, EnvRunner, EnvThreads, _Preemption, run_inline
 
 
 class ProbeAction(Action):
@@ -104,3 +104,69 @@ def test_the_moving_average():
     affine = EnvRunner(ProbeEnv(), EnvThreads(1), own_executor=True)
     affine.observe("step", 1e-6)
     assert not affine.inline("step")  # thread affinity: its own thread, always
+
+
+async def test_batch_items_of_fast_envs_run_inline_and_are_counted():
+    with running(ProbeEnv, inline_step_s=BOUND) as server:
+        peer = await RawPeer.open(server.url)
+        try:
+            sids = [await peer.open_session() for _ in range(3)]
+            await peer.request({"type": "reset_batch", "items": [{"session": s} for s in sids]})
+
+            def batch(sessions: list[str], action: dict[str, Any]) -> dict[str, Any]:
+                items = [{"session": s, "action": action} for s in sessions]
+                return {"type": "step_batch", "items": items}
+
+            await peer.request(batch(sids, {}))  # measures each session's step
+            reply = await peer.request(batch(sids, {}))
+            threads = {r["observation"]["thread"] for r in reply["results"]}
+            assert threads == {loop_thread(server)}
+            await peer.request(batch(sids[:1], {"sleep": 1.0}))  # lifts session 0's average
+            reply = await peer.request(batch(sids, {}))
+            threads = [r["observation"]["thread"] for r in reply["results"]]
+            assert threads[0] != loop_thread(server)
+            assert threads[1:] == [loop_thread(server)] * 2
+            stats = server.manager.stats
+            assert stats.steps == 10 and stats.resets == 3
+            assert stats.latency["step"].observations == 10
+        finally:
+            await peer.close()
+
+
+class RaisingEnv(ProbeEnv):
+    def step(self, action: ProbeAction) -> ProbeObservation:
+        if action.sleep:
+            raise SystemExit(3)
+        raise ValueError("boom")
+
+
+def test_run_inline_runs_measured_calls_and_keeps_their_failures():
+    threads = EnvThreads(1)
+    fast = EnvRunner(ProbeEnv(), threads, own_executor=False, inline_s=BOUND)
+    raising = EnvRunner(RaisingEnv(), threads, own_executor=False, inline_s=BOUND)
+    unmeasured = EnvRunner(ProbeEnv(), threads, own_executor=False, inline_s=BOUND)
+    for runner in (fast, raising):
+        runner.observe("step", 1e-6)
+    calls = [
+        EnvCall(fast, "step", (ProbeAction(),)),
+        EnvCall(raising, "step", (ProbeAction(),)),
+        EnvCall(raising, "step", (ProbeAction(sleep=1),)),
+        EnvCall(unmeasured, "step", (ProbeAction(),)),
+    ]
+    rest = run_inline(calls)
+    assert rest == [calls[3]] and calls[3].value is None and calls[3].error is None
+    assert calls[0].value.thread == threading.get_ident() and calls[0].error is None
+    assert isinstance(calls[1].error, ValueError)
+    assert isinstance(calls[2].error, EnvError)  # SystemExit must not stop the server
+    assert all(call.seconds > 0 for call in calls[:3])
+    threads.shutdown()
+
+
+def test_a_slow_call_counts_its_wall_time_unless_the_os_preempted_it():
+    preemption = _Preemption()
+    time.sleep(0.05)  # a voluntary switch: blocked, so the wall time counts
+    assert preemption.cost(0.05) == 0.05
+    started = time.thread_time()
+    while time.thread_time() - started < 0.02:  # pure CPU: counted either way
+        pass
+    assert preemption.cost(0.02) >= 0.02 * 0.9

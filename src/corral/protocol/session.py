@@ -246,10 +246,13 @@ class ReplyCache:
     def put(self, request_id: int, reply: Remembered, key: RequestKey | None = None) -> None:
         """Remember ``reply`` (of the request ``key``, when known); the oldest entry is
         dropped past ``size``."""
-        self._replies[request_id] = (key, reply)
-        self._replies.move_to_end(request_id)
-        while len(self._replies) > self.size:
-            self._replies.popitem(last=False)
+        replies = self._replies
+        known = request_id in replies
+        replies[request_id] = (key, reply)
+        if known:  # a new id goes to the end by itself (every batch item comes here)
+            replies.move_to_end(request_id)
+        while len(replies) > self.size:
+            replies.popitem(last=False)
 
     def __len__(self) -> int:
         return len(self._replies)

@@ -92,12 +92,11 @@ def _check_finite(observation: Observation, env: str, method: str) -> None:
         BadObservation: naming the field and its value.
     """
     reward = observation.reward
+    components = observation.reward_components
+    if not components and (reward is None or math.isfinite(reward)):
+        return  # the common case, without building the list below (every batch item)
     named = [("reward", reward)] if reward is not None and not math.isfinite(reward) else []
-    named += [
-        (f"reward_components.{k}", v)
-        for k, v in observation.reward_components.items()
-        if not math.isfinite(v)
-    ]
+    named += [(f"reward_components.{k}", v) for k, v in components.items() if not math.isfinite(v)]
     if named:
         field, value = named[0]
         raise BadObservation(

@@ -31,7 +31,7 @@ from corral.protocol import batch as b
 from corral.protocol.server import Peer, RunBatch
 from corral.protocol.session import Op, ending
 from corral.server.admission import Admission
-from corral.server.runner import EnvCall, run_calls
+from corral.server.runner import EnvCall, run_calls, run_inline
 from corral.server.sessions import Session, SessionManager
 
 log = logging.getLogger("corral.server")
@@ -66,7 +66,14 @@ class BatchHandler:
         """The batch task running each (session, request id) item, for re-sent batches."""
 
     def submit(self, peer: Peer, batch: RunBatch[Session]) -> None:
-        """Run an admitted batch in the background; its reply goes to ``peer``."""
+        """Run an admitted batch; its reply goes to ``peer``.
+
+        Items whose environment runs inline (a fast sync env, see
+        :func:`~corral.server.runner.run_inline`) run and are answered right here, in
+        the frame's callback; the reply is sent at once when nothing else is left, and
+        the rest (async, executor, worker-process items, re-sent items still running)
+        go on in a background task.
+        """
         request = batch.request
         results = batch.results
         calls = self._calls(peer, batch)
@@ -84,6 +91,8 @@ class BatchHandler:
                 # The same batch re-sent after a reconnect while it still runs: this
                 # item's answer is the original's, once it is there (at most once).
                 waits.append((index, session, original))
+        if calls:
+            calls = self._run_inline(peer, request.id, calls, results)
         if not calls and not waits:
             peer.send(b.BatchReply(request.id, _complete(results), columnar=request.columns))
             return
@@ -100,6 +109,33 @@ class BatchHandler:
                     del self._running[key]
 
         task.add_done_callback(done)
+
+    def _run_inline(
+        self,
+        peer: Peer,
+        request_id: int,
+        calls: list[_ItemCall],
+        results: list[b.BatchItemReply | None],
+    ) -> list[_ItemCall]:
+        """Run and answer the calls that run inline; return the others."""
+        rest: list[_ItemCall] = calls
+        try:
+            rest = run_inline(calls)
+        except Exception as exc:  # a bug in corral: answer every item rather than hang them
+            log.exception("batch %s failed", request_id)
+            for call in calls:
+                if call.error is None and call.value is None:
+                    call.error = InternalError(f"internal server error: {exc!r}")
+            rest = []
+        if len(rest) == len(calls):
+            return rest
+        pending = {id(call) for call in rest}
+        ran = [call for call in calls if id(call) not in pending]
+        # Whatever happens (a bug), none of these sessions stays running the batch; the
+        # others are still to run, released by the task that runs them.
+        with ending([call.session for call in ran], request_id):
+            self._settle(peer, request_id, ran, results)
+        return rest
 
     def _calls(self, peer: Peer, batch: RunBatch[Session]) -> list[_ItemCall]:
         calls: list[_ItemCall] = []
@@ -143,17 +179,10 @@ class BatchHandler:
                 for call in calls:
                     if call.error is None and call.value is None:
                         call.error = InternalError(f"internal server error: {exc!r}")
-            stats = self.manager.stats
+            self._settle(peer, request_id, calls, results)
             for call in calls:
-                session = call.session
-                item = self._finish(peer, call)
-                if isinstance(item, b.ItemResult):
-                    stats.observe(str(call.op), call.seconds)
-                    stats.count(call.op)
-                results[call.index] = item
-                session.remember(request_id, item)
                 if isinstance(call.error, StepTimeout):
-                    await self.manager.close(session, "a call overran the step timeout")
+                    await self.manager.close(call.session, "a call overran the step timeout")
             for index, session, original in waits:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(original)
@@ -164,6 +193,29 @@ class BatchHandler:
                     else self._error(session.id, SessionLost("the session closed while it ran"))
                 )
             peer.send(b.BatchReply(request_id, _complete(results), columnar=request.columns))
+
+    def _settle(
+        self,
+        peer: Peer,
+        request_id: int,
+        calls: list[_ItemCall],
+        results: list[b.BatchItemReply | None],
+    ) -> None:
+        """Answer run ``calls``: results checked and dumped, sessions finished, replies
+        remembered, and the statistics updated once per operation for the batch."""
+        seconds: dict[Op, list[float]] = {}
+        for call in calls:
+            item = self._finish(peer, call)
+            if type(item) is b.ItemResult:
+                times = seconds.get(call.op)
+                if times is None:
+                    times = seconds[call.op] = []
+                times.append(call.seconds)
+            results[call.index] = item
+            call.session.remember(request_id, item)
+        stats = self.manager.stats
+        for op, times in seconds.items():
+            stats.observe_many(op, times)
 
     def _finish(self, peer: Peer, call: _ItemCall) -> b.BatchItemReply:
         session = call.session

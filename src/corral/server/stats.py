@@ -43,6 +43,14 @@ class Histogram:
         self.total += seconds
         self.observations += 1
 
+    def observe_many(self, seconds: list[float]) -> None:
+        """Record many observations (one batch's) at once."""
+        counts, bounds, where = self.counts, self.bounds, bisect.bisect_left
+        for value in seconds:
+            counts[where(bounds, value)] += 1
+        self.total += sum(seconds)
+        self.observations += len(seconds)
+
     def cumulative(self) -> list[tuple[str, int]]:
         """``(le, cumulative count)`` pairs as Prometheus exposes them, ending with +Inf."""
         out, running = [], 0
@@ -75,6 +83,19 @@ class Stats:
             self.steps += 1
         elif op is not Op.STATE:
             self.resets += 1
+
+    def observe_many(self, op: Op, seconds: list[float]) -> None:
+        """Count ``len(seconds)`` calls of ``op`` that returned their model and record
+        their times: :meth:`count` and :meth:`observe` for a batch's calls at once."""
+        if op is Op.STEP:
+            self.steps += len(seconds)
+        elif op is not Op.STATE:
+            self.resets += len(seconds)
+        name = str(op)
+        histogram = self.latency.get(name)
+        if histogram is None:
+            histogram = self.latency[name] = Histogram()
+        histogram.observe_many(seconds)
 
     def observe(self, op: str, seconds: float) -> None:
         """Record how long an environment call of ``op`` took."""
