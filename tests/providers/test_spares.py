@@ -154,7 +154,9 @@ async def test_docker_spares_are_replaced(docker_client: Any, base_image: str) -
             assert endpoint.id != victim.id
             assert httpx.get(endpoint.url, timeout=5).status_code == 200
             await pool.release(endpoint)
-        assert provider.running == []
+        # A refill cancelled mid-start is undone by the thread that ran it once it returns,
+        # which a loaded machine may delay past the pool's exit: nothing stays running.
+        await eventually(lambda: provider.running == [], timeout=120)
 
 
 class CountingProvider(LocalProcessProvider):

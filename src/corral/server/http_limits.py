@@ -5,7 +5,10 @@ routes, ``/sessions``, ``/mcp``, the web UI):
 
 * **size**: a body over ``max_frame_bytes`` is refused with 413 ``FRAME_TOO_LARGE`` as
   soon as its ``Content-Length`` says so, or — for a chunked body — as soon as the bytes
-  read pass the limit; the rest is never read (the connection is then closed);
+  read pass the limit. Up to ``DRAIN_BYTES`` more are read and dropped first, so that a
+  client that writes its whole body before reading gets the answer rather than a reset
+  connection; a body larger than that is answered at once and never read (the connection
+  is then closed);
 * **time**: the body must arrive within ``http_body_timeout_s`` (408), so a peer
   dribbling a body cannot hold a request open;
 * **JSON**: a JSON body (or one with no content type, which FastAPI reads as JSON) must
@@ -29,6 +32,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from corral.errors import BadFrame, CorralError, FrameTooLarge, RequestTimeout
 
 _JSON_METHODS = frozenset({"POST", "PUT", "PATCH"})
+DRAIN_BYTES = 1024 * 1024
+"""How much of a refused body is read and dropped before the 413 (see the module docstring)."""
 
 
 class HttpLimits:
@@ -53,6 +58,8 @@ class HttpLimits:
         body = _Body(self, scope, receive, send)
         declared = body.header(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_body_bytes):
+            if declared.isdigit() and int(declared) <= self.max_body_bytes + DRAIN_BYTES:
+                await body.drain()
             await body.refuse(body.too_large(declared))
             return
         inner: Receive = body.receive
@@ -130,9 +137,28 @@ class _Body:
         if message["type"] == "http.request":
             self.read += len(message.get("body", b""))
             if self.read > self.limits.max_body_bytes:
+                if message.get("more_body", False):
+                    await self.drain()
                 await self.refuse(self.too_large(f"more than {self.limits.max_body_bytes}"))
                 return {"type": "http.disconnect"}
         return message
+
+    async def drain(self) -> None:
+        """Read and drop the rest of the body, up to ``DRAIN_BYTES`` and the deadline."""
+        loop = asyncio.get_running_loop()
+        if self._deadline is None:
+            self._deadline = loop.time() + self.limits.body_timeout_s
+        dropped = 0
+        while dropped <= DRAIN_BYTES:
+            try:
+                message = await asyncio.wait_for(self._receive(), self._deadline - loop.time())
+            except TimeoutError:
+                return
+            if message["type"] != "http.request":
+                return
+            dropped += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                return
 
     async def read_all(self) -> bytes:
         """The whole body (empty if refused meanwhile)."""

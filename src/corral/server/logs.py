@@ -131,6 +131,10 @@ def configure(fmt: str = "text", level: str | int = "info", stream: Any = None) 
         logger.handlers = [handler] if name == "uvicorn" else []
         logger.propagate = name != "uvicorn"
         logger.setLevel(logging.DEBUG if numeric <= logging.DEBUG else logging.WARNING)
+    # picows logs every connection's end ("Disconnected") on the native transport's logger;
+    # the access log already says when a session closes and why: at debug only, like uvicorn.
+    native = logging.getLogger("corral.server.native")
+    native.setLevel(logging.DEBUG if numeric <= logging.DEBUG else logging.WARNING)
 
 
 def _mib(size: int) -> str:
