@@ -36,6 +36,10 @@ corral's capacity is the server's ``--max-sessions`` (the manifest default is
 ``max_concurrent_envs`` when the app declares it).
 
 Needs an OpenEnv release installed (``openenv-core`` 0.3 or ``openenv`` 0.10).
+
+One module (~900 lines) because finding an OpenEnv environment, reading its app's arguments
+and wrapping it are one adapter with one set of OpenEnv version differences; the wire side
+lives in corral.protocol.openenv.
 """
 
 from __future__ import annotations

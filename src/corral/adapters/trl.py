@@ -29,6 +29,9 @@ session when constructed and give it back when garbage-collected, so hundreds of
 share one server (and reuse its sessions) instead of starting one each. The source is an
 Environment subclass (run in-process, no server), a server URL, or a ``corral serve``
 target (``module:Class`` or ``gym:ENV_ID``), for which one local server is started.
+
+One module (~650 lines) because the generated class, its tool methods and the sources they
+run against are one factory whose pieces TRL sees as a single class.
 """
 
 from __future__ import annotations

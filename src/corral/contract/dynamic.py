@@ -46,6 +46,10 @@ mapped: ``not``, ``if``/``then``/``else``, multi-member ``allOf``, ``prefixItems
 keywords below the field level, patterns neither regex engine compiles, constraints on
 format types beyond the type's own (they are not enforced either), and aliased fields of
 the original model (their properties come back as fields named by the alias).
+
+One module (~900 lines) because it is one recursive translation, JSON Schema to pydantic
+types: every keyword handler calls back into the same walk and shares its reference
+resolution.
 """
 
 from __future__ import annotations

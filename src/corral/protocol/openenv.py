@@ -43,6 +43,9 @@ CAPACITY_REACHED, NOT_READY                        CAPACITY_REACHED      closed 
 FACTORY_ERROR                                      FACTORY_ERROR         closed (1000)
 STEP_TIMEOUT, SESSION_LOST, UNKNOWN_SESSION, ...   SESSION_ERROR         closed (1000)
 =================================================  ====================  ==============
+
+One module (~600 lines) because the envelope's two directions and its error table are one
+translation that both the server routes and the fallback client use.
 """
 
 from __future__ import annotations

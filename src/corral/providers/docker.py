@@ -22,6 +22,9 @@ are reaped by the next provider on the machine.
 blocking twin :meth:`~corral.providers.base.Provider.sync`.
 
 Needs the ``docker`` extra (``pip install corral[docker]``).
+
+One module (~700 lines) because starting, watching, limiting and sweeping containers share
+the one engine client, label scheme and finalizer of a provider.
 """
 
 from __future__ import annotations
