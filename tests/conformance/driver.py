@@ -68,10 +68,12 @@ def server(command: list[str], url_file: Path, cwd: str, env: dict[str, str] | N
                 raise RuntimeError(url_file.with_suffix(".log").read_text()[-3000:])
             if url_file.exists() and url_file.read_text().strip():
                 url = url_file.read_text().strip()
+                healthy = False
                 with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                        yield url
-                        return
+                    healthy = httpx.get(f"{url}/health", timeout=2).status_code == 200
+                if healthy:  # yielded outside the suppress: the caller's errors propagate
+                    yield url
+                    return
             time.sleep(0.05)
         raise RuntimeError("server did not start")
     finally:
@@ -107,7 +109,10 @@ async def ws_script(url: str, frames: list[Any], query: str = "") -> list[Any]:
 
 def http_script(url: str, requests: list[Any]) -> list[Any]:
     out = []
-    with httpx.Client(base_url=url, timeout=30) as http:
+    # A connection per request: after a 500 OpenEnv's uvicorn closes the connection, and a
+    # kept-alive one reused at that moment is reset (a race that failed a run under load).
+    no_reuse = httpx.Limits(max_keepalive_connections=0)
+    with httpx.Client(base_url=url, timeout=30, limits=no_reuse) as http:
         for method, path, body in requests:
             if isinstance(body, str):
                 response = http.request(
