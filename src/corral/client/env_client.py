@@ -233,7 +233,7 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
         self,
         seed: int | None = None,
         *,
-        task: TaskRef | tuple[str, int] | None = None,
+        task: TaskRef | tuple[str, int] | str | None = None,
         **options: Any,
     ) -> StepResult[ObsT]:
         """Start a new episode; returns its first observation as a :class:`StepResult`.
@@ -243,11 +243,15 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
             task: the task to play, ``(split, index)`` or a :class:`TaskRef`; the server
                 checks it against the environment's tasks (``INVALID_ARGUMENT`` for an
                 unknown split or an index out of range). ``split=``/``index=`` options
-                choose a task too.
+                choose a task too. Any other value is the environment's own ``task``
+                reset option (the coding environment's task name, say), sent as is.
             options: the environment's reset options.
         """
         session = await self._session()
         connection = self.connection
+        if task is not None and not isinstance(task, TaskRef | tuple):
+            options = {**options, "task": task}
+            task = None
         ref = as_task(task)
         request = Reset(connection.next_id(), session, seed, options, ref)
         if self.recording is None:
@@ -408,7 +412,7 @@ class SyncEnvClient(BlockingTwin[AsyncEnvClient[ActT, ObsT, StateT]], Generic[Ac
         self,
         seed: int | None = None,
         *,
-        task: TaskRef | tuple[str, int] | None = None,
+        task: TaskRef | tuple[str, int] | str | None = None,
         **options: Any,
     ) -> StepResult[ObsT]:
         """Start a new episode; see :meth:`AsyncEnvClient.reset`."""
