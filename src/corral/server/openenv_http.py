@@ -54,7 +54,7 @@ from corral.protocol.jsonrpc import (
     tools_list_result,
 )
 from corral.protocol.openenv import Call, envelope, flatten_observation
-from corral.server.openenv_link import LinkRegistry, LockstepLink, PeerLink
+from corral.server.openenv_link import LinkRegistry, LockstepLink, PeerLink, client_address
 from corral.server.openenv_peer_http import mcp_transport_request, peer_router
 from corral.server.openenv_ws import registry_of, serve_mcp_socket
 from corral.server.service import EnvService
@@ -184,10 +184,6 @@ class _NoOwner:
         """Never called."""
 
 
-def _address(request: Request) -> str:
-    return request.client.host if request.client is not None else ""
-
-
 def error_response(exc: CorralError) -> JSONResponse:
     """The HTTP error response for ``exc`` (status by code, see the module docstring)."""
     status = _HTTP_STATUS.get(str(exc.code), 500)
@@ -313,7 +309,7 @@ def openenv_router(service: EnvService) -> APIRouter:
     )
     async def open_session(request: Request) -> JSONResponse:
         try:
-            link = await registry.create(_address(request))
+            link = await registry.create(client_address(request))
         except CorralError as exc:
             service.manager.stats.error(str(exc.code))
             return error_response(exc)
@@ -351,7 +347,7 @@ def openenv_router(service: EnvService) -> APIRouter:
         handover = await mcp_transport_request(request, body)
         if handover is not None:
             return handover
-        return JSONResponse(await answer_mcp(body, x_corral_session, _address(request)))
+        return JSONResponse(await answer_mcp(body, x_corral_session, client_address(request)))
 
     @router.websocket("/mcp")
     async def mcp_socket(websocket: WebSocket) -> None:

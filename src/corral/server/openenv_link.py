@@ -32,6 +32,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
+from starlette.requests import Request
 
 from corral.contract.options import accepted_reset_options
 from corral.contract.tools import Tool
@@ -69,6 +70,11 @@ from corral.protocol.openenv import (
 from corral.protocol.session import Phase
 from corral.server.service import Channel, EnvService
 from corral.server.sessions import Session
+
+
+def client_address(request: Request) -> str:
+    """The peer address an HTTP session counts against (per-client connection limit)."""
+    return request.client.host if request.client is not None else ""
 
 
 class LinkRegistry:

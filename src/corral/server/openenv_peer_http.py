@@ -32,7 +32,13 @@ from pydantic import BaseModel, ValidationError
 from corral.errors import CorralError, ErrorCode
 from corral.protocol.jsonrpc import RpcCode, rpc_error
 from corral.protocol.openenv import PeerRuntime
-from corral.server.openenv_link import LinkRegistry, PeerLink, capacity_message, to_json
+from corral.server.openenv_link import (
+    LinkRegistry,
+    PeerLink,
+    capacity_message,
+    client_address,
+    to_json,
+)
 from corral.server.runner import EnvRunner
 from corral.server.service import EnvService
 
@@ -207,8 +213,7 @@ def peer_router(service: EnvService, registry: LinkRegistry) -> APIRouter:
         handover = await mcp_transport_request(request, body)
         if handover is not None:
             return handover
-        client = request.client.host if request.client is not None else ""
-        return JSONResponse(await answer_mcp(body, client))
+        return JSONResponse(await answer_mcp(body, client_address(request)))
 
     async def answer_mcp(body: bytes, address: str) -> dict[str, Any]:
         try:
