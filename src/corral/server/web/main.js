@@ -396,9 +396,17 @@ async function replay(seed, options, actions) {
   for (const action of actions) await doStep(action);
 }
 
+// The environment's identity from the corral/1 welcome, which every server sends; /schema
+// and /metadata are OpenEnv's bodies (no contract version or fingerprint) when the server
+// serves an OpenEnv environment, so they are only the fallback.
+function identity() {
+  return { ...app.metadata, ...(app.wire?.welcome?.env || {}) };
+}
+
 function meta() {
   const server = app.wire?.welcome || {};
-  return { env: app.metadata?.name, contract_version: app.schema?.contract_version, fingerprint: app.schema?.fingerprint, server: server.server, url: new URL('..', location.href).href.replace(/\/$/, ''), session: app.session?.id ?? null };
+  const env = identity();
+  return { env: env.name, contract_version: env.contract_version, fingerprint: env.fingerprint, server: server.server, url: new URL('..', location.href).href.replace(/\/$/, ''), session: app.session?.id ?? null };
 }
 
 async function verify(ep) {
@@ -620,7 +628,6 @@ async function start() {
     app.schema = schema;
     app.hooks = hooks;
     $('#env-name').textContent = app.metadata.name;
-    $('#env-version').textContent = `contract ${schema.contract_version}`;
     document.title = `${app.metadata.name} · corral`;
     app.actionForm = new FormWithJson(schema.action, { id: 'action', label: 'action' });
     clear($('#action'), app.actionForm.el);
@@ -628,7 +635,8 @@ async function start() {
     app.optionsForm = new FormWithJson(optionsSchema, { id: 'options', label: 'reset options' });
     clear($('#options'), app.optionsForm.el);
     await openSession();
-    showContract($('#contract'), { schema, metadata: app.metadata, welcome: app.wire.welcome });
+    $('#env-version').textContent = `contract ${identity().contract_version}`;
+    showContract($('#contract'), { schema, identity: identity(), welcome: app.wire.welcome });
     loadTools();
     const linked = linkEpisode();
     if (linked) await replay(linked.seed, linked.options, linked.actions);

@@ -45,25 +45,25 @@ export class Inspector {
   }
 }
 
-export function showContract(el, { schema, metadata, welcome }) {
+export function showContract(el, { schema, identity, welcome }) {
   const limits = welcome?.limits || {};
   clear(
     el,
     fieldTable({
-      name: metadata.name,
-      description: metadata.description,
-      contract_version: schema.contract_version,
-      fingerprint: schema.fingerprint,
+      name: identity.name,
+      description: identity.description,
+      contract_version: identity.contract_version,
+      fingerprint: identity.fingerprint,
       compat: welcome?.compat,
       server: welcome?.server,
-      auto_reset: metadata.auto_reset,
+      auto_reset: identity.auto_reset,
     }),
     h('h3', { text: 'Server limits' }),
     fieldTable(limits),
     ['action', 'observation', 'state', 'reset_options'].filter((k) => schema[k]).map((k) =>
       h('details', { class: 'schema', open: k === 'action' }, h('summary', { text: `${k} schema` }), h('pre', { class: 'obj', text: json(schema[k]) })),
     ),
-    metadata.readme_content ? h('details', { class: 'readme' }, h('summary', { text: 'README' }), h('pre', { class: 'long', text: metadata.readme_content })) : null,
+    identity.readme_content ? h('details', { class: 'readme' }, h('summary', { text: 'README' }), h('pre', { class: 'long', text: identity.readme_content })) : null,
   );
 }
 
