@@ -290,9 +290,10 @@ class SessionState:
     running_key: RequestKey | None = None
     """The request key of the request admitted last (the running one, while one runs)."""
 
-    def touch(self) -> None:
-        """Mark activity now (any request counts, ``state`` included)."""
-        self.last_active = time.monotonic()
+    def touch(self, now: float | None = None) -> None:
+        """Mark activity now (any request counts, ``state`` included); ``now`` is
+        ``time.monotonic()`` when the caller read it already (once for a batch)."""
+        self.last_active = time.monotonic() if now is None else now
 
     def admit(self, kind: str, request_id: int, key: RequestKey) -> Op | Remembered | None:
         """Decide what request ``request_id`` of ``kind`` gets; the one door in.
