@@ -9,6 +9,7 @@ from enum import Enum
 import msgpack
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from corral.contract import Observation
 from corral.contract.arrays import NDArray
@@ -39,6 +40,23 @@ def test_rich_models_round_trip(codec):
     back = codec.load(Rich, codec.decode(frame)["observation"])
     assert back.model_dump(exclude={"grid"}) == obs.model_dump(exclude={"grid"})
     assert back.grid.dtype == np.int16 and np.array_equal(back.grid, obs.grid)
+
+
+@pytest.mark.parametrize("codec", [MsgpackCodec(), JsonCodec()], ids=["msgpack", "json"])
+def test_a_batch_dumps_and_loads_as_its_items_one_by_one(codec):
+    # The batch path (one serializer or validator call for a list) gives exactly what
+    # dumping and loading each item does: empty reward components left out, extras kept.
+    models = [
+        Rich(reward=0.5, metadata={"i": i}, reward_components={"a": 1.0} if i else {})
+        for i in range(3)
+    ]
+    dumped = codec.dump_many(Rich, models)
+    assert repr(dumped) == repr([codec.dump(model) for model in models])
+    assert "reward_components" not in dumped[0] and dumped[1]["reward_components"] == {"a": 1.0}
+    wires = [codec.decode(codec.encode({"o": obj}))["o"] for obj in dumped]
+    assert codec.load_many(Rich, wires) == [codec.load(Rich, wire) for wire in wires]
+    with pytest.raises(ValidationError):
+        codec.load_many(Rich, [*wires, {"reward": "lots"}])
 
 
 def test_msgpack_arrays_decode_without_copy():

@@ -98,6 +98,49 @@ def test_a_result_that_cannot_be_dumped():
     assert info.value.details == {"model": "CountObservation"}
 
 
+# The broken model dumps with pydantic's "unexpected value" warnings on msgpack.
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("codec", [MsgpackCodec(), JsonCodec()], ids=["msgpack", "json"])
+def test_a_batch_is_admitted_as_its_items_one_by_one(codec):
+    # The batch forms load and dump a whole list at once; an item at fault must still
+    # get the very error it gets on its own, and its neighbours their own answers.
+    adm, peer = admission(), Peer(codec)
+    raws: list[Any] = [{"amount": 1}, {"amount": "lots"}, [1], {"amount": 2}]
+    batch = adm.actions(peer, raws)
+    for raw, got in zip(raws, batch, strict=True):
+        try:
+            alone: Any = adm.action(peer, raw)
+        except InvalidAction as exc:
+            assert isinstance(got, InvalidAction) and got.to_wire() == exc.to_wire()
+        else:
+            assert got == alone
+    assert adm.actions(peer, raws[:1]) == [CountAction(amount=1)]
+
+    broken = CountObservation(total=3)
+    object.__setattr__(broken, "tags", {1: object()})  # past validation: a broken model
+    values: list[Any] = [
+        CountObservation(total=1, reward=0.5),
+        {"total": 2},
+        CountObservation(total=2, done=True, reward=1.0, reward_components={"x": 1.0}),
+        CountObservation(reward=float("nan")),
+        broken,
+    ]
+    ops = [Op.STEP, Op.STEP, Op.STEP, Op.RESET, Op.STEP]
+    rewards = adm.rewards.reward.observations
+    results = adm.results(peer, values, ops)
+    counted = adm.rewards.reward.observations - rewards
+    for value, op, got in zip(values, ops, results, strict=True):
+        try:
+            expected: Any = adm.result(peer, value, op)
+        except BadObservation as exc:
+            assert isinstance(got, BadObservation) and got.to_wire() == exc.to_wire()
+        else:
+            assert repr(got) == repr(expected)
+    # Counted once each by the batch (and again by the one-by-one calls above).
+    assert counted == adm.rewards.reward.observations - rewards - counted
+    assert adm.rewards.components["x"].observations == 2
+
+
 def test_failures_map_to_stable_codes():
     adm, session = (
         admission(),

@@ -143,6 +143,10 @@ def _reset_item(index: int, raw: Any) -> ResetItem | BadItem:
 
 
 def _step_item(index: int, raw: Any) -> StepItem | BadItem:
+    if type(raw) is dict:  # the well-formed item, read with no further calls
+        session = raw.get("session")
+        if type(session) is str and "action" in raw:
+            return StepItem(session, raw["action"])
     try:
         session = _item_session(index, raw)
     except CorralError as exc:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import enum
+import functools
 import ipaddress
 import pathlib
 import uuid
@@ -21,7 +22,7 @@ from typing import Any, Protocol, TypeVar
 
 import msgpack
 import orjson
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
 from corral.errors import BadFrame, BadMessage
 from corral.protocol.arrays import (
@@ -63,6 +64,15 @@ class Codec(Protocol):
         """Validate a wire object into ``model_type``; raise pydantic's ValidationError."""
         ...
 
+    def dump_many(self, model_type: type[BaseModel], models: list[Any]) -> list[Any]:
+        """The wire objects of ``models``, all exactly of ``model_type`` (a batch's)."""
+        ...
+
+    def load_many(self, model_type: type[M], objs: list[Any]) -> list[M]:
+        """Validate many wire objects into ``model_type``; raise pydantic's
+        ValidationError when any is invalid (then load them one by one to learn which)."""
+        ...
+
 
 def _msgpack_default(value: Any) -> Any:
     if is_ndarray(value):
@@ -97,6 +107,12 @@ def _plain_default(value: Any) -> Any:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="python")
     raise TypeError(f"cannot encode {type(value).__qualname__} with msgpack")
+
+
+@functools.lru_cache(maxsize=64)
+def _list_of(model_type: type[BaseModel]) -> TypeAdapter[list[Any]]:
+    """A validator and serializer of ``list[model_type]`` (a server has a few models)."""
+    return TypeAdapter(list[model_type])  # type: ignore[valid-type]
 
 
 def _msgpack_ext(code: int, data: bytes) -> Any:
@@ -154,6 +170,22 @@ class MsgpackCodec:
         model: M = model_type.__pydantic_validator__.validate_python(obj)
         return model
 
+    def dump_many(self, model_type: type[BaseModel], models: list[Any]) -> list[Any]:
+        """Python-mode dumps of a batch's models in one serializer call.
+
+        The same dicts as :meth:`dump` of each (the list schema holds the model's own),
+        without its per-call overhead (~0.6 µs an item). Only for models exactly of
+        ``model_type``: a subclass would be dumped by its parent's fields.
+        """
+        dumped: list[Any] = _list_of(model_type).dump_python(models, mode="python")
+        return dumped
+
+    def load_many(self, model_type: type[M], objs: list[Any]) -> list[M]:
+        """Validate a batch's decoded objects in one validator call (~0.4 µs an item
+        less than :meth:`load` of each); raises pydantic's ValidationError."""
+        models: list[M] = _list_of(model_type).validate_python(objs)
+        return models
+
 
 class JsonCodec:
     """Text frames with JSON (orjson); bytes fields travel as base64 strings."""
@@ -181,6 +213,14 @@ class JsonCodec:
     def load(self, model_type: type[M], obj: Any) -> M:
         """Validate with pydantic's JSON semantics, so base64 bytes decode correctly."""
         return model_type.model_validate_json(orjson.dumps(obj, default=_json_default))
+
+    def dump_many(self, model_type: type[BaseModel], models: list[Any]) -> list[Any]:
+        """:meth:`dump` of each (JSON is the readable codec, not the fast one)."""
+        return [self.dump(model) for model in models]
+
+    def load_many(self, model_type: type[M], objs: list[Any]) -> list[M]:
+        """:meth:`load` of each (raises pydantic's ValidationError at the first bad one)."""
+        return [self.load(model_type, obj) for obj in objs]
 
 
 CODECS: dict[str, type[MsgpackCodec] | type[JsonCodec]] = {

@@ -160,8 +160,9 @@ class SessionRegistry(Generic[S]):
 
     # -- finding and moving sessions ----------------------------------------------------
 
-    def get(self, session_id: str, owner: ReplySink) -> S:
-        """The live session ``session_id`` attached to ``owner`` (marked active).
+    def get(self, session_id: str, owner: ReplySink, now: float | None = None) -> S:
+        """The live session ``session_id`` attached to ``owner`` (marked active at
+        ``now``, see :meth:`SessionState.touch`).
 
         Raises:
             SessionLost: the session existed and was closed (with the reason).
@@ -170,7 +171,7 @@ class SessionRegistry(Generic[S]):
         session = self.sessions.get(session_id)
         if session is None or session.owner is not owner:
             raise self.missing(session_id, "on this connection; open or attach it first")
-        session.touch()
+        session.last_active = time.monotonic() if now is None else now  # touch(now), inline
         return session
 
     def missing(self, session_id: str, where: str) -> SessionLost | UnknownSession:

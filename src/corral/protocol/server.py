@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
@@ -207,32 +208,39 @@ def admit_batch(
     """
     check_batch_size(request, max_batch)
     kind = "reset" if isinstance(request, ResetBatch) else "step"
-    batch: RunBatch[S] = RunBatch(request, [None] * len(request.items))
+    rtype, rid, items = request.type, request.id, request.items
+    batch: RunBatch[S] = RunBatch(request, [None] * len(items))
+    calls, results, joins = batch.calls, batch.results, batch.joins
+    steps = kind == "step"
+    # One clock read marks every item's session active (the batch is one moment).
+    now = time.monotonic()
+    get = registry.get
     seen: set[str] = set()
-    for index, item in enumerate(request.items):
+    for index, item in enumerate(items):
         try:
             if isinstance(item, BadItem):
                 raise item.error
-            session = registry.get(item.session, owner)
+            session = get(item.session, owner, now)
             if session.id in seen:
                 raise SessionBusy(
                     "this session appears twice in one batch; send one item per session",
-                    details={"running": request.id},
+                    details={"running": rid},
                 )
             seen.add(session.id)
-            key = request_key(request.type, item)
-            outcome: Op | Remembered | None = session.admit(kind, request.id, key)
+            # request_key() of a step item, without its type tests
+            key = (rtype, item.action) if steps else request_key(rtype, item)  # type: ignore[union-attr]
+            outcome: Op | Remembered | None = session.admit(kind, rid, key)
             if isinstance(outcome, Op):
-                batch.calls.append(BatchCall(index, item, session, outcome))
+                calls.append(BatchCall(index, item, session, outcome))
             elif outcome is None:
-                batch.joins.append((index, session))
+                joins.append((index, session))
             elif isinstance(outcome, _ITEMS):
-                batch.results[index] = outcome  # a re-sent batch: at most once
+                results[index] = outcome  # a re-sent batch: at most once
             else:  # remembered without its key: a single request's reply, not a replay
-                raise reused_id(request.id, request.type, outcome.type)
+                raise reused_id(rid, rtype, outcome.type)
         except CorralError as exc:
             count_error(str(exc.code))
-            batch.results[index] = ItemError.of(item.session, exc)
+            results[index] = ItemError.of(item.session, exc)
     return batch
 
 

@@ -14,6 +14,10 @@ cannot drift apart:
   (``BAD_OBSERVATION``); a non-finite reward (NaN, ±inf) is ``BAD_OBSERVATION`` on
   every codec, since JSON cannot carry it (it would arrive as ``null``, msgpack as
   NaN): a reward is the same number whatever the wire, or an error;
+* :meth:`Admission.actions` and :meth:`Admission.results` do the same for a batch's
+  items at once: one validator or serializer call for the whole batch when every item
+  passes (the common case), item by item otherwise, so each item still gets its own
+  answer and the same errors;
 * :meth:`Admission.failure` maps whatever a call raised to the error to send: corral's
   own errors as they are, anything the environment raised as ``ENV_ERROR``.
 """
@@ -182,6 +186,88 @@ class Admission:
                 details={"errors": [{"type": "unreadable", "loc": [], "msg": str(exc)}]},
             ) from None
 
+    def actions(self, peer: Peer, raws: list[Any]) -> list[BaseModel | CorralError]:
+        """:meth:`action` of each of a batch's wire actions: the loaded model, or the
+        ``InvalidAction`` of that item.
+
+        One validator call for the whole list when the client needs no migration;
+        if any item fails it, each is loaded on its own to answer exactly as one by one.
+        """
+        if peer.migrate is None and raws:
+            try:
+                loaded: list[BaseModel | CorralError] = list(
+                    peer.codec.load_many(self.contract.action, raws)
+                )
+            except Exception:  # some item is invalid: learn which, and why, item by item
+                pass
+            else:
+                return loaded
+        out: list[BaseModel | CorralError] = []
+        for raw in raws:
+            try:
+                out.append(self.action(peer, raw))
+            except CorralError as exc:
+                out.append(exc)
+        return out
+
+    def results(
+        self, peer: Peer, values: list[Any], ops: list[Op]
+    ) -> list[tuple[Any, bool] | CorralError]:
+        """:meth:`result` of each of a batch's returned values (``ops[i]`` produced
+        ``values[i]``): ``(wire object, done)``, or the ``BadObservation`` of that item.
+
+        The models of the contract's exact class are dumped in one serializer call
+        (each on its own if that fails, to find the culprit), and the rewards are
+        counted once for the batch.
+        """
+        model = self.contract.observation
+        out: list[Any] = [None] * len(values)  # every slot is filled below
+        good: list[int] = []
+        isfinite = math.isfinite
+        for index, value in enumerate(values):
+            if not isinstance(value, Observation) or not isinstance(value, model):
+                out[index] = self._not_observation(value, ops[index])
+                continue
+            reward = value.reward
+            if value.reward_components or not (reward is None or isfinite(reward)):
+                try:
+                    method = "step" if ops[index] is Op.STEP else "reset"
+                    _check_finite(value, self.env_name, method)
+                except BadObservation as exc:
+                    out[index] = exc
+                    continue
+            good.append(index)
+        ok = [values[i] for i in good]
+        wires: list[Any] | None = None
+        if all(type(value) is model for value in ok):
+            try:
+                wires = peer.codec.dump_many(model, ok)
+            except Exception:  # some item cannot be dumped: find it below, one by one
+                wires = None
+        counted: list[Observation] = []
+        for position, index in enumerate(good):
+            value = values[index]
+            if wires is not None:
+                wire = wires[position]
+            else:
+                try:
+                    wire = self._dump(peer, value, model, "observation")
+                except BadObservation as exc:
+                    out[index] = exc
+                    continue
+            out[index] = (wire, value.done)
+            counted.append(value)
+        self.rewards.observe_many(counted)
+        return out
+
+    def _not_observation(self, value: Any, op: Op) -> BadObservation:
+        model = self.contract.observation
+        method = "step" if op is Op.STEP else "reset"
+        return BadObservation(
+            f"{self.env_name}.{method}() returned {type(value).__name__}, not {model.__name__}",
+            details={"returned": type(value).__name__},
+        )
+
     def result(self, peer: Peer, value: Any, op: Op) -> tuple[Any, bool]:
         """The observation ``reset``/``step`` returned, as ``(wire object, done)``.
 
@@ -190,11 +276,7 @@ class Admission:
         """
         model = self.contract.observation
         if not isinstance(value, Observation) or not isinstance(value, model):
-            method = "step" if op is Op.STEP else "reset"
-            raise BadObservation(
-                f"{self.env_name}.{method}() returned {type(value).__name__}, not {model.__name__}",
-                details={"returned": type(value).__name__},
-            )
+            raise self._not_observation(value, op)
         _check_finite(value, self.env_name, "step" if op is Op.STEP else "reset")
         wire = self._dump(peer, value, model, "observation")
         self.rewards.observe(value)

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from corral.errors import CorralError, InternalError, SessionBusy, SessionLost, StepTimeout
 from corral.protocol import batch as b
@@ -35,6 +36,9 @@ from corral.server.runner import EnvCall, run_calls, run_inline
 from corral.server.sessions import Session, SessionManager
 
 log = logging.getLogger("corral.server")
+
+_NO_OPTIONS: dict[str, Any] = {}
+"""The keywords of every step call: shared, never written (``**`` copies it)."""
 
 
 @dataclass(slots=True, eq=False, kw_only=True)
@@ -129,8 +133,11 @@ class BatchHandler:
             rest = []
         if len(rest) == len(calls):
             return rest
-        pending = {id(call) for call in rest}
-        ran = [call for call in calls if id(call) not in pending]
+        if rest:
+            pending = {id(call) for call in rest}
+            ran = [call for call in calls if id(call) not in pending]
+        else:  # all ran (the common case): no need to sort them out
+            ran = calls
         # Whatever happens (a bug), none of these sessions stays running the batch; the
         # others are still to run, released by the task that runs them.
         with ending([call.session for call in ran], request_id):
@@ -139,23 +146,32 @@ class BatchHandler:
 
     def _calls(self, peer: Peer, batch: RunBatch[Session]) -> list[_ItemCall]:
         calls: list[_ItemCall] = []
-        for admitted in batch.calls:
-            session, op = admitted.session, admitted.op
-            try:
-                method, args, kwargs = self.admission.call(peer, op, admitted.item)
-            except CorralError as exc:
-                session.end(batch.request.id)
-                batch.results[admitted.index] = self._error(session.id, exc)
-                continue
+        admission = self.admission
+        results = batch.results
+        request_id = batch.request.id
+        admitted = batch.calls
+        # The actions of the batch's steps are loaded together (one validator call).
+        steps = [a for a in admitted if a.op is Op.STEP]
+        actions = iter(admission.actions(peer, [a.item.action for a in steps]))  # type: ignore[union-attr]
+        for item in admitted:
+            session, op = item.session, item.op
+            if op is Op.STEP:
+                action = next(actions)
+                if isinstance(action, CorralError):
+                    session.end(request_id)
+                    results[item.index] = self._error(session.id, action)
+                    continue
+                method, args, kwargs = "step", (action,), _NO_OPTIONS
+            else:
+                try:
+                    method, args, kwargs = admission.call(peer, op, item.item)
+                except CorralError as exc:
+                    session.end(request_id)
+                    results[item.index] = self._error(session.id, exc)
+                    continue
             calls.append(
                 _ItemCall(
-                    session.runner,
-                    method,
-                    args,
-                    kwargs,
-                    index=admitted.index,
-                    session=session,
-                    op=op,
+                    session.runner, method, args, kwargs, index=item.index, session=session, op=op
                 )
             )
         return calls
@@ -201,34 +217,37 @@ class BatchHandler:
         calls: list[_ItemCall],
         results: list[b.BatchItemReply | None],
     ) -> None:
-        """Answer run ``calls``: results checked and dumped, sessions finished, replies
-        remembered, and the statistics updated once per operation for the batch."""
+        """Answer run ``calls``: results checked and dumped (together, see
+        :meth:`Admission.results`), sessions finished, replies remembered, and the
+        statistics updated once per operation for the batch."""
+        ran = [call for call in calls if call.error is None]
+        outcomes = self.admission.results(peer, [c.value for c in ran], [c.op for c in ran])
+        for call, outcome in zip(ran, outcomes, strict=True):
+            if isinstance(outcome, CorralError):
+                call.error = outcome
+            else:
+                call.value = outcome
         seconds: dict[Op, list[float]] = {}
         for call in calls:
-            item = self._finish(peer, call)
-            if type(item) is b.ItemResult:
+            session = call.session
+            if call.error is None:
+                payload, done = call.value
+                session.machine.finish(call.op, done=done)
+                item: b.BatchItemReply = b.ItemResult(session.id, payload)
                 times = seconds.get(call.op)
                 if times is None:
                     times = seconds[call.op] = []
                 times.append(call.seconds)
+            else:
+                session.machine.abort()
+                item = self._error(session.id, self.admission.failure(call.error, call.op, session))
             results[call.index] = item
-            call.session.remember(request_id, item)
+            # What remember() does, without its look-up: the call just finished or
+            # aborted (nothing runs), so the request's key is the one admitted last.
+            session.cache.put(request_id, item, session.running_key)
         stats = self.manager.stats
         for op, times in seconds.items():
             stats.observe_many(op, times)
-
-    def _finish(self, peer: Peer, call: _ItemCall) -> b.BatchItemReply:
-        session = call.session
-        if call.error is None:
-            try:
-                payload, done = self.admission.result(peer, call.value, call.op)
-            except CorralError as exc:
-                call.error = exc
-            else:
-                session.machine.finish(call.op, done=done)
-                return b.ItemResult(session.id, payload)
-        session.machine.abort()
-        return self._error(session.id, self.admission.failure(call.error, call.op, session))
 
     def _error(self, session: str | None, error: CorralError) -> b.ItemError:
         self.manager.stats.error(str(error.code))

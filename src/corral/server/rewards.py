@@ -59,6 +59,22 @@ class RewardStats:
         reward = observation.reward
         if reward is not None and math.isfinite(reward):
             self.reward.observe(reward)
+        self._components(observation)
+
+    def observe_many(self, observations: list[Observation]) -> None:
+        """:meth:`observe` of a batch's observations, the rewards counted in one go."""
+        isfinite = math.isfinite
+        rewards: list[float] = []
+        for observation in observations:
+            reward = observation.reward
+            if reward is not None and isfinite(reward):
+                rewards.append(reward)
+            if observation.reward_components:
+                self._components(observation)
+        if rewards:
+            self.reward.observe_many(rewards)
+
+    def _components(self, observation: Observation) -> None:
         for name, value in observation.reward_components.items():
             if not math.isfinite(value):
                 continue

@@ -59,7 +59,7 @@ from corral.protocol.session import Op, ending
 from corral.server.admission import Admission
 from corral.server.batching import BatchHandler
 from corral.server.config import ServerConfig
-from corral.server.runner import EnvFactory
+from corral.server.runner import EnvFactory, eager_start
 from corral.server.sessions import Session, SessionManager
 
 log = logging.getLogger("corral.server")
@@ -242,7 +242,12 @@ class EnvService:
         """Start the work of an admitted ``event``; its reply goes to ``peer``."""
         try:
             if isinstance(event, RunCall):
-                event.session.task = asyncio.create_task(self._run(peer, event))
+                # Started at once, in the frame's callback: a call that completes without
+                # waiting (a fast sync env run inline, an async env with nothing to await)
+                # is answered from here, with no task and no loop iteration of its own
+                # (the lockstep path). One that waits finishes in a task, kept to cancel.
+                running = eager_start(self._run(peer, event))
+                event.session.task = None if running.done() else running
             elif isinstance(event, RunBatch):
                 self.batches.submit(peer, event)
             elif isinstance(event, OpenSession):

@@ -36,11 +36,12 @@ class Session(SessionState):
     Attributes:
         runner: runs the environment's methods (in a thread, on the loop, or in a
             worker process).
-        task: the request running now, if any (cancelled when the session closes).
+        task: the request running now, if any (cancelled when the session closes); a
+            request answered without waiting never had one.
     """
 
     runner: Runner
-    task: asyncio.Task[None] | None = None
+    task: asyncio.Future[None] | None = None
 
 
 class SessionManager:
