@@ -98,16 +98,18 @@ class RemoteVecEnv(VecEnv):
         self._closed = False
         name = self.spaces.observation.single
         field = None if name is None else self.spaces.observation.fields[name]
-        self._obs_column = (
-            (name, field) if name is not None and field is not None and _columnar(field) else None
-        )
-        """The observation field whose stacked column is the observation batch, when the
-        space is one array or integer field (a served Gymnasium environment's)."""
+        # The observation field whose stacked column is the observation batch (with the
+        # batch's shape and dtype), when the space is one array or integer field (a
+        # served Gymnasium environment's).
+        self._obs_column: tuple[str, tuple[int, ...], Any] | None = None
+        if name is not None and field is not None and _columnar(field):
+            shape = (self.num_envs, *(field.space.shape or ()))
+            self._obs_column = (name, shape, field.space.dtype)
         name = self.spaces.action.single
         field = None if name is None else self.spaces.action.fields[name]
+        # The action field when actions are plain integers (a Discrete space).
         plain = isinstance(field, DiscreteBinding) and field.values is None
         self._action_field = name if plain else None
-        """The action field when actions are plain integers (a ``Discrete`` space)."""
 
     @classmethod
     def from_env(
@@ -227,14 +229,12 @@ class RemoteVecEnv(VecEnv):
         the column stacked (else None: the per-session conversion handles the rest)."""
         if self._obs_column is None or len(batch) != self.num_envs:
             return None
-        name, binding = self._obs_column
+        name, shape, dtype = self._obs_column
         column = batch.obs.get(name)
-        space = binding.space
-        shape = (self.num_envs, *(space.shape or ()))
-        if not isinstance(column, np.ndarray) or column.size != int(np.prod(shape)):
+        if not isinstance(column, np.ndarray) or column.size != self._observations.size:
             return None
         # np.stack made it, so it is this call's own array (writable, not shared).
-        return np.asarray(column, dtype=space.dtype).reshape(shape)
+        return np.asarray(column, dtype=dtype).reshape(shape)
 
 
 _FINAL_KEYS = ("final_obs", "final_info")
