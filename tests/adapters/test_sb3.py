@@ -143,11 +143,9 @@ def test_ppo_trains_on_eight_batched_sessions(cartpole_url: str) -> None:
         envs.close()
 
 
-def _same_steps(
-    first: Any, second: Any, action_space: Any, steps: int, *, infos: bool = True
-) -> int:
-    """Step two seeded VecEnvs with the same actions; assert the same returns (the same
-    ``infos`` too, or with ``infos=False`` the same terminal observations); count ends."""
+def _same_steps(first: Any, second: Any, action_space: Any, steps: int) -> int:
+    """Step two seeded VecEnvs with the same actions; assert the same returns, ``infos``
+    included (terminal observations, ``TimeLimit.truncated``); count ends."""
     first.seed(3)
     second.seed(3)
     a, b = first.reset(), second.reset()
@@ -166,13 +164,7 @@ def _same_steps(
         np.testing.assert_array_equal(a_rew, b_rew)
         assert a_rew.dtype == b_rew.dtype
         np.testing.assert_array_equal(a_done, b_done)
-        for x, y, done in zip(a_info, b_info, a_done, strict=True):
-            if not infos:
-                if done:
-                    np.testing.assert_array_equal(
-                        x["terminal_observation"], y["terminal_observation"]
-                    )
-                continue
+        for x, y in zip(a_info, b_info, strict=True):
             assert x.keys() == y.keys()
             for key in x:
                 np.testing.assert_array_equal(x[key], y[key])
@@ -210,8 +202,8 @@ def test_remote_vec_env_matches_dummy_vec_env_on_integer_observations() -> None:
         try:
             assert remote._obs_column is not None
             assert remote.observation_space == local.observation_space
-            # infos differ by design: an ended episode's info is the reset's here
-            assert _same_steps(remote, local, local.action_space, 60, infos=False) > 0
+            assert _same_steps(remote, local, local.action_space, 60) > 0
+            assert remote.reset_infos == local.reset_infos
         finally:
             remote.close()
             local.close()

@@ -159,6 +159,10 @@ class RemoteVecEnv(VecEnv):
         Everything comes from the batch's columns (the pool's numpy path): observations,
         rewards and flags as arrays, ``infos`` from the metadata column; no typed
         observation is built per session, except the final one of an ended episode.
+        ``infos`` are what SB3's ``DummyVecEnv`` gives: every step's has
+        ``TimeLimit.truncated``; an ended episode's is its final step's info plus
+        ``terminal_observation`` (so ``is_success`` and the like reach callbacks), and the
+        new episode's reset info goes to ``reset_infos``.
         """
         batch = self.pool.step(self._actions)
         terminated, truncated = batch.terminated, batch.truncated
@@ -166,10 +170,14 @@ class RemoteVecEnv(VecEnv):
         for k, raw in enumerate(batch.infos):
             final = raw.get("final_obs")
             if final is None:
-                infos.append(info_copy(raw))
-                continue
-            info = info_copy({key: v for key, v in raw.items() if key not in _FINAL_KEYS})
-            info["terminal_observation"] = self.spaces.observation.to_gym(final)
+                info = info_copy(raw)
+            else:
+                # The pool's same-step info is the reset's, with the ended step's beside it.
+                self.reset_infos[k] = info_copy(
+                    {key: v for key, v in raw.items() if key not in _FINAL_KEYS}
+                )
+                info = info_copy(raw.get("final_info") or {})
+                info["terminal_observation"] = self.spaces.observation.to_gym(final)
             info["TimeLimit.truncated"] = bool(truncated[k] and not terminated[k])
             infos.append(info)
         dones = terminated | truncated
