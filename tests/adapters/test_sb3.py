@@ -141,3 +141,69 @@ def test_ppo_trains_on_eight_batched_sessions(cartpole_url: str) -> None:
         assert model.num_timesteps == 8 * 32 * 2
     finally:
         envs.close()
+
+
+def _same_steps(first: Any, second: Any, action_space: Any, steps: int) -> int:
+    """Step two seeded VecEnvs with the same actions; assert the same returns, ``infos``
+    included (terminal observations, ``TimeLimit.truncated``); count ends."""
+    first.seed(3)
+    second.seed(3)
+    a, b = first.reset(), second.reset()
+    np.testing.assert_array_equal(a, b)
+    assert a.dtype == b.dtype
+    action_space.seed(0)
+    ended = 0
+    for _ in range(steps):
+        actions = np.array([action_space.sample() for _ in range(first.num_envs)])
+        (a_obs, a_rew, a_done, a_info), (b_obs, b_rew, b_done, b_info) = (
+            first.step(actions),
+            second.step(actions),
+        )
+        np.testing.assert_array_equal(a_obs, b_obs)
+        assert a_obs.dtype == b_obs.dtype and a_obs.flags.writeable and b_obs.flags.writeable
+        np.testing.assert_array_equal(a_rew, b_rew)
+        assert a_rew.dtype == b_rew.dtype
+        np.testing.assert_array_equal(a_done, b_done)
+        for x, y in zip(a_info, b_info, strict=True):
+            assert x.keys() == y.keys()
+            for key in x:
+                np.testing.assert_array_equal(x[key], y[key])
+        ended += int(a_done.sum())
+    return ended
+
+
+def test_remote_vec_env_columns_give_what_the_per_session_conversion_gives(
+    cartpole_url: str,
+) -> None:
+    from corral.adapters.sb3 import RemoteVecEnv
+
+    columns = RemoteVecEnv.from_url(cartpole_url, 4)
+    per_session = RemoteVecEnv.from_url(cartpole_url, 4)
+    per_session._obs_column = None  # the general path: one conversion per observation
+    per_session._action_field = None
+    try:
+        assert columns._obs_column is not None and columns._action_field == "action"
+        assert _same_steps(columns, per_session, columns.action_space, 80) > 0
+    finally:
+        columns.close()
+        per_session.close()
+
+
+def test_remote_vec_env_matches_dummy_vec_env_on_integer_observations() -> None:
+    import gymnasium
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from corral.adapters.sb3 import RemoteVecEnv
+
+    # FrozenLake: Discrete observations (an integer column) and slippery, seeded moves.
+    with running(GymEnvironment.for_id("FrozenLake-v1")) as server:
+        remote = RemoteVecEnv.from_url(server.url, 3)
+        local = DummyVecEnv([lambda: gymnasium.make("FrozenLake-v1") for _ in range(3)])
+        try:
+            assert remote._obs_column is not None
+            assert remote.observation_space == local.observation_space
+            assert _same_steps(remote, local, local.action_space, 60) > 0
+            assert remote.reset_infos == local.reset_infos
+        finally:
+            remote.close()
+            local.close()

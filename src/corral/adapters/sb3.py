@@ -38,8 +38,13 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from gymnasium.vector.utils import concatenate, create_empty_array
 
-from corral.adapters.gymnasium.remote import ContractSpaces, info_of
-from corral.adapters.gymnasium.spaces import DEFAULT_MAX_TEXT_LENGTH
+from corral.adapters.gymnasium.remote import ContractSpaces, info_copy, info_of
+from corral.adapters.gymnasium.spaces import (
+    DEFAULT_MAX_TEXT_LENGTH,
+    ArrayBinding,
+    Binding,
+    DiscreteBinding,
+)
 from corral.client.pool import AutoresetMode, EnvPool, PoolBatch, SyncEnvPool
 from corral.contract.schema import model_schemas
 
@@ -91,6 +96,20 @@ class RemoteVecEnv(VecEnv):
         )
         self._actions: list[dict[str, Any]] = []
         self._closed = False
+        name = self.spaces.observation.single
+        field = None if name is None else self.spaces.observation.fields[name]
+        # The observation field whose stacked column is the observation batch (with the
+        # batch's shape and dtype), when the space is one array or integer field (a
+        # served Gymnasium environment's).
+        self._obs_column: tuple[str, tuple[int, ...], Any] | None = None
+        if name is not None and field is not None and _columnar(field):
+            shape = (self.num_envs, *(field.space.shape or ()))
+            self._obs_column = (name, shape, field.space.dtype)
+        name = self.spaces.action.single
+        field = None if name is None else self.spaces.action.fields[name]
+        # The action field when actions are plain integers (a Discrete space).
+        plain = isinstance(field, DiscreteBinding) and field.values is None
+        self._action_field = name if plain else None
 
     @classmethod
     def from_env(
@@ -126,23 +145,42 @@ class RemoteVecEnv(VecEnv):
 
     def step_async(self, actions: np.ndarray[Any, Any]) -> None:
         """Remember the actions (a batch of action-space samples) for :meth:`step_wait`."""
+        name = self._action_field
+        if name is not None:
+            # Discrete samples are ints: one list conversion instead of a binding call each.
+            self._actions = [{name: int(a)} for a in np.asarray(actions).reshape(-1).tolist()]
+            if len(self._actions) == self.num_envs:
+                return
         self._actions = [self.spaces.action_of(actions[i]) for i in range(self.num_envs)]
 
     def step_wait(self) -> VecEnvStepReturn:
-        """Step every session in one batch; ended episodes restart in the same step."""
+        """Step every session in one batch; ended episodes restart in the same step.
+
+        Everything comes from the batch's columns (the pool's numpy path): observations,
+        rewards and flags as arrays, ``infos`` from the metadata column; no typed
+        observation is built per session, except the final one of an ended episode.
+        ``infos`` are what SB3's ``DummyVecEnv`` gives: every step's has
+        ``TimeLimit.truncated``; an ended episode's is its final step's info plus
+        ``terminal_observation`` (so ``is_success`` and the like reach callbacks), and the
+        new episode's reset info goes to ``reset_infos``.
+        """
         batch = self.pool.step(self._actions)
-        results = batch.results()
+        terminated, truncated = batch.terminated, batch.truncated
         infos: list[dict[str, Any]] = []
-        for result in results:
-            info = info_of(result)
-            final = result.info.get("final_obs")
-            if final is not None:
-                info.pop("final_obs", None)
-                info.pop("final_info", None)
+        for k, raw in enumerate(batch.infos):
+            final = raw.get("final_obs")
+            if final is None:
+                info = info_copy(raw)
+            else:
+                # The pool's same-step info is the reset's, with the ended step's beside it.
+                self.reset_infos[k] = info_copy(
+                    {key: v for key, v in raw.items() if key not in _FINAL_KEYS}
+                )
+                info = info_copy(raw.get("final_info") or {})
                 info["terminal_observation"] = self.spaces.observation.to_gym(final)
-                info["TimeLimit.truncated"] = bool(result.truncated and not result.terminated)
+            info["TimeLimit.truncated"] = bool(truncated[k] and not terminated[k])
             infos.append(info)
-        dones = batch.terminated | batch.truncated
+        dones = terminated | truncated
         return self._stack(batch), batch.rewards.astype(np.float32), dones, infos
 
     def close(self) -> None:
@@ -186,9 +224,37 @@ class RemoteVecEnv(VecEnv):
     # -- internals ------------------------------------------------------------------
 
     def _stack(self, batch: PoolBatch[Any]) -> Any:
+        stacked = self._stack_column(batch)
+        if stacked is not None:
+            return stacked
         samples = [self.spaces.observation.to_gym(obs) for obs in batch.observations]
         self._observations = concatenate(self.observation_space, samples, self._observations)
         return deepcopy(self._observations)
+
+    def _stack_column(self, batch: PoolBatch[Any]) -> np.ndarray[Any, Any] | None:
+        """The observations straight from the batch's stacked column, as a fresh array of
+        the space's dtype and shape, when the space is one array or integer field and
+        the column stacked (else None: the per-session conversion handles the rest)."""
+        if self._obs_column is None or len(batch) != self.num_envs:
+            return None
+        name, shape, dtype = self._obs_column
+        column = batch.obs.get(name)
+        if not isinstance(column, np.ndarray) or column.size != self._observations.size:
+            return None
+        # np.stack made it, so it is this call's own array (writable, not shared).
+        return np.asarray(column, dtype=dtype).reshape(shape)
+
+
+_FINAL_KEYS = ("final_obs", "final_info")
+"""The pool's SAME_STEP entries an ended episode's ``info`` trades for SB3's
+``terminal_observation`` (its other entries are the reset's info, as they always were)."""
+
+
+def _columnar(binding: Binding | None) -> bool:
+    """A field whose batch column is the gym batch as it is: an array, or a plain int."""
+    if isinstance(binding, DiscreteBinding):
+        return binding.values is None
+    return isinstance(binding, ArrayBinding)
 
 
 __all__ = ["RemoteVecEnv"]

@@ -135,6 +135,12 @@ class TypedModels(Generic[ActT, ObsT, StateT]):
     ) -> list[Any]:
         """The wire objects of ``actions``, validated first (nothing is sent if one fails)."""
         dump = codec.dump
+        if self.action_type is not None and all(type(a) is dict for a in actions):
+            # Plain dicts (what the Gymnasium and SB3 adapters send): one validation call
+            # for the batch, as for observations; a bad one is named below, by index.
+            with contextlib.suppress(ValidationError):
+                models = _list_adapter(self.action_type).validate_python(actions)
+                return [dump(model) for model in models]
         return [dump(self.action(action, k)) for k, action in enumerate(actions)]
 
     # -- in: observations and states -----------------------------------------------

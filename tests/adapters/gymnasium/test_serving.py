@@ -152,3 +152,22 @@ def test_corral_serve_gym_target_in_a_subprocess() -> None:
             assert client.state().seed == 1
     finally:
         server.stop_now()
+
+
+def test_state_counts_the_episode_and_discrete_actions_keep_their_bounds() -> None:
+    env_class = GymEnvironment.for_id("CartPole-v1")
+    env = env_class()
+    assert env.state() == GymState(env_id="CartPole-v1")
+    env.reset(seed=4)
+    first = env.state()
+    rewards = [env.step(env_class.action_type(action=k % 2)).reward for k in range(3)]
+    state = env.state()
+    assert (state.seed, state.step_count, state.episode_return) == (4, 3, sum(rewards))
+    assert state.episode_id == first.episode_id and not (state.terminated or state.truncated)
+    assert env.state() is not state  # a fresh model every time: callers may keep it
+    env.reset()
+    assert env.state().step_count == 0 and env.state().episode_id != first.episode_id
+    with pytest.raises(ValueError, match="less than or equal to 1"):
+        env_class.action_type(action=2)
+    with pytest.raises(ValueError, match="greater than or equal to 0"):
+        env_class.action_type(action=-1)

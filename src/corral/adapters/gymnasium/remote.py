@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,7 +109,14 @@ class ContractSpaces:
 def info_of(result: StepResult[Any]) -> dict[str, Any]:
     """A step result's ``info``: its metadata with arrays and numpy scalars restored
     (see :mod:`corral.adapters.gymnasium.info`), as a fresh copy."""
-    info: dict[str, Any] = copy.deepcopy(array_value(dict(result.info), scalars=True))
+    return info_copy(result.info)
+
+
+def info_copy(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`info_of` for an ``info`` mapping (a pool batch's ``infos[i]``)."""
+    if not metadata:  # most steps' info: nothing to restore or copy
+        return {}
+    info: dict[str, Any] = copy.deepcopy(array_value(dict(metadata), scalars=True))
     return info
 
 
