@@ -47,7 +47,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # A test needing one of these machine-wide resources runs on the worker that holds all
 # of them: the Docker engine's images and containers (session fixtures build and remove
-# fixed tags such as corral-test-echo:latest), the local Ray cluster, and Chromium
+# fixed tags such as corral-demo_env:0.1.0), the local Ray cluster, and Chromium
 # (one browser per session is enough, and it is the heaviest process of the suite).
 _RESOURCE_GROUPS = {
     "docker": ("docker_client", "base_image", "echo_image", "scaffold_image"),
