@@ -10,7 +10,12 @@ CONSTRAINTS := constraints.txt
 # No -q: pip shows each distribution as it is collected and installed.
 PIP_INSTALL := $(BIN)/python -m pip install --progress-bar on -c $(CONSTRAINTS)
 
-.PHONY: demo test test-long lint typecheck pytest lock clean
+# pytest-xdist workers: most of the suite waits on sockets and child processes, so more
+# workers than cores pay; tests/conftest.py keeps what must share a worker together.
+WORKERS ?= 4
+PYTEST := $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadgroup
+
+.PHONY: demo test test-long lint typecheck pytest coverage lock clean
 
 $(BIN)/python:
 	@command -v $(PY) >/dev/null 2>&1 || { echo "need $(PY) on PATH (or run make PY=python3)"; exit 1; }
@@ -38,17 +43,25 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 pytest: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 
 test: lint typecheck pytest
 
 # The fault-injection and fuzz suites at full size; figures go to fault-report.json.
 test-long: $(STAMP)
-	$(BIN)/python -m pytest -q tests/faults --long --fault-report fault-report.json
+	$(PYTEST) tests/faults --long --fault-report fault-report.json
+
+# The suite under coverage (pyproject.toml's [tool.coverage]): the workers and every Python
+# server they start write a data file each; the report combines them.
+coverage: $(STAMP)
+	rm -f .coverage .coverage.*
+	$(BIN)/python -m coverage run -m pytest -q -n $(WORKERS) --dist loadgroup
+	$(BIN)/python -m coverage combine -q
+	$(BIN)/python -m coverage report
 
 # Re-resolve pyproject.toml's test extra from the package index and rewrite the pins.
 lock: | $(BIN)/python
 	$(BIN)/python .ci/lock.py --extras test --output $(CONSTRAINTS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage .coverage.*

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
+import importlib.util
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import pytest
-
-pytest.importorskip("stable_baselines3", reason="needs the sb3 extra")
-
-import torch
-from stable_baselines3 import PPO
-from stable_baselines3.common.env_checker import check_env
 from tests.support.servers import running
+
+# SB3 (and torch, ~8 s of CPU) is imported by the tests that run, not at collection: every
+# pytest-xdist worker collects every module.
+if importlib.util.find_spec("stable_baselines3") is None:
+    pytest.skip("needs the sb3 extra", allow_module_level=True)
 
 from corral.adapters.gymnasium import GymEnvironment, RemoteEnv
 
@@ -43,6 +43,8 @@ def _mean_return(env: RemoteEnv, act: Callable[[Any], int]) -> float:
 
 
 def test_sb3_check_env_passes(cartpole: RemoteEnv) -> None:
+    from stable_baselines3.common.env_checker import check_env
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         check_env(cartpole)
@@ -51,6 +53,9 @@ def test_sb3_check_env_passes(cartpole: RemoteEnv) -> None:
 
 @pytest.mark.slow
 def test_ppo_learns_on_a_served_cartpole(cartpole: RemoteEnv) -> None:
+    import torch
+    from stable_baselines3 import PPO
+
     torch.set_num_threads(1)  # the suite shares two cores
     rng = np.random.default_rng(0)
     random_mean = _mean_return(cartpole, lambda _: int(rng.integers(2)))
@@ -132,6 +137,8 @@ def test_remote_vec_env_needs_same_step_resets(cartpole_url: str) -> None:
 
 
 def test_ppo_trains_on_eight_batched_sessions(cartpole_url: str) -> None:
+    from stable_baselines3 import PPO
+
     from corral.adapters.sb3 import RemoteVecEnv
 
     envs = RemoteVecEnv.from_url(cartpole_url, 8)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.support.docker_fixtures import untag
 from tests.support.fakehub import FakeHub, running_fake_hub
 from typer.testing import CliRunner
 
@@ -65,10 +65,7 @@ def test_build_offline_on_the_local_base_image(
         dockerfile = (echo_dir / ".corral" / "build" / "Dockerfile").read_text()
         assert f"FROM {base_image} AS install" in dockerfile and "--no-index" in dockerfile
     finally:
-        import docker.errors
-
-        with contextlib.suppress(docker.errors.ImageNotFound):
-            docker_client.images.remove(tag, force=True)
+        untag(docker_client, tag)
 
 
 def image_pins(env_dir: Path) -> int:

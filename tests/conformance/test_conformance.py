@@ -193,8 +193,10 @@ def differences(record: dict[str, Any]) -> tuple[int, list[str]]:
     return compared, diffs
 
 
-@pytest.fixture(scope="module", params=RELEASES)
+@pytest.fixture(params=RELEASES)
 def peer(request: pytest.FixtureRequest) -> Path:
+    # Per test, not per module: once built, ensure() only checks the cache (under a file
+    # lock), and a test that shares no fixture can run on any pytest-xdist worker.
     return ensure(request.param)
 
 

@@ -1,35 +1,23 @@
-"""Fault-injection and bad-input suites: scale option, shared servers, the figures report.
+"""Fault-injection and bad-input suites: scale option, shared servers.
 
 ``pytest tests/faults`` runs every scenario at its default size (about a minute on two
 cores); ``--long`` (an option of the whole suite, ``tests/conftest.py``) runs them
-bigger. Each scenario records what it did and what was lost in the ``figures`` fixture;
-the totals are printed at the end of the run and, with ``--fault-report PATH``, written
-there as JSON (docs/reliability.md quotes them).
+bigger. Each scenario records what it did and what was lost in the ``figures`` fixture
+(``tests/support/figures.py``, which prints them and writes ``--fault-report PATH``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from corral.client.local_server import LocalServer
 
 REPO = Path(__file__).resolve().parents[2]
-
-_FIGURES: dict[str, dict[str, Any]] = {}
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("corral faults")
-    group.addoption(
-        "--fault-report", default=None, help="write the suites' figures to this JSON file"
-    )
 
 
 @dataclass(frozen=True)
@@ -55,39 +43,6 @@ def scale(request: pytest.FixtureRequest) -> Scale:
     if request.config.getoption("--long"):
         return Scale(True, 100_000, 200, 200, 2_000, 2_000, 200)
     return Scale(False, 10_000, 50, 200, 1_000, 250, 30)
-
-
-class Figures:
-    """What one scenario did and lost, for the run's report."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.data = _FIGURES.setdefault(name, {})
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        self.data[key] = value
-
-    def add(self, key: str, value: int) -> None:
-        """Add ``value`` to a counter."""
-        self.data[key] = self.data.get(key, 0) + value
-
-
-@pytest.fixture
-def figures(request: pytest.FixtureRequest) -> Figures:
-    """The figures of the running test, keyed by its name."""
-    return Figures(request.node.name)
-
-
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    if not _FIGURES:
-        return
-    terminalreporter.section("corral fault and fuzz figures")
-    for name, data in sorted(_FIGURES.items()):
-        shown = ", ".join(f"{k}={v}" for k, v in data.items())
-        terminalreporter.write_line(f"{name}: {shown}")
-    path = config.getoption("--fault-report")
-    if path:
-        Path(path).write_text(json.dumps(_FIGURES, indent=2, sort_keys=True) + "\n")
 
 
 def local_server(target: str, *args: str, env: dict[str, str] | None = None) -> LocalServer:

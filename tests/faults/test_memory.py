@@ -17,7 +17,8 @@ from collections.abc import Iterator
 
 import msgpack
 import pytest
-from tests.faults.conftest import Figures, local_server, rss_bytes, started
+from tests.faults.conftest import local_server, rss_bytes, started
+from tests.support.figures import Figures
 from tests.support.rawws import RawSocket, compress
 from tests.support.servers import port_of
 

@@ -17,8 +17,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from tests.faults.conftest import Figures, local_server
+from tests.faults.conftest import local_server
 from tests.support.envs import CountAction, CounterEnv
+from tests.support.figures import Figures
 
 from corral.client import EnvPool
 from corral.client.local_server import LocalServer

@@ -6,7 +6,6 @@ need a Docker engine (and the package index, for the image's wheels).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.docker_fixtures import untag
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "build-your-own.md"
@@ -127,8 +127,6 @@ def checks(stdout: str) -> dict[str, dict[str, str]]:
 @pytest.mark.docker
 @pytest.mark.network
 def test_build_then_validate_the_image(walk: Walk, docker_client: Any, base_image: str) -> None:
-    import docker.errors
-
     try:
         done = run(walk.from_build, walk.env_dir, CORRAL_BASE_IMAGE=base_image)
         assert done.returncode == 0, done.stdout + done.stderr
@@ -147,5 +145,4 @@ def test_build_then_validate_the_image(walk: Walk, docker_client: Any, base_imag
         assert forced.returncode == 1
         assert "rebuild the image" in checks(forced.stdout)["docker.contract"]["detail"]
     finally:
-        with contextlib.suppress(docker.errors.ImageNotFound):
-            docker_client.images.remove("corral-demo_env:0.1.0", force=True)
+        untag(docker_client, "corral-demo_env:0.1.0")

@@ -45,6 +45,7 @@ from typing import Any
 
 import httpx
 import pytest
+from tests.support.docker_fixtures import untag
 from tests.support.peers import corral_server, openenv_server
 from tests.support.servers import running
 
@@ -179,14 +180,11 @@ def shared() -> Iterator[Servers]:
 @pytest.fixture(scope="module")
 def scaffold_image(scaffold: Path, docker_client: Any, base_image: str) -> Iterator[str]:
     """``corral build`` of the scaffold (the image its DockerProvider block starts)."""
-    import docker.errors
-
     from corral.providers.docker import build_image
 
     tag = build_image(scaffold / "demo_env", base_image=base_image).tag
     yield tag
-    with contextlib.suppress(docker.errors.ImageNotFound):
-        docker_client.images.remove(tag, force=True)
+    untag(docker_client, tag)
 
 
 @pytest.mark.parametrize("snippet", _params())

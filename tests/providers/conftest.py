@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.docker_fixtures import base_image, docker_client
+from tests.support.docker_fixtures import base_image, docker_client, untag
 
 from corral.providers.docker import BuiltImage, build_image
 
@@ -28,11 +29,12 @@ def echo_env_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def echo_image(docker_client: Any, base_image: str, echo_env_dir: Path) -> Iterator[BuiltImage]:
-    """The echo env's image, built once for the Docker tests."""
+    """The echo env's image, built once for the Docker tests (a tag of this session's own:
+    test sessions may share the engine)."""
     lines: list[str] = []
     built = build_image(
         echo_env_dir,
-        "corral-test-echo:latest",
+        f"corral-test-echo:{uuid.uuid4().hex[:12]}",
         base_image=base_image,
         offline=True,
         progress=lines.append,
@@ -41,4 +43,4 @@ def echo_image(docker_client: Any, base_image: str, echo_env_dir: Path) -> Itera
     print(f"\nbuilt {built.tag} in {built.seconds:.1f} s")
     assert any(line.startswith("Step ") for line in lines), lines[-20:]
     yield built
-    docker_client.images.remove(built.image_id, force=True)
+    untag(docker_client, built.tag)

@@ -8,6 +8,7 @@ Import them into a ``conftest.py`` to use them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -49,3 +50,17 @@ def base_image(docker_client: Any) -> str:
     except docker.errors.ImageNotFound:
         _unavailable(f"base image {BASE_IMAGE} is missing; run .ci/docker-setup.sh")
     return BASE_IMAGE
+
+
+def untag(client: Any, tag: str) -> None:
+    """Remove the image ``tag`` names, as little as that takes.
+
+    By tag, never by image id: another test session on the same engine (an engineer's
+    beside CI's) that built the same Dockerfile holds the same id under its own tag. And
+    without pruning the untagged parents: they are the build cache that such a session's
+    build may be reading at that moment (pruned, it fails with "No such image").
+    """
+    import docker.errors
+
+    with contextlib.suppress(docker.errors.ImageNotFound):
+        client.images.remove(tag, force=True, noprune=True)
