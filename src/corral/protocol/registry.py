@@ -171,7 +171,7 @@ class SessionRegistry(Generic[S]):
         session = self.sessions.get(session_id)
         if session is None or session.owner is not owner:
             raise self.missing(session_id, "on this connection; open or attach it first")
-        session.last_active = time.monotonic() if now is None else now  # touch(now), inline
+        session.touch(now)
         return session
 
     def missing(self, session_id: str, where: str) -> SessionLost | UnknownSession:

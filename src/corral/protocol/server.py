@@ -211,7 +211,6 @@ def admit_batch(
     rtype, rid, items = request.type, request.id, request.items
     batch: RunBatch[S] = RunBatch(request, [None] * len(items))
     calls, results, joins = batch.calls, batch.results, batch.joins
-    steps = kind == "step"
     # One clock read marks every item's session active (the batch is one moment).
     now = time.monotonic()
     get = registry.get
@@ -227,8 +226,7 @@ def admit_batch(
                     details={"running": rid},
                 )
             seen.add(session.id)
-            # request_key() of a step item, without its type tests
-            key = (rtype, item.action) if steps else request_key(rtype, item)  # type: ignore[union-attr]
+            key = request_key(rtype, item)
             outcome: Op | Remembered | None = session.admit(kind, rid, key)
             if isinstance(outcome, Op):
                 calls.append(BatchCall(index, item, session, outcome))

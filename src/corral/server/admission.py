@@ -60,6 +60,11 @@ Payload = Reset | Step | GetState | ResetItem | StepItem
 
 _STEPS = (Step, StepItem)
 _RESETS = (Reset, ResetItem)
+_NO_OPTIONS: dict[str, Any] = {}
+"""The keywords of every step call: shared, never written (the runner's ``**`` copies it)."""
+
+RunnerCall = tuple[str, tuple[Any, ...], Any]
+"""``(method, args, kwargs)`` of one environment call."""
 
 
 RESERVED_OPTIONS = frozenset({"seed", "timeout"})
@@ -130,7 +135,7 @@ class Admission:
         self.debug = False
         """Send environment tracebacks to clients (``ServerConfig.debug``)."""
 
-    def call(self, peer: Peer, op: Op, payload: Payload) -> tuple[str, tuple[Any, ...], Any]:
+    def call(self, peer: Peer, op: Op, payload: Payload) -> RunnerCall:
         """The runner call ``(method, args, kwargs)`` for ``op`` on ``payload``.
 
         Raises:
@@ -139,7 +144,7 @@ class Admission:
         """
         if op is Op.STEP:
             assert isinstance(payload, _STEPS)
-            return "step", (self.action(peer, payload.action),), {}
+            return "step", (self.action(peer, payload.action),), _NO_OPTIONS
         if op is Op.STATE:
             return "state", (), {}
         # A reset, or a step that auto-resets an ended episode (no seed, no options).
@@ -185,6 +190,25 @@ class Admission:
                 f"invalid {model.__name__}: {type(exc).__name__}: {exc}",
                 details={"errors": [{"type": "unreadable", "loc": [], "msg": str(exc)}]},
             ) from None
+
+    def calls(self, peer: Peer, work: list[tuple[Op, Payload]]) -> list[RunnerCall | CorralError]:
+        """:meth:`call` of each of a batch's admitted items: the runner call, or the error
+        of that item; the steps' actions are loaded together (:meth:`actions`)."""
+        raws = [payload.action for op, payload in work if op is Op.STEP]  # type: ignore[union-attr]
+        actions = iter(self.actions(peer, raws))
+        out: list[RunnerCall | CorralError] = []
+        for op, payload in work:
+            if op is Op.STEP:
+                action = next(actions)
+                out.append(
+                    action if isinstance(action, CorralError) else ("step", (action,), _NO_OPTIONS)
+                )
+                continue
+            try:
+                out.append(self.call(peer, op, payload))
+            except CorralError as exc:
+                out.append(exc)
+        return out
 
     def actions(self, peer: Peer, raws: list[Any]) -> list[BaseModel | CorralError]:
         """:meth:`action` of each of a batch's wire actions: the loaded model, or the

@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from corral.errors import CorralError, InternalError, SessionBusy, SessionLost, StepTimeout
 from corral.protocol import batch as b
@@ -36,9 +35,6 @@ from corral.server.runner import EnvCall, run_calls, run_inline
 from corral.server.sessions import Session, SessionManager
 
 log = logging.getLogger("corral.server")
-
-_NO_OPTIONS: dict[str, Any] = {}
-"""The keywords of every step call: shared, never written (``**`` copies it)."""
 
 
 @dataclass(slots=True, eq=False, kw_only=True)
@@ -146,29 +142,17 @@ class BatchHandler:
 
     def _calls(self, peer: Peer, batch: RunBatch[Session]) -> list[_ItemCall]:
         calls: list[_ItemCall] = []
-        admission = self.admission
         results = batch.results
         request_id = batch.request.id
         admitted = batch.calls
-        # The actions of the batch's steps are loaded together (one validator call).
-        steps = [a for a in admitted if a.op is Op.STEP]
-        actions = iter(admission.actions(peer, [a.item.action for a in steps]))  # type: ignore[union-attr]
-        for item in admitted:
+        work = self.admission.calls(peer, [(a.op, a.item) for a in admitted])
+        for item, call in zip(admitted, work, strict=True):
             session, op = item.session, item.op
-            if op is Op.STEP:
-                action = next(actions)
-                if isinstance(action, CorralError):
-                    session.end(request_id)
-                    results[item.index] = self._error(session.id, action)
-                    continue
-                method, args, kwargs = "step", (action,), _NO_OPTIONS
-            else:
-                try:
-                    method, args, kwargs = admission.call(peer, op, item.item)
-                except CorralError as exc:
-                    session.end(request_id)
-                    results[item.index] = self._error(session.id, exc)
-                    continue
+            if isinstance(call, CorralError):
+                session.end(request_id)
+                results[item.index] = self._error(session.id, call)
+                continue
+            method, args, kwargs = call
             calls.append(
                 _ItemCall(
                     session.runner, method, args, kwargs, index=item.index, session=session, op=op
@@ -242,9 +226,7 @@ class BatchHandler:
                 session.machine.abort()
                 item = self._error(session.id, self.admission.failure(call.error, call.op, session))
             results[call.index] = item
-            # What remember() does, without its look-up: the call just finished or
-            # aborted (nothing runs), so the request's key is the one admitted last.
-            session.cache.put(request_id, item, session.running_key)
+            session.remember(request_id, item)
         stats = self.manager.stats
         for op, times in seconds.items():
             stats.observe_many(op, times)

@@ -278,12 +278,8 @@ class EnvRunner:
                 return future.result()
         elif self.inline(method):
             started = time.perf_counter()
-            try:  # _guarded() spelt out: no partial and no frame of its own per step
-                return fn(*args, **kwargs)
-            except Exception:
-                raise
-            except BaseException as exc:
-                raise _escaped(method, exc) from None
+            try:
+                return _guarded(method, fn, *args, **kwargs)  # no partial per step
             finally:
                 self.observe(method, time.perf_counter() - started)
         else:
@@ -354,10 +350,11 @@ def _timed(runner: EnvRunner, method: str, fn: Callable[[], T]) -> T:
         runner.observe(method, time.perf_counter() - started)
 
 
-def _guarded(method: str, fn: Callable[[], T]) -> T:
-    """Run ``fn`` (in a worker thread); a non-``Exception`` it raises becomes ``EnvError``."""
+def _guarded(method: str, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """Run ``fn(*args, **kwargs)`` (in a worker thread, or inline on the loop); a
+    non-``Exception`` it raises becomes ``EnvError``."""
     try:
-        return fn()
+        return fn(*args, **kwargs)
     except Exception:
         raise
     except BaseException as exc:
@@ -510,15 +507,8 @@ def run_inline(calls: Sequence[C]) -> list[C]:
     for call in calls:
         runner, method = call.runner, call.method
         # Only an in-process runner measures inline; a sync method measured fast (the
-        # average is only kept for sync methods, and is never under a 0 bound). This is
-        # EnvRunner.inline() and .observe() spelt out: two method calls an item less.
-        if type(runner) is not EnvRunner:
-            rest.append(call)
-            continue
-        averages = runner.ewma
-        average = averages.get(method)
-        bound = runner.inline_s
-        if average is None or average >= bound:
+        # average is only kept for sync methods, and is never under a 0 bound).
+        if type(runner) is not EnvRunner or not runner.inline(method):
             rest.append(call)
             continue
         try:
@@ -529,9 +519,9 @@ def run_inline(calls: Sequence[C]) -> list[C]:
             call.error = _escaped(method, exc)
         ended = clock()
         seconds = call.seconds = ended - started
-        if seconds >= bound:
+        if seconds >= runner.inline_s:
             seconds = preemption.cost(seconds)
-        averages[method] = average + _ALPHA * (seconds - average)
+        runner.observe(method, seconds)
         started = ended
     return rest
 
