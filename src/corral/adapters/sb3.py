@@ -44,6 +44,7 @@ from corral.adapters.gymnasium.spaces import (
     ArrayBinding,
     Binding,
     DiscreteBinding,
+    ModelBinding,
 )
 from corral.client.pool import AutoresetMode, EnvPool, PoolBatch, SyncEnvPool
 from corral.contract.schema import model_schemas
@@ -96,20 +97,18 @@ class RemoteVecEnv(VecEnv):
         )
         self._actions: list[dict[str, Any]] = []
         self._closed = False
-        name = self.spaces.observation.single
-        field = None if name is None else self.spaces.observation.fields[name]
         # The observation field whose stacked column is the observation batch (with the
-        # batch's shape and dtype), when the space is one array or integer field (a
+        # batch's shape and dtype), when the space is one array or plain integer field (a
         # served Gymnasium environment's).
         self._obs_column: tuple[str, tuple[int, ...], Any] | None = None
-        if name is not None and field is not None and _columnar(field):
+        obs = _single_field(self.spaces.observation)
+        if obs is not None and (_plain_int(obs[1]) or isinstance(obs[1], ArrayBinding)):
+            name, field = obs
             shape = (self.num_envs, *(field.space.shape or ()))
             self._obs_column = (name, shape, field.space.dtype)
-        name = self.spaces.action.single
-        field = None if name is None else self.spaces.action.fields[name]
         # The action field when actions are plain integers (a Discrete space).
-        plain = isinstance(field, DiscreteBinding) and field.values is None
-        self._action_field = name if plain else None
+        action = _single_field(self.spaces.action)
+        self._action_field = action[0] if action is not None and _plain_int(action[1]) else None
 
     @classmethod
     def from_env(
@@ -250,11 +249,16 @@ _FINAL_KEYS = ("final_obs", "final_info")
 ``terminal_observation`` (its other entries are the reset's info, as they always were)."""
 
 
-def _columnar(binding: Binding | None) -> bool:
-    """A field whose batch column is the gym batch as it is: an array, or a plain int."""
-    if isinstance(binding, DiscreteBinding):
-        return binding.values is None
-    return isinstance(binding, ArrayBinding)
+def _single_field(model: ModelBinding) -> tuple[str, Binding] | None:
+    """The name and binding of a model's one field (None when it has several)."""
+    name = model.single
+    return None if name is None else (name, model.fields[name])
+
+
+def _plain_int(binding: Binding) -> bool:
+    """A Discrete field of plain integers (no value table): its batch column and its
+    actions are the gym samples as they are."""
+    return isinstance(binding, DiscreteBinding) and binding.values is None
 
 
 __all__ = ["RemoteVecEnv"]

@@ -16,16 +16,15 @@ states are validated into their models, and one that does not match the contract
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from corral.contract import Action, Environment, Observation, State
 from corral.contract.schema import compact_schema, fingerprint, model_schemas
 from corral.errors import BadObservation, InvalidAction, validation_message
-from corral.protocol.codecs import Codec
+from corral.protocol.codecs import Codec, list_adapter
 from corral.protocol.messages import ContractRef
 
 ActT = TypeVar("ActT", bound=Action)
@@ -139,7 +138,7 @@ class TypedModels(Generic[ActT, ObsT, StateT]):
             # Plain dicts (what the Gymnasium and SB3 adapters send): one validation call
             # for the batch, as for observations; a bad one is named below, by index.
             with contextlib.suppress(ValidationError):
-                models = _list_adapter(self.action_type).validate_python(actions)
+                models = list_adapter(self.action_type).validate_python(actions)
                 return [dump(model) for model in models]
         return [dump(self.action(action, k)) for k, action in enumerate(actions)]
 
@@ -165,12 +164,11 @@ class TypedModels(Generic[ActT, ObsT, StateT]):
         return obs
 
     def observations(self, raws: list[Any], codec: Codec) -> list[ObsT]:
-        """Many observations: in one validation call on the binary codec, else one by one."""
-        if raws and codec.binary and self.observation_type is not None:
+        """Many observations: in one validation call on the binary codec
+        (:meth:`Codec.load_many`), else one by one."""
+        if raws and self.observation_type is not None:
             with contextlib.suppress(ValidationError):  # a bad one is named below
-                observations: list[ObsT] = _list_adapter(self.observation_type).validate_python(
-                    raws
-                )
+                observations: list[ObsT] = codec.load_many(self.observation_type, raws)
                 return observations
         return [self.observation(raw, codec) for raw in raws]
 
@@ -200,9 +198,3 @@ class TypedFace(Generic[ActT, ObsT, StateT]):
     def state_type(self) -> type[StateT] | None:
         """The State model (None until known)."""
         return self.typed.state_type
-
-
-@functools.cache
-def _list_adapter(model: type[BaseModel]) -> TypeAdapter[list[Any]]:
-    """Validates a list of ``model`` in one call (several times faster than one by one)."""
-    return TypeAdapter(list[model])  # type: ignore[valid-type]

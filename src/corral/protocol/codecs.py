@@ -110,8 +110,9 @@ def _plain_default(value: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=64)
-def _list_of(model_type: type[BaseModel]) -> TypeAdapter[list[Any]]:
-    """A validator and serializer of ``list[model_type]`` (a server has a few models)."""
+def list_adapter(model_type: type[BaseModel]) -> TypeAdapter[list[Any]]:
+    """A validator and serializer of ``list[model_type]``: one call for a batch's models,
+    several times faster than one by one (a process has a few models: bounded cache)."""
     return TypeAdapter(list[model_type])  # type: ignore[valid-type]
 
 
@@ -177,13 +178,13 @@ class MsgpackCodec:
         without its per-call overhead (~0.6 µs an item). Only for models exactly of
         ``model_type``: a subclass would be dumped by its parent's fields.
         """
-        dumped: list[Any] = _list_of(model_type).dump_python(models, mode="python")
+        dumped: list[Any] = list_adapter(model_type).dump_python(models, mode="python")
         return dumped
 
     def load_many(self, model_type: type[M], objs: list[Any]) -> list[M]:
         """Validate a batch's decoded objects in one validator call (~0.4 µs an item
         less than :meth:`load` of each); raises pydantic's ValidationError."""
-        models: list[M] = _list_of(model_type).validate_python(objs)
+        models: list[M] = list_adapter(model_type).validate_python(objs)
         return models
 
 
