@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,6 @@ import pytest
 from xdist.scheduler import LoadScopeScheduling
 
 _INPUT_KEY = "corral_groups_dir"
-GroupOf = Callable[[pytest.Item], "str | None"]
 
 
 def _controller_dir(config: pytest.Config) -> Path | None:
