@@ -647,6 +647,24 @@ def _ppo_fps(env: Any, steps: int) -> float:
     return steps / (time.perf_counter() - started)
 
 
+def _vec_step_us(env: Any, steps: int) -> float:
+    """µs per ``env.step`` of a VecEnv with fixed random actions: its stepping alone,
+    no policy and no training (auto-resets included, as a rollout has them)."""
+    import numpy as np
+
+    env.action_space.seed(0)
+    actions = [
+        np.array([env.action_space.sample() for _ in range(env.num_envs)]) for _ in range(64)
+    ]
+    env.reset()
+    for k in range(32):
+        env.step(actions[k % 64])
+    started = time.perf_counter()
+    for k in range(steps):
+        env.step(actions[k % 64])
+    return (time.perf_counter() - started) / steps * 1e6
+
+
 def _ppo_compare(steps: int, repeats: int, log: Log) -> dict[str, dict[str, float]]:
     import gymnasium
     from stable_baselines3.common.vec_env import DummyVecEnv
@@ -655,19 +673,28 @@ def _ppo_compare(steps: int, repeats: int, log: Log) -> dict[str, dict[str, floa
 
     local = DummyVecEnv([lambda: gymnasium.make("CartPole-v1") for _ in range(8)])
     remote = RemoteVecEnv.from_env("gym:CartPole-v1", 8)
-    fps: dict[str, list[float]] = {"local DummyVecEnv": [], "corral RemoteVecEnv": []}
+    envs = {"local DummyVecEnv": local, "corral RemoteVecEnv": remote}
+    fps: dict[str, list[float]] = {name: [] for name in envs}
+    step_us: dict[str, list[float]] = {name: [] for name in envs}
+    vec_steps = max(64, steps // 8)
     try:
         for repeat in range(repeats):  # the contenders take turns, as everywhere here
-            fps["local DummyVecEnv"].append(_ppo_fps(local, steps))
-            fps["corral RemoteVecEnv"].append(_ppo_fps(remote, steps))
+            for name, env in envs.items():
+                fps[name].append(_ppo_fps(env, steps))
+                step_us[name].append(_vec_step_us(env, vec_steps))
             log(
                 f"  repeat {repeat + 1}/{repeats}: local {fps['local DummyVecEnv'][-1]:.0f}, "
-                f"remote {fps['corral RemoteVecEnv'][-1]:.0f} env-steps/s"
+                f"remote {fps['corral RemoteVecEnv'][-1]:.0f} env-steps/s; a vec step alone: "
+                f"local {step_us['local DummyVecEnv'][-1]:.0f} µs, "
+                f"remote {step_us['corral RemoteVecEnv'][-1]:.0f} µs"
             )
     finally:
         remote.close()
         local.close()
-    return {name: {"fps": statistics.median(v)} for name, v in fps.items()}
+    return {
+        name: {"fps": statistics.median(fps[name]), "step_us": statistics.median(step_us[name])}
+        for name in envs
+    }
 
 
 async def ppo(s: Settings, log: Log) -> dict[str, dict[str, float]]:

@@ -356,17 +356,36 @@ def startup_section(
 
 def ppo_section(report: Report, result: dict[str, dict[str, float]], steps: int) -> dict[str, Any]:
     local = result["local DummyVecEnv"]["fps"]
-    rows = [[name, _f(r["fps"]), _ratio(r["fps"], local)] for name, r in result.items()]
+    rows = [
+        [name, _f(r["fps"]), _ratio(r["fps"], local), _f(r.get("step_us"))]
+        for name, r in result.items()
+    ]
+    notes = [
+        "SB3 PPO (MlpPolicy, 4 epochs, batch 256, torch on 1 thread) on a local "
+        "DummyVecEnv of 8 CartPole-v1, and on 8 sessions of one local `corral serve "
+        "gym:CartPole-v1` through `corral.adapters.sb3.RemoteVecEnv` (an EnvPool: one "
+        "batch message per step). Training time is included, as a user sees it. "
+        "Last column: one `step` of the VecEnv alone (fixed random actions, no policy).",
+    ]
+    local_step = result["local DummyVecEnv"].get("step_us")
+    remote_step = result["corral RemoteVecEnv"].get("step_us")
+    if local_step is not None and remote_step is not None:
+        # Everything but the stepping (policy, rollout buffer, training) is the same
+        # work on both sides; what a vec step may cost for 0.8x follows from it.
+        per_vec_step = 8e6 / local
+        rest = per_vec_step - local_step
+        notes.append(
+            f"Per vec step locally: {_f(per_vec_step)} µs, of which stepping {_f(local_step)} "
+            f"µs and the rest (policy, buffer, training) {_f(rest)} µs. For 0.8x a remote "
+            f"vec step may cost at most {_f(per_vec_step / 0.8 - rest)} µs; it costs "
+            f"{_f(remote_step)} µs (predicted ratio "
+            f"{_f(per_vec_step / (rest + remote_step), 2)}x)."
+        )
     report.add(
         f"6. PPO on 8 CartPole environments ({steps:,} env-steps per run)",
-        ["contender", "env-steps/s", "vs local"],
+        ["contender", "env-steps/s", "vs local", "vec step alone µs"],
         rows,
-        [
-            "SB3 PPO (MlpPolicy, 4 epochs, batch 256, torch on 1 thread) on a local "
-            "DummyVecEnv of 8 CartPole-v1, and on 8 sessions of one local `corral serve "
-            "gym:CartPole-v1` through `corral.adapters.sb3.RemoteVecEnv` (an EnvPool: one "
-            "batch message per step). Training time is included, as a user sees it.",
-        ],
+        notes,
     )
     return {"remote_over_local": result["corral RemoteVecEnv"]["fps"] / local}
 
