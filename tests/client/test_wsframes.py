@@ -154,6 +154,21 @@ def test_a_message_over_the_limit_is_refused_from_its_header():
     ]
 
 
+@pytest.mark.parametrize("size", [2, 125, 126, 300, 65535])
+def test_one_whole_binary_frame_per_read(size):
+    reader = FrameReader(1000)
+    wire = frame(0x2, b"m" * size)
+    if size <= 1000:
+        assert reader.feed(wire) == [b"m" * size]
+        assert reader.feed(wire) == [b"m" * size] and reader.failure is None
+    else:
+        assert reader.feed(wire) == [] and reader.failure is not None
+        assert reader.failure.code == 1009
+    reader = FrameReader(1000)
+    assert reader.feed(frame(0x2, b"a", fin=False)) == []  # a fragment pending: the loop
+    assert reader.feed(frame(0x0, b"b")) == [b"ab"]
+
+
 @pytest.mark.parametrize("code", [1000, 1001, 1003, 1007, 1011, 1014, 3000, 4999])
 def test_close_codes_an_endpoint_may_send(code):
     assert FrameReader(10).feed(close(code, "why")) == [Close(code, "why")]

@@ -286,10 +286,21 @@ class FrameReader:
 
     def feed(self, data: bytes) -> list[Event]:
         """The events ``data`` completes, in order (see :attr:`failure` after)."""
+        buffer = self._buffer
+        if not buffer and self._parts is None and len(data) > 3 and data[0] == 0x82:
+            # The common read: one whole binary frame, nothing pending (no loop, one slice).
+            second = data[1]
+            if second < 126:
+                start, length = 2, second
+            elif second == 126:
+                start, length = 4, data[2] << 8 | data[3]
+            else:
+                start = length = 0
+            if start and len(data) == start + length and length <= self.max_size and not self.done:
+                return [data[start:]]
         events: list[Event] = []
         if self.done:
             return events
-        buffer = self._buffer
         view: bytes | bytearray
         if buffer:
             buffer += data
