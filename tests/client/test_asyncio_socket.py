@@ -4,6 +4,9 @@ refusals, close codes, what the client writes) and against a real corral server.
 from __future__ import annotations
 
 import asyncio
+import shutil
+import ssl
+import subprocess
 
 import orjson
 import pytest
@@ -344,6 +347,43 @@ async def test_a_server_that_never_answers_times_out():
 async def test_an_unreachable_server_is_connection_lost():
     with pytest.raises(ConnectionLost, match="cannot connect"):
         await asyncio_dialer("ws://127.0.0.1:9/ws", SUBPROTOCOL, {}, 2.0, 1024)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+async def test_wss_verifies_the_server_and_carries_frames(tmp_path, monkeypatch):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1"),
+            *("-addext", "subjectAltName=IP:127.0.0.1"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+
+    async def echo(peer: Peer) -> None:
+        await peer.accept()
+        got = await peer.read_frame()
+        assert got.masked
+        await peer.send(frame(0x2, got.payload[::-1]))
+        assert (await peer.read_frame()).opcode == 0x8
+        await peer.send(close(1000))
+
+    async with serving(echo, tls) as url:
+        assert url.startswith("wss://")
+        with pytest.raises(ConnectionLost, match="CERTIFICATE_VERIFY_FAILED"):
+            await dial(url)  # a certificate nobody vouches for
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the default context trusts it
+        socket = await dial(url)
+        arrived = asyncio.ensure_future(collect(socket, 1))
+        socket.write(b"secret")
+        assert await arrived == [b"terces"]
+        await asyncio.wait_for(socket.close(), 10)
+        assert socket.close_code == 1000
 
 
 # -- against a real corral server ---------------------------------------------------

@@ -13,6 +13,7 @@ import asyncio
 import base64
 import contextlib
 import hashlib
+import ssl
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -109,9 +110,11 @@ def close(code: int, reason: str = "") -> bytes:
 
 
 @contextlib.asynccontextmanager
-async def serving(handler: Callable[[Peer], Awaitable[None]]) -> AsyncIterator[str]:
-    """Serve ``handler`` on 127.0.0.1; yield the ``ws://`` URL. A failing handler's error
-    is raised when the block ends."""
+async def serving(
+    handler: Callable[[Peer], Awaitable[None]], tls: ssl.SSLContext | None = None
+) -> AsyncIterator[str]:
+    """Serve ``handler`` on 127.0.0.1 (over TLS with ``tls``); yield the ``ws://`` (or
+    ``wss://``) URL. A failing handler's error is raised when the block ends."""
     failures: list[BaseException] = []
 
     async def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -126,10 +129,10 @@ async def serving(handler: Callable[[Peer], Awaitable[None]]) -> AsyncIterator[s
         finally:
             writer.close()
 
-    server = await asyncio.start_server(connected, "127.0.0.1", 0)
+    server = await asyncio.start_server(connected, "127.0.0.1", 0, ssl=tls)
     port = server.sockets[0].getsockname()[1]
     try:
-        yield f"ws://127.0.0.1:{port}/ws"
+        yield f"{'wss' if tls else 'ws'}://127.0.0.1:{port}/ws"
     finally:
         server.close()
         with contextlib.suppress(Exception):
