@@ -11,7 +11,7 @@ import subprocess
 import orjson
 import pytest
 from tests.support.envs import CountAction, CounterEnv
-from tests.support.rawwsserver import Peer, close, frame, serving
+from tests.support.rawwsserver import RawPeer, close, frame, serving
 from tests.support.servers import running
 
 from corral.client import AsyncEnvClient
@@ -58,7 +58,7 @@ async def test_frames_are_masked_and_echoed_at_every_length_class():
     sizes = [0, 1, 125, 126, 65535, 65536, 1 << 20]
     seen: list[tuple[bool, bytes]] = []
 
-    async def echo(peer: Peer) -> None:
+    async def echo(peer: RawPeer) -> None:
         await peer.accept()
         for _ in sizes:
             got = await peer.read_frame()
@@ -83,7 +83,7 @@ async def test_frames_are_masked_and_echoed_at_every_length_class():
 
 
 async def test_the_upgrade_carries_the_subprotocol_and_the_extra_headers():
-    async def check(peer: Peer) -> None:
+    async def check(peer: RawPeer) -> None:
         assert peer.request_line == "GET /ws?token=q HTTP/1.1"
         assert peer.headers["sec-websocket-protocol"] == SUBPROTOCOL
         assert peer.headers["x-corral-resume"] == "s1,s2"
@@ -106,7 +106,7 @@ async def test_the_upgrade_carries_the_subprotocol_and_the_extra_headers():
 
 
 async def test_server_pings_are_answered_between_fragments():
-    async def script(peer: Peer) -> None:
+    async def script(peer: RawPeer) -> None:
         await peer.accept()
         await peer.send(
             frame(0x2, b"ab", fin=False) + frame(0x9, b"are you there") + frame(0x0, b"cd")
@@ -127,7 +127,7 @@ async def test_server_pings_are_answered_between_fragments():
 async def test_pings_resolve_on_their_pong_and_unsolicited_pongs_are_ignored():
     ponged = asyncio.Event()
 
-    async def script(peer: Peer) -> None:
+    async def script(peer: RawPeer) -> None:
         await peer.accept()
         first = await peer.read_frame()
         second = await peer.read_frame()
@@ -165,7 +165,7 @@ async def test_pings_resolve_on_their_pong_and_unsolicited_pongs_are_ignored():
     ],
 )
 async def test_a_protocol_violation_closes_with_its_code(wire, code, words):
-    async def script(peer: Peer) -> None:
+    async def script(peer: RawPeer) -> None:
         await peer.accept()
         await peer.send(frame(0x2, b"before") + wire)
         answer = await peer.read_frame()
@@ -183,7 +183,7 @@ async def test_a_protocol_violation_closes_with_its_code(wire, code, words):
 
 
 async def test_a_fragmented_message_over_the_limit_closes_1009():
-    async def script(peer: Peer) -> None:
+    async def script(peer: RawPeer) -> None:
         await peer.accept()
         await peer.send(frame(0x2, b"x" * 600, fin=False) + frame(0x0, b"y" * 600))
         answer = await peer.read_frame()
@@ -198,7 +198,7 @@ async def test_a_fragmented_message_over_the_limit_closes_1009():
 
 
 async def test_a_close_from_the_server_is_echoed_and_the_server_closes_tcp():
-    async def script(peer: Peer) -> None:
+    async def script(peer: RawPeer) -> None:
         await peer.accept()
         await peer.send(close(4001, "go away"))
         echo = await peer.read_frame()
@@ -215,7 +215,7 @@ async def test_a_close_from_the_server_is_echoed_and_the_server_closes_tcp():
 
 
 async def test_close_sends_1000_and_returns_once_the_server_closed():
-    async def script(peer: Peer) -> None:
+    async def script(peer: RawPeer) -> None:
         await peer.accept()
         ours = await peer.read_frame()
         assert ours.masked and ours.payload == (1000).to_bytes(2, "big")
@@ -231,7 +231,7 @@ async def test_close_sends_1000_and_returns_once_the_server_closed():
 
 
 async def test_a_dropped_connection_is_reported_once_as_1006():
-    async def script(peer: Peer) -> None:
+    async def script(peer: RawPeer) -> None:
         await peer.accept()
         await peer.send(frame(0x2, b"last words"))
 
@@ -248,7 +248,7 @@ async def test_a_dropped_connection_is_reported_once_as_1006():
 async def test_send_waits_while_the_server_does_not_read():
     reading = asyncio.Event()
 
-    async def script(peer: Peer) -> None:
+    async def script(peer: RawPeer) -> None:
         await peer.accept()
         await reading.wait()
         while await peer.reader.read(1 << 20):
@@ -291,7 +291,7 @@ REFUSALS = [
 
 @pytest.mark.parametrize(("answer", "error"), REFUSALS)
 async def test_a_refused_upgrade_is_its_typed_error(answer, error):
-    async def refuse(peer: Peer) -> None:
+    async def refuse(peer: RawPeer) -> None:
         await peer.send(answer)
         if b"Connection: close" not in answer:
             await peer.at_eof()  # keep the connection: the body's length ends it
@@ -314,7 +314,7 @@ async def test_a_refused_upgrade_is_its_typed_error(answer, error):
     ],
 )
 async def test_an_answer_that_does_not_upgrade_is_connection_lost(accept, words):
-    async def script(peer: Peer) -> None:
+    async def script(peer: RawPeer) -> None:
         await peer.accept(**accept)
         await peer.at_eof()
 
@@ -324,7 +324,7 @@ async def test_an_answer_that_does_not_upgrade_is_connection_lost(accept, words)
 
 
 async def test_a_server_without_the_subprotocol_is_unsupported():
-    async def script(peer: Peer) -> None:
+    async def script(peer: RawPeer) -> None:
         await peer.accept(subprotocol=None)
         assert (await peer.read_frame()).opcode == 0x8
         await peer.send(close(1000))
@@ -336,7 +336,7 @@ async def test_a_server_without_the_subprotocol_is_unsupported():
 
 
 async def test_a_server_that_never_answers_times_out():
-    async def silent(peer: Peer) -> None:
+    async def silent(peer: RawPeer) -> None:
         await peer.at_eof()
 
     async with serving(silent) as url:
@@ -365,7 +365,7 @@ async def test_wss_verifies_the_server_and_carries_frames(tmp_path, monkeypatch)
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(cert, key)
 
-    async def echo(peer: Peer) -> None:
+    async def echo(peer: RawPeer) -> None:
         await peer.accept()
         got = await peer.read_frame()
         assert got.masked

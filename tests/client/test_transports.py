@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from tests.support.envs import CountAction, CounterEnv
@@ -14,7 +15,7 @@ from tests.support.faultproxy import FaultProxy
 from tests.support.servers import port_of, running
 from websockets.asyncio.server import ServerConnection, serve
 
-from corral.client import AsyncEnvClient, EnvPool
+from corral.client import AsyncEnvClient, EnvPool, SyncEnvClient
 from corral.client.asyncio_socket import AsyncioSocket, asyncio_dialer
 from corral.client.connection import (
     Connection,
@@ -282,26 +283,30 @@ def test_the_blocking_twin_rides_the_asyncio_transport_from_two_threads(counter)
     assert socket.close_code == 1000
 
 
-def test_the_blocking_twin_called_from_several_threads(counter):
-    with AsyncEnvClient(counter.url, env=CounterEnv).sync() as twin:
-        twin.reset(limit=1000)
-        errors: list[BaseException] = []
+def test_blocking_twins_called_from_several_threads(counter):
+    """Twins stepping at once from three threads: the loop, and each socket on it, is run
+    by whichever caller takes it (the others hand their calls over)."""
+    twins = [AsyncEnvClient(counter.url, env=CounterEnv).sync() for _ in range(3)]
+    errors: list[BaseException] = []
 
-        def steps() -> None:
-            try:
-                for _ in range(20):
-                    twin.step(CountAction(amount=1))
-            except BaseException as exc:
-                errors.append(exc)
+    def steps(twin: SyncEnvClient[CountAction, Any, Any]) -> None:
+        try:
+            twin.reset(limit=1000)
+            for _ in range(20):
+                twin.step(CountAction(amount=1))
+        except BaseException as exc:
+            errors.append(exc)
 
-        threads = [threading.Thread(target=steps) for _ in range(3)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(120)
-        assert errors == []
-        assert twin.state().total == 60
+    threads = [threading.Thread(target=steps, args=(twin,)) for twin in twins]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert errors == []
+    for twin in twins:
+        assert twin.state().total == 20
         assert isinstance(twin._async.connection._ws, AsyncioSocket)
+        twin.close()
 
 
 def test_the_blocking_twin_refuses_picows_and_takes_websockets_when_asked(counter):

@@ -11,12 +11,12 @@ import pytest
 from tests.support.rawwsserver import close, frame
 
 from corral.client.wsframes import (
-    Close,
+    CloseFrame,
     FrameError,
     FrameReader,
     Masker,
-    Ping,
-    Pong,
+    PingFrame,
+    PongFrame,
     accept_for,
     check_upgrade,
     close_payload,
@@ -98,13 +98,13 @@ def test_messages_in_any_split_with_control_frames_between_fragments(step):
     events = feed_all(reader, wire, step)
     assert events == [
         b"whole",
-        Ping(b"ping-1"),
-        Pong(b"pong-1"),
+        PingFrame(b"ping-1"),
+        PongFrame(b"pong-1"),
         b"abcdef",
         "h\u00e9llo",
         b"x" * 300,
         b"y" * 70_000,
-        Close(1001, "bye"),
+        CloseFrame(1001, "bye"),
     ]
     assert reader.done and reader.failure is None
     assert reader.feed(frame(0x2, b"more")) == []
@@ -171,11 +171,11 @@ def test_one_whole_binary_frame_per_read(size):
 
 @pytest.mark.parametrize("code", [1000, 1001, 1003, 1007, 1011, 1014, 3000, 4999])
 def test_close_codes_an_endpoint_may_send(code):
-    assert FrameReader(10).feed(close(code, "why")) == [Close(code, "why")]
+    assert FrameReader(10).feed(close(code, "why")) == [CloseFrame(code, "why")]
 
 
 def test_an_empty_close_is_no_status():
-    assert FrameReader(10).feed(frame(0x8)) == [Close(1005, "")]
+    assert FrameReader(10).feed(frame(0x8)) == [CloseFrame(1005, "")]
     assert close_payload(1005) == b""
     assert close_payload(1000, "r" * 200) == b"\x03\xe8" + b"r" * 123
 

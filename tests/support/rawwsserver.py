@@ -33,7 +33,7 @@ class WireFrame:
     payload: bytes
 
 
-class Peer:
+class RawPeer:
     """The server's side of one connection."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -111,14 +111,14 @@ def close(code: int, reason: str = "") -> bytes:
 
 @contextlib.asynccontextmanager
 async def serving(
-    handler: Callable[[Peer], Awaitable[None]], tls: ssl.SSLContext | None = None
+    handler: Callable[[RawPeer], Awaitable[None]], tls: ssl.SSLContext | None = None
 ) -> AsyncIterator[str]:
     """Serve ``handler`` on 127.0.0.1 (over TLS with ``tls``); yield the ``ws://`` (or
     ``wss://``) URL. A failing handler's error is raised when the block ends."""
     failures: list[BaseException] = []
 
     async def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = Peer(reader, writer)
+        peer = RawPeer(reader, writer)
         try:
             await peer.read_request()
             await handler(peer)

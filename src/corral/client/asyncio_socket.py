@@ -49,13 +49,13 @@ from corral.client.wsframes import (
     PROTOCOL_ERROR,
     TEXT,
     TOO_BIG,
-    Close,
+    CloseFrame,
     FrameError,
     FrameReader,
     Head,
     Masker,
-    Ping,
-    Pong,
+    PingFrame,
+    PongFrame,
     check_upgrade,
     close_payload,
     dechunk,
@@ -214,10 +214,10 @@ class AsyncioSocket(asyncio.Protocol):
                     self._early.append(event)
                 else:
                     on_frame(event)
-            elif isinstance(event, Ping):
+            elif isinstance(event, PingFrame):
                 if not self._close_sent:
                     self._send(PONG, event.payload)
-            elif isinstance(event, Pong):
+            elif isinstance(event, PongFrame):
                 self._ponged(event.payload)
             else:
                 self._server_closed(event)
@@ -341,7 +341,7 @@ class AsyncioSocket(asyncio.Protocol):
         if self._closed_by_server:
             self._await_tcp_close()
 
-    def _server_closed(self, frame: Close) -> None:
+    def _server_closed(self, frame: CloseFrame) -> None:
         """The server's close frame: echo its code (unless this side closed first)."""
         self.close_code, self.close_reason = frame.code, frame.reason
         self._closed_by_server = True

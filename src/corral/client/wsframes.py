@@ -48,26 +48,26 @@ class FrameError(Exception):
         self.reason = reason
 
 
-class Ping(NamedTuple):
+class PingFrame(NamedTuple):
     """A ping from the server: answer it with a pong carrying ``payload``."""
 
     payload: bytes
 
 
-class Pong(NamedTuple):
+class PongFrame(NamedTuple):
     """A pong from the server, answering the ping that carried ``payload``."""
 
     payload: bytes
 
 
-class Close(NamedTuple):
+class CloseFrame(NamedTuple):
     """The server's close frame (``code`` 1005 when it carried none)."""
 
     code: int
     reason: str
 
 
-Event = bytes | str | Ping | Pong | Close
+Event = bytes | str | PingFrame | PongFrame | CloseFrame
 """What :meth:`FrameReader.feed` returns: whole messages (bytes, str) and control frames."""
 
 
@@ -344,7 +344,7 @@ class FrameReader:
                 event = self._event(first & 0x80, opcode, payload)
                 if event is not None:
                     events.append(event)
-                    if type(event) is Close:
+                    if type(event) is CloseFrame:
                         self.done = True
                         break
         except FrameError as exc:
@@ -381,9 +381,9 @@ class FrameReader:
             self._parts = None
             return _text(bytes(parts)) if self._text else bytes(parts)
         if opcode == PING:
-            return Ping(payload)
+            return PingFrame(payload)
         if opcode == PONG:
-            return Pong(payload)
+            return PongFrame(payload)
         if opcode == CLOSE:
             return _close(payload)
         raise FrameError(PROTOCOL_ERROR, f"unknown opcode {opcode:#x}")
@@ -396,15 +396,15 @@ def _text(payload: bytes) -> str:
         raise FrameError(INVALID_DATA, "a text message that is not UTF-8") from None
 
 
-def _close(payload: bytes) -> Close:
+def _close(payload: bytes) -> CloseFrame:
     if not payload:
-        return Close(NO_STATUS, "")
+        return CloseFrame(NO_STATUS, "")
     if len(payload) == 1:
         raise FrameError(PROTOCOL_ERROR, "a close frame with a 1-byte payload")
     code = int.from_bytes(payload[:2], "big")
     if not _sendable(code):
         raise FrameError(PROTOCOL_ERROR, f"close code {code} may not be sent")
-    return Close(code, _text(payload[2:]))
+    return CloseFrame(code, _text(payload[2:]))
 
 
 __all__ = [
@@ -421,14 +421,14 @@ __all__ = [
     "PROTOCOL_ERROR",
     "TEXT",
     "TOO_BIG",
-    "Close",
+    "CloseFrame",
     "Event",
     "FrameError",
     "FrameReader",
     "Head",
     "Masker",
-    "Ping",
-    "Pong",
+    "PingFrame",
+    "PongFrame",
     "accept_for",
     "check_upgrade",
     "close_payload",
