@@ -327,6 +327,10 @@ async def lockstep(s: Settings, log: Log) -> dict[str, dict[str, float]]:
                 "corral msgpack, websockets client",
                 lambda: corral_driver(echo.url, EchoEnv, "msgpack", action, "websockets"),
             ),
+            (
+                "corral msgpack, asyncio client",
+                lambda: corral_driver(echo.url, EchoEnv, "msgpack", action, "asyncio"),
+            ),
             ("websockets floor", lambda: floor_driver(floor.url)),
             ("picows floor", lambda: picows_floor_driver(pfloor.url)),
         ]

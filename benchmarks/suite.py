@@ -143,6 +143,7 @@ def lockstep_section(report: Report, result: dict[str, dict[str, float]]) -> dic
     pfloor = result.get("picows floor")
     vs_picows = corral["p50_us"] / pfloor["p50_us"] if pfloor else None
     ws_client = result.get("corral msgpack, websockets client")
+    aio_client = result.get("corral msgpack, asyncio client")
     vs_openenv = corral["steps_s"] / openenv["steps_s"] if openenv else None
     twin = result.get("corral msgpack, sync twin")
     sync_vs_async = twin.get("vs_async_interleaved") if twin else None
@@ -151,10 +152,13 @@ def lockstep_section(report: Report, result: dict[str, dict[str, float]]) -> dic
         f"/ picows floor p50 = {_f(vs_picows, 2)}x (stretch ≤ 2x); "
         f"corral msgpack steps/s / openenv-core steps/s = {_f(vs_openenv, 2)}x.",
         "`corral msgpack` is what `pip install corral` gives: the native client transport "
-        "(picows, replies dispatched from the frame callback); `websockets client` is the "
-        "fallback transport on the same server, p50 "
-        f"{_ratio(ws_client['p50_us'] if ws_client else None, corral['p50_us'])} the native "
-        "one's. The floors are raw echo servers and clients of each library, no framework.",
+        "(picows, replies dispatched from the frame callback); `asyncio client` is corral's "
+        "own transport on asyncio's Protocol API (also callback-style; what the sync twin "
+        "rides), p50 "
+        f"{_ratio(aio_client['p50_us'] if aio_client else None, corral['p50_us'])} the native "
+        "one's; `websockets client` is the websockets library on the same server, p50 "
+        f"{_ratio(ws_client['p50_us'] if ws_client else None, corral['p50_us'])}. "
+        "The floors are raw echo servers and clients of each library, no framework.",
         f"sync twin p50 / async client p50 = {_f(sync_vs_async, 2)}x (target ≤ 1.2x), the two "
         "stepping in turns step by step (the blocks of the table above see different "
         "moments of the machine): the blocking twin (`.sync()`) called from a plain thread, "

@@ -53,6 +53,7 @@ def test_smoke_run_writes_every_table(tmp_path):
         "corral JSON",
         "corral msgpack, async env",
         "corral msgpack, websockets client",
+        "corral msgpack, asyncio client",
         "websockets floor",
         "picows floor",
     )

@@ -1,10 +1,13 @@
-"""Both client transports against real servers on 127.0.0.1: the native one (picows,
-frames dispatched by callback) keeps every guarantee of the websockets one."""
+"""The client transports against real servers on 127.0.0.1: the native one (picows) and
+the asyncio one (any thread), both dispatching frames by callback, keep every guarantee
+of the websockets one."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from tests.support.envs import CountAction, CounterEnv
@@ -12,8 +15,15 @@ from tests.support.faultproxy import FaultProxy
 from tests.support.servers import port_of, running
 from websockets.asyncio.server import ServerConnection, serve
 
-from corral.client import AsyncEnvClient, EnvPool
-from corral.client.connection import Connection, default_dialer, picows_available, ws_url
+from corral.client import AsyncEnvClient, EnvPool, SyncEnvClient
+from corral.client.asyncio_socket import AsyncioSocket, asyncio_dialer
+from corral.client.connection import (
+    Connection,
+    default_dialer,
+    picows_available,
+    websocket_dialer,
+    ws_url,
+)
 from corral.client.picows_socket import PicowsSocket, picows_dialer
 from corral.errors import (
     CapacityReached,
@@ -24,7 +34,9 @@ from corral.errors import (
 )
 from corral.protocol.client import ReconnectPolicy
 
-TRANSPORTS = ["picows", "websockets"]
+TRANSPORTS = ["picows", "asyncio", "websockets"]
+DIALERS = [picows_dialer, asyncio_dialer]
+"""The callback-style dialers (``listen``), tested frame by frame below."""
 FAST = ReconnectPolicy(initial_delay_s=0.01, max_delay_s=0.05, give_up_after_s=5.0)
 SUBPROTOCOL = "corral.v1.msgpack"
 
@@ -32,7 +44,14 @@ SUBPROTOCOL = "corral.v1.msgpack"
 def test_auto_picks_the_native_transport_when_installed():
     assert picows_available()
     assert default_dialer() is picows_dialer
-    assert default_dialer("websockets") is not picows_dialer
+    assert default_dialer("websockets") is websocket_dialer
+    assert default_dialer("asyncio") is asyncio_dialer
+    # A loop that moves between threads (a blocking twin's): the asyncio transport.
+    assert default_dialer(one_thread=False) is asyncio_dialer
+    assert default_dialer("asyncio", one_thread=False) is asyncio_dialer
+    assert default_dialer("websockets", one_thread=False) is websocket_dialer
+    with pytest.raises(ValueError, match="blocking twin"):
+        default_dialer("picows", one_thread=False)
     with pytest.raises(ValueError, match="unknown transport"):
         default_dialer("carrier-pigeon")
     with pytest.raises(ValueError, match="unknown transport"):
@@ -52,7 +71,7 @@ async def test_steps_and_replies_matched_by_id(counter, transport):
     connection = client.connection
     assert isinstance(connection, Connection)
     # The native transport has no reader task: replies arrive by callback.
-    assert (connection._reader is None) == (transport == "picows")
+    assert (connection._reader is None) == (transport != "websockets")
     for k in range(1, 6):
         assert (await client.step(CountAction(amount=1))).observation.total == k
     others = [AsyncEnvClient(counter.url, env=CounterEnv, transport=transport) for _ in range(3)]
@@ -95,9 +114,10 @@ async def test_capacity_and_auth_refusals_are_typed(transport):
         await ok.close()
 
 
-async def test_an_unreachable_server_is_connection_lost():
+@pytest.mark.parametrize("dialer", DIALERS)
+async def test_an_unreachable_server_is_connection_lost(dialer):
     with pytest.raises(ConnectionLost, match="cannot connect"):
-        await picows_dialer("ws://127.0.0.1:9/ws", SUBPROTOCOL, {}, 2.0, 1024)
+        await dialer("ws://127.0.0.1:9/ws", SUBPROTOCOL, {}, 2.0, 1024)
 
 
 @pytest.fixture
@@ -124,17 +144,20 @@ async def plain_ws() -> AsyncIterator[dict[str, object]]:
         yield script
 
 
-async def _listen(socket: PicowsSocket) -> tuple[list[object], asyncio.Future[str]]:
+async def _listen(
+    socket: PicowsSocket | AsyncioSocket,
+) -> tuple[list[object], asyncio.Future[str]]:
     frames: list[object] = []
     closed: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     socket.listen(frames.append, lambda why: closed.done() or closed.set_result(why))
     return frames, closed
 
 
-async def test_fragmented_messages_are_reassembled(plain_ws):
+@pytest.mark.parametrize("dialer", DIALERS)
+async def test_fragmented_messages_are_reassembled(dialer, plain_ws):
     plain_ws["send"] = [[b"ab", b"cd", b"ef"], ["te", "xt"], b"whole"]
     plain_ws["close"] = (1001, "bye")
-    socket = await picows_dialer(str(plain_ws["url"]), SUBPROTOCOL, {}, 5.0, 1024)
+    socket = await dialer(str(plain_ws["url"]), SUBPROTOCOL, {}, 5.0, 1024)
     assert socket.subprotocol == SUBPROTOCOL
     frames, closed = await _listen(socket)
     reason = await asyncio.wait_for(closed, 10)
@@ -142,28 +165,31 @@ async def test_fragmented_messages_are_reassembled(plain_ws):
     assert socket.close_code == 1001 and "1001 bye" in reason
 
 
-async def test_a_message_over_the_limit_closes_the_socket(plain_ws):
+@pytest.mark.parametrize("dialer", DIALERS)
+async def test_a_message_over_the_limit_closes_the_socket(dialer, plain_ws):
     plain_ws["send"] = [[b"x" * 600, b"y" * 600]]
-    socket = await picows_dialer(str(plain_ws["url"]), SUBPROTOCOL, {}, 5.0, 1000)
+    socket = await dialer(str(plain_ws["url"]), SUBPROTOCOL, {}, 5.0, 1000)
     frames, closed = await _listen(socket)
     assert "exceeded 1000 bytes" in await asyncio.wait_for(closed, 10)
     assert frames == []
-    plain_ws["send"] = [b"z" * 2000]  # one frame over the limit: refused by picows itself
-    socket = await picows_dialer(str(plain_ws["url"]), SUBPROTOCOL, {}, 5.0, 1000)
+    plain_ws["send"] = [b"z" * 2000]  # one frame over the limit: refused from its header
+    socket = await dialer(str(plain_ws["url"]), SUBPROTOCOL, {}, 5.0, 1000)
     frames, closed = await _listen(socket)
     assert "exceeded 1000 bytes" in await asyncio.wait_for(closed, 10)
     assert frames == []
     assert socket.close_code == 1009
 
 
-async def test_a_server_without_the_subprotocol_is_unsupported(plain_ws):
+@pytest.mark.parametrize("dialer", DIALERS)
+async def test_a_server_without_the_subprotocol_is_unsupported(dialer, plain_ws):
     plain_ws["subprotocols"] = []
     with pytest.raises(UnsupportedProtocol):
-        await picows_dialer(str(plain_ws["url"]), SUBPROTOCOL, {}, 5.0, 1024)
+        await dialer(str(plain_ws["url"]), SUBPROTOCOL, {}, 5.0, 1024)
 
 
-async def test_ping_resolves_on_pong_and_fails_once_closed(plain_ws):
-    socket = await picows_dialer(str(plain_ws["url"]), SUBPROTOCOL, {}, 5.0, 1024)
+@pytest.mark.parametrize("dialer", DIALERS)
+async def test_ping_resolves_on_pong_and_fails_once_closed(dialer, plain_ws):
+    socket = await dialer(str(plain_ws["url"]), SUBPROTOCOL, {}, 5.0, 1024)
     await _listen(socket)
     await asyncio.wait_for(await socket.ping(), 10)
     await socket.close()
@@ -219,14 +245,76 @@ async def test_a_reply_over_the_client_frame_limit_is_an_error_reply(counter, tr
     await client.close()
 
 
-def test_the_blocking_twin_takes_websockets_where_its_loop_changes_threads(counter):
-    with AsyncEnvClient(counter.url, env=CounterEnv).sync() as twin:
-        twin.reset(limit=100)
-        steps = [twin.step(CountAction(amount=1)) for _ in range(3)]
-        assert steps[-1].observation.total == 3
-        socket = twin._async.connection._ws
-        assert socket is not None and not isinstance(socket, PicowsSocket)
+def test_the_blocking_twin_rides_the_asyncio_transport_from_two_threads(counter):
+    """The twin's loop runs in the caller's thread during a call and in the keeper's
+    between calls: one socket serves both, keepalive pings included."""
+    twin = AsyncEnvClient(counter.url, env=CounterEnv, ping_interval=0.05).sync()
+    twin.reset(limit=1000)
+    connection = twin._async.connection
+    assert isinstance(connection, Connection)
+    socket = connection._ws
+    assert isinstance(socket, AsyncioSocket)
+    writers: set[str] = set()
+    pinged_by_keeper = threading.Event()
+    write, ping = connection._write_now, socket.ping
+    assert write is not None  # callback-style: requests go out through socket.write
+
+    def traced_write(message: bytes | str) -> None:
+        writers.add(threading.current_thread().name)
+        write(message)
+
+    async def traced_ping() -> object:
+        if threading.current_thread().name == "corral-sync-loop":
+            pinged_by_keeper.set()
+        return await ping()
+
+    connection._write_now = traced_write
+    socket.ping = traced_ping  # type: ignore[method-assign]
+    assert twin.step(CountAction(amount=1)).observation.total == 1
+    # Idle: the keeper takes the loop back (after blocking.GRACE_S) and pings from there.
+    assert pinged_by_keeper.wait(60)
+    pinged_by_keeper.clear()
+    assert pinged_by_keeper.wait(60)  # and again: the previous pong came back
+    results = [twin.step(CountAction(amount=1)) for _ in range(3)]
+    assert results[-1].observation.total == 4
+    assert threading.current_thread().name in writers  # the caller ran the loop
+    assert connection._ws is socket and connection.reconnects == 0
+    twin.close()
+    assert socket.close_code == 1000
+
+
+def test_blocking_twins_called_from_several_threads(counter):
+    """Twins stepping at once from three threads: the loop, and each socket on it, is run
+    by whichever caller takes it (the others hand their calls over)."""
+    twins = [AsyncEnvClient(counter.url, env=CounterEnv).sync() for _ in range(3)]
+    errors: list[BaseException] = []
+
+    def steps(twin: SyncEnvClient[CountAction, Any, Any]) -> None:
+        try:
+            twin.reset(limit=1000)
+            for _ in range(20):
+                twin.step(CountAction(amount=1))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=steps, args=(twin,)) for twin in twins]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert errors == []
+    for twin in twins:
+        assert twin.state().total == 20
+        assert isinstance(twin._async.connection._ws, AsyncioSocket)
+        twin.close()
+
+
+def test_the_blocking_twin_refuses_picows_and_takes_websockets_when_asked(counter):
     explicit = AsyncEnvClient(counter.url, env=CounterEnv, transport="picows").sync()
     with pytest.raises(ValueError, match="blocking twin"):
         explicit.reset()
     explicit.close()
+    with AsyncEnvClient(counter.url, env=CounterEnv, transport="websockets").sync() as twin:
+        assert twin.reset(limit=10).observation.total == 0
+        socket = twin._async.connection._ws
+        assert socket is not None and not isinstance(socket, (PicowsSocket, AsyncioSocket))

@@ -21,10 +21,11 @@ A keepalive ping every ``ping_interval`` seconds detects a server or network tha
 stopped answering (a half-open socket) within ``ping_interval + ping_timeout`` and
 treats it as a drop.
 
-The socket comes from a dialer: the native one (:mod:`corral.client.picows_socket`)
-calls back with each frame, which goes to the protocol object in that callback (no
-reader task); a ``websockets`` socket (or :mod:`corral.testing`'s in-process one) is read
-by a reader task. ``transport=`` chooses (see :func:`default_dialer`).
+The socket comes from a dialer: the native one (:mod:`corral.client.picows_socket`) and
+the asyncio one (:mod:`corral.client.asyncio_socket`, for a loop that moves between
+threads) call back with each frame, which goes to the protocol object in that callback
+(no reader task); a ``websockets`` socket (or :mod:`corral.testing`'s in-process one) is
+read by a reader task. ``transport=`` chooses (see :func:`default_dialer`).
 
 Over 600 lines because it is the whole I/O face of one connection (socket seam, request
 writing, the establish/resume sequence, reader, keepalive, shutdown) and nothing else:
@@ -47,6 +48,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketExce
 from corral import __version__
 from corral.auth import bearer_header, resolve_token
 from corral.blocking import moves_between_threads
+from corral.client.asyncio_socket import asyncio_dialer
 from corral.client.refusal import refusal
 from corral.errors import (
     ClientClosed,
@@ -141,7 +143,8 @@ class Socket(Protocol):
 
 
 class Listening(Protocol):
-    """A socket that calls back with each frame (no reader task): the native one."""
+    """A socket that calls back with each frame (no reader task): the picows and the
+    asyncio ones."""
 
     def listen(self, on_frame: Callable[[Frame], None], on_closed: Callable[[str], None]) -> None:
         """Hand every frame to ``on_frame``; call ``on_closed`` with why, once, at the end."""
@@ -152,8 +155,9 @@ class Listening(Protocol):
         ...
 
 
-TRANSPORTS = ("auto", "picows", "websockets")
-"""The client transports: ``auto`` is ``picows`` when it is importable, else ``websockets``."""
+TRANSPORTS = ("auto", "picows", "asyncio", "websockets")
+"""The client transports: ``auto`` is ``picows`` when it is importable and the loop stays
+on one thread, else ``asyncio``."""
 
 
 def picows_available() -> bool:
@@ -170,7 +174,8 @@ def default_dialer(transport: str = "auto", *, one_thread: bool = True) -> Diale
 
     ``one_thread=False`` says the connection's loop moves between threads (the loop of
     the blocking twins, :mod:`corral.blocking`): picows checks that its sockets are used
-    from the thread that opened them, so ``auto`` takes ``websockets`` there.
+    from the thread that opened them, so ``auto`` takes the asyncio transport there
+    (asyncio's transports belong to a loop, whichever thread runs it).
 
     Raises:
         ValueError: an unknown transport, ``picows`` asked for but not installed, or
@@ -181,12 +186,12 @@ def default_dialer(transport: str = "auto", *, one_thread: bool = True) -> Diale
     if transport == "picows" and not one_thread:
         raise ValueError(
             "transport='picows' cannot serve a blocking twin (.sync()): its loop moves "
-            "between threads and picows sockets stay on one; use 'auto' or 'websockets'"
+            "between threads and picows sockets stay on one; use 'auto' or 'asyncio'"
         )
-    if transport == "websockets" or (
-        transport == "auto" and not (one_thread and picows_available())
-    ):
+    if transport == "websockets":
         return websocket_dialer
+    if transport == "asyncio" or (transport == "auto" and not (one_thread and picows_available())):
+        return asyncio_dialer
     try:
         from corral.client.picows_socket import picows_dialer
     except ImportError as exc:
@@ -207,7 +212,7 @@ class Dialer(Protocol):
 async def websocket_dialer(
     url: str, subprotocol: str, headers: dict[str, str], timeout: float, max_size: int
 ) -> Socket:
-    """A WebSocket to ``url`` on the ``websockets`` library (the fallback dialer).
+    """A WebSocket to ``url`` on the ``websockets`` library (``transport="websockets"``).
 
     Raises:
         CapacityReached / TooManyConnections / Unauthorized: the server refused it.
@@ -262,7 +267,8 @@ class Connection:
             every waiting request with ``ConnectionLost`` when the socket drops.
         seed: seeds the backoff jitter (tests).
         transport: ``"auto"`` (default: the native ``picows`` transport when it is
-            installed, else ``websockets``), ``"picows"`` or ``"websockets"``.
+            installed and the loop stays on one thread, else ``asyncio``), ``"picows"``,
+            ``"asyncio"`` or ``"websockets"``.
         dialer: opens the socket (default: the ``transport``'s); the seam of
             :mod:`corral.testing`'s in-process transport.
     """

@@ -81,7 +81,8 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
         reconnect: a :class:`~corral.protocol.client.ReconnectPolicy`, True for the
             default (backoff up to 2 s, give up after 30 s), False to fail at the first drop.
         transport: the client transport, ``"auto"`` (``picows`` when installed, else
-            ``websockets``), ``"picows"`` or ``"websockets"``.
+            ``asyncio``; ``asyncio`` for a blocking twin), ``"picows"``, ``"asyncio"`` or
+            ``"websockets"``.
         dialer: opens the socket (default: the ``transport``'s); :mod:`corral.testing` passes an
             in-process one.
         max_frame_bytes: the largest reply frame taken (announced to the server, which

@@ -186,7 +186,8 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         token: bearer token for servers that require one (default: ``$CORRAL_TOKEN``, or
             the file named by ``$CORRAL_TOKEN_FILE``).
         transport: the client transport, ``"auto"`` (``picows`` when installed, else
-            ``websockets``), ``"picows"`` or ``"websockets"``.
+            ``asyncio``; ``asyncio`` for a blocking twin), ``"picows"``, ``"asyncio"`` or
+            ``"websockets"``.
         gc_control: keep Python's garbage collector out of each batch and freeze what
             start-up and full resets create (see "Garbage collection" above); False (or
             ``CORRAL_GC=default``) leaves the collector alone.
