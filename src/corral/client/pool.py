@@ -631,29 +631,31 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         same call: the resets the server ran with the steps (``sent``/``clock``: when
         they were sent), and a second round trip for those it did not (a server that
         does not know ``autoreset``)."""
-        fresh = self._served_resets(table, ended, sent, clock)
-        missing = [i for i in ended if i not in table.resets]
+        fresh = table.resets
         table.resets = {}
+        if fresh and self.recording is not None:
+            served = [i for i in ended if i in fresh]
+            self._record(_table_of(fresh, served), "reset", _no_seeds(served), sent, clock)
+        missing = [i for i in ended if i not in fresh]
         if missing:
             sent, clock = time.time(), time.perf_counter()
             done = await self._exchange(
                 ResetBatch.type, [(self.fleet.slots[i], (None, {})) for i in missing]
             )
             if self.recording is not None:
-                self._record(done, "reset", dict.fromkeys(missing, (None, {})), sent, clock)
-            fresh = done if fresh is None else ResultTable.concat([fresh, done], ended)
-        assert fresh is not None
+                self._record(done, "reset", _no_seeds(missing), sent, clock)
+            fresh = {**fresh, **done.errors}
+            for k, index in enumerate(done.ids):
+                fresh[index] = done.row(k)
         position = {sid: k for k, sid in enumerate(table.ids)}
-        fresh_at = {sid: k for k, sid in enumerate(fresh.ids)}
         for index in ended:
             k = position[index]
             final = table.row(k)
-            error = fresh.errors.get(index)
-            if error is not None:
+            row = fresh[index]
+            if isinstance(row, CorralError):
                 self.fleet.slots[index].needs_reset = True  # retried on its next step
-                table.errors[index] = error
+                table.errors[index] = row
                 continue
-            row = fresh.row(fresh_at[index])
             for name, values in table.fields.items():
                 values[k] = row.get(name, ABSENT)
                 table.sparse = table.sparse or name not in row
@@ -674,31 +676,6 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             table.ids = [table.ids[k] for k in keep]
             table.fields = {n: [v[k] for k in keep] for n, v in table.fields.items()}
         return table
-
-    def _served_resets(
-        self, table: ResultTable, ended: list[int], sent: float, clock: float
-    ) -> ResultTable | None:
-        """The same-step resets the server ran for ``ended`` sessions, as a table (None:
-        it ran none), recorded as resets."""
-        served = table.resets
-        if not served:
-            return None
-        ids = [i for i in ended if i in served]
-        ok: list[int] = []
-        rows: list[dict[str, Any]] = []
-        errors: dict[int, CorralError] = {}
-        for index in ids:
-            reset = served[index]
-            if isinstance(reset, CorralError):
-                errors[index] = reset
-            else:
-                ok.append(index)
-                rows.append(reset)
-        fresh = ResultTable.from_rows(ok, rows)
-        fresh.errors = errors
-        if self.recording is not None:
-            self._record(fresh, "reset", dict.fromkeys(ids, (None, {})), sent, clock)
-        return fresh
 
     async def _exchange(
         self, kind: str, items: list[tuple[Slot, Any]], order: list[int] | None = None
@@ -855,6 +832,28 @@ async def _all(awaitables: Sequence[Awaitable[T]]) -> list[T]:
     if len(awaitables) == 1:
         return [await awaitables[0]]
     return list(await asyncio.gather(*awaitables))
+
+
+def _table_of(resets: Mapping[int, dict[str, Any] | CorralError], ids: list[int]) -> ResultTable:
+    """The table of sessions ``ids``' new episodes (first observations or errors)."""
+    ok: list[int] = []
+    rows: list[dict[str, Any]] = []
+    errors: dict[int, CorralError] = {}
+    for index in ids:
+        reset = resets[index]
+        if isinstance(reset, CorralError):
+            errors[index] = reset
+        else:
+            ok.append(index)
+            rows.append(reset)
+    table = ResultTable.from_rows(ok, rows)
+    table.errors = errors
+    return table
+
+
+def _no_seeds(ids: list[int]) -> dict[int, Any]:
+    """The recorded inputs of auto-resets: no seed, no options."""
+    return dict.fromkeys(ids, (None, {}))
 
 
 def _reset_of(reset: BatchItemReply, request_id: int) -> dict[str, Any] | CorralError:
