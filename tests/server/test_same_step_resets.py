@@ -11,6 +11,7 @@ from tests.support.envs import CountAction, CounterEnv, CountObservation
 from tests.support.raw import RawPeer
 from tests.support.servers import running, wait_until
 
+from corral.client.local_server import LocalServer
 from corral.errors import ErrorCode
 
 
@@ -178,3 +179,21 @@ async def test_a_batch_resent_while_its_reset_runs_gets_the_whole_answer():
         assert [i for i, _ in first["resets"]] == [0]
         assert srv.manager.stats.resets == resets + 1
         await peer.close()
+
+
+async def test_same_step_resets_in_worker_processes():
+    server = LocalServer(
+        "tests.support.envs:CounterEnv", server_args=["--workers", "2"], startup_timeout=60
+    )
+    await server.start()
+    try:
+        peer = await RawPeer.open(server.url)
+        sids = await sessions(peer, 4, limit=1)
+        reply = await peer.request(step_batch([(s, {"amount": k % 2}) for k, s in enumerate(sids)]))
+        assert [o["done"] for o in observations(reply)] == [False, True, False, True]
+        assert [(i, r["total"]) for i, r in reply["resets"]] == [(1, 0), (3, 0)]
+        again = await peer.request(step_batch([(s, {"amount": 1}) for s in sids]))
+        assert [o["total"] for o in observations(again)] == [1, 1, 1, 1]  # limit 10 now
+        await peer.close()
+    finally:
+        server.stop_now()
