@@ -290,6 +290,23 @@ def test_a_reply_the_codec_cannot_carry_becomes_an_error_for_its_request():
         assert peer.frames == []  # logged: an error about an error would never end
 
 
+@pytest.mark.parametrize("codec", ["msgpack", "json"])
+def test_a_same_step_reset_the_codec_cannot_carry_becomes_its_error(codec):
+    peer = Peer(codec=codec)
+    bad = b.ItemResult("a", {"n": 1}, reset=b.ItemResult("a", {"big": 2**70}))
+    good = b.ItemResult("b", {"n": 2}, reset=b.ItemResult("b", {"n": 0}))
+    for columnar in (False, True):
+        peer.conn.send(b.BatchReply(6, [bad, good], columnar=columnar))
+        reply = peer.reply()
+        assert isinstance(reply, b.BatchReply)
+        first, second = reply.results
+        assert first == b.ItemResult("a", {"n": 1}, reset=first.reset)  # the step stays
+        assert isinstance(first.reset, b.ItemError)
+        assert first.reset.code == ErrorCode.BAD_OBSERVATION
+        assert second == good
+    assert bad.reset == b.ItemResult("a", {"big": 2**70})  # the remembered item is untouched
+
+
 def test_connection_gate():
     gate = ConnectionGate(2)
     assert gate.enter("a") is None and gate.enter("a") is None and gate.enter("b") is None
