@@ -203,6 +203,29 @@ def test_batches_are_admitted_item_by_item():
     assert too_big is None and error(peer.reply()) == ErrorCode.BATCH_TOO_LARGE
 
 
+def test_a_resent_batch_replays_the_reset_with_its_item() -> None:
+    peer = Peer()
+    peer.hello()
+    a = peer.open(2)
+    a.machine.begin("reset", 1)
+    a.machine.finish(Op.RESET)
+    message = b.StepBatch(10, (b.StepItem(a.id, {"n": 1}),), autoreset=True)
+    first = peer.send(message)
+    assert isinstance(first, RunBatch) and first.request.autoreset
+    assert [(c.session, c.op) for c in first.calls] == [(a, Op.STEP)]
+    # What the server does: the step ends the episode, the reset runs under the same id.
+    a.machine.finish(Op.STEP, done=True)
+    assert a.machine.begin("autoreset", 10) is Op.AUTO_RESET
+    resent = peer.send(message)
+    assert resent.joins == [(0, a)] and resent.calls == []  # still running: joins it
+    a.machine.finish(Op.AUTO_RESET)
+    item = b.ItemResult(a.id, {"done": True}, reset=b.ItemResult(a.id, {"done": False}))
+    a.remember(10, item)
+    again = peer.send(message)
+    assert again.calls == [] and again.results == [item]  # the reset is not run twice
+    assert a.machine.episodes == 2
+
+
 def test_request_ids_are_not_shared_by_single_and_batch_replies():
     peer = Peer()
     peer.hello()
@@ -265,6 +288,23 @@ def test_a_reply_the_codec_cannot_carry_becomes_an_error_for_its_request():
         assert error(peer.reply()) == ErrorCode.INTERNAL_ERROR
         peer.conn.send(m.ErrorReply(5, "X", "y", {"big": 2**70}))
         assert peer.frames == []  # logged: an error about an error would never end
+
+
+@pytest.mark.parametrize("codec", ["msgpack", "json"])
+def test_a_same_step_reset_the_codec_cannot_carry_becomes_its_error(codec):
+    peer = Peer(codec=codec)
+    bad = b.ItemResult("a", {"n": 1}, reset=b.ItemResult("a", {"big": 2**70}))
+    good = b.ItemResult("b", {"n": 2}, reset=b.ItemResult("b", {"n": 0}))
+    for columnar in (False, True):
+        peer.conn.send(b.BatchReply(6, [bad, good], columnar=columnar))
+        reply = peer.reply()
+        assert isinstance(reply, b.BatchReply)
+        first, second = reply.results
+        assert first == b.ItemResult("a", {"n": 1}, reset=first.reset)  # the step stays
+        assert isinstance(first.reset, b.ItemError)
+        assert first.reset.code == ErrorCode.BAD_OBSERVATION
+        assert second == good
+    assert bad.reset == b.ItemResult("a", {"big": 2**70})  # the remembered item is untouched
 
 
 def test_connection_gate():

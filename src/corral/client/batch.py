@@ -133,6 +133,10 @@ class ResultTable:
         extra: per-session extra ``info`` entries (``final_obs``/``final_info``).
         sparse: some value is :data:`~corral.protocol.batch.ABSENT` (an observation
             without a field the others have).
+        resets: the same-step resets the server ran for sessions whose step ended
+            their episode (a ``step_batch`` with ``autoreset``): the new episode's first
+            wire observation, or the reset's error. The pool folds them into the table
+            (SAME_STEP) before anyone else sees it.
     """
 
     ids: list[int] = field(default_factory=list)
@@ -141,6 +145,7 @@ class ResultTable:
     flags: dict[int, Flags] = field(default_factory=dict)
     extra: dict[int, dict[str, Any]] = field(default_factory=dict)
     sparse: bool = False
+    resets: dict[int, dict[str, Any] | CorralError] = field(default_factory=dict)
 
     @classmethod
     def failed(cls, ids: Sequence[int], error: CorralError) -> ResultTable:
@@ -202,6 +207,7 @@ class ResultTable:
             out.errors.update(table.errors)
             out.flags.update(table.flags)
             out.extra.update(table.extra)
+            out.resets.update(table.resets)
         names: dict[str, None] = {}
         for table in tables:
             names.update(dict.fromkeys(table.fields))

@@ -30,7 +30,10 @@ sessions as one batch. Results come back as a :class:`~corral.client.batch.PoolB
 * ``SAME_STEP``: the step that ends an episode also resets the session; it returns the
   final step's reward, ``terminated`` and ``truncated``, the new episode's first
   observation, and the reset's info plus ``final_obs``/``final_info`` (the ended
-  episode's last observation and info).
+  episode's last observation and info). The server runs those resets in the step's own
+  message (a ``step_batch`` with ``autoreset``: one round trip per step); a server that
+  does not know the flag gets a ``reset_batch`` for them right after. A reset that fails
+  is that session's error in the batch, and the session is reset at its next step.
 * ``DISABLED``: nothing resets automatically; stepping an ended session is an
   ``EPISODE_ENDED`` error; reset chosen sessions with ``reset(mask=...)``.
 
@@ -123,6 +126,7 @@ from corral.errors import (
 )
 from corral.protocol.batch import (
     ABSENT,
+    BatchItemReply,
     BatchReply,
     ItemError,
     ResetBatch,
@@ -591,7 +595,7 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             steps = [(s, p) for s, p in zip(slots, payloads, strict=True) if not s.needs_reset]
         exchanges = []
         if steps:
-            exchanges.append(self._exchange(StepBatch.type, steps, None))
+            exchanges.append(self._exchange(StepBatch.type, steps))
         if resets:
             exchanges.append(self._exchange(ResetBatch.type, [(s, (None, {})) for s in resets]))
         sent, clock = time.time(), time.perf_counter()
@@ -619,27 +623,40 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             for index in ended:
                 self.fleet.slots[index].needs_reset = True
             return table
-        return await self._reset_finals(table, ended)
+        return await self._reset_finals(table, ended, sent, clock)
 
-    async def _reset_finals(self, table: ResultTable, ended: list[int]) -> ResultTable:
-        """SAME_STEP: reset the sessions whose episode just ended, in the same call."""
-        sent, clock = time.time(), time.perf_counter()
-        fresh = await self._exchange(
-            ResetBatch.type, [(self.fleet.slots[i], (None, {})) for i in ended]
-        )
-        if self.recording is not None:
-            self._record(fresh, "reset", {i: (None, {}) for i in ended}, sent, clock)
+    async def _reset_finals(
+        self, table: ResultTable, ended: list[int], sent: float, clock: float
+    ) -> ResultTable:
+        """SAME_STEP: the new episodes of the sessions whose episode just ended, in the
+        same call: the resets the server ran with the steps (``sent``/``clock``: when
+        they were sent), and a second round trip for those it did not (a server that
+        does not know ``autoreset``)."""
+        fresh = table.resets
+        table.resets = {}
+        if fresh and self.recording is not None:
+            served = [i for i in ended if i in fresh]
+            self._record(_table_of(fresh, served), "reset", _no_seeds(served), sent, clock)
+        missing = [i for i in ended if i not in fresh]
+        if missing:
+            sent, clock = time.time(), time.perf_counter()
+            done = await self._exchange(
+                ResetBatch.type, [(self.fleet.slots[i], (None, {})) for i in missing]
+            )
+            if self.recording is not None:
+                self._record(done, "reset", _no_seeds(missing), sent, clock)
+            fresh = {**fresh, **done.errors}
+            for k, index in enumerate(done.ids):
+                fresh[index] = done.row(k)
         position = {sid: k for k, sid in enumerate(table.ids)}
-        fresh_at = {sid: k for k, sid in enumerate(fresh.ids)}
         for index in ended:
             k = position[index]
             final = table.row(k)
-            error = fresh.errors.get(index)
-            if error is not None:
+            row = fresh[index]
+            if isinstance(row, CorralError):
                 self.fleet.slots[index].needs_reset = True  # retried on its next step
-                table.errors[index] = error
+                table.errors[index] = row
                 continue
-            row = fresh.row(fresh_at[index])
             for name, values in table.fields.items():
                 values[k] = row.get(name, ABSENT)
                 table.sparse = table.sparse or name not in row
@@ -702,7 +719,9 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         message: StepBatch | ResetBatch
         if kind == StepBatch.type:
             steps = tuple(StepItem(s.session, p) for s, p in chunk)
-            message = StepBatch(connection.next_id(), steps, self._columns)
+            # SAME_STEP: the server resets an ended episode in the same message.
+            autoreset = self.autoreset_mode is AutoresetMode.SAME_STEP
+            message = StepBatch(connection.next_id(), steps, self._columns, autoreset)
         else:
             resets = tuple(ResetItem(s.session, seed, opts) for s, (seed, opts) in chunk)
             message = ResetBatch(connection.next_id(), resets, self._columns)
@@ -726,32 +745,39 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         if columns is not None:
             errors = columns.errors
             if not errors:
-                return ResultTable(
+                table = ResultTable(
                     [s.index for s, _ in chunk], columns.fields, sparse=columns.sparse
                 )
-            table = ResultTable(
-                [s.index for k, (s, _) in enumerate(chunk) if k not in errors],
-                columns.fields,
-                sparse=columns.sparse,
-            )
-            for k, error in errors.items():
-                table.errors[chunk[k][0].index] = error.exception(reply.id)
+            else:
+                table = ResultTable(
+                    [s.index for k, (s, _) in enumerate(chunk) if k not in errors],
+                    columns.fields,
+                    sparse=columns.sparse,
+                )
+                for k, error in errors.items():
+                    table.errors[chunk[k][0].index] = error.exception(reply.id)
+            for k, reset in columns.resets.items():
+                table.resets[chunk[k][0].index] = _reset_of(reset, reply.id)
             return table
         ids: list[int] = []
         rows: list[dict[str, Any]] = []
         failed: dict[int, CorralError] = {}
+        served: dict[int, dict[str, Any] | CorralError] = {}
         for (slot, _), item in zip(chunk, reply.results, strict=True):
             if isinstance(item, ItemError):
                 failed[slot.index] = item.exception(reply.id)
             elif isinstance(item.observation, dict):
                 ids.append(slot.index)
                 rows.append(item.observation)
+                if item.reset is not None:
+                    served[slot.index] = _reset_of(item.reset, reply.id)
             else:
                 failed[slot.index] = BadObservation(
                     "the server sent a batch item without an observation"
                 )
         table = ResultTable.from_rows(ids, rows)
         table.errors = failed
+        table.resets = served
         return table
 
     # -- selecting and delivering -------------------------------------------------
@@ -807,6 +833,37 @@ async def _all(awaitables: Sequence[Awaitable[T]]) -> list[T]:
     if len(awaitables) == 1:
         return [await awaitables[0]]
     return list(await asyncio.gather(*awaitables))
+
+
+def _table_of(resets: Mapping[int, dict[str, Any] | CorralError], ids: list[int]) -> ResultTable:
+    """The table of sessions ``ids``' new episodes (first observations or errors)."""
+    ok: list[int] = []
+    rows: list[dict[str, Any]] = []
+    errors: dict[int, CorralError] = {}
+    for index in ids:
+        reset = resets[index]
+        if isinstance(reset, CorralError):
+            errors[index] = reset
+        else:
+            ok.append(index)
+            rows.append(reset)
+    table = ResultTable.from_rows(ok, rows)
+    table.errors = errors
+    return table
+
+
+def _no_seeds(ids: list[int]) -> dict[int, Any]:
+    """The recorded inputs of auto-resets: no seed, no options."""
+    return dict.fromkeys(ids, (None, {}))
+
+
+def _reset_of(reset: BatchItemReply, request_id: int) -> dict[str, Any] | CorralError:
+    """A same-step reset of a reply: the new episode's wire observation, or its error."""
+    if isinstance(reset, ItemError):
+        return reset.exception(request_id)
+    if isinstance(reset.observation, dict):
+        return reset.observation
+    return BadObservation("the server sent a same-step reset without an observation")
 
 
 def _autoreset_mode(mode: AutoresetMode | str | Any) -> AutoresetMode:

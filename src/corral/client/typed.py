@@ -139,7 +139,7 @@ class TypedModels(Generic[ActT, ObsT, StateT]):
             # for the batch, as for observations; a bad one is named below, by index.
             with contextlib.suppress(ValidationError):
                 models = list_adapter(self.action_type).validate_python(actions)
-                return [dump(model) for model in models]
+                return codec.dump_many(self.action_type, models)  # all of exactly that type
         return [dump(self.action(action, k)) for k, action in enumerate(actions)]
 
     # -- in: observations and states -----------------------------------------------

@@ -30,13 +30,35 @@ leaves an empty ``reward_components`` out) is listed under ``"absent": {field: [
 client asks for the columnar form on the binary codec (the row form stays for JSON,
 where readability is the point).
 
+**Same-step resets.** A ``step_batch`` with ``"autoreset": true`` asks the server to
+reset, at once, every item whose step ends its episode (``done``, truncated or not),
+with no seed and no options, as Gymnasium's and SB3's same-step autoreset does. Such an
+item's result stays the ended step's observation (its reward, flags and metadata); the
+new episode's first observation (or the reset's error) goes in a sparse map beside the
+results, by item index, in either reply form::
+
+    → {"type": "step_batch", "id": 7, "items": [...], "autoreset": true}
+    ← {"type": "batch", "id": 7, "results": [...],             (or the columnar keys)
+       "resets": [[1, {"message": "", "done": false, ...}]],
+       "reset_errors": [[4, {code, message, details}]]}
+
+Both keys are left out when empty. A reset error means the step ran and ended its
+episode but the new one did not start (the environment raised, the call overran the
+step timeout, the session closed): the session stays ended and needs a ``reset``. A
+server that does not know the flag ignores it, and a client that finds an ended item
+without an entry in either map resets it itself (a second round trip), so old servers
+still work. The reset belongs to the item: a re-sent batch replays it from the reply
+cache, never running it twice.
+
 These types are entries of the one message table, :mod:`corral.protocol.messages`.
-The module is ~580 lines because it is one message family: the two requests, the reply
-in both of its forms (rows and columns) and the checks each wire shape needs.
+The module is ~700 lines because it is one message family: the two requests, the reply
+in both of its forms (rows and columns, each with its same-step resets) and the checks
+each wire shape needs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -161,7 +183,11 @@ def _step_item(index: int, raw: Any) -> StepItem | BadItem:
 
 
 def _batch_wire(
-    kind: str, rid: int, items: tuple[ResetItem | StepItem | BadItem, ...], columns: bool
+    kind: str,
+    rid: int,
+    items: tuple[ResetItem | StepItem | BadItem, ...],
+    columns: bool,
+    autoreset: bool = False,
 ) -> dict[str, Any]:
     out = []
     for item in items:
@@ -171,6 +197,8 @@ def _batch_wire(
     wire: dict[str, Any] = {"type": kind, "id": rid, "items": out}
     if columns:
         wire["columns"] = True
+    if autoreset:
+        wire["autoreset"] = True
     return wire
 
 
@@ -209,10 +237,13 @@ class StepBatch:
     items: tuple[StepItem | BadItem, ...]
     columns: bool = False
     """Ask for a columnar reply (see the module docstring)."""
+    autoreset: bool = False
+    """Ask for the same-step reset of every item whose step ends its episode (see the
+    module docstring)."""
 
     def to_wire(self) -> dict[str, Any]:
         """The message's wire map."""
-        return _batch_wire(self.type, self.id, self.items, self.columns)
+        return _batch_wire(self.type, self.id, self.items, self.columns, self.autoreset)
 
     @classmethod
     def from_wire(cls, msg: dict[str, Any]) -> StepBatch:
@@ -223,7 +254,7 @@ class StepBatch:
         """
         rid = _batch_id(msg)
         items = tuple(_step_item(i, raw) for i, raw in enumerate(_items(msg)))
-        return cls(rid, items, msg.get("columns") is True)
+        return cls(rid, items, msg.get("columns") is True, msg.get("autoreset") is True)
 
 
 BatchRequest = ResetBatch | StepBatch
@@ -246,6 +277,10 @@ class ItemResult:
 
     session: str
     observation: Any
+    reset: BatchItemReply | None = None
+    """The same-step reset of an item whose step ended its episode (``autoreset``): the
+    new episode's first observation, or the reset's error; sent beside the results (see
+    the module docstring), never inside the item's own map."""
 
     def to_wire(self) -> dict[str, Any]:
         """The item's wire map."""
@@ -310,6 +345,64 @@ def _reply_item(index: int, raw: Any) -> BatchItemReply:
     return ItemResult(session, raw["observation"])
 
 
+def _resets_of(results: list[BatchItemReply]) -> dict[int, BatchItemReply]:
+    """The same-step resets the items of ``results`` carry, by item index."""
+    return {
+        index: item.reset
+        for index, item in enumerate(results)
+        if type(item) is ItemResult and item.reset is not None
+    }
+
+
+def _resets_wire(resets: dict[int, BatchItemReply]) -> dict[str, Any]:
+    """The ``resets`` / ``reset_errors`` keys of a reply (none of them when empty)."""
+    wire: dict[str, Any] = {}
+    ok = [[i, r.observation] for i, r in resets.items() if isinstance(r, ItemResult)]
+    failed = [[i, r.to_wire()["error"]] for i, r in resets.items() if isinstance(r, ItemError)]
+    if ok:
+        wire["resets"] = ok
+    if failed:
+        wire["reset_errors"] = failed
+    return wire
+
+
+def _read_resets(
+    msg: dict[str, Any], sessions: list[Any], failed: Container[int]
+) -> dict[int, BatchItemReply]:
+    """The same-step resets of a reply whose items have ``sessions`` (``failed``: the
+    indices of its failed items), by item index.
+
+    Raises:
+        BadMessage: ``resets`` or ``reset_errors`` is not a list of ``[item index, value]``
+            pairs, or names an item that does not exist, failed, or is named twice.
+    """
+    resets: dict[int, BatchItemReply] = {}
+    for key in ("resets", "reset_errors"):
+        entries = msg.get(key)
+        if entries is None:
+            continue
+        if not isinstance(entries, list):
+            raise BadMessage(f"{key!r} must be a list", details={"field": key})
+        for entry in entries:
+            if not (isinstance(entry, list) and len(entry) == 2 and type(entry[0]) is int):
+                raise BadMessage(
+                    f"each entry of {key!r} must be [item index, value]", details={"field": key}
+                )
+            index, value = entry
+            if not 0 <= index < len(sessions) or index in failed or index in resets:
+                raise BadMessage(
+                    f"{key!r} names item {index} of {len(sessions)}, which is not a "
+                    "successful item (or names it twice)",
+                    details={"field": key, "item": index},
+                )
+            session = sessions[index]
+            if key == "resets":
+                resets[index] = ItemResult(session, value)
+            else:
+                resets[index] = _reply_item(index, {"session": session, "error": value})
+    return resets
+
+
 class _Absent:
     """The value of a field an observation does not have (see :data:`ABSENT`)."""
 
@@ -338,12 +431,15 @@ class BatchColumns:
             :data:`ABSENT` where an observation does not have the field.
         errors: the failed items, by item index.
         sparse: some value is :data:`ABSENT`.
+        resets: the same-step resets of items whose step ended their episode, by item
+            index (see the module docstring).
     """
 
     sessions: list[str | None]
     fields: dict[str, list[Any]]
     errors: dict[int, ItemError] = field(default_factory=dict)
     sparse: bool = False
+    resets: dict[int, BatchItemReply] = field(default_factory=dict)
 
     @property
     def ok(self) -> int:
@@ -356,6 +452,7 @@ class BatchColumns:
         row form carries that)."""
         sessions: list[str | None] = []
         errors: dict[int, ItemError] = {}
+        resets: dict[int, BatchItemReply] = {}
         observations: list[dict[str, Any]] = []
         keys: Any = None
         sparse = False
@@ -367,6 +464,8 @@ class BatchColumns:
             obs = item.observation  # type: ignore[union-attr]
             if type(obs) is not dict:
                 return None
+            if item.reset is not None:  # type: ignore[union-attr]
+                resets[index] = item.reset  # type: ignore[union-attr]
             if keys is None:
                 keys = obs.keys()
             elif not sparse and obs.keys() != keys:
@@ -375,12 +474,12 @@ class BatchColumns:
         if not sparse:
             names = list(keys) if keys is not None else []
             fields = {name: [obs[name] for obs in observations] for name in names}
-            return cls(sessions, fields, errors)
+            return cls(sessions, fields, errors, resets=resets)
         union: dict[str, None] = {}
         for obs in observations:
             union.update(dict.fromkeys(obs))
         fields = {name: [obs.get(name, ABSENT) for obs in observations] for name in union}
-        return cls(sessions, fields, errors, sparse=True)
+        return cls(sessions, fields, errors, sparse=True, resets=resets)
 
     def rows(self) -> list[BatchItemReply]:
         """The same results in row form."""
@@ -396,7 +495,7 @@ class BatchColumns:
             row: dict[str, Any] = {}
             if values is not None:
                 row = {n: v for n, v in zip(names, next(values), strict=True) if v is not ABSENT}
-            rows.append(ItemResult(session, row))
+            rows.append(ItemResult(session, row, self.resets.get(index)))
         return rows
 
     def to_wire(self) -> dict[str, Any]:
@@ -416,6 +515,8 @@ class BatchColumns:
                     values = [None if v is ABSENT else v for v in values]
                 columns[name] = values
             wire["columns"], wire["absent"] = columns, absent
+        if self.resets:
+            wire.update(_resets_wire(self.resets))
         return wire
 
     @classmethod
@@ -424,8 +525,8 @@ class BatchColumns:
 
         Raises:
             BadMessage: a list or map is missing or mistyped, a column has the wrong
-                length, or an error (or an absent value) names an item that does not
-                exist (or twice).
+                length, or an error (an absent value, a reset) names an item that does
+                not exist (or twice).
         """
         sessions = msg.get("sessions")
         columns = msg.get("columns")
@@ -465,11 +566,12 @@ class BatchColumns:
                 raise BadMessage(
                     f"batch result {index} needs a string session", details={"item": index}
                 )
+        resets = _read_resets(msg, sessions, errors)
         absent = msg.get("absent")
         if absent is None:
-            return cls(sessions, columns, errors)
+            return cls(sessions, columns, errors, resets=resets)
         _mark_absent(absent, columns, ok)
-        return cls(sessions, columns, errors, sparse=True)
+        return cls(sessions, columns, errors, sparse=True, resets=resets)
 
 
 def _mark_absent(absent: Any, columns: dict[str, list[Any]], ok: int) -> None:
@@ -555,25 +657,40 @@ class BatchReply:
             columns = BatchColumns.of(self._results)
         if columns is not None:
             return {"type": self.type, "id": self.id, **columns.to_wire()}
-        return {"type": self.type, "id": self.id, "results": [r.to_wire() for r in self.results]}
+        results = self.results
+        wire: dict[str, Any] = {
+            "type": self.type,
+            "id": self.id,
+            "results": [r.to_wire() for r in results],
+        }
+        resets = _resets_of(results)
+        if resets:
+            wire.update(_resets_wire(resets))
+        return wire
 
     @classmethod
     def from_wire(cls, msg: dict[str, Any]) -> BatchReply:
         """Read a ``batch`` reply, in rows or in columns.
 
         Raises:
-            BadMessage: the id is bad, or neither ``results`` (a list of result maps)
-                nor a valid columnar form is there.
+            BadMessage: the id is bad, neither ``results`` (a list of result maps) nor
+                a valid columnar form is there, or the same-step resets are malformed.
         """
         rid = f.request_id(msg)
         if "columns" in msg:
             return cls(rid, columns=BatchColumns.from_wire(msg))
-        results = msg.get("results")
-        if not isinstance(results, list):
+        raw_results = msg.get("results")
+        if not isinstance(raw_results, list):
             raise BadMessage(
                 "a 'batch' reply needs a list field 'results'", details={"field": "results"}
             )
-        return cls(rid, [_reply_item(i, raw) for i, raw in enumerate(results)])
+        results = [_reply_item(i, raw) for i, raw in enumerate(raw_results)]
+        if "resets" in msg or "reset_errors" in msg:
+            failed = {i for i, item in enumerate(results) if type(item) is ItemError}
+            sessions = [item.session for item in results]
+            for index, reset in _read_resets(msg, sessions, failed).items():
+                results[index].reset = reset  # type: ignore[union-attr]
+        return cls(rid, results)
 
     def expect(self, items: int) -> list[BatchItemReply]:
         """The results, checked to answer ``items`` items.

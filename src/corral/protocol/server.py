@@ -530,9 +530,32 @@ class ServerConnection(Generic[S]):
                 size = 0
             if isinstance(item, ItemError):
                 self._count_error(item.code)
+            elif item.reset is not None:
+                reset, extra = self._repaired_reset(item.session, item.reset, limit, total + size)
+                item = ItemResult(item.session, item.observation, reset)  # the cached one stays
+                size += extra
             total += size
             results.append(item)
         return BatchReply(reply.id, results)
+
+    def _repaired_reset(
+        self, session: str, reset: BatchItemReply, limit: int | None, total: int
+    ) -> tuple[BatchItemReply, int]:
+        """An item's same-step reset, or its error when the codec cannot encode it or it
+        does not fit after ``total`` bytes; and its size."""
+        try:
+            size = len(self.codec.encode(reset.to_wire()))
+        except Exception as exc:
+            error: CorralError = BadObservation(
+                f"the reset could not be encoded with the {self.codec.name} codec: {exc}",
+                details={"reply": "batch"},
+            )
+            reset, size = ItemError.of(session, error), 0
+        if limit is not None and isinstance(reset, ItemResult) and total + size > limit:
+            reset, size = ItemError.of(session, self._too_large(None, size)), 0
+        if isinstance(reset, ItemError):
+            self._count_error(reset.code)
+        return reset, size
 
     def fail(self, error: CorralError, session: str | None = None) -> None:
         """Answer with ``error`` (to its ``request_id``) and count it."""

@@ -7,7 +7,10 @@
 ``_state.py`` school): for each phase and request kind, the operation to run or the
 error that refuses it. ``step`` before the first ``reset`` is ``RESET_REQUIRED``;
 ``step`` after the episode ended is ``EPISODE_ENDED`` unless the environment
-auto-resets (then the step runs ``reset``); ``state`` is always allowed; any request
+auto-resets (then the step runs ``reset``); ``autoreset``, the same-step reset a
+``step_batch`` may ask for once an item's step ended its episode (see
+:mod:`corral.protocol.batch`), runs ``reset`` as a reset would; ``state`` is always
+allowed; any request
 while another of the same session runs is ``SESSION_BUSY``; anything after ``CLOSED`` is
 ``SESSION_LOST`` with the reason it closed. :data:`AFTER` says where a completed
 operation leaves the session.
@@ -63,7 +66,8 @@ class Op(StrEnum):
     RESET = "reset"
     STEP = "step"
     AUTO_RESET = "auto_reset"
-    """A step after the episode ended on an auto-reset env: run ``reset`` instead."""
+    """A step after the episode ended on an auto-reset env, or the same-step reset of a
+    ``step_batch`` with ``autoreset``: run ``reset`` with no seed and no options."""
     STATE = "state"
 
 
@@ -84,12 +88,32 @@ def _episode_ended(machine: SessionMachine) -> SessionError:
 
 LIFECYCLE: Mapping[Phase, Mapping[str, Op | Refusal]] = MappingProxyType(
     {
-        Phase.NEW: {"reset": Op.RESET, "step": _reset_required, "state": Op.STATE},
-        Phase.READY: {"reset": Op.RESET, "step": Op.STEP, "state": Op.STATE},
-        Phase.ENDED: {"reset": Op.RESET, "step": _episode_ended, "state": Op.STATE},
+        Phase.NEW: {
+            "reset": Op.RESET,
+            "step": _reset_required,
+            "autoreset": Op.AUTO_RESET,
+            "state": Op.STATE,
+        },
+        Phase.READY: {
+            "reset": Op.RESET,
+            "step": Op.STEP,
+            "autoreset": Op.AUTO_RESET,
+            "state": Op.STATE,
+        },
+        Phase.ENDED: {
+            "reset": Op.RESET,
+            "step": _episode_ended,
+            "autoreset": Op.AUTO_RESET,
+            "state": Op.STATE,
+        },
     }
 )
-"""Phase → request kind → the operation to run, or the refusal. ``CLOSED`` refuses all."""
+"""Phase → request kind → the operation to run, or the refusal. ``CLOSED`` refuses all.
+
+``autoreset`` is no message of its own: it is the same-step reset a ``step_batch`` with
+``"autoreset": true`` asks for, admitted under the batch's request id right after the
+item's step finished with ``done``. Allowed wherever a reset is (it is one, with no seed
+and no options); only a closed or busy session refuses it."""
 
 AUTO_RESET_LIFECYCLE: Mapping[Phase, Mapping[str, Op | Refusal]] = MappingProxyType(
     {**LIFECYCLE, Phase.ENDED: {**LIFECYCLE[Phase.ENDED], "step": Op.AUTO_RESET}}

@@ -163,6 +163,12 @@ class Admission:
             if self.tasks is not None:
                 self.tasks.check(options)
             return "reset", (payload.seed,), options
+        return self.auto_reset()
+
+    @staticmethod
+    def auto_reset() -> RunnerCall:
+        """The runner call of an auto-reset (:data:`Op.AUTO_RESET`): ``reset`` with no seed
+        and no options, whatever the request that caused it carried."""
         return "reset", (None,), {}
 
     def action(self, peer: Peer, raw: Any) -> BaseModel:

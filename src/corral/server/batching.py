@@ -44,6 +44,9 @@ class _ItemCall(EnvCall):
     index: int
     session: Session
     op: Op
+    final: b.ItemResult | None = None
+    """For the same-step reset of an ended episode: the ended step's result, which the
+    reset's outcome is attached to."""
 
 
 class BatchHandler:
@@ -92,7 +95,7 @@ class BatchHandler:
                 # item's answer is the original's, once it is there (at most once).
                 waits.append((index, session, original))
         if calls:
-            calls = self._run_inline(peer, request.id, calls, results)
+            calls = self._run_inline(peer, request, calls, results)
         if not calls and not waits:
             peer.send(b.BatchReply(request.id, _complete(results), columnar=request.columns))
             return
@@ -113,32 +116,75 @@ class BatchHandler:
     def _run_inline(
         self,
         peer: Peer,
-        request_id: int,
+        request: b.BatchRequest,
         calls: list[_ItemCall],
         results: list[b.BatchItemReply | None],
     ) -> list[_ItemCall]:
-        """Run and answer the calls that run inline; return the others."""
-        rest: list[_ItemCall] = calls
+        """Run and answer the calls that run inline, and the same-step resets they call
+        for that run inline too; return the others."""
+        rest: list[_ItemCall] = []
+        while calls:
+            pending = self._inline(request.id, calls)
+            if len(pending) == len(calls):
+                return rest + pending
+            if pending:
+                waiting = {id(call) for call in pending}
+                ran = [call for call in calls if id(call) not in waiting]
+            else:  # all ran (the common case): no need to sort them out
+                ran = calls
+            rest += pending
+            # Whatever happens (a bug), none of these sessions stays running the batch;
+            # the others are still to run, released by the task that runs them.
+            with ending([call.session for call in ran], request.id):
+                ended = self._settle(peer, request, ran, results)
+            calls = self._resets(peer, request.id, ended, results)
+        return rest
+
+    @staticmethod
+    def _inline(request_id: int, calls: list[_ItemCall]) -> list[_ItemCall]:
+        """:func:`run_inline` on ``calls``; a bug in corral answers every call instead."""
         try:
-            rest = run_inline(calls)
+            return run_inline(calls)
         except Exception as exc:  # a bug in corral: answer every item rather than hang them
             log.exception("batch %s failed", request_id)
             for call in calls:
                 if call.error is None and call.value is None:
                     call.error = InternalError(f"internal server error: {exc!r}")
-            rest = []
-        if len(rest) == len(calls):
-            return rest
-        if rest:
-            pending = {id(call) for call in rest}
-            ran = [call for call in calls if id(call) not in pending]
-        else:  # all ran (the common case): no need to sort them out
-            ran = calls
-        # Whatever happens (a bug), none of these sessions stays running the batch; the
-        # others are still to run, released by the task that runs them.
-        with ending([call.session for call in ran], request_id):
-            self._settle(peer, request_id, ran, results)
-        return rest
+            return []
+
+    def _resets(
+        self,
+        peer: Peer,
+        request_id: int,
+        ended: list[tuple[_ItemCall, b.ItemResult]],
+        results: list[b.BatchItemReply | None],
+    ) -> list[_ItemCall]:
+        """The same-step resets of the items whose step ended their episode, admitted by
+        the lifecycle table; an item it refuses (its session closed) is answered now."""
+        calls: list[_ItemCall] = []
+        for step, final in ended:
+            session = step.session
+            try:
+                op = session.machine.begin("autoreset", request_id)
+            except CorralError as exc:
+                final.reset = self._error(session.id, exc)
+                results[step.index] = final
+                session.remember(request_id, final)
+                continue
+            method, args, kwargs = self.admission.auto_reset()
+            calls.append(
+                _ItemCall(
+                    session.runner,
+                    method,
+                    args,
+                    kwargs,
+                    index=step.index,
+                    session=session,
+                    op=op,
+                    final=final,
+                )
+            )
+        return calls
 
     def _calls(self, peer: Peer, batch: RunBatch[Session]) -> list[_ItemCall]:
         calls: list[_ItemCall] = []
@@ -169,41 +215,53 @@ class BatchHandler:
         waits: list[tuple[int, Session, asyncio.Future[None]]],
     ) -> None:
         request_id = request.id
-        # Whatever happens in the batch (a bug, cancellation), no session stays running it.
-        with ending([call.session for call in calls], request_id):
-            try:
-                if calls:
+        overran: list[Session] = []
+        while calls:
+            # Whatever happens (a bug, cancellation), no session stays running the batch.
+            with ending([call.session for call in calls], request_id):
+                try:
                     await run_calls(calls, self.manager.executor, self.step_timeout_s)
-            except Exception as exc:  # a bug in corral: answer every item rather than hang them
-                log.exception("batch %s failed", request_id)
-                for call in calls:
-                    if call.error is None and call.value is None:
-                        call.error = InternalError(f"internal server error: {exc!r}")
-            self._settle(peer, request_id, calls, results)
-            for call in calls:
-                if isinstance(call.error, StepTimeout):
-                    await self.manager.close(call.session, "a call overran the step timeout")
-            for index, session, original in waits:
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(original)
-                cached = session.cache.get(request_id)
-                results[index] = (
-                    cached
-                    if isinstance(cached, b.BatchItemReply)
-                    else self._error(session.id, SessionLost("the session closed while it ran"))
-                )
-            peer.send(b.BatchReply(request_id, _complete(results), columnar=request.columns))
+                except Exception as exc:  # a bug in corral: answer every item, never hang
+                    log.exception("batch %s failed", request_id)
+                    for call in calls:
+                        if call.error is None and call.value is None:
+                            call.error = InternalError(f"internal server error: {exc!r}")
+                ended = self._settle(peer, request, calls, results)
+            overran += [call.session for call in calls if isinstance(call.error, StepTimeout)]
+            # The same-step resets are admitted with nothing awaited since their steps
+            # finished (a re-sent batch never finds an item half-answered), and run in
+            # the next round, inside its ``ending``.
+            calls = self._resets(peer, request_id, ended, results)
+        for session in overran:
+            await self.manager.close(session, "a call overran the step timeout")
+        for index, session, original in waits:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(original)
+            cached = session.cache.get(request_id)
+            results[index] = (
+                cached
+                if isinstance(cached, b.BatchItemReply)
+                else self._error(session.id, SessionLost("the session closed while it ran"))
+            )
+        peer.send(b.BatchReply(request_id, _complete(results), columnar=request.columns))
 
     def _settle(
         self,
         peer: Peer,
-        request_id: int,
+        request: b.BatchRequest,
         calls: list[_ItemCall],
         results: list[b.BatchItemReply | None],
-    ) -> None:
+    ) -> list[tuple[_ItemCall, b.ItemResult]]:
         """Answer run ``calls``: results checked and dumped (together, see
         :meth:`Admission.results`), sessions finished, replies remembered, and the
-        statistics updated once per operation for the batch."""
+        statistics updated once per operation for the batch.
+
+        Returns the steps that ended their episode in a batch that asks for same-step
+        resets, with their results: they are answered once their reset ran.
+        """
+        request_id = request.id
+        autoreset = type(request) is b.StepBatch and request.autoreset
+        ended: list[tuple[_ItemCall, b.ItemResult]] = []
         ran = [call for call in calls if call.error is None]
         outcomes = self.admission.results(peer, [c.value for c in ran], [c.op for c in ran])
         for call, outcome in zip(ran, outcomes, strict=True):
@@ -214,22 +272,30 @@ class BatchHandler:
         seconds: dict[Op, list[float]] = {}
         for call in calls:
             session = call.session
+            final = call.final
             if call.error is None:
                 payload, done = call.value
                 session.machine.finish(call.op, done=done)
-                item: b.BatchItemReply = b.ItemResult(session.id, payload)
+                result = b.ItemResult(session.id, payload)
                 times = seconds.get(call.op)
                 if times is None:
                     times = seconds[call.op] = []
                 times.append(call.seconds)
+                if done and autoreset and call.op is Op.STEP:
+                    ended.append((call, result))
+                    continue
+                item: b.BatchItemReply = result
             else:
                 session.machine.abort()
                 item = self._error(session.id, self.admission.failure(call.error, call.op, session))
+            if final is not None:  # a same-step reset: the ended step's result carries it
+                final.reset, item = item, final
             results[call.index] = item
             session.remember(request_id, item)
         stats = self.manager.stats
         for op, times in seconds.items():
             stats.observe_many(op, times)
+        return ended
 
     def _error(self, session: str | None, error: CorralError) -> b.ItemError:
         self.manager.stats.error(str(error.code))

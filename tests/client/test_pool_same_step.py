@@ -1,0 +1,175 @@
+"""EnvPool's SAME_STEP mode on the server's same-step resets: one request per step, the
+same batches as the two-request path (which a server that ignores the flag still gets),
+failed resets, and recording."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.support.envs import CountAction, CounterEnv
+from tests.support.servers import ThreadServer, running
+
+from corral.client import EnvPool, PoolError
+from corral.client.connection import Connection
+from corral.envs.echo import EchoAction, EchoEnv
+from corral.episodes import read
+from corral.errors import EnvError
+
+
+class SeedOnlyEnv(CounterEnv):
+    """An auto-reset (no seed) fails."""
+
+    def reset(self, seed: int | None = None, limit: int = 10, label: str | None = None) -> Any:
+        if seed is None:
+            raise RuntimeError("this env needs a seed")
+        return super().reset(seed, limit, label)
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """How many messages of each type the clients send."""
+    counts: Counter[str] = Counter()
+    original = Connection.send
+
+    async def send(self: Connection, request: Any, **kwargs: Any) -> Any:
+        counts[request.type] += 1
+        return await original(self, request, **kwargs)
+
+    monkeypatch.setattr(Connection, "send", send)
+    return counts
+
+
+def ignore_the_flag(server: ThreadServer) -> None:
+    """Make ``server`` answer as one that does not know ``autoreset``."""
+    batches = server.service.batches
+    submit = batches.submit
+
+    def old_submit(peer: Any, batch: Any) -> None:
+        request = batch.request
+        if getattr(request, "autoreset", False):
+            plain = dataclasses.replace(request, autoreset=False)
+            batch = dataclasses.replace(batch, request=plain)
+        submit(peer, batch)
+
+    batches.submit = old_submit
+
+
+async def play(pool: EnvPool[Any, Any, Any]) -> list[Any]:
+    """The scenario of test_pool.py's same-step test, and what each batch said."""
+    seen = []
+    await pool.reset(seed=5, options={"limit": 2})
+    for amounts in ([1, 2, 1], [1, 1, 1], [3, 3, 3]):
+        batch = await pool.step([CountAction(amount=a) for a in amounts])
+        seen.append(
+            (
+                batch.obs["total"].tolist(),
+                batch.rewards.tolist(),
+                batch.terminated.tolist(),
+                batch.truncated.tolist(),
+                [(_final_total(i), i.get("final_info"), "seed" in i) for i in batch.infos],
+                [o.total for o in batch.observations],
+            )
+        )
+    return seen
+
+
+def _final_total(info: dict[str, Any]) -> int | None:
+    final = info.get("final_obs")
+    return None if final is None else int(final.total)
+
+
+EXPECTED = [
+    (
+        [1, 0, 1],
+        [1.0, 2.0, 1.0],
+        [False, True, False],
+        [False, False, False],
+        [(None, None, False), (2, {}, True), (None, None, False)],
+        [1, 0, 1],
+    ),
+    (
+        [0, 1, 0],
+        [1.0, 1.0, 1.0],
+        [True, False, True],
+        [False, False, False],
+        [(2, {}, True), (None, None, False), (2, {}, True)],
+        [0, 1, 0],
+    ),
+    (
+        [3, 4, 3],
+        [3.0, 3.0, 3.0],
+        [False, False, False],
+        [False, False, False],
+        [(None, None, False)] * 3,
+        [3, 4, 3],
+    ),
+]
+
+
+@pytest.mark.parametrize("codec", ["msgpack", "json"])
+@pytest.mark.parametrize("old_server", [False, True], ids=["autoreset", "ignored"])
+async def test_same_step_batches_are_the_same_on_either_path(
+    sent: Counter[str], codec: str, old_server: bool
+) -> None:
+    with running(CounterEnv) as srv:
+        if old_server:
+            ignore_the_flag(srv)
+        async with EnvPool(
+            3, srv.url, env=CounterEnv, autoreset_mode="SameStep", codec=codec, progress=False
+        ) as pool:
+            sent.clear()
+            assert await play(pool) == EXPECTED
+        assert sent["step_batch"] == 3
+        # Two steps ended episodes: the server reset them, or the pool did, asking again.
+        assert sent["reset_batch"] == (3 if old_server else 1)  # the first is reset()
+        assert srv.manager.stats.resets == 3 + 3  # the reset wave, and three auto-resets
+
+
+@pytest.mark.parametrize("old_server", [False, True], ids=["autoreset", "ignored"])
+async def test_a_failed_same_step_reset_is_the_sessions_error(old_server: bool) -> None:
+    with running(SeedOnlyEnv) as srv:
+        if old_server:
+            ignore_the_flag(srv)
+        async with EnvPool(
+            2, srv.url, env=SeedOnlyEnv, autoreset_mode="SameStep", progress=False
+        ) as pool:
+            await pool.reset(seed=1, options={"limit": 1})
+            with pytest.raises(PoolError) as failed:
+                await pool.step([CountAction(amount=1), CountAction(amount=0)])
+            assert list(failed.value.errors) == [0]
+            assert isinstance(failed.value.errors[0], EnvError)
+            assert failed.value.batch.ids.tolist() == [1]
+            assert pool.fleet.slots[0].needs_reset
+            # Its next step resets it first (and fails again: the env needs a seed).
+            with pytest.raises(PoolError) as again:
+                await pool.step([CountAction(amount=1), CountAction(amount=0)])
+            assert list(again.value.errors) == [0]
+            await pool.reset(seed=2, ids=[0], options={"limit": 5})
+            batch = await pool.step([CountAction(amount=1), CountAction(amount=0)])
+            assert batch.obs["total"].tolist() == [1, 0]
+
+
+async def test_same_step_resets_are_recorded_as_resets(tmp_path: Path) -> None:
+    with running(EchoEnv) as srv:
+        pool: EnvPool[Any, Any, Any] = EnvPool(
+            2, srv.url, env=EchoEnv, autoreset_mode="SameStep", record=tmp_path, progress=False
+        )
+        async with pool:
+            await pool.reset(seed=10)
+            batch = await pool.step([EchoAction(message="bye"), EchoAction(message="hi")])
+            assert batch.terminated.tolist() == [True, False]
+            await pool.step([EchoAction(message="again"), EchoAction(message="bye")])
+        (path,) = tmp_path.glob("*.jsonl")
+        episodes = {(e.records[0].session, e.seed): e for e in read(path)}
+        first = episodes[("pool-0", 10)]
+        assert [r.op for r in first.records] == ["reset", "step"] and first.complete
+        second = episodes[("pool-0", None)]  # the same-step reset, recorded as a reset
+        assert [r.op for r in second.records] == ["reset", "step"]
+        assert second.records[1].action == {"message": "again"}
+        other = episodes[("pool-1", 11)]
+        assert [r.op for r in other.records] == ["reset", "step", "step"] and other.complete
+        assert ("pool-1", None) in episodes
