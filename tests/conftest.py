@@ -46,9 +46,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # A test needing one of these machine-wide resources runs on the worker that holds all
-# of them: the Docker engine's images and containers (session fixtures build and remove
-# fixed tags such as corral-demo_env:0.1.0), the local Ray cluster, and Chromium
+# of them: the Docker engine's images and containers (session fixtures build the echo
+# image once; tests build and remove fixed tags), the local Ray cluster, and Chromium
 # (one browser per session is enough, and it is the heaviest process of the suite).
+# The tests building the scaffold's fixed tag corral-demo_env:0.1.0 name a group of their
+# own (tests.support.docker_fixtures.DEMO_IMAGE_GROUP): its builds and the docker group's
+# are the two longest chains of the suite, and run on two workers side by side.
 _RESOURCE_GROUPS = {
     "docker": ("docker_client", "base_image", "echo_image", "scaffold_image"),
     "ray": ("ray_cluster",),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator
 from typing import Any
 
@@ -9,14 +10,23 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
-pytest.importorskip("mcp", reason="needs the mcp extra")
+# Found, not imported: the MCP SDK takes seconds to import, and every pytest-xdist worker
+# collects this module; sdk_client() imports it when a test runs.
+if importlib.util.find_spec("mcp") is None:
+    pytest.skip("needs the mcp extra", allow_module_level=True)
 
-from mcp import Client
 from tests.support.servers import ThreadServer, wait_until
 
 from corral.adapters.mcp import DEFAULT_PATH, SESSION_HEADER, mount_mcp
 from corral.contract import Action, Environment, Observation, State
 from corral.contract.tools import tool
+
+
+def sdk_client(*args: Any, **kwargs: Any) -> Any:
+    """The official MCP SDK's client (``mcp.Client(*args, **kwargs)``)."""
+    from mcp import Client as SdkClient
+
+    return SdkClient(*args, **kwargs)
 
 
 class NoteAction(Action):
@@ -113,7 +123,7 @@ def _text(result: Any) -> str:
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_sdk_lists_and_calls_tools(server: ThreadServer, mode: str) -> None:
-    async with Client(f"{server.url}{DEFAULT_PATH}", mode=mode) as client:  # type: ignore[arg-type]
+    async with sdk_client(f"{server.url}{DEFAULT_PATH}", mode=mode) as client:
         assert client.server_info is not None and client.server_info.name == "NotebookEnv"
         listed = await client.list_tools()
         names = {t.name for t in listed.tools}
@@ -139,9 +149,9 @@ async def test_sdk_lists_and_calls_tools(server: ThreadServer, mode: str) -> Non
 
 async def test_one_mcp_session_is_one_episode(server: ThreadServer) -> None:
     url = f"{server.url}{DEFAULT_PATH}?seed=7&options=%7B%22topic%22%3A%22chores%22%7D"
-    async with Client(url, mode="legacy") as first:
+    async with sdk_client(url, mode="legacy") as first:
         await first.call_tool("add_note", {"text": "a"})
-        async with Client(f"{server.url}{DEFAULT_PATH}", mode="legacy") as second:
+        async with sdk_client(f"{server.url}{DEFAULT_PATH}", mode="legacy") as second:
             assert (await second.call_tool("count", {})).structured_content == {"result": 0}
             unseeded = await second.call_tool("episode", {})
             assert unseeded.structured_content == {"seed": None, "topic": ""}

@@ -1,4 +1,8 @@
-"""OpenEnv environment classes served by corral, unchanged."""
+"""OpenEnv environment classes served by corral, unchanged.
+
+openenv is imported in the tests, not here: it imports gradio (seconds of CPU), and every
+pytest-xdist worker collects this module.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +11,7 @@ from collections.abc import Iterator
 from inspect import iscoroutinefunction
 
 import pytest
-from openenv.core.env_server import types as oe_types
-from openenv.core.generic_client import GenericEnvClient
 from pydantic import ValidationError
-from tests.support.openenv_envs import (
-    AsyncCountEnv,
-    CountAction,
-    CountEnv,
-    CountObservation,
-    CountState,
-    StrictCountEnv,
-    UntypedEnv,
-)
 from tests.support.peers import corral_server
 from tests.support.servers import running
 
@@ -31,6 +24,8 @@ from corral.errors import EnvError, InvalidAction
 
 
 def test_the_models_are_corral_twins_of_the_openenv_models():
+    from tests.support.openenv_envs import CountAction, CountEnv, CountObservation, CountState
+
     env = from_openenv(CountEnv)
     assert env.name == "CountEnv" and env.description == "CountEnv environment"
     assert issubclass(env.action_type, CountAction) and issubclass(env.action_type, Action)
@@ -49,6 +44,8 @@ def test_the_models_are_corral_twins_of_the_openenv_models():
 
 
 def test_an_adapted_instance_behaves_like_the_original():
+    from tests.support.openenv_envs import CountEnv
+
     env = from_openenv(CountEnv, name="counter", description="Counts.")
     assert (env.name, env.description) == ("counter", "Counts.")
     instance = env()
@@ -64,6 +61,8 @@ def test_an_adapted_instance_behaves_like_the_original():
 
 
 def test_reset_keywords_follow_openenvs_signature_rule():
+    from tests.support.openenv_envs import CountEnv, StrictCountEnv
+
     strict = from_openenv(StrictCountEnv)()
     strict.reset(episode_id="fine")
     # OpenEnv passes only what the signature names: 'start' is dropped, not an error.
@@ -73,6 +72,15 @@ def test_reset_keywords_follow_openenvs_signature_rule():
 
 
 def test_models_come_from_generics_annotations_or_arguments():
+    from openenv.core.env_server import types as oe_types
+    from tests.support.openenv_envs import (
+        CountAction,
+        CountObservation,
+        CountState,
+        StrictCountEnv,
+        UntypedEnv,
+    )
+
     strict = from_openenv(StrictCountEnv)  # no generic parameters: annotations
     assert issubclass(strict.action_type, CountAction)
     assert issubclass(strict.state_type, CountState)
@@ -87,12 +95,16 @@ def test_models_come_from_generics_annotations_or_arguments():
 
 
 def test_async_overrides_are_awaited():
+    from tests.support.openenv_envs import AsyncCountEnv
+
     env = from_openenv(AsyncCountEnv)
     assert iscoroutinefunction(env.reset) and iscoroutinefunction(env.step)
     assert not iscoroutinefunction(env.state)
 
 
 def test_detection_and_corral_serve_resolution():
+    from tests.support.openenv_envs import CountEnv, StrictCountEnv
+
     assert is_openenv_environment(CountEnv) and is_openenv_environment(StrictCountEnv)
     assert not is_openenv_environment(EchoEnv) and not is_openenv_environment(CountEnv())
     resolved = resolve_serve_target("tests.support.openenv_envs:CountEnv")
@@ -101,6 +113,8 @@ def test_detection_and_corral_serve_resolution():
 
 
 async def test_async_openenv_env_through_a_server():
+    from tests.support.openenv_envs import AsyncCountEnv
+
     with running(from_openenv(AsyncCountEnv)) as srv:
         async with AsyncEnvClient(srv.url) as env:
             assert (await env.reset(start=3)).observation.total == 3  # type: ignore[attr-defined]
@@ -116,6 +130,8 @@ def served() -> Iterator[str]:
 
 
 async def test_served_by_corral_serve_to_a_corral_client(served):
+    from tests.support.openenv_envs import CountEnv
+
     adapted = from_openenv(CountEnv)
     async with AsyncEnvClient(served, env=adapted) as env:
         assert env.server_info["compat"] == "exact"  # same twin models, same fingerprint
@@ -134,6 +150,8 @@ async def test_served_by_corral_serve_to_a_corral_client(served):
 
 
 def test_served_to_openenv_clients_with_the_validator_bug_fixed(served):
+    from openenv.core.generic_client import GenericEnvClient
+
     with GenericEnvClient(base_url=served).sync() as env:
         env.reset(start=0)
         with pytest.raises(RuntimeError, match="VALIDATION_ERROR"):

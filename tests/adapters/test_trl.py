@@ -3,20 +3,30 @@
 from __future__ import annotations
 
 import gc
+import importlib.util
 import inspect
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-pytest.importorskip("trl", reason="needs the trl extra")
+# Found, not imported: trl and transformers take seconds to import, and every pytest-xdist
+# worker collects this module; the tests import them when they run.
+if importlib.util.find_spec("trl") is None:
+    pytest.skip("needs the trl extra", allow_module_level=True)
 
 from tests.support.envs import CounterEnv
-from transformers.utils import get_json_schema
 
 from corral.adapters.trl import CorralEnvironment, environment_factory
 from corral.envs.echo import EchoEnv
 from corral.envs.wordle import SimplePolicy, WordleObservation
+
+
+def get_json_schema(function: Any) -> dict[str, Any]:
+    """transformers' JSON schema of a tool function: what TRL renders into the prompt."""
+    from transformers.utils import get_json_schema as schema_of
+
+    return schema_of(function)  # type: ignore[no-any-return]
 
 
 def trl_tools(instance: object) -> dict[str, Any]:

@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+WITHOUT_GRADIO = REPO / "tests" / "support" / "without_gradio"
+"""First on a peer process's path: a ``gradio`` that cannot be imported (see its docstring)."""
 EXTRA = ("korrel==0.1.3",)
 """Installed beside the OpenEnv release: the third-party environment package."""
 
@@ -98,9 +100,10 @@ def ensure(peer: str) -> Path:
 
 
 def peer_env(python: Path) -> dict[str, str]:
-    """The environment for a child process of a peer venv: corral's source on the path."""
+    """The environment for a child process of a peer venv: corral's source on the path,
+    OpenEnv's web interface off (and gradio, which only it uses, left out)."""
     env = dict(os.environ)
-    paths = [str(REPO / "src"), str(REPO)]
+    paths = [str(WITHOUT_GRADIO), str(REPO / "src"), str(REPO)]
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(paths)

@@ -17,7 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.docker_fixtures import untag
+from tests.support.docker_fixtures import DEMO_IMAGE_GROUP, untag
+
+# One worker runs the whole page: the walkthrough (a module fixture) is made once, and the
+# build that ends it holds the fixed tag the README's image snippet builds too.
+pytestmark = pytest.mark.xdist_group(DEMO_IMAGE_GROUP)
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "build-your-own.md"

@@ -10,14 +10,8 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
-from openenv.core.client_types import StepResult
-from openenv.core.env_client import EnvClient
-from openenv.core.env_server.types import Action, Observation, State
-from openenv.core.generic_client import GenericEnvClient
-from openenv.core.mcp_client import MCPToolClient
 from tests.support.peers import corral_server
 from websockets.exceptions import ConnectionClosed
 
@@ -34,71 +28,12 @@ def wordle_url() -> Iterator[str]:
         yield url
 
 
-# -- typed OpenEnv clients, written the way OpenEnv's templates write them -----------
-
-
-class EchoAction(Action):
-    message: str
-
-
-class EchoObservation(Observation):
-    echoed_message: str = ""
-    message_length: int = 0
-
-
-class EchoClient(EnvClient[EchoAction, EchoObservation, State]):
-    """OpenEnv's typed client pattern; ``model_dump`` sends the base class's metadata={}."""
-
-    def _step_payload(self, action: EchoAction) -> dict[str, Any]:
-        return action.model_dump()
-
-    def _parse_result(self, payload: dict[str, Any]) -> StepResult[EchoObservation]:
-        observation = EchoObservation(
-            **payload["observation"],
-            reward=payload.get("reward"),
-            done=payload.get("done", False),
-            metadata=payload.get("metadata", {}),
-        )
-        return StepResult(observation, payload.get("reward"), payload.get("done", False))
-
-    def _parse_state(self, payload: dict[str, Any]) -> State:
-        return State(**payload)
-
-
-class WordleAction(Action):
-    guess: str
-
-
-class WordleObservation(Observation):
-    guess: str = ""
-    accepted: bool = False
-    pattern: str = ""
-    feedback: list[str] = []
-    history: list[dict[str, Any]] = []
-    guesses_left: int = 0
-    turns_left: int | None = None
-    message: str = ""
-    secret: str | None = None
-
-
-class WordleClient(EnvClient[WordleAction, WordleObservation, State]):
-    def _step_payload(self, action: WordleAction) -> dict[str, Any]:
-        return {"guess": action.guess}
-
-    def _parse_result(self, payload: dict[str, Any]) -> StepResult[WordleObservation]:
-        observation = WordleObservation(
-            **payload["observation"], reward=payload.get("reward"), done=payload["done"]
-        )
-        return StepResult(observation, payload.get("reward"), payload["done"])
-
-    def _parse_state(self, payload: dict[str, Any]) -> State:
-        return State(**payload)
-
-
 # -- GenericEnvClient ----------------------------------------------------------------
 
 
 async def test_generic_client_async_echo_episode(echo_url):
+    from openenv.core.generic_client import GenericEnvClient
+
     async with GenericEnvClient(base_url=echo_url) as env:
         with pytest.raises(RuntimeError, match=r"call reset\(\) before step.*EXECUTION_ERROR"):
             await env.step({"message": "too early"})
@@ -123,6 +58,8 @@ async def test_generic_client_async_echo_episode(echo_url):
 
 
 def test_generic_client_sync_wordle_episode(wordle_url):
+    from openenv.core.generic_client import GenericEnvClient
+
     with GenericEnvClient(base_url=wordle_url).sync() as env:
         result = env.reset(seed=1, word="crane")
         assert result.observation["guesses_left"] == 6
@@ -141,6 +78,8 @@ def test_generic_client_sync_wordle_episode(wordle_url):
 
 
 def test_generic_client_against_a_full_server():
+    from openenv.core.generic_client import GenericEnvClient
+
     with corral_server("corral.envs.echo:EchoEnv", "--max-sessions", "1") as url:
         holder = GenericEnvClient(base_url=url).sync()
         with holder:
@@ -164,6 +103,8 @@ def test_generic_client_against_a_full_server():
 
 
 async def test_typed_client_echo(echo_url):
+    from tests.support.openenv_clients import EchoAction, EchoClient, EchoObservation
+
     async with EchoClient(base_url=echo_url) as env:
         result = await env.reset(seed=3)
         assert isinstance(result.observation, EchoObservation)
@@ -176,6 +117,8 @@ async def test_typed_client_echo(echo_url):
 
 
 def test_typed_client_wordle_sync(wordle_url):
+    from tests.support.openenv_clients import WordleAction, WordleClient, WordleObservation
+
     with WordleClient(base_url=wordle_url).sync() as env:
         result = env.reset(word="crane")
         assert isinstance(result.observation, WordleObservation)
@@ -191,6 +134,8 @@ def test_typed_client_wordle_sync(wordle_url):
 
 
 async def test_openenv_mcp_client_over_http():
+    from openenv.core.mcp_client import MCPToolClient
+
     with corral_server("tests.support.tool_env:NotesEnv") as url:
         client = MCPToolClient(base_url=url)
         client.use_production_mode = True  # OpenEnv's HTTP /mcp path, with a session

@@ -45,7 +45,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.support.docker_fixtures import untag
+from tests.support.docker_fixtures import DEMO_IMAGE_GROUP, untag
 from tests.support.peers import corral_server, openenv_server
 from tests.support.servers import running
 
@@ -122,6 +122,7 @@ def _params() -> list[Any]:
         ]
         if "image" in snippet.notes:
             marks += [pytest.mark.docker, pytest.mark.network]
+            marks.append(pytest.mark.xdist_group(DEMO_IMAGE_GROUP))
         if "skip" in snippet.notes:
             marks.append(pytest.mark.skip(reason=snippet.notes["skip"]))
         params.append(pytest.param(snippet, id=snippet.id, marks=marks))

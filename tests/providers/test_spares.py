@@ -80,11 +80,15 @@ async def test_waiting_callers_get_the_next_server_and_timeouts_are_clean() -> N
         pool = WarmPool(provider, ECHO, size=1, health_interval=60)
         first, second = await asyncio.gather(pool.acquire(60), pool.acquire(60))
         assert first.id != second.id
+        # The two waiters' starts ran beside the spare's: take that spare too, so that the
+        # next caller finds none ready whatever the timing (its replacement is only starting).
+        await pool.wait_full(60)
+        third = await pool.acquire(60)
         with pytest.raises(TimeoutError):
             await pool.acquire(timeout=0.01)
         assert pool.stats().waiting == 0
         await pool.close(stop_acquired=True)
-        assert all(dead(int(e.id)) for e in (first, second))
+        assert all(dead(int(e.id)) for e in (first, second, third))
         with pytest.raises(ServerStartError, match="closed"):
             await pool.acquire()
 

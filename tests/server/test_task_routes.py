@@ -7,7 +7,6 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from openenv.core.generic_client import GenericEnvClient
 from tests.support.servers import ThreadServer, running
 
 from corral.client import AsyncEnvClient
@@ -114,6 +113,9 @@ async def test_reset_with_a_task_over_corral(wordle: ThreadServer, codec: str) -
 
 
 async def test_reset_with_a_task_over_openenvs_websocket(wordle: ThreadServer) -> None:
+    # Imported here: openenv imports gradio (seconds of CPU), and every worker collects this.
+    from openenv.core.generic_client import GenericEnvClient
+
     word = WordleEnv().task("test", 3).word
     async with GenericEnvClient(base_url=wordle.url) as env:
         await env.reset(split="test", index=3)

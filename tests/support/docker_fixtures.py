@@ -16,6 +16,10 @@ from typing import Any
 import pytest
 
 BASE_IMAGE = os.environ.get("CORRAL_BASE_IMAGE", "corral-base:bookworm")
+DEMO_IMAGE_GROUP = "docker:corral-demo_env"
+"""The xdist group of the tests that build the pages' scaffold as ``corral-demo_env:0.1.0``
+(a fixed tag: they must not run at once), apart from the ``docker`` group, so that the two
+longest chains of image builds run on two workers (``tests/conftest.py``)."""
 
 
 def _unavailable(reason: str) -> None:
