@@ -34,6 +34,7 @@ from collections.abc import Coroutine
 from types import EllipsisType, FrameType, TracebackType
 from typing import Any, Generic, Self, TypeVar
 
+from corral import runtime
 from corral.errors import RequestTimeout
 
 T = TypeVar("T")
@@ -60,12 +61,7 @@ class _Keeper:
     """
 
     def __init__(self) -> None:
-        # asyncio's own loop, not uvloop, whatever is installed: a blocking call runs the
-        # loop itself, and uvloop, run in the main thread, opens and closes a signal
-        # self-pipe (a socketpair, set_wakeup_fd, a reader) on every run, ~70-100 us
-        # a call; asyncio's loop sets nothing up per run. Off the main thread the two
-        # measured alike for the twins' few sockets.
-        self.loop = asyncio.new_event_loop()
+        self.loop = runtime.loop_factory()()  # uvloop when installed: this loop is corral's
         self.mutex = threading.Lock()
         self.changed = threading.Condition(self.mutex)
         self.runner = _Runner.NOBODY
