@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
 import textwrap
@@ -147,6 +148,18 @@ def test_ctrl_c_cancels_the_call_and_the_loop_lives_on(tmp_path):
         )
     )
     out = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=True
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        # A shell's background job (and what it starts) inherits SIGINT ignored, and
+        # Python then installs no KeyboardInterrupt handler: the child gets the default
+        # disposition back, as a script run from a terminal has it.
+        preexec_fn=_default_sigint,
     ).stdout.split("\n")
     assert out[:3] == ["interrupted [True]", "after 42", "handler True"]
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
