@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 from picows import (
@@ -34,14 +34,10 @@ from picows import (
 from websockets.exceptions import ConnectionClosedError
 
 from corral import __version__
+from corral.client.asyncio_socket import OnClosed, OnFrame
 from corral.client.refusal import refusal
 from corral.errors import ConnectionLost, UnsupportedProtocol
 from corral.protocol.codecs import Frame
-
-OnFrame = Callable[[Frame], None]
-"""Takes one whole message from the server."""
-OnClosed = Callable[[str], None]
-"""Told once that the socket is gone, with why."""
 
 
 class _Aborter:
