@@ -31,6 +31,13 @@ def is_numpy_scalar(value: Any) -> bool:
     return type(value).__module__ == "numpy" and hasattr(value, "item")
 
 
+_HEADERS: dict[tuple[Any, tuple[int, ...]], bytes] = {}
+"""Payload headers by (dtype, shape): a batch of observations repeats one or a few."""
+
+_MAX_HEADERS = 256
+"""Past this many shapes (variable-length arrays), headers are packed, not kept."""
+
+
 def encode_ndarray(array: Any) -> bytes:
     """The extension payload for ``array``.
 
@@ -39,14 +46,19 @@ def encode_ndarray(array: Any) -> bytes:
     """
     import numpy as np
 
-    if array.dtype.kind not in _WIRE_KINDS:
-        raise TypeError(f"arrays of dtype {array.dtype} cannot cross the wire")
+    dtype = array.dtype
+    if dtype.kind not in _WIRE_KINDS:
+        raise TypeError(f"arrays of dtype {dtype} cannot cross the wire")
     # ascontiguousarray would turn a 0-d array into shape (1,): copy only when needed.
     contiguous = array if array.flags.c_contiguous else np.ascontiguousarray(array)
-    dtype = contiguous.dtype.str.encode("ascii")
-    header = struct.pack(
-        f"<B{len(dtype)}sB{contiguous.ndim}Q", len(dtype), dtype, contiguous.ndim, *contiguous.shape
-    )
+    shape = contiguous.shape
+    header = _HEADERS.get((dtype, shape))
+    if header is None:
+        # Packing the header costs four times the copy of a small array's data.
+        name = dtype.str.encode("ascii")
+        header = struct.pack(f"<B{len(name)}sB{len(shape)}Q", len(name), name, len(shape), *shape)
+        if len(_HEADERS) < _MAX_HEADERS:
+            _HEADERS[(dtype, shape)] = header
     return b"".join((header, contiguous.data))  # one copy of the data, not two
 
 

@@ -50,7 +50,11 @@ class ServerConfig:
         ping_interval_s / ping_timeout_s: WebSocket keepalive; a peer that does not
             answer a ping within the timeout is disconnected, freeing its slot.
         executor_threads: threads running sync environments' calls (per worker).
-        reply_cache: replies remembered per session for at-most-once retries.
+        reply_cache: replies remembered per session for at-most-once retries. A
+            session runs one request at a time and a client re-sends only the ones it
+            has no reply to, so a few suffice; each holds an observation (an image
+            env's can be large), which is why it is not 64 (issue 10's profile: the
+            eviction of a 64-batch-old reply was a cache-cold share of every item).
         token: the bearer token every route and the WebSocket require (None: no
             authentication). Never shown in the handshake's limits or in ``repr``.
         workers: worker processes holding the environments (0: in this process); see
@@ -99,7 +103,7 @@ class ServerConfig:
     ping_interval_s: float | None = 20.0
     ping_timeout_s: float | None = 20.0
     executor_threads: int = 32
-    reply_cache: int = 64
+    reply_cache: int = 8
     token: str | None = field(default=None, repr=False)
     workers: int = 0
     transport: str = "auto"
