@@ -511,8 +511,11 @@ def run_inline(calls: Sequence[C]) -> list[C]:
         if type(runner) is not EnvRunner or not runner.inline(method):
             rest.append(call)
             continue
+        kwargs = call.kwargs
         try:
-            call.value = getattr(runner.env, method)(*call.args, **call.kwargs)
+            # A step has no keywords: ``**{}`` would still build a dict each call.
+            fn = getattr(runner.env, method)
+            call.value = fn(*call.args, **kwargs) if kwargs else fn(*call.args)
         except Exception as exc:
             call.error = exc
         except BaseException as exc:  # SystemExit and the like must not stop the server
