@@ -161,5 +161,44 @@ def test_ctrl_c_cancels_the_call_and_the_loop_lives_on(tmp_path):
     assert out[:3] == ["interrupted [True]", "after 42", "handler True"]
 
 
+def test_ctrl_c_before_the_calls_first_step_interrupts_it(tmp_path):
+    # A stepping loop's Ctrl-C often lands between two calls' coroutines: here a callback
+    # the first call leaves on the loop sends it, on asyncio's loop before the second
+    # call's task has run a step, so that task is cancelled before its coroutine starts
+    # (and never stops the loop from inside). One of the calls must raise
+    # KeyboardInterrupt: not return as if nothing happened, nor wait for its timeout.
+    script = tmp_path / "early.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import asyncio, os, signal
+            from corral.blocking import run_blocking
+
+            async def arm():
+                asyncio.get_running_loop().call_soon(os.kill, os.getpid(), signal.SIGINT)
+
+            async def answer():
+                return 42
+
+            try:
+                run_blocking(arm(), 10)  # (a loop may run the kill before it stops)
+                print("returned", run_blocking(answer(), 600))
+            except KeyboardInterrupt:
+                print("interrupted")
+            print("after", run_blocking(answer(), 10))
+            """
+        )
+    )
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        preexec_fn=_default_sigint,
+    ).stdout.split("\n")
+    assert out[:2] == ["interrupted", "after 42"]
+
+
 def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -156,7 +156,10 @@ class _Keeper:
                 raise KeyboardInterrupt
             interrupted = True
             task.cancel()
-            loop.call_soon_threadsafe(lambda: None)  # wake the loop to run the cancel
+            # Wake the loop and stop it: a task cancelled before its first step never
+            # runs _stopping's body, so nothing else would stop the loop (the while
+            # below runs it again until the cancelled task is done).
+            loop.call_soon_threadsafe(loop.stop)
 
         # signal's C core, not signal.signal: its enum wrapping of the handlers cost
         # more (~13 us a call) than the rest of this method.
@@ -170,18 +173,23 @@ class _Keeper:
         try:
             while not task.done():  # a stale stop (an abandoned call's) may end a run early
                 loop.run_forever()
-            return task.result()
-        except asyncio.CancelledError:
-            if interrupted:
-                raise KeyboardInterrupt from None
-            if expired:
-                raise _timeout(timeout) from None
-            raise
         finally:
             if timer is not None:
                 timer.cancel()
             if previous is not None:
+                # Restoring the handler first runs a pending one: a Ctrl-C that arrived
+                # as the call finished sets ``interrupted`` here, and is raised below.
                 _signal.signal(_SIGINT, previous)
+        if interrupted:
+            if not task.cancelled():
+                task.exception()  # retrieved: asyncio must not log it, the Ctrl-C wins
+            raise KeyboardInterrupt
+        try:
+            return task.result()
+        except asyncio.CancelledError:
+            if expired:
+                raise _timeout(timeout) from None
+            raise
 
     def _hand_over(self, coro: Coroutine[Any, Any, T], timeout: float | None) -> T:
         """Have whoever runs the loop run ``coro``; wait for it in this thread."""
