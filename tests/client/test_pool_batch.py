@@ -57,6 +57,19 @@ def test_arrays_come_from_columns_without_building_models():
     assert [r.terminated for r in results] == [False, True, False]
 
 
+def test_array_columns_stack_as_np_stack_does():
+    wire = np.frombuffer(np.arange(8, dtype=np.float32).tobytes(), dtype=np.float32)
+    rows = [wire[:4], wire[4:]]  # read-only views of one payload, as decoded from the wire
+    table = ResultTable([0, 1], {"x": rows, "y": [wire[:4], wire[:2]], "z": [wire[:1], 5]})
+    obs = PoolBatch(table, lambda raws: [], {}).obs
+    assert obs["x"].dtype == np.float32 and np.array_equal(obs["x"], np.stack(rows))
+    assert obs["x"].flags.writeable and not np.shares_memory(obs["x"], wire)
+    assert isinstance(obs["y"], list) and isinstance(obs["z"], list)  # shapes or types differ
+    masked = [np.ma.masked_array([1, 2], mask=[True, False])] * 2  # a subclass: np.stack
+    stacked = PoolBatch(ResultTable([0, 1], {"m": masked}), lambda raws: [], {}).obs["m"]
+    assert type(stacked) is type(np.stack(masked))
+
+
 def test_a_field_without_a_plain_type_is_read_from_the_models():
     calls = 0
 
