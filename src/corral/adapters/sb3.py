@@ -165,8 +165,13 @@ class RemoteVecEnv(VecEnv):
         """
         batch = self.pool.step(self._actions)
         terminated, truncated = batch.terminated, batch.truncated
+        # One conversion to Python bools, not two numpy scalars read per session.
+        time_limits = (truncated & ~terminated).tolist()
         infos: list[dict[str, Any]] = []
         for k, raw in enumerate(batch.infos):
+            if not raw:  # most steps: no metadata, no ended episode
+                infos.append({"TimeLimit.truncated": time_limits[k]})
+                continue
             final = raw.get("final_obs")
             if final is None:
                 info = info_copy(raw)
@@ -177,7 +182,7 @@ class RemoteVecEnv(VecEnv):
                 )
                 info = info_copy(raw.get("final_info") or {})
                 info["terminal_observation"] = self.spaces.observation.to_gym(final)
-            info["TimeLimit.truncated"] = bool(truncated[k] and not terminated[k])
+            info["TimeLimit.truncated"] = time_limits[k]
             infos.append(info)
         dones = terminated | truncated
         return self._stack(batch), batch.rewards.astype(np.float32), dones, infos
