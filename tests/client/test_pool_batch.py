@@ -96,6 +96,28 @@ def test_flags_and_extra_infos_override_by_session():
     assert batch.infos[2] == {"final_info": {"x": 1}}
 
 
+def test_final_observations_are_typed_when_infos_are_read():
+    table = _table()
+    table.finals[2] = {"total": 9, "done": True, "metadata": {"m": 1}}
+    table.extra[2] = {"final_info": {"m": 1}}
+    decoded: list[list[Any]] = []
+
+    def decode(rows: list[Any]) -> list[CountObservation]:
+        decoded.append(rows)
+        return [CountObservation.model_validate(r) for r in rows]
+
+    batch = PoolBatch(table, decode, {})
+    assert batch.rewards.tolist() == [1.0, 0.0, 2.0] and decoded == []
+    assert batch.infos_with(lambda row: row["total"])[2] == {"final_obs": 9, "final_info": {"m": 1}}
+    assert decoded == []  # an adapter's own form: no model
+    info = batch.infos[2]
+    assert list(info) == ["final_obs", "final_info"] and info["final_obs"].total == 9
+    assert decoded == [[table.finals[2]]]
+    head, tail = table.split(2)  # the final observation goes with its session's row
+    assert head.finals == {} and tail.finals == {2: table.finals[2]}
+    assert ResultTable.concat([head, tail], [3, 1, 2]).finals == table.finals
+
+
 def test_concat_orders_rows_and_split_keeps_everything():
     a = ResultTable([0, 2], {"total": [0, 2]})
     b = ResultTable([1], {"total": [1], "label": ["x"]}, errors={3: SessionLost("gone")})

@@ -167,8 +167,16 @@ class RemoteVecEnv(VecEnv):
         terminated, truncated = batch.terminated, batch.truncated
         # One conversion to Python bools, not two numpy scalars read per session.
         time_limits = (truncated & ~terminated).tolist()
+        to_gym = self.spaces.observation.to_gym
+        if self._obs_column is not None:
+            # One array or integer field: its wire value converts as the typed one does,
+            # so an ended episode's last observation skips the model (a validation, then
+            # a dump for to_gym).
+            raw_infos, convert = batch.infos_with(to_gym), _as_is
+        else:
+            raw_infos, convert = batch.infos, to_gym
         infos: list[dict[str, Any]] = []
-        for k, raw in enumerate(batch.infos):
+        for k, raw in enumerate(raw_infos):
             if not raw:  # most steps: no metadata, no ended episode
                 infos.append({"TimeLimit.truncated": time_limits[k]})
                 continue
@@ -181,7 +189,7 @@ class RemoteVecEnv(VecEnv):
                     {key: v for key, v in raw.items() if key not in _FINAL_KEYS}
                 )
                 info = info_copy(raw.get("final_info") or {})
-                info["terminal_observation"] = self.spaces.observation.to_gym(final)
+                info["terminal_observation"] = convert(final)
             info["TimeLimit.truncated"] = time_limits[k]
             infos.append(info)
         dones = terminated | truncated
@@ -252,6 +260,10 @@ class RemoteVecEnv(VecEnv):
 _FINAL_KEYS = ("final_obs", "final_info")
 """The pool's SAME_STEP entries an ended episode's ``info`` trades for SB3's
 ``terminal_observation`` (its other entries are the reset's info, as they always were)."""
+
+
+def _as_is(value: Any) -> Any:
+    return value
 
 
 def _single_field(model: ModelBinding) -> tuple[str, Binding] | None:

@@ -158,7 +158,9 @@ class ResultTable:
         fields: each observation field's wire values over ``ids``.
         errors: ``{session id: error}`` for the sessions that failed.
         flags: per-session (reward, terminated, truncated) overrides (auto-resets).
-        extra: per-session extra ``info`` entries (``final_obs``/``final_info``).
+        extra: per-session extra ``info`` entries (``final_info``).
+        finals: the wire observation of the step that ended each session's episode
+            (``SAME_STEP`` auto-resets), its info's ``final_obs`` once read (typed then).
         sparse: some value is :data:`~corral.protocol.batch.ABSENT` (an observation
             without a field the others have).
         resets: the same-step resets the server ran for sessions whose step ended
@@ -172,6 +174,7 @@ class ResultTable:
     errors: dict[int, CorralError] = field(default_factory=dict)
     flags: dict[int, Flags] = field(default_factory=dict)
     extra: dict[int, dict[str, Any]] = field(default_factory=dict)
+    finals: dict[int, dict[str, Any]] = field(default_factory=dict)
     sparse: bool = False
     resets: dict[int, dict[str, Any] | CorralError] = field(default_factory=dict)
 
@@ -235,6 +238,7 @@ class ResultTable:
             out.errors.update(table.errors)
             out.flags.update(table.flags)
             out.extra.update(table.extra)
+            out.finals.update(table.finals)
             out.resets.update(table.resets)
         names: dict[str, None] = {}
         for table in tables:
@@ -277,6 +281,7 @@ class ResultTable:
         for part in (head, tail):
             part.flags = {i: self.flags[i] for i in part.ids if i in self.flags}
             part.extra = {i: self.extra[i] for i in part.ids if i in self.extra}
+            part.finals = {i: self.finals[i] for i in part.ids if i in self.finals}
         return head, tail
 
     @property
@@ -377,14 +382,35 @@ class PoolBatch(Generic[ObsT]):
 
     @_Lazy
     def infos(self) -> list[dict[str, Any]]:
-        """Each observation's ``metadata`` (plus ``final_obs``/``final_info`` in SAME_STEP)."""
+        """Each observation's ``metadata`` (plus ``final_obs``/``final_info`` in SAME_STEP).
+
+        Raises:
+            BadObservation: an ended episode's final observation does not match the
+                contract (it is typed here, on first access).
+        """
+        finals = self._table.finals
+        if not finals:
+            return self._infos({})
+        return self._infos(dict(zip(finals, self._decode(list(finals.values())), strict=True)))
+
+    def infos_with(self, final_obs: Callable[[dict[str, Any]], Any]) -> list[dict[str, Any]]:
+        """:attr:`infos`, with each ``final_obs`` made by ``final_obs`` from the ended
+        step's wire observation instead of a typed model (an adapter's own form of it,
+        e.g. a Gymnasium sample, without building the model). A fresh list each call."""
+        return self._infos({sid: final_obs(row) for sid, row in self._table.finals.items()})
+
+    def _infos(self, finals: dict[int, Any]) -> list[dict[str, Any]]:
         table = self._table
         column = table.column("metadata") or [None] * len(self)
         infos = [dict(m) if isinstance(m, dict) else {} for m in column]
-        for k, sid in enumerate(table.ids):
-            extra = table.extra.get(sid) if table.extra else None
-            if extra:
-                infos[k].update(extra)
+        if finals or table.extra:
+            for k, sid in enumerate(table.ids):
+                info = infos[k]
+                if sid in finals:
+                    info["final_obs"] = finals[sid]
+                extra = table.extra.get(sid)
+                if extra:
+                    info.update(extra)
         return infos
 
     @_Lazy
