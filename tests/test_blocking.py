@@ -200,5 +200,36 @@ def test_ctrl_c_before_the_calls_first_step_interrupts_it(tmp_path):
     assert out[:2] == ["interrupted", "after 42"]
 
 
+@pytest.mark.parametrize("first", ["main", "worker"])
+def test_the_loop_suits_the_thread_of_the_first_call(first):
+    # uvloop run in the main thread sets up signal handling on every run, i.e. every
+    # call: the main thread gets asyncio's own loop; other threads the runtime's.
+    script = textwrap.dedent(
+        """
+        import asyncio, sys, threading
+        from corral import runtime
+        from corral.blocking import background_loop
+
+        loops = []
+        if sys.argv[1] == "main":
+            loops.append(background_loop())
+        else:
+            worker = threading.Thread(target=lambda: loops.append(background_loop()))
+            worker.start()
+            worker.join()
+        print(type(loops[0]) is type(asyncio.new_event_loop()))
+        print(type(loops[0]) is type(runtime.loop_factory()()))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, first],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.split()
+    assert out[0 if first == "main" else 1] == "True"
+
+
 def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
