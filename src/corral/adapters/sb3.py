@@ -157,7 +157,8 @@ class RemoteVecEnv(VecEnv):
 
         Everything comes from the batch's columns (the pool's numpy path): observations,
         rewards and flags as arrays, ``infos`` from the metadata column; no typed
-        observation is built per session, except the final one of an ended episode.
+        observation is built per session (nor for an ended episode's final one when the
+        space is one array or integer field: its wire value is converted directly).
         ``infos`` are what SB3's ``DummyVecEnv`` gives: every step's has
         ``TimeLimit.truncated``; an ended episode's is its final step's info plus
         ``terminal_observation`` (so ``is_success`` and the like reach callbacks), and the
