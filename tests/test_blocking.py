@@ -161,5 +161,75 @@ def test_ctrl_c_cancels_the_call_and_the_loop_lives_on(tmp_path):
     assert out[:3] == ["interrupted [True]", "after 42", "handler True"]
 
 
+def test_ctrl_c_before_the_calls_first_step_interrupts_it(tmp_path):
+    # A stepping loop's Ctrl-C often lands between two calls' coroutines: here a callback
+    # the first call leaves on the loop sends it, on asyncio's loop before the second
+    # call's task has run a step, so that task is cancelled before its coroutine starts
+    # (and never stops the loop from inside). One of the calls must raise
+    # KeyboardInterrupt: not return as if nothing happened, nor wait for its timeout.
+    script = tmp_path / "early.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import asyncio, os, signal
+            from corral.blocking import run_blocking
+
+            async def arm():
+                asyncio.get_running_loop().call_soon(os.kill, os.getpid(), signal.SIGINT)
+
+            async def answer():
+                return 42
+
+            try:
+                run_blocking(arm(), 10)  # (a loop may run the kill before it stops)
+                print("returned", run_blocking(answer(), 600))
+            except KeyboardInterrupt:
+                print("interrupted")
+            print("after", run_blocking(answer(), 10))
+            """
+        )
+    )
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        preexec_fn=_default_sigint,
+    ).stdout.split("\n")
+    assert out[:2] == ["interrupted", "after 42"]
+
+
+@pytest.mark.parametrize("first", ["main", "worker"])
+def test_the_loop_suits_the_thread_of_the_first_call(first):
+    # uvloop run in the main thread sets up signal handling on every run, i.e. every
+    # call: the main thread gets asyncio's own loop; other threads the runtime's.
+    script = textwrap.dedent(
+        """
+        import asyncio, sys, threading
+        from corral import runtime
+        from corral.blocking import background_loop
+
+        loops = []
+        if sys.argv[1] == "main":
+            loops.append(background_loop())
+        else:
+            worker = threading.Thread(target=lambda: loops.append(background_loop()))
+            worker.start()
+            worker.join()
+        print(type(loops[0]) is type(asyncio.new_event_loop()))
+        print(type(loops[0]) is type(runtime.loop_factory()()))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, first],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.split()
+    assert out[0 if first == "main" else 1] == "True"
+
+
 def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)

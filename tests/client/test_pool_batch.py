@@ -57,6 +57,19 @@ def test_arrays_come_from_columns_without_building_models():
     assert [r.terminated for r in results] == [False, True, False]
 
 
+def test_array_columns_stack_as_np_stack_does():
+    wire = np.frombuffer(np.arange(8, dtype=np.float32).tobytes(), dtype=np.float32)
+    rows = [wire[:4], wire[4:]]  # read-only views of one payload, as decoded from the wire
+    table = ResultTable([0, 1], {"x": rows, "y": [wire[:4], wire[:2]], "z": [wire[:1], 5]})
+    obs = PoolBatch(table, lambda raws: [], {}).obs
+    assert obs["x"].dtype == np.float32 and np.array_equal(obs["x"], np.stack(rows))
+    assert obs["x"].flags.writeable and not np.shares_memory(obs["x"], wire)
+    assert isinstance(obs["y"], list) and isinstance(obs["z"], list)  # shapes or types differ
+    masked = [np.ma.masked_array([1, 2], mask=[True, False])] * 2  # a subclass: np.stack
+    stacked = PoolBatch(ResultTable([0, 1], {"m": masked}), lambda raws: [], {}).obs["m"]
+    assert type(stacked) is type(np.stack(masked))
+
+
 def test_a_field_without_a_plain_type_is_read_from_the_models():
     calls = 0
 
@@ -81,6 +94,28 @@ def test_flags_and_extra_infos_override_by_session():
     assert batch.rewards.tolist() == [1.0, 0.0, 2.0]
     assert batch.terminated.tolist() == [False, False, False]
     assert batch.infos[2] == {"final_info": {"x": 1}}
+
+
+def test_final_observations_are_typed_when_infos_are_read():
+    table = _table()
+    table.finals[2] = {"total": 9, "done": True, "metadata": {"m": 1}}
+    table.extra[2] = {"final_info": {"m": 1}}
+    decoded: list[list[Any]] = []
+
+    def decode(rows: list[Any]) -> list[CountObservation]:
+        decoded.append(rows)
+        return [CountObservation.model_validate(r) for r in rows]
+
+    batch = PoolBatch(table, decode, {})
+    assert batch.rewards.tolist() == [1.0, 0.0, 2.0] and decoded == []
+    assert batch.infos_with(lambda row: row["total"])[2] == {"final_obs": 9, "final_info": {"m": 1}}
+    assert decoded == []  # an adapter's own form: no model
+    info = batch.infos[2]
+    assert list(info) == ["final_obs", "final_info"] and info["final_obs"].total == 9
+    assert decoded == [[table.finals[2]]]
+    head, tail = table.split(2)  # the final observation goes with its session's row
+    assert head.finals == {} and tail.finals == {2: table.finals[2]}
+    assert ResultTable.concat([head, tail], [3, 1, 2]).finals == table.finals
 
 
 def test_concat_orders_rows_and_split_keeps_everything():

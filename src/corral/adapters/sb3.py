@@ -157,7 +157,8 @@ class RemoteVecEnv(VecEnv):
 
         Everything comes from the batch's columns (the pool's numpy path): observations,
         rewards and flags as arrays, ``infos`` from the metadata column; no typed
-        observation is built per session, except the final one of an ended episode.
+        observation is built per session (nor for an ended episode's final one when the
+        space is one array or integer field: its wire value is converted directly).
         ``infos`` are what SB3's ``DummyVecEnv`` gives: every step's has
         ``TimeLimit.truncated``; an ended episode's is its final step's info plus
         ``terminal_observation`` (so ``is_success`` and the like reach callbacks), and the
@@ -165,8 +166,21 @@ class RemoteVecEnv(VecEnv):
         """
         batch = self.pool.step(self._actions)
         terminated, truncated = batch.terminated, batch.truncated
+        # One conversion to Python bools, not two numpy scalars read per session.
+        time_limits = (truncated & ~terminated).tolist()
+        to_gym = self.spaces.observation.to_gym
+        if self._obs_column is not None:
+            # One array or integer field: its wire value converts as the typed one does,
+            # so an ended episode's last observation skips the model (a validation, then
+            # a dump for to_gym).
+            raw_infos, convert = batch.infos_with(to_gym), _as_is
+        else:
+            raw_infos, convert = batch.infos, to_gym
         infos: list[dict[str, Any]] = []
-        for k, raw in enumerate(batch.infos):
+        for k, raw in enumerate(raw_infos):
+            if not raw:  # most steps: no metadata, no ended episode
+                infos.append({"TimeLimit.truncated": time_limits[k]})
+                continue
             final = raw.get("final_obs")
             if final is None:
                 info = info_copy(raw)
@@ -176,8 +190,8 @@ class RemoteVecEnv(VecEnv):
                     {key: v for key, v in raw.items() if key not in _FINAL_KEYS}
                 )
                 info = info_copy(raw.get("final_info") or {})
-                info["terminal_observation"] = self.spaces.observation.to_gym(final)
-            info["TimeLimit.truncated"] = bool(truncated[k] and not terminated[k])
+                info["terminal_observation"] = convert(final)
+            info["TimeLimit.truncated"] = time_limits[k]
             infos.append(info)
         dones = terminated | truncated
         return self._stack(batch), batch.rewards.astype(np.float32), dones, infos
@@ -247,6 +261,10 @@ class RemoteVecEnv(VecEnv):
 _FINAL_KEYS = ("final_obs", "final_info")
 """The pool's SAME_STEP entries an ended episode's ``info`` trades for SB3's
 ``terminal_observation`` (its other entries are the reset's info, as they always were)."""
+
+
+def _as_is(value: Any) -> Any:
+    return value
 
 
 def _single_field(model: ModelBinding) -> tuple[str, Binding] | None:

@@ -668,9 +668,9 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
                 truncated,
             )
             metadata = final.get("metadata")
+            table.finals[index] = final  # typed when the batch's infos are read
             table.extra[index] = {
-                "final_obs": self.typed.observation(final, self._codec),
-                "final_info": dict(metadata) if isinstance(metadata, dict) else {},
+                "final_info": dict(metadata) if isinstance(metadata, dict) else {}
             }
         if any(i in table.errors for i in ended):  # drop the rows of failed resets
             keep = [k for k, sid in enumerate(table.ids) if sid not in table.errors]

@@ -16,9 +16,12 @@ states are validated into their models, and one that does not match the contract
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
+import annotated_types
 from pydantic import BaseModel, ValidationError
 
 from corral.contract import Action, Environment, Observation, State
@@ -134,6 +137,12 @@ class TypedModels(Generic[ActT, ObsT, StateT]):
     ) -> list[Any]:
         """The wire objects of ``actions``, validated first (nothing is sent if one fails)."""
         dump = codec.dump
+        if self.action_type is not None:
+            fields = int_fields(self.action_type)
+            if fields is not None:
+                payloads = _plain_ints(actions, fields)
+                if payloads is not None:
+                    return payloads
         if self.action_type is not None and all(type(a) is dict for a in actions):
             # Plain dicts (what the Gymnasium and SB3 adapters send): one validation call
             # for the batch, as for observations; a bad one is named below, by index.
@@ -177,6 +186,70 @@ class TypedModels(Generic[ActT, ObsT, StateT]):
         assert self.state_type is not None
         state: StateT = self.load(self.state_type, raw, codec)
         return state
+
+
+IntField = tuple[str, int | None, int | None]
+"""A field's name and inclusive bounds (None: unbounded)."""
+
+
+@functools.lru_cache(maxsize=64)
+def int_fields(model: type[BaseModel]) -> tuple[IntField, ...] | None:
+    """The fields of ``model`` when it is only plain, bounded integers: no validator,
+    serializer, computed field, post-init hook, alias or exclusion, no constraint but
+    bounds. Such a model's dump of a validated dict with exactly those keys and ``int``
+    values in bounds is that dict, so a batch of them is encoded without the model
+    (a Discrete action, as the Gymnasium and SB3 adapters send it). None otherwise."""
+    decorators = model.__pydantic_decorators__
+    if (
+        any(getattr(decorators, f.name) for f in dataclasses.fields(decorators))
+        or model.__pydantic_post_init__ is not None
+        or model.model_computed_fields
+        or not model.model_fields
+    ):
+        return None
+    fields: list[IntField] = []
+    for name, info in model.model_fields.items():
+        if info.annotation is not int or info.exclude or info.alias not in (None, name):
+            return None
+        if info.validation_alias is not None or info.serialization_alias is not None:
+            return None
+        low: int | None = None
+        high: int | None = None
+        for bound in info.metadata:
+            if isinstance(bound, annotated_types.Ge) and type(bound.ge) is int:
+                low = bound.ge if low is None else max(low, bound.ge)
+            elif isinstance(bound, annotated_types.Gt) and type(bound.gt) is int:
+                low = bound.gt + 1 if low is None else max(low, bound.gt + 1)
+            elif isinstance(bound, annotated_types.Le) and type(bound.le) is int:
+                high = bound.le if high is None else min(high, bound.le)
+            elif isinstance(bound, annotated_types.Lt) and type(bound.lt) is int:
+                high = bound.lt - 1 if high is None else min(high, bound.lt - 1)
+            else:
+                return None
+        fields.append((name, low, high))
+    return tuple(fields)
+
+
+def _plain_ints(
+    actions: Sequence[Any], fields: tuple[IntField, ...]
+) -> list[dict[str, int]] | None:
+    """The wire objects of ``actions`` when each is a dict of exactly ``fields`` with
+    ``int`` values in bounds (what validating and dumping them would give), else None."""
+    payloads: list[dict[str, int]] = []
+    count = len(fields)
+    for action in actions:
+        if type(action) is not dict or len(action) != count:
+            return None
+        payload: dict[str, int] = {}
+        for name, low, high in fields:
+            value = action.get(name)
+            if type(value) is not int:
+                return None
+            if (low is not None and value < low) or (high is not None and value > high):
+                return None
+            payload[name] = value
+        payloads.append(payload)
+    return payloads
 
 
 class TypedFace(Generic[ActT, ObsT, StateT]):
