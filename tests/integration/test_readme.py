@@ -111,9 +111,24 @@ def snippets() -> list[Snippet]:
     return found
 
 
+def needs_scaffold(snippet: Snippet) -> bool:
+    return "cwd" in snippet.notes or snippet.notes.get("server") == "."
+
+
+# Under ``--dist loadgroup`` the blocks run on two workers: the pages with a block that
+# uses the scaffold (the README and the pages that continue its example) in one group,
+# the other pages in the other, so a page's blocks run in order on one worker and each
+# group starts only the scaffold and servers its own pages need. A worker running both
+# groups shares the module's fixtures between them; two workers each have their own.
+SCAFFOLD_PAGES_GROUP = "readme:scaffold-pages"
+OTHER_PAGES_GROUP = "readme:other-pages"
+
+
 def _params() -> list[Any]:
     params = []
-    for snippet in snippets():
+    found = snippets()
+    scaffold_pages = {snippet.page for snippet in found if needs_scaffold(snippet)}
+    for snippet in found:
         marks: list[Any] = [getattr(pytest.mark, m) for m in ("docker", "network", "slow")]
         marks = [
             mark
@@ -123,6 +138,10 @@ def _params() -> list[Any]:
         if "image" in snippet.notes:
             marks += [pytest.mark.docker, pytest.mark.network]
             marks.append(pytest.mark.xdist_group(DEMO_IMAGE_GROUP))
+        elif snippet.page in scaffold_pages:
+            marks.append(pytest.mark.xdist_group(SCAFFOLD_PAGES_GROUP))
+        else:
+            marks.append(pytest.mark.xdist_group(OTHER_PAGES_GROUP))
         if "skip" in snippet.notes:
             marks.append(pytest.mark.skip(reason=snippet.notes["skip"]))
         params.append(pytest.param(snippet, id=snippet.id, marks=marks))
@@ -190,20 +209,23 @@ def scaffold_image(scaffold: Path, docker_client: Any, base_image: str) -> Itera
 
 @pytest.mark.parametrize("snippet", _params())
 def test_snippet_runs_as_written(
-    snippet: Snippet, scaffold: Path, shared: Servers, tmp_path: Path, request: Any
+    snippet: Snippet, shared: Servers, tmp_path: Path, request: Any
 ) -> None:
     notes = snippet.notes
     if "docker" in notes:
         request.getfixturevalue("base_image")  # skips (or fails in CI) without an engine
     if "image" in notes:
         request.getfixturevalue("scaffold_image")
-    cwd = {"scaffold": scaffold, "demo_env": scaffold / "demo_env", "": tmp_path}[
-        notes.get("cwd", "")
-    ]
+    cwd = server_cwd = tmp_path
+    if needs_scaffold(snippet):
+        # Asked for here, not in the signature: the other pages' worker never runs corral init.
+        scaffold: Path = request.getfixturevalue("scaffold")
+        places = {"scaffold": scaffold, "demo_env": scaffold / "demo_env", "": tmp_path}
+        cwd = places[notes.get("cwd", "")]
+        server_cwd = scaffold / "demo_env" if notes.get("server") == "." else cwd
     code = snippet.code
     if "server" in notes:
-        target = notes["server"]
-        url = shared.corral(target, scaffold / "demo_env" if target == "." else cwd)
+        url = shared.corral(notes["server"], server_cwd)
         assert SERVER_URL in code, f"{snippet.id}: server= given but {SERVER_URL} not used"
         code = code.replace(SERVER_URL, url)
     if "openenv-server" in notes:
