@@ -71,6 +71,46 @@ OnFrame = Callable[[Frame], None]
 OnClosed = Callable[[str], None]
 """Told once that the socket is gone, with why."""
 
+
+class Inbox:
+    """A client socket's messages and its end, held until someone listens.
+
+    The messages that arrive between the upgrade and :meth:`listen` (and the end, if it
+    came first) are handed over by :meth:`listen`, in order; both sockets keep one.
+    """
+
+    __slots__ = ("_early", "_ended", "_on_closed", "_on_frame")
+
+    def __init__(self) -> None:
+        self._on_frame: OnFrame | None = None
+        self._on_closed: OnClosed | None = None
+        self._early: deque[Frame] = deque()
+        self._ended: str | None = None
+
+    def listen(self, on_frame: OnFrame, on_closed: OnClosed) -> None:
+        """Hand every message to ``on_frame`` from now on; ``on_closed`` once at the end."""
+        self._on_frame, self._on_closed = on_frame, on_closed
+        while self._early:
+            on_frame(self._early.popleft())
+        if self._ended is not None:
+            on_closed(self._ended)
+
+    def deliver(self, message: Frame) -> None:
+        """One whole message from the server."""
+        on_frame = self._on_frame
+        if on_frame is None:
+            self._early.append(message)
+        else:
+            on_frame(message)
+
+    def end(self, why: str) -> None:
+        """The socket is gone (call once), because of ``why``."""
+        self._ended = why
+        on_closed = self._on_closed
+        if on_closed is not None:
+            on_closed(why)
+
+
 CLOSE_TIMEOUT_S = 2.0
 """How long the server may keep TCP open after the close handshake before it is cut."""
 
@@ -108,9 +148,7 @@ class AsyncioSocket(asyncio.Protocol):
         self._reader: FrameReader | None = None
         """Set once the upgrade is done: from then on bytes are frames."""
         self._masker = Masker()
-        self._on_frame: OnFrame | None = None
-        self._on_closed: OnClosed | None = None
-        self._early: deque[Frame] = deque()
+        self._inbox = Inbox()
         self._pings: dict[bytes, asyncio.Future[float]] = {}
         self._pinged = 0
         self._close_sent = False
@@ -131,11 +169,7 @@ class AsyncioSocket(asyncio.Protocol):
 
     def listen(self, on_frame: OnFrame, on_closed: OnClosed) -> None:
         """Hand every message to ``on_frame`` from now on; ``on_closed`` once at the end."""
-        self._on_frame, self._on_closed = on_frame, on_closed
-        while self._early:
-            on_frame(self._early.popleft())
-        if self._gone:
-            on_closed(self._why)
+        self._inbox.listen(on_frame, on_closed)
 
     def write(self, message: Frame) -> None:
         """Write one message now (no await: the transport buffers it).
@@ -209,11 +243,7 @@ class AsyncioSocket(asyncio.Protocol):
             return
         for event in reader.feed(data):
             if isinstance(event, (bytes, str)):
-                on_frame = self._on_frame
-                if on_frame is None:
-                    self._early.append(event)
-                else:
-                    on_frame(event)
+                self._inbox.deliver(event)
             elif isinstance(event, PingFrame):
                 if not self._close_sent:
                     self._send(PONG, event.payload)
@@ -261,9 +291,7 @@ class AsyncioSocket(asyncio.Protocol):
         self._wake_drains()
         if not self._lost.done():
             self._lost.set_result(None)
-        on_closed = self._on_closed
-        if on_closed is not None:
-            on_closed(self._why)
+        self._inbox.end(self._why)
 
     # -- the upgrade ---------------------------------------------------------------
 
@@ -456,4 +484,4 @@ def _drop(socket: AsyncioSocket) -> None:
         transport.abort()
 
 
-__all__ = ["AsyncioSocket", "OnClosed", "OnFrame", "asyncio_dialer"]
+__all__ = ["AsyncioSocket", "Inbox", "OnClosed", "OnFrame", "asyncio_dialer"]

@@ -34,7 +34,7 @@ from picows import (
 from websockets.exceptions import ConnectionClosedError
 
 from corral import __version__
-from corral.client.asyncio_socket import OnClosed, OnFrame
+from corral.client.asyncio_socket import Inbox, OnClosed, OnFrame
 from corral.client.refusal import refusal
 from corral.errors import ConnectionLost, UnsupportedProtocol
 from corral.protocol.codecs import Frame
@@ -71,9 +71,7 @@ class PicowsSocket(WSListener):
         self.close_code: int | None = None
         self.close_reason: str | None = None
         self.transport = _Aborter(self)
-        self._on_frame: OnFrame | None = None
-        self._on_closed: OnClosed | None = None
-        self._early: deque[Frame] = deque()
+        self._inbox = Inbox()
         self._pongs: deque[asyncio.Future[float]] = deque()
         self._parts: bytearray | None = None
         self._parts_text = False
@@ -85,11 +83,7 @@ class PicowsSocket(WSListener):
 
     def listen(self, on_frame: OnFrame, on_closed: OnClosed) -> None:
         """Hand every message to ``on_frame`` from now on; ``on_closed`` once at the end."""
-        self._on_frame, self._on_closed = on_frame, on_closed
-        while self._early:
-            on_frame(self._early.popleft())
-        if self._gone:
-            on_closed(self._why)
+        self._inbox.listen(on_frame, on_closed)
 
     async def send(self, message: Frame) -> None:
         """Write one message; raises ``ConnectionClosed`` once the socket is closed."""
@@ -140,9 +134,9 @@ class PicowsSocket(WSListener):
             # picows refuses such a frame but may still hand it over while it closes
             self._refuse(transport)
         elif kind is WSMsgType.BINARY and frame.fin and self._parts is None:
-            self._deliver(frame.get_payload_as_bytes())
+            self._inbox.deliver(frame.get_payload_as_bytes())
         elif kind is WSMsgType.TEXT and frame.fin and self._parts is None:
-            self._deliver(frame.get_payload_as_utf8_text())
+            self._inbox.deliver(frame.get_payload_as_utf8_text())
         elif kind is WSMsgType.PONG:
             if self._pongs:
                 pong = self._pongs.popleft()
@@ -171,7 +165,7 @@ class PicowsSocket(WSListener):
             return
         if frame.fin:
             whole, self._parts = bytes(self._parts), None
-            self._deliver(whole.decode() if self._parts_text else whole)
+            self._inbox.deliver(whole.decode() if self._parts_text else whole)
 
     def _refuse(self, transport: WSTransport) -> None:
         """A message over the limit: nothing more is delivered, the socket closes (1009)."""
@@ -183,13 +177,6 @@ class PicowsSocket(WSListener):
         with contextlib.suppress(Exception):
             transport.send_close(WSCloseCode.MESSAGE_TOO_BIG, b"message too big")
         transport.disconnect()
-
-    def _deliver(self, message: Frame) -> None:
-        on_frame = self._on_frame
-        if on_frame is None:
-            self._early.append(message)
-        else:
-            on_frame(message)
 
     def on_ws_disconnected(self, transport: WSTransport) -> None:
         if self._gone:
@@ -211,9 +198,7 @@ class PicowsSocket(WSListener):
             if not pong.done():
                 pong.set_exception(ConnectionClosedError(None, None))
         self._pongs.clear()
-        on_closed = self._on_closed
-        if on_closed is not None:
-            on_closed(self._why)
+        self._inbox.end(self._why)
 
 
 def _swallow(future: asyncio.Future[None]) -> None:
