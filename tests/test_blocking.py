@@ -115,88 +115,63 @@ def test_background_work_goes_on_between_calls():
     assert fired.wait(blocking.GRACE_S + 30)
 
 
-def test_ctrl_c_cancels_the_call_and_the_loop_lives_on(tmp_path):
-    script = tmp_path / "interrupt.py"
-    script.write_text(
-        textwrap.dedent(
-            """
-            import asyncio, os, signal, threading
-            from corral.blocking import run_blocking
+def test_ctrl_c_cancels_the_call_and_the_loop_lives_on():
+    out = _run_child(
+        """
+        import asyncio, os, signal, threading
+        from corral.blocking import run_blocking
 
-            cancelled = []
+        cancelled = []
 
-            async def long_call():
-                loop = asyncio.get_running_loop()
-                loop.call_later(0.2, os.kill, os.getpid(), signal.SIGINT)
-                try:
-                    await asyncio.sleep(30)
-                except asyncio.CancelledError:
-                    cancelled.append(True)
-                    raise
-
+        async def long_call():
+            loop = asyncio.get_running_loop()
+            loop.call_later(0.2, os.kill, os.getpid(), signal.SIGINT)
             try:
-                run_blocking(long_call(), None)
-            except KeyboardInterrupt:
-                print("interrupted", cancelled)
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.append(True)
+                raise
 
-            async def answer():
-                return 42
+        try:
+            run_blocking(long_call(), None)
+        except KeyboardInterrupt:
+            print("interrupted", cancelled)
 
-            print("after", run_blocking(answer(), 10))
-            print("handler", signal.getsignal(signal.SIGINT) is signal.default_int_handler)
-            """
-        )
+        async def answer():
+            return 42
+
+        print("after", run_blocking(answer(), 10))
+        print("handler", signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+        """
     )
-    out = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-        # A shell's background job (and what it starts) inherits SIGINT ignored, and
-        # Python then installs no KeyboardInterrupt handler: the child gets the default
-        # disposition back, as a script run from a terminal has it.
-        preexec_fn=_default_sigint,
-    ).stdout.split("\n")
     assert out[:3] == ["interrupted [True]", "after 42", "handler True"]
 
 
-def test_ctrl_c_before_the_calls_first_step_interrupts_it(tmp_path):
+def test_ctrl_c_before_the_calls_first_step_interrupts_it():
     # A stepping loop's Ctrl-C often lands between two calls' coroutines: here a callback
     # the first call leaves on the loop sends it, on asyncio's loop before the second
     # call's task has run a step, so that task is cancelled before its coroutine starts
     # (and never stops the loop from inside). One of the calls must raise
     # KeyboardInterrupt: not return as if nothing happened, nor wait for its timeout.
-    script = tmp_path / "early.py"
-    script.write_text(
-        textwrap.dedent(
-            """
-            import asyncio, os, signal
-            from corral.blocking import run_blocking
+    out = _run_child(
+        """
+        import asyncio, os, signal
+        from corral.blocking import run_blocking
 
-            async def arm():
-                asyncio.get_running_loop().call_soon(os.kill, os.getpid(), signal.SIGINT)
+        async def arm():
+            asyncio.get_running_loop().call_soon(os.kill, os.getpid(), signal.SIGINT)
 
-            async def answer():
-                return 42
+        async def answer():
+            return 42
 
-            try:
-                run_blocking(arm(), 10)  # (a loop may run the kill before it stops)
-                print("returned", run_blocking(answer(), 600))
-            except KeyboardInterrupt:
-                print("interrupted")
-            print("after", run_blocking(answer(), 10))
-            """
-        )
+        try:
+            run_blocking(arm(), 10)  # (a loop may run the kill before it stops)
+            print("returned", run_blocking(answer(), 600))
+        except KeyboardInterrupt:
+            print("interrupted")
+        print("after", run_blocking(answer(), 10))
+        """
     )
-    out = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-        preexec_fn=_default_sigint,
-    ).stdout.split("\n")
     assert out[:2] == ["interrupted", "after 42"]
 
 
@@ -204,7 +179,7 @@ def test_ctrl_c_before_the_calls_first_step_interrupts_it(tmp_path):
 def test_the_loop_suits_the_thread_of_the_first_call(first):
     # uvloop run in the main thread sets up signal handling on every run, i.e. every
     # call: the main thread gets asyncio's own loop; other threads the runtime's.
-    script = textwrap.dedent(
+    out = _run_child(
         """
         import asyncio, sys, threading
         from corral import runtime
@@ -219,16 +194,25 @@ def test_the_loop_suits_the_thread_of_the_first_call(first):
             worker.join()
         print(type(loops[0]) is type(asyncio.new_event_loop()))
         print(type(loops[0]) is type(runtime.loop_factory()()))
-        """
+        """,
+        first,
     )
-    out = subprocess.run(
-        [sys.executable, "-c", script, first],
+    assert out[0 if first == "main" else 1] == "True"
+
+
+def _run_child(script: str, *args: str) -> list[str]:
+    """The stdout lines of ``script`` (dedented) run by a fresh Python with ``args``."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script), *args],
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
-    ).stdout.split()
-    assert out[0 if first == "main" else 1] == "True"
+        # A shell's background job (and what it starts) inherits SIGINT ignored, and
+        # Python then installs no KeyboardInterrupt handler: the child gets the default
+        # disposition back, as a script run from a terminal has it.
+        preexec_fn=_default_sigint,
+    ).stdout.split("\n")
 
 
 def _default_sigint() -> None:
