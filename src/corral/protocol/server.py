@@ -516,46 +516,33 @@ class ServerConnection(Generic[S]):
         results: list[BatchItemReply] = []
         total = 0
         for item in reply.results:
-            try:
-                size = len(self.codec.encode(item.to_wire()))
-            except Exception as exc:
-                error: CorralError = BadObservation(
-                    f"the batch item could not be encoded with the {self.codec.name} codec: {exc}",
-                    details={"reply": reply.type},
-                )
-                item = ItemError.of(item.session, error)
-                size = 0
-            if limit is not None and isinstance(item, ItemResult) and total + size > limit:
-                item = ItemError.of(item.session, self._too_large(None, size))
-                size = 0
-            if isinstance(item, ItemError):
-                self._count_error(item.code)
-            elif item.reset is not None:
-                reset, extra = self._repaired_reset(item.session, item.reset, limit, total + size)
+            item, size = self._fitted(item, "batch item", limit, total)
+            if isinstance(item, ItemResult) and item.reset is not None:
+                reset, extra = self._fitted(item.reset, "reset", limit, total + size)
                 item = ItemResult(item.session, item.observation, reset)  # the cached one stays
                 size += extra
             total += size
             results.append(item)
         return BatchReply(reply.id, results)
 
-    def _repaired_reset(
-        self, session: str, reset: BatchItemReply, limit: int | None, total: int
+    def _fitted(
+        self, item: BatchItemReply, what: str, limit: int | None, total: int
     ) -> tuple[BatchItemReply, int]:
-        """An item's same-step reset, or its error when the codec cannot encode it or it
-        does not fit after ``total`` bytes; and its size."""
+        """``item`` (a batch item or its same-step reset, ``what``), or its error when the
+        codec cannot encode it or it does not fit after ``total`` bytes; and its size."""
         try:
-            size = len(self.codec.encode(reset.to_wire()))
+            size = len(self.codec.encode(item.to_wire()))
         except Exception as exc:
             error: CorralError = BadObservation(
-                f"the reset could not be encoded with the {self.codec.name} codec: {exc}",
-                details={"reply": "batch"},
+                f"the {what} could not be encoded with the {self.codec.name} codec: {exc}",
+                details={"reply": BatchReply.type},
             )
-            reset, size = ItemError.of(session, error), 0
-        if limit is not None and isinstance(reset, ItemResult) and total + size > limit:
-            reset, size = ItemError.of(session, self._too_large(None, size)), 0
-        if isinstance(reset, ItemError):
-            self._count_error(reset.code)
-        return reset, size
+            item, size = ItemError.of(item.session, error), 0
+        if limit is not None and isinstance(item, ItemResult) and total + size > limit:
+            item, size = ItemError.of(item.session, self._too_large(None, size)), 0
+        if isinstance(item, ItemError):
+            self._count_error(item.code)
+        return item, size
 
     def fail(self, error: CorralError, session: str | None = None) -> None:
         """Answer with ``error`` (to its ``request_id``) and count it."""
