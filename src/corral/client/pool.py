@@ -129,6 +129,7 @@ from corral.protocol.batch import (
     BatchItemReply,
     BatchReply,
     ItemError,
+    ItemResult,
     ResetBatch,
     ResetItem,
     StepBatch,
@@ -757,26 +758,16 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
                 for k, error in errors.items():
                     table.errors[chunk[k][0].index] = error.exception(reply.id)
             for k, reset in columns.resets.items():
-                table.resets[chunk[k][0].index] = _reset_of(reset, reply.id)
+                table.resets[chunk[k][0].index] = _row_of(reset, reply.id, "same-step reset")
             return table
-        ids: list[int] = []
-        rows: list[dict[str, Any]] = []
-        failed: dict[int, CorralError] = {}
+        outcomes: dict[int, dict[str, Any] | CorralError] = {}
         served: dict[int, dict[str, Any] | CorralError] = {}
         for (slot, _), item in zip(chunk, reply.results, strict=True):
-            if isinstance(item, ItemError):
-                failed[slot.index] = item.exception(reply.id)
-            elif isinstance(item.observation, dict):
-                ids.append(slot.index)
-                rows.append(item.observation)
-                if item.reset is not None:
-                    served[slot.index] = _reset_of(item.reset, reply.id)
-            else:
-                failed[slot.index] = BadObservation(
-                    "the server sent a batch item without an observation"
-                )
-        table = ResultTable.from_rows(ids, rows)
-        table.errors = failed
+            outcome = outcomes[slot.index] = _row_of(item, reply.id, "batch item")
+            same_step = item.reset if isinstance(item, ItemResult) else None
+            if same_step is not None and isinstance(outcome, dict):
+                served[slot.index] = _row_of(same_step, reply.id, "same-step reset")
+        table = _table_of(outcomes, [slot.index for slot, _ in chunk])
         table.resets = served
         return table
 
@@ -835,18 +826,18 @@ async def _all(awaitables: Sequence[Awaitable[T]]) -> list[T]:
     return list(await asyncio.gather(*awaitables))
 
 
-def _table_of(resets: Mapping[int, dict[str, Any] | CorralError], ids: list[int]) -> ResultTable:
-    """The table of sessions ``ids``' new episodes (first observations or errors)."""
+def _table_of(outcomes: Mapping[int, dict[str, Any] | CorralError], ids: list[int]) -> ResultTable:
+    """The table of sessions ``ids``' wire observations or errors (in ``ids``' order)."""
     ok: list[int] = []
     rows: list[dict[str, Any]] = []
     errors: dict[int, CorralError] = {}
     for index in ids:
-        reset = resets[index]
-        if isinstance(reset, CorralError):
-            errors[index] = reset
+        outcome = outcomes[index]
+        if isinstance(outcome, CorralError):
+            errors[index] = outcome
         else:
             ok.append(index)
-            rows.append(reset)
+            rows.append(outcome)
     table = ResultTable.from_rows(ok, rows)
     table.errors = errors
     return table
@@ -857,13 +848,14 @@ def _no_seeds(ids: list[int]) -> dict[int, Any]:
     return dict.fromkeys(ids, (None, {}))
 
 
-def _reset_of(reset: BatchItemReply, request_id: int) -> dict[str, Any] | CorralError:
-    """A same-step reset of a reply: the new episode's wire observation, or its error."""
-    if isinstance(reset, ItemError):
-        return reset.exception(request_id)
-    if isinstance(reset.observation, dict):
-        return reset.observation
-    return BadObservation("the server sent a same-step reset without an observation")
+def _row_of(item: BatchItemReply, request_id: int, what: str) -> dict[str, Any] | CorralError:
+    """An item of a batch reply, or its same-step reset (``what``): the wire observation,
+    or its error."""
+    if isinstance(item, ItemError):
+        return item.exception(request_id)
+    if isinstance(item.observation, dict):
+        return item.observation
+    return BadObservation(f"the server sent a {what} without an observation")
 
 
 def _autoreset_mode(mode: AutoresetMode | str | Any) -> AutoresetMode:
