@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import msgpack
 import pytest
 from tests.support.envs import BadObsEnv, BrokenFactoryEnv, CounterEnv
@@ -9,6 +11,7 @@ from tests.support.raw import RawPeer
 from tests.support.servers import running
 
 from corral.errors import ErrorCode
+from corral.protocol.arrays import NDARRAY_EXT
 
 
 @pytest.fixture(scope="module")
@@ -186,3 +189,22 @@ async def test_factory_and_observation_errors():
             peer, {"type": "step", "session": sid, "action": {}}, ErrorCode.BAD_OBSERVATION
         )
         await peer.close()
+
+
+async def test_malformed_array_extensions_are_bad_frames(server):
+    # An array's header is parsed once and then kept: a frame whose header was seen
+    # before but whose data does not fit it is refused the same way, and the session
+    # the frames named goes on.
+    peer = await RawPeer.open(server.url)
+    sid = await peer.open_session()
+    await peer.request({"type": "reset", "session": sid, "options": {"limit": 100}})
+    header = struct.pack("<B3sB1Q", 3, b"<i4", 1, 3)
+    for payload in (header + b"\x00" * 11, header + b"\x00" * 13, header[:6], b""):
+        step = {"type": "step", "id": 99, "session": sid, "action": {"amount": 1}}
+        step["action"]["amount"] = msgpack.ExtType(NDARRAY_EXT, payload)
+        await peer.send_frame(msgpack.packb(step))
+        reply = await peer.recv()
+        assert reply["code"] == ErrorCode.BAD_FRAME and "array extension" in reply["message"]
+    ok = await peer.request({"type": "step", "session": sid, "action": {"amount": 3}})
+    assert ok["observation"]["total"] == 3
+    await peer.close()
