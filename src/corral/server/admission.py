@@ -132,6 +132,11 @@ class Admission:
         """The tasks face's splits and sizes, checked before a reset with a task runs."""
         self.rewards = RewardStats()
         """Every returned observation's reward and components, single call or batch item."""
+        self._exact: type[Observation] | None = (
+            contract.observation if issubclass(contract.observation, Observation) else None
+        )
+        """The contract's observation class when it is an Observation: a value of exactly
+        this class needs no ``isinstance`` checks (the batch path's common case)."""
         self.debug = False
         """Send environment tracebacks to clients (``ServerConfig.debug``)."""
 
@@ -251,11 +256,15 @@ class Admission:
         counted once for the batch.
         """
         model = self.contract.observation
+        exact = self._exact
         out: list[Any] = [None] * len(values)  # every slot is filled below
         good: list[int] = []
+        rewards: list[float | None] = []
         isfinite = math.isfinite
         for index, value in enumerate(values):
-            if not isinstance(value, Observation) or not isinstance(value, model):
+            if type(value) is not exact and (
+                not isinstance(value, Observation) or not isinstance(value, model)
+            ):
                 out[index] = self._not_observation(value, ops[index])
                 continue
             reward = value.reward
@@ -267,6 +276,7 @@ class Admission:
                     out[index] = exc
                     continue
             good.append(index)
+            rewards.append(reward)  # finite or None: _check_finite refused the others
         ok = [values[i] for i in good]
         wires: list[Any] | None = None
         if all(type(value) is model for value in ok):
@@ -274,7 +284,8 @@ class Admission:
                 wires = peer.codec.dump_many(model, ok)
             except Exception:  # some item cannot be dumped: find it below, one by one
                 wires = None
-        counted: list[Observation] = []
+        counted: list[float] = []
+        components: list[Observation] = []
         for position, index in enumerate(good):
             value = values[index]
             if wires is not None:
@@ -286,8 +297,14 @@ class Admission:
                     out[index] = exc
                     continue
             out[index] = (wire, value.done)
-            counted.append(value)
-        self.rewards.observe_many(counted)
+            # The rewards read above, counted once dumped (a value that cannot be sent
+            # was not returned to anyone); no second pass over the models' attributes.
+            reward = rewards[position]
+            if reward is not None:
+                counted.append(reward)
+            if value.reward_components:
+                components.append(value)
+        self.rewards.observe_many(counted, components)
         return out
 
     def _not_observation(self, value: Any, op: Op) -> BadObservation:

@@ -61,18 +61,13 @@ class RewardStats:
             self.reward.observe(reward)
         self._components(observation)
 
-    def observe_many(self, observations: list[Observation]) -> None:
-        """:meth:`observe` of a batch's observations, the rewards counted in one go."""
-        isfinite = math.isfinite
-        rewards: list[float] = []
-        for observation in observations:
-            reward = observation.reward
-            if reward is not None and isfinite(reward):
-                rewards.append(reward)
-            if observation.reward_components:
-                self._components(observation)
+    def observe_many(self, rewards: list[float], components: list[Observation]) -> None:
+        """A batch's finite ``rewards`` in one go, and the components of the observations
+        that carry some (``components``): :meth:`observe` for each of its observations."""
         if rewards:
             self.reward.observe_many(rewards)
+        for observation in components:
+            self._components(observation)
 
     def _components(self, observation: Observation) -> None:
         for name, value in observation.reward_components.items():

@@ -335,42 +335,38 @@ class EnvService:
     # -- environment calls --------------------------------------------------------------
 
     async def _run(self, peer: Peer, call: RunCall[Session]) -> None:
-        request, session = call.request, call.session
-        with ending((session,), request.id):
-            await self._call(peer, call)
-
-    async def _call(self, peer: Peer, call: RunCall[Session]) -> None:
         request, session, op = call.request, call.session, call.op
-        admission = self.admission
-        started = time.perf_counter()
-        try:
-            method, args, kwargs = admission.call(peer, op, request)
-            value = await session.runner.call(
-                method, *args, timeout=self.config.step_timeout_s, **kwargs
-            )
-            reply: m.Reply
-            if op is Op.STATE:
-                reply = m.StateReply(request.id, session.id, admission.state(peer, value))
-                session.machine.finish(op)
-            else:
-                payload, done = admission.result(peer, value, op)
-                reply = m.Result(request.id, session.id, payload)
-                session.machine.finish(op, done=done)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            error = admission.failure(exc, op, session)
-            error.request_id = request.id
-            self.manager.stats.error(str(error.code))
-            session.end(request.id)
-            session.deliver(m.ErrorReply.of(error, session.id))
-            if isinstance(error, StepTimeout):
-                await self.manager.close(session, "a call overran the step timeout")
-            return
-        stats = self.manager.stats
-        stats.observe(str(op), time.perf_counter() - started)
-        stats.count(op)
-        session.deliver(reply)
+        with ending((session,), request.id):
+            admission = self.admission
+            started = time.perf_counter()
+            try:
+                method, args, kwargs = admission.call(peer, op, request)
+                value = await session.runner.call(
+                    method, *args, timeout=self.config.step_timeout_s, **kwargs
+                )
+                reply: m.Reply
+                if op is Op.STATE:
+                    reply = m.StateReply(request.id, session.id, admission.state(peer, value))
+                    session.machine.finish(op)
+                else:
+                    payload, done = admission.result(peer, value, op)
+                    reply = m.Result(request.id, session.id, payload)
+                    session.machine.finish(op, done)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                error = admission.failure(exc, op, session)
+                error.request_id = request.id
+                self.manager.stats.error(str(error.code))
+                session.end(request.id)
+                session.deliver(m.ErrorReply.of(error, session.id))
+                if isinstance(error, StepTimeout):
+                    await self.manager.close(session, "a call overran the step timeout")
+                return
+            stats = self.manager.stats
+            stats.observe(str(op), time.perf_counter() - started)
+            stats.count(op)
+            session.deliver(reply)
 
     def internal_error(self, peer: Peer, exc: BaseException, request_id: int | None = None) -> None:
         """Report a bug in corral to the client without dropping the connection.

@@ -60,10 +60,12 @@ _WIRE_ARRAY_KEYS = frozenset({"dtype", "shape", "data"})
 def array_value(value: Any, *, scalars: bool = False) -> Any:
     """``value`` with every array wire dict (``{dtype, shape, data}``) decoded; with
     ``scalars``, 0-d arrays become numpy scalars (what the environment put in ``info``)."""
+    if type(value) is dict and not value:  # most steps' info: no ABC check, no copy
+        return value
     if isinstance(value, np.ndarray):
         return value[()] if scalars and value.ndim == 0 else value
     if isinstance(value, Mapping):
-        if set(value) == _WIRE_ARRAY_KEYS:
+        if len(value) == len(_WIRE_ARRAY_KEYS) and value.keys() == _WIRE_ARRAY_KEYS:
             try:
                 return array_value(ArraySpec().validate(dict(value)), scalars=scalars)
             except ValueError:
