@@ -594,13 +594,14 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         else:
             resets = [s for s in slots if s.needs_reset]
             steps = [(s, p) for s, p in zip(slots, payloads, strict=True) if not s.needs_reset]
-        exchanges = []
-        if steps:
-            exchanges.append(self._exchange(StepBatch.type, steps))
-        if resets:
-            exchanges.append(self._exchange(ResetBatch.type, [(s, (None, {})) for s in resets]))
         sent, clock = time.time(), time.perf_counter()
-        parts = await _all(exchanges)
+        if not resets:  # most steps: one exchange, awaited as it is
+            parts = [await self._exchange(StepBatch.type, steps)] if steps else []
+        else:
+            exchanges = [self._exchange(ResetBatch.type, [(s, (None, {})) for s in resets])]
+            if steps:
+                exchanges.insert(0, self._exchange(StepBatch.type, steps))
+            parts = await _all(exchanges)
         if self.recording is not None:
             if steps:
                 self._record(parts[0], "step", {s.index: p for s, p in steps}, sent, clock)
@@ -695,12 +696,13 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         groups: dict[int, tuple[Link, list[tuple[Slot, Any]]]] = {}
         for entry in items:
             slot = entry[0]
-            error = self.fleet.unusable(slot)
-            if error is not None:
+            link = slot.link
+            # What fleet.unusable checks, first inline (this runs per session per step).
+            if link is None or slot.lost is not None or not slot.server.ready.is_set():
+                error = self.fleet.unusable(slot)
+                assert error is not None
                 unusable.errors[slot.index] = error
                 continue
-            link = slot.link
-            assert link is not None
             group = groups.get(id(link))
             if group is None:
                 group = groups[id(link)] = (link, [])
@@ -719,12 +721,12 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         connection = link.connection
         message: StepBatch | ResetBatch
         if kind == StepBatch.type:
-            steps = tuple(StepItem(s.session, p) for s, p in chunk)
+            steps = tuple([StepItem(s.session, p) for s, p in chunk])
             # SAME_STEP: the server resets an ended episode in the same message.
             autoreset = self.autoreset_mode is AutoresetMode.SAME_STEP
             message = StepBatch(connection.next_id(), steps, self._columns, autoreset)
         else:
-            resets = tuple(ResetItem(s.session, seed, opts) for s, (seed, opts) in chunk)
+            resets = tuple([ResetItem(s.session, seed, opts) for s, (seed, opts) in chunk])
             message = ResetBatch(connection.next_id(), resets, self._columns)
         try:
             reply = await connection.request(message, timeout=self.timeout)
@@ -893,7 +895,11 @@ _MARGIN = 5.0
 
 
 class SyncEnvPool(BlockingTwin[EnvPool[ActT, ObsT, StateT]], Generic[ActT, ObsT, StateT]):
-    """The blocking twin of :class:`EnvPool`: same methods, same errors."""
+    """The blocking twin of :class:`EnvPool`: same methods, same errors.
+
+    ``reset``, ``step``, ``send`` and ``recv`` are taskless blocking calls (see
+    :mod:`corral.blocking`): nothing under them needs a current task.
+    """
 
     @property
     def num_envs(self) -> int:
@@ -931,11 +937,12 @@ class SyncEnvPool(BlockingTwin[EnvPool[ActT, ObsT, StateT]], Generic[ActT, ObsT,
         tasks: str | Sequence[TaskRef | tuple[str, int]] | None = None,
     ) -> PoolBatch[ObsT]:
         """Start new episodes; see :meth:`EnvPool.reset`."""
-        return self._call(self._async.reset(seed, options, ids=ids, mask=mask, tasks=tasks))
+        coro = self._async.reset(seed, options, ids=ids, mask=mask, tasks=tasks)
+        return self._call(coro, taskless=True)
 
     def step(self, actions: Sequence[ActT | Mapping[str, Any]]) -> PoolBatch[ObsT]:
         """Step every session; see :meth:`EnvPool.step`."""
-        return self._call(self._async.step(actions))
+        return self._call(self._async.step(actions), taskless=True)
 
     def state(self, ids: Sequence[int] | None = None) -> list[StateT]:
         """States of sessions; see :meth:`EnvPool.state`."""
@@ -947,7 +954,7 @@ class SyncEnvPool(BlockingTwin[EnvPool[ActT, ObsT, StateT]], Generic[ActT, ObsT,
         session_ids: Sequence[int] | np.ndarray[Any, Any] | None = None,
     ) -> None:
         """Start steps without waiting; see :meth:`EnvPool.send`."""
-        self._call(self._async.send(actions, session_ids))
+        self._call(self._async.send(actions, session_ids), taskless=True)
 
     def recv(
         self,
@@ -958,7 +965,7 @@ class SyncEnvPool(BlockingTwin[EnvPool[ActT, ObsT, StateT]], Generic[ActT, ObsT,
     ) -> PoolBatch[ObsT]:
         """Results of whichever sessions finished first; see :meth:`EnvPool.recv`."""
         coro = self._async.recv(min_results, timeout, max_results=max_results)
-        return self._call(coro, ... if timeout is None else timeout + _MARGIN)
+        return self._call(coro, ... if timeout is None else timeout + _MARGIN, taskless=True)
 
     def close(self) -> None:
         """Close sessions and connections, stop started servers."""
