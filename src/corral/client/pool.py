@@ -689,24 +689,29 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         Waits out the recovery of a server first; a session that cannot be reached is
         an error for that session only.
         """
-        if not all(server.ready.is_set() for server in self.fleet.servers):
+        ready = all(server.ready.is_set() for server in self.fleet.servers)
+        if not ready:
             recovering = {s.server.index: s.server for s, _ in items if not s.server.ready.is_set()}
             await asyncio.gather(*(self.fleet.wait_ready(server) for server in recovering.values()))
         unusable = ResultTable()
         groups: dict[int, tuple[Link, list[tuple[Slot, Any]]]] = {}
+        last: Link | None = None
+        entries: list[tuple[Slot, Any]] = []
         for entry in items:
             slot = entry[0]
             link = slot.link
             # What fleet.unusable checks, first inline (this runs per session per step).
-            if link is None or slot.lost is not None or not slot.server.ready.is_set():
+            if link is None or slot.lost is not None or not (ready or slot.server.ready.is_set()):
                 error = self.fleet.unusable(slot)
                 assert error is not None
                 unusable.errors[slot.index] = error
                 continue
-            group = groups.get(id(link))
-            if group is None:
-                group = groups[id(link)] = (link, [])
-            group[1].append(entry)
+            if link is not last:  # a link's sessions are mostly next to each other
+                group = groups.get(id(link))
+                if group is None:
+                    group = groups[id(link)] = (link, [])
+                last, entries = link, group[1]
+            entries.append(entry)
         requests = [
             self._request(link, kind, group[i : i + link.batch_limit])
             for link, group in groups.values()
