@@ -17,10 +17,11 @@ cannot run the loop (another thread runs it for a call, or the caller is inside 
 loop) hands its coroutine to the loop's runner and waits, as every call did before.
 
 **Taskless calls.** A call that runs the loop itself may also step its coroutine itself
-(``taskless=True``: no task, and a loop turn per awaited future instead of two plus the
-task's first), for the hot calls whose coroutines need no current task: ``EnvPool``'s
-step, reset, send and recv. Its deadline is one timer the keeper keeps armed across
-calls (see ``_Keeper._ring``), not one per call.
+(``taskless=True``: no task, and two loop turns per awaited future, the reply's and the
+one that stops the loop, instead of three, the task's first step, the reply's and the
+wake-up), for the hot calls whose coroutines need no current task: ``EnvPool``'s step,
+reset, send and recv. A call's deadline is one timer the keeper keeps armed across calls
+(see ``_Keeper._ring``), not one per call.
 
 :class:`BlockingTwin` is what the twins share: run a coroutine there and wait at most a
 given time (:class:`~corral.errors.RequestTimeout` after), and the context manager.
@@ -418,9 +419,8 @@ def run_blocking(
     """Run ``coro`` on corral's loop and wait at most ``timeout`` seconds.
 
     ``taskless``: when this thread runs the loop itself, step ``coro`` here instead of in
-    a task (two loop turns and a task fewer a call: what a fast step's blocking call
-    spends most on beside its I/O). Only for coroutines that need no current task:
-    ``asyncio.timeout`` and anyio's cancel scopes do (gather, wait_for, shield and
+    a task (a task and a loop turn fewer a call). Only for coroutines that need no current
+    task: ``asyncio.timeout`` and anyio's cancel scopes do (gather, wait_for, shield and
     futures do not); a call handed to another thread's loop runs as a task anyway.
 
     Raises:
