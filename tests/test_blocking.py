@@ -166,6 +166,39 @@ def test_background_work_goes_on_between_calls():
     assert fired.wait(blocking.GRACE_S + 30)
 
 
+def test_taskless_calls_on_a_worker_threads_loop():
+    # The first call from a worker thread gives the keeper the runtime's loop (uvloop
+    # when installed), whose run_forever the taskless driver runs as it runs asyncio's.
+    out = _run_child(
+        """
+        import asyncio, threading
+        from corral.blocking import run_blocking
+        from corral.errors import RequestTimeout
+
+        async def answer(value, delay=0.0):
+            await asyncio.sleep(delay)
+            return value
+
+        async def both():
+            return await asyncio.gather(answer(1, 0.01), answer(2))
+
+        def worker():
+            first = run_blocking(answer(1), 10, taskless=True)
+            print(first, run_blocking(both(), 10, taskless=True))
+            try:
+                run_blocking(answer(3, 30), 0.1, taskless=True)
+            except RequestTimeout:
+                print("timed out")
+            print(run_blocking(answer(4, 0.2), 30, taskless=True))
+
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join()
+        """
+    )
+    assert out[:3] == ["1 [1, 2]", "timed out", "4"]
+
+
 @TASKLESS
 def test_ctrl_c_cancels_the_call_and_the_loop_lives_on(taskless: bool):
     out = _run_child(
