@@ -403,7 +403,9 @@ class Connection:
         """Send ``request`` (built with :meth:`next_id`) and return its reply.
 
         With ``replay`` (the default), a drop of the connection before the reply does not
-        fail the request: it is re-sent with the same id once the connection is back.
+        fail the request: it is re-sent with the same id once the connection is back. A
+        request made while the connection is being re-established waits and goes out once
+        the sessions are re-attached.
 
         Raises:
             CorralError: the server's error reply, as its exception class.
@@ -424,19 +426,6 @@ class Connection:
                 except ConnectionClosed as exc:
                     self._write_failed(request.id, str(exc))
         return await self._reply(request, future, timeout)
-
-    async def send(self, request: Request, *, replay: bool = True) -> asyncio.Future[Reply]:
-        """Send ``request``; return the future of its reply (an error reply raises).
-
-        While the connection is being re-established the request waits and goes out
-        once the sessions are re-attached.
-        """
-        frame = self.protocol.send(request, replay=replay)
-        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        self._waiters[request.id] = future
-        if frame is not None:
-            await self._write(request.id, frame)
-        return future
 
     async def _reply(
         self, request: Request, future: asyncio.Future[Reply], timeout: float | None
