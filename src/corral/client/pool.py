@@ -515,6 +515,10 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             task = asyncio.create_task(self._complete(group, gate))
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
+        # One loop turn, in which the completions write their messages: "sent" on return
+        # (a blocking caller's loop stops once this returns, and the messages would wait
+        # for the loop's next run: the next call, or the keeper's thread after its grace).
+        await asyncio.sleep(0)
 
     async def _complete(
         self, group: list[tuple[Slot, Any]], gate: asyncio.Semaphore | None
