@@ -16,6 +16,13 @@ at once; past that the daemon thread takes it back for the background work. A ca
 cannot run the loop (another thread runs it for a call, or the caller is inside a running
 loop) hands its coroutine to the loop's runner and waits, as every call did before.
 
+**Taskless calls.** A call that runs the loop itself may also step its coroutine itself
+(``taskless=True``: no task, and two loop turns per awaited future, the reply's and the
+one that stops the loop, instead of three, the task's first step, the reply's and the
+wake-up), for the hot calls whose coroutines need no current task: ``EnvPool``'s step,
+reset, send and recv. A call's deadline is one timer the keeper keeps armed across calls
+(see ``_Keeper._ring``), not one per call.
+
 :class:`BlockingTwin` is what the twins share: run a coroutine there and wait at most a
 given time (:class:`~corral.errors.RequestTimeout` after), and the context manager.
 """
@@ -26,11 +33,12 @@ import _signal  # type: ignore[import-not-found]
 import asyncio
 import concurrent.futures
 import enum
+import math
 import signal
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from types import EllipsisType, FrameType, TracebackType
 from typing import Any, Generic, Self, TypeVar
 
@@ -82,6 +90,11 @@ class _Keeper:
         self.claimed = False
         """A caller asked the background thread to stop and takes the loop next."""
         self.released = 0.0
+        self._call: _Call | None = None
+        """The blocking call running the loop in its thread, if any."""
+        self._alarm: asyncio.TimerHandle | None = None
+        self._alarm_at = math.inf
+        """When the alarm rings (see :meth:`_ring`)."""
         thread = threading.Thread(target=self._background, name="corral-sync-loop", daemon=True)
         thread.start()
 
@@ -108,13 +121,15 @@ class _Keeper:
             return False
         return self.waiting > 0 or time.monotonic() - self.released >= GRACE_S
 
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None) -> T:
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None, taskless: bool = False) -> T:
         running = asyncio._get_running_loop()  # None in a plain thread, without raising
         if running is self.loop:
             coro.close()
             raise RuntimeError("a blocking corral call was made from corral's own event loop")
         if running is None and self._take():
             try:
+                if taskless:
+                    return self._drive_taskless(coro, timeout)
                 return self._drive(coro, timeout)
             finally:
                 with self.mutex:
@@ -145,63 +160,86 @@ class _Keeper:
             return True
 
     def _drive(self, coro: Coroutine[Any, Any, T], timeout: float | None) -> T:
-        """Run the loop in this thread until ``coro`` is done.
+        """Run the loop in this thread until ``coro``, run as a task, is done.
 
         Ctrl-C (in the main thread) cancels the call instead of landing inside whatever
         task the loop runs at that moment, as ``asyncio.run`` does.
         """
         loop = self.loop
         task = loop.create_task(_stopping(loop, coro))
-        expired = False
-
-        def expire() -> None:
-            nonlocal expired
-            expired = True
-            task.cancel()
-
-        timer = loop.call_later(timeout, expire) if timeout is not None else None
-        interrupted = False
-
-        def on_sigint(signum: int, frame: FrameType | None) -> None:
-            nonlocal interrupted
-            if interrupted:  # a second Ctrl-C: do not wait for the cancellation
-                raise KeyboardInterrupt
-            interrupted = True
-            task.cancel()
-            # Wake the loop and stop it: a task cancelled before its first step never
-            # runs _stopping's body, so nothing else would stop the loop (the while
-            # below runs it again until the cancelled task is done).
-            loop.call_soon_threadsafe(loop.stop)
-
-        # signal's C core, not signal.signal: its enum wrapping of the handlers cost
-        # more (~13 us a call) than the rest of this method.
-        previous = None
-        if (
-            threading.current_thread() is threading.main_thread()
-            and _signal.getsignal(_SIGINT) is signal.default_int_handler
-        ):
-            previous = _signal.signal(_SIGINT, on_sigint)
-
+        call = self._begin(task.cancel, timeout)
+        previous = _catch_sigint(loop, call)
         try:
             while not task.done():  # a stale stop (an abandoned call's) may end a run early
                 loop.run_forever()
         finally:
-            if timer is not None:
-                timer.cancel()
-            if previous is not None:
-                # Restoring the handler first runs a pending one: a Ctrl-C that arrived
-                # as the call finished sets ``interrupted`` here, and is raised below.
-                _signal.signal(_SIGINT, previous)
-        if interrupted:
+            self._call = None
+            _restore_sigint(previous)
+        if call.interrupted:
             if not task.cancelled():
                 task.exception()  # retrieved: asyncio must not log it, the Ctrl-C wins
             raise KeyboardInterrupt
         try:
             return task.result()
         except asyncio.CancelledError:
-            if expired:
+            if call.expired:
                 raise _timeout(timeout) from None
             raise
+
+    def _drive_taskless(self, coro: Coroutine[Any, Any, T], timeout: float | None) -> T:
+        """Run ``coro`` without a task: this thread steps it, and runs the loop while it
+        waits for a future (see :func:`run_blocking`'s ``taskless``)."""
+        loop = self.loop
+        call = self._begin(loop.stop, timeout)
+        failure: BaseException | None = None
+        previous = _catch_sigint(loop, call)
+        try:
+            result = _run_taskless(loop, coro, call)
+        except BaseException as exc:  # judged below, once the handler is back
+            failure = exc
+            _abandon(loop, coro)
+        finally:
+            self._call = None
+            _restore_sigint(previous)
+        if call.interrupted:
+            raise KeyboardInterrupt
+        if failure is not None:
+            if isinstance(failure, asyncio.CancelledError) and call.expired:
+                raise _timeout(timeout) from None
+            raise failure
+        return result
+
+    def _begin(self, stop: Callable[[], object], timeout: float | None) -> _Call:
+        """The call about to run the loop in this thread; its deadline armed."""
+        call = self._call = _Call(stop)
+        if timeout is not None:
+            loop = self.loop
+            call.deadline = loop.time() + timeout
+            if call.deadline < self._alarm_at:
+                if self._alarm is not None:
+                    self._alarm.cancel()
+                self._alarm_at = call.deadline
+                self._alarm = loop.call_at(call.deadline, self._ring)
+        return call
+
+    def _ring(self) -> None:
+        """The alarm: end the running call if its deadline passed, else re-arm for it.
+
+        One timer serves many calls: a call that returns leaves it armed (cancelling
+        and re-arming a timer on every call costs more than the call's own loop turns),
+        and a later call whose deadline is further only moves it when it rings.
+        """
+        rang = self._alarm_at
+        self._alarm, self._alarm_at = None, math.inf
+        call = self._call
+        if call is None or call.deadline == math.inf:
+            return
+        if call.deadline <= rang:
+            call.expired = True
+            call.stop()
+        else:
+            self._alarm_at = call.deadline
+            self._alarm = self.loop.call_at(call.deadline, self._ring)
 
     def _hand_over(self, coro: Coroutine[Any, Any, T], timeout: float | None) -> T:
         """Have whoever runs the loop run ``coro``; wait for it in this thread."""
@@ -218,6 +256,122 @@ class _Keeper:
         finally:
             with self.mutex:
                 self.waiting -= 1
+
+
+class _Call:
+    """A blocking call running the loop in its own thread, and how it ends early."""
+
+    __slots__ = ("deadline", "expired", "interrupted", "stop")
+
+    def __init__(self, stop: Callable[[], object]) -> None:
+        self.stop = stop
+        """Makes the call end early (cancels its task, or stops the loop)."""
+        self.deadline = math.inf
+        """The loop's time past which the call times out."""
+        self.expired = False
+        self.interrupted = False
+
+    @property
+    def ending(self) -> bool:
+        """Timed out or interrupted: the coroutine is to be cancelled."""
+        return self.expired or self.interrupted
+
+
+def _catch_sigint(loop: asyncio.AbstractEventLoop, call: _Call) -> Any:
+    """Have Ctrl-C end ``call``, which runs ``loop`` (in the main thread, when Python's
+    default handler is in place; a second Ctrl-C does not wait for the cancellation).
+    Returns the handler to put back with :func:`_restore_sigint`, or None."""
+    if not (
+        threading.current_thread() is threading.main_thread()
+        and _signal.getsignal(_SIGINT) is signal.default_int_handler
+    ):
+        return None
+
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
+        if call.interrupted:
+            raise KeyboardInterrupt
+        call.interrupted = True
+        call.stop()
+        # Wake the loop (the handler runs inside its interrupted poll, PEP 475) and stop
+        # it: a task cancelled before its first step never runs _stopping's body, and a
+        # taskless call may be waiting in the poll.
+        loop.call_soon_threadsafe(loop.stop)
+
+    # signal's C core, not signal.signal: its enum wrapping of the handlers cost more
+    # (~13 us a call) than the rest of a call's set-up.
+    return _signal.signal(_SIGINT, on_sigint)
+
+
+def _restore_sigint(previous: Any) -> None:
+    # Restoring the handler first runs a pending one: a Ctrl-C that arrived as the call
+    # finished sets the call's ``interrupted`` here, and the caller raises it.
+    if previous is not None:
+        _signal.signal(_SIGINT, previous)
+
+
+def _run_taskless(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T], call: _Call) -> T:
+    """Step ``coro`` in this thread as a task would, running ``loop`` while it waits.
+
+    What a task's steps and wake-ups cost (a task, its first step in a loop turn of its
+    own, a wake-up turn after each future) is saved: the caller steps the coroutine with
+    ``loop`` as the running loop, and each future it awaits stops the loop when done.
+    Cancellation follows a task's: when ``call`` ends early the awaited future is
+    cancelled (a gathering one cancels its children first), or, if it cannot be, the
+    coroutine gets ``CancelledError`` at its next step.
+    """
+    stop = _stopper(loop)
+    cancelled = False
+    throw: BaseException | None = None
+    while True:
+        if call.ending and not cancelled:
+            cancelled = True
+            throw = asyncio.CancelledError()
+        asyncio._set_running_loop(loop)
+        try:
+            waited = coro.send(None) if throw is None else coro.throw(throw)
+        except StopIteration as end:
+            result: T = end.value
+            return result
+        finally:
+            asyncio._set_running_loop(None)
+            throw = None
+        if waited is None:  # a bare yield (asyncio.sleep(0)): let the loop run a turn
+            loop.call_soon(loop.stop)
+            loop.run_forever()
+            continue
+        if getattr(waited, "_asyncio_future_blocking", None) is not True:
+            throw = RuntimeError(f"a blocking call's coroutine yielded {waited!r}")
+            continue
+        waited._asyncio_future_blocking = False
+        if waited.done():
+            continue
+        waited.add_done_callback(stop)
+        while not waited.done():
+            if call.ending and not cancelled:
+                cancelled = True
+                if not waited.cancel():  # it cannot be: the next step raises instead
+                    throw = asyncio.CancelledError()
+                continue
+            loop.run_forever()  # until the future is done (or an early stop)
+
+
+def _abandon(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]) -> None:
+    """Close a coroutine left suspended (a second Ctrl-C cut its call short): its
+    ``finally`` blocks and handlers run now (a request is forgotten, not re-sent)."""
+    asyncio._set_running_loop(loop)
+    try:
+        coro.close()
+    except RuntimeError:  # it awaited in a finally block: nothing more can be done
+        pass
+    finally:
+        asyncio._set_running_loop(None)
+
+
+def _stopper(loop: asyncio.AbstractEventLoop) -> Callable[[Any], None]:
+    def stop(_: Any) -> None:
+        loop.stop()
+
+    return stop
 
 
 async def _stopping(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
@@ -259,15 +413,22 @@ def moves_between_threads(loop: asyncio.AbstractEventLoop) -> bool:
     return keeper is not None and loop is keeper.loop
 
 
-def run_blocking(coro: Coroutine[Any, Any, T], timeout: float | None) -> T:
+def run_blocking(
+    coro: Coroutine[Any, Any, T], timeout: float | None, *, taskless: bool = False
+) -> T:
     """Run ``coro`` on corral's loop and wait at most ``timeout`` seconds.
+
+    ``taskless``: when this thread runs the loop itself, step ``coro`` here instead of in
+    a task (a task and a loop turn fewer a call). Only for coroutines that need no current
+    task: ``asyncio.timeout`` and anyio's cancel scopes do (gather, wait_for, shield and
+    futures do not); a call handed to another thread's loop runs as a task anyway.
 
     Raises:
         RuntimeError: when called from corral's loop itself (it would deadlock).
         RequestTimeout: the coroutine did not finish in time (it is cancelled).
         KeyboardInterrupt: Ctrl-C during the call (the coroutine is cancelled).
     """
-    return _the_keeper().run(coro, timeout)
+    return _the_keeper().run(coro, timeout, taskless)
 
 
 class BlockingTwin(ABC, Generic[W]):
@@ -285,9 +446,16 @@ class BlockingTwin(ABC, Generic[W]):
         """Seconds a call may block before :class:`RequestTimeout` (None: no limit)."""
         return None
 
-    def _call(self, coro: Coroutine[Any, Any, T], wait: float | EllipsisType | None = ...) -> T:
-        """Run ``coro`` on the background loop; block ``wait`` s at most (or :meth:`_wait`'s)."""
-        return run_blocking(coro, self._wait() if wait is ... else wait)
+    def _call(
+        self,
+        coro: Coroutine[Any, Any, T],
+        wait: float | EllipsisType | None = ...,
+        *,
+        taskless: bool = False,
+    ) -> T:
+        """Run ``coro`` on the background loop; block ``wait`` s at most (or :meth:`_wait`'s);
+        ``taskless`` as for :func:`run_blocking`."""
+        return run_blocking(coro, self._wait() if wait is ... else wait, taskless=taskless)
 
     def _enter(self) -> None:
         """What ``with twin:`` does before the block (e.g. connect, start)."""

@@ -196,6 +196,26 @@ def test_remote_vec_env_columns_give_what_the_per_session_conversion_gives(
         per_session.close()
 
 
+def test_remote_vec_env_hands_sb3_a_writable_observation_batch(cartpole_url: str) -> None:
+    from corral.adapters.sb3 import RemoteVecEnv
+
+    class Stacked:  # a batch whose column is read-only, as one read from a reply's bytes
+        def __init__(self, column: np.ndarray) -> None:
+            self.obs = {"observation": column}
+
+        def __len__(self) -> int:
+            return 2
+
+    envs = RemoteVecEnv.from_url(cartpole_url, 2)
+    try:
+        column = np.frombuffer(np.arange(8, dtype=np.float32).tobytes(), np.float32)
+        observations = envs._stack_column(Stacked(column.reshape(2, 4)))  # type: ignore[arg-type]
+        assert observations is not None and observations.flags.writeable
+        np.testing.assert_array_equal(observations, column.reshape(2, 4))
+    finally:
+        envs.close()
+
+
 def test_remote_vec_env_matches_dummy_vec_env_on_integer_observations() -> None:
     import gymnasium
     from stable_baselines3.common.vec_env import DummyVecEnv

@@ -62,6 +62,21 @@ async def test_late_reply_is_never_taken_for_the_next_answer(server):
     await client.close()
 
 
+async def test_one_timer_serves_requests_of_any_timeout(server):
+    # A connection keeps one timer armed for its earliest deadline, and a reply leaves
+    # it armed: a later request with a further deadline must not time out when it
+    # rings, and one with a nearer deadline must move it.
+    client = AsyncEnvClient(server.url, env=CounterEnv, timeout=0.3)
+    await client.reset(limit=1000)
+    await client.step(CountAction(amount=1))  # the timer is now armed 0.3 s ahead
+    client.timeout = 30.0
+    assert (await client.step(CountAction(amount=1, sleep=0.6))).observation.total == 2
+    client.timeout = 0.2
+    with pytest.raises(RequestTimeout):
+        await client.step(CountAction(amount=1, sleep=0.6))  # nearer than the 30 s one
+    await client.close()
+
+
 @pytest.fixture
 async def in_process():
     async with InProcessServer(CounterEnv, max_frame_bytes=32 * 1024) as srv:

@@ -360,6 +360,18 @@ def test_sync_twin(counter):
         assert [s.total for s in pool.state()] == [2, 3, 2]
 
 
+def test_a_blocking_send_returns_with_its_messages_written(counter):
+    with EnvPool(2, counter.url, env=CounterEnv, progress=False).sync() as pool:
+        pool.reset(options={"limit": 100})
+        pool.send([CountAction(sleep=1.0)] * 2)
+        # Nothing runs the loop now (the caller computes, as a pipelining trainer does),
+        # and the request is already out, not waiting for the next call.
+        link = pool._async.fleet.slots[0].link
+        assert link is not None
+        assert list(link.connection.tracker.outstanding().values()) == ["step_batch"]
+        assert pool.recv(timeout=30).obs["total"].tolist() == [1, 1]
+
+
 def test_bad_arguments_are_clear():
     with pytest.raises(ValueError, match="n >= 1"):
         EnvPool(0, "http://127.0.0.1:1")

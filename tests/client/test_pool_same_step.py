@@ -33,13 +33,13 @@ class SeedOnlyEnv(CounterEnv):
 def sent(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     """How many messages of each type the clients send."""
     counts: Counter[str] = Counter()
-    original = Connection.send
+    original = Connection.request
 
-    async def send(self: Connection, request: Any, **kwargs: Any) -> Any:
+    async def request(self: Connection, request: Any, *args: Any, **kwargs: Any) -> Any:
         counts[request.type] += 1
-        return await original(self, request, **kwargs)
+        return await original(self, request, *args, **kwargs)
 
-    monkeypatch.setattr(Connection, "send", send)
+    monkeypatch.setattr(Connection, "request", request)
     return counts
 
 

@@ -254,8 +254,10 @@ class RemoteVecEnv(VecEnv):
         column = batch.obs.get(name)
         if not isinstance(column, np.ndarray) or column.size != self._observations.size:
             return None
-        # np.stack made it, so it is this call's own array (writable, not shared).
-        return np.asarray(column, dtype=dtype).reshape(shape)
+        stacked = np.asarray(column, dtype=dtype).reshape(shape)
+        # A column stacked by the client is this call's own array; one read straight
+        # from the reply's bytes is read-only, and SB3 (or a wrapper) may write into it.
+        return stacked if stacked.flags.writeable else stacked.copy()
 
 
 _FINAL_KEYS = ("final_obs", "final_info")

@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
@@ -316,6 +317,11 @@ class Connection:
         self._write_now: Callable[[Frame], None] | None = None
         """The socket's synchronous write, when it has one (the native transport)."""
         self._waiters: dict[int, asyncio.Future[Reply]] = {}
+        self._deadlines: dict[int, tuple[float, asyncio.Future[Reply]]] = {}
+        """The requests with a timeout: when (the loop's time) each fails, and its future."""
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._sweep_at = math.inf
+        self._sweeper_loop: asyncio.AbstractEventLoop | None = None
         self._reader: asyncio.Task[None] | None = None
         self._keepalive: asyncio.Task[None] | None = None
         self._reconnector: asyncio.Task[None] | None = None
@@ -397,7 +403,9 @@ class Connection:
         """Send ``request`` (built with :meth:`next_id`) and return its reply.
 
         With ``replay`` (the default), a drop of the connection before the reply does not
-        fail the request: it is re-sent with the same id once the connection is back.
+        fail the request: it is re-sent with the same id once the connection is back. A
+        request made while the connection is being re-established waits and goes out once
+        the sessions are re-attached.
 
         Raises:
             CorralError: the server's error reply, as its exception class.
@@ -405,27 +413,27 @@ class Connection:
             RequestTimeout: no reply within ``timeout`` (a late reply is then dropped).
             ConnectionLost: the connection failed and could not be re-established.
         """
-        future = await self.send(request, replay=replay)
-        return await self._reply(request, future, timeout)
-
-    async def send(self, request: Request, *, replay: bool = True) -> asyncio.Future[Reply]:
-        """Send ``request``; return the future of its reply (an error reply raises).
-
-        While the connection is being re-established the request waits and goes out
-        once the sessions are re-attached.
-        """
         frame = self.protocol.send(request, replay=replay)
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._waiters[request.id] = future
         if frame is not None:
-            await self._write(request.id, frame)
-        return future
+            write = self._write_now
+            if write is None:
+                await self._write(request.id, frame)
+            else:  # the callback-style sockets write at once: no coroutine for it
+                try:
+                    write(frame)
+                except ConnectionClosed as exc:
+                    self._write_failed(request.id, str(exc))
+        return await self._reply(request, future, timeout)
 
     async def _reply(
         self, request: Request, future: asyncio.Future[Reply], timeout: float | None
     ) -> Reply:
+        if timeout is not None:
+            self._expect(request.id, future, timeout)
         try:
-            return await _wait(future, timeout)
+            return await future
         except TimeoutError:
             self._waiters.pop(request.id, None)
             assert timeout is not None
@@ -434,6 +442,45 @@ class Connection:
             # A cancelled caller no longer wants the request: it must not be re-sent.
             self.forget(request.id)
             raise
+        finally:
+            if timeout is not None:
+                self._deadlines.pop(request.id, None)
+
+    def _expect(self, request_id: int, future: asyncio.Future[Reply], timeout: float) -> None:
+        """Fail ``future`` with ``TimeoutError`` if no reply came ``timeout`` s from now."""
+        loop = future.get_loop()
+        deadline = loop.time() + timeout
+        self._deadlines[request_id] = (deadline, future)
+        if deadline < self._sweep_at or self._sweeper_loop is not loop:
+            self._arm_sweep(loop, deadline)
+
+    def _arm_sweep(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        self._sweep_at = when
+        self._sweeper_loop = loop
+        self._sweeper = loop.call_at(when, self._sweep)
+
+    def _sweep(self) -> None:
+        """Time out the requests whose deadline passed; ring again for the next one.
+
+        One timer serves every request in flight: a reply only drops its deadline
+        (cancelling and re-arming a timer per request cost more than the rest of a
+        fast request's bookkeeping), and the timer, when it rings, re-arms for the
+        earliest deadline left.
+        """
+        rang, loop = self._sweep_at, self._sweeper_loop
+        self._sweeper, self._sweep_at, self._sweeper_loop = None, math.inf, None
+        later = math.inf
+        for request_id, (deadline, future) in list(self._deadlines.items()):
+            if deadline <= rang:
+                del self._deadlines[request_id]
+                if not future.done():
+                    future.set_exception(TimeoutError())
+            elif deadline < later:
+                later = deadline
+        if later != math.inf and loop is not None and not loop.is_closed():
+            self._arm_sweep(loop, later)
 
     async def _write(self, request_id: int, frame: Frame) -> None:
         ws = self._ws
@@ -449,6 +496,9 @@ class Connection:
                 reason = str(exc)
         else:
             reason = "not connected"
+        self._write_failed(request_id, reason)
+
+    def _write_failed(self, request_id: int, reason: str) -> None:
         error = self.protocol.write_failed(request_id, reason)
         if error is not None:  # else still outstanding: the reconnect re-sends it
             self._waiters.pop(request_id, None)
@@ -650,6 +700,9 @@ class Connection:
         if self.protocol.closed:
             return
         self.protocol.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper, self._sweep_at, self._sweeper_loop = None, math.inf, None
         tasks = [t for t in (self._reconnector, self._keepalive) if t is not None]
         for task in tasks:
             task.cancel()
@@ -666,23 +719,3 @@ class Connection:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._reader
         self._fail_waiters(ClientClosed("the client was closed"))
-
-
-async def _wait(future: asyncio.Future[Reply], timeout: float | None) -> Reply:
-    """Await a reply future for at most ``timeout`` seconds (``TimeoutError`` after).
-
-    One timer handle instead of ``asyncio.wait_for``'s extra future and callbacks: this
-    runs once per request.
-    """
-    if timeout is None:
-        return await future
-    timer = asyncio.get_running_loop().call_later(timeout, _expire, future)
-    try:
-        return await future
-    finally:
-        timer.cancel()
-
-
-def _expire(future: asyncio.Future[Reply]) -> None:
-    if not future.done():
-        future.set_exception(TimeoutError())

@@ -515,6 +515,10 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             task = asyncio.create_task(self._complete(group, gate))
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
+        # One loop turn, in which the completions write their messages: "sent" on return
+        # (a blocking caller's loop stops once this returns, and the messages would wait
+        # for the loop's next run: the next call, or the keeper's thread after its grace).
+        await asyncio.sleep(0)
 
     async def _complete(
         self, group: list[tuple[Slot, Any]], gate: asyncio.Semaphore | None
@@ -594,13 +598,14 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         else:
             resets = [s for s in slots if s.needs_reset]
             steps = [(s, p) for s, p in zip(slots, payloads, strict=True) if not s.needs_reset]
-        exchanges = []
-        if steps:
-            exchanges.append(self._exchange(StepBatch.type, steps))
-        if resets:
-            exchanges.append(self._exchange(ResetBatch.type, [(s, (None, {})) for s in resets]))
         sent, clock = time.time(), time.perf_counter()
-        parts = await _all(exchanges)
+        if not resets:  # most steps: one exchange, awaited as it is
+            parts = [await self._exchange(StepBatch.type, steps)] if steps else []
+        else:
+            exchanges = [self._exchange(ResetBatch.type, [(s, (None, {})) for s in resets])]
+            if steps:
+                exchanges.insert(0, self._exchange(StepBatch.type, steps))
+            parts = await _all(exchanges)
         if self.recording is not None:
             if steps:
                 self._record(parts[0], "step", {s.index: p for s, p in steps}, sent, clock)
@@ -688,23 +693,29 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         Waits out the recovery of a server first; a session that cannot be reached is
         an error for that session only.
         """
-        if not all(server.ready.is_set() for server in self.fleet.servers):
+        ready = all(server.ready.is_set() for server in self.fleet.servers)
+        if not ready:
             recovering = {s.server.index: s.server for s, _ in items if not s.server.ready.is_set()}
             await asyncio.gather(*(self.fleet.wait_ready(server) for server in recovering.values()))
         unusable = ResultTable()
         groups: dict[int, tuple[Link, list[tuple[Slot, Any]]]] = {}
+        last: Link | None = None
+        entries: list[tuple[Slot, Any]] = []
         for entry in items:
             slot = entry[0]
-            error = self.fleet.unusable(slot)
-            if error is not None:
+            link = slot.link
+            # What fleet.unusable checks, first inline (this runs per session per step).
+            if link is None or slot.lost is not None or not (ready or slot.server.ready.is_set()):
+                error = self.fleet.unusable(slot)
+                assert error is not None
                 unusable.errors[slot.index] = error
                 continue
-            link = slot.link
-            assert link is not None
-            group = groups.get(id(link))
-            if group is None:
-                group = groups[id(link)] = (link, [])
-            group[1].append(entry)
+            if link is not last:  # a link's sessions are mostly next to each other
+                group = groups.get(id(link))
+                if group is None:
+                    group = groups[id(link)] = (link, [])
+                last, entries = link, group[1]
+            entries.append(entry)
         requests = [
             self._request(link, kind, group[i : i + link.batch_limit])
             for link, group in groups.values()
@@ -719,12 +730,12 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         connection = link.connection
         message: StepBatch | ResetBatch
         if kind == StepBatch.type:
-            steps = tuple(StepItem(s.session, p) for s, p in chunk)
+            steps = tuple([StepItem(s.session, p) for s, p in chunk])
             # SAME_STEP: the server resets an ended episode in the same message.
             autoreset = self.autoreset_mode is AutoresetMode.SAME_STEP
             message = StepBatch(connection.next_id(), steps, self._columns, autoreset)
         else:
-            resets = tuple(ResetItem(s.session, seed, opts) for s, (seed, opts) in chunk)
+            resets = tuple([ResetItem(s.session, seed, opts) for s, (seed, opts) in chunk])
             message = ResetBatch(connection.next_id(), resets, self._columns)
         try:
             reply = await connection.request(message, timeout=self.timeout)
@@ -893,7 +904,11 @@ _MARGIN = 5.0
 
 
 class SyncEnvPool(BlockingTwin[EnvPool[ActT, ObsT, StateT]], Generic[ActT, ObsT, StateT]):
-    """The blocking twin of :class:`EnvPool`: same methods, same errors."""
+    """The blocking twin of :class:`EnvPool`: same methods, same errors.
+
+    ``reset``, ``step``, ``send`` and ``recv`` are taskless blocking calls (see
+    :mod:`corral.blocking`): nothing under them needs a current task.
+    """
 
     @property
     def num_envs(self) -> int:
@@ -931,11 +946,12 @@ class SyncEnvPool(BlockingTwin[EnvPool[ActT, ObsT, StateT]], Generic[ActT, ObsT,
         tasks: str | Sequence[TaskRef | tuple[str, int]] | None = None,
     ) -> PoolBatch[ObsT]:
         """Start new episodes; see :meth:`EnvPool.reset`."""
-        return self._call(self._async.reset(seed, options, ids=ids, mask=mask, tasks=tasks))
+        coro = self._async.reset(seed, options, ids=ids, mask=mask, tasks=tasks)
+        return self._call(coro, taskless=True)
 
     def step(self, actions: Sequence[ActT | Mapping[str, Any]]) -> PoolBatch[ObsT]:
         """Step every session; see :meth:`EnvPool.step`."""
-        return self._call(self._async.step(actions))
+        return self._call(self._async.step(actions), taskless=True)
 
     def state(self, ids: Sequence[int] | None = None) -> list[StateT]:
         """States of sessions; see :meth:`EnvPool.state`."""
@@ -947,7 +963,7 @@ class SyncEnvPool(BlockingTwin[EnvPool[ActT, ObsT, StateT]], Generic[ActT, ObsT,
         session_ids: Sequence[int] | np.ndarray[Any, Any] | None = None,
     ) -> None:
         """Start steps without waiting; see :meth:`EnvPool.send`."""
-        self._call(self._async.send(actions, session_ids))
+        self._call(self._async.send(actions, session_ids), taskless=True)
 
     def recv(
         self,
@@ -958,7 +974,7 @@ class SyncEnvPool(BlockingTwin[EnvPool[ActT, ObsT, StateT]], Generic[ActT, ObsT,
     ) -> PoolBatch[ObsT]:
         """Results of whichever sessions finished first; see :meth:`EnvPool.recv`."""
         coro = self._async.recv(min_results, timeout, max_results=max_results)
-        return self._call(coro, ... if timeout is None else timeout + _MARGIN)
+        return self._call(coro, ... if timeout is None else timeout + _MARGIN, taskless=True)
 
     def close(self) -> None:
         """Close sessions and connections, stop started servers."""
