@@ -235,8 +235,6 @@ def _plain_ints(
 ) -> list[dict[str, int]] | None:
     """The wire objects of ``actions`` when each is a dict of exactly ``fields`` with
     ``int`` values in bounds (what validating and dumping them would give), else None."""
-    if len(fields) == 1:
-        return _plain_int(actions, *fields[0])
     payloads: list[dict[str, int]] = []
     count = len(fields)
     for action in actions:
@@ -251,24 +249,6 @@ def _plain_ints(
                 return None
             payload[name] = value
         payloads.append(payload)
-    return payloads
-
-
-def _plain_int(
-    actions: Sequence[Any], name: str, low: int | None, high: int | None
-) -> list[dict[str, int]] | None:
-    """:func:`_plain_ints` for a model of one field (a Discrete action), in one pass
-    without the inner loop."""
-    payloads: list[dict[str, int]] = []
-    for action in actions:
-        if type(action) is not dict or len(action) != 1:
-            return None
-        value = action.get(name)
-        if type(value) is not int:
-            return None
-        if (low is not None and value < low) or (high is not None and value > high):
-            return None
-        payloads.append({name: value})
     return payloads
 
 
