@@ -12,6 +12,9 @@
   the collector out of one batch's hot section and :func:`freeze_survivors` moves what a
   start-up or reset wave created out of its scans; ``EnvPool(gc_control=False)`` (or
   ``CORRAL_GC=default``) leaves the collector alone.
+* :func:`wait_event`: an event waited for with a bound, where Python 3.11's ``wait_for``
+  drops a cancellation that comes in the loop turn the event is set (the waiting loops
+  then went on to their deadline).
 """
 
 from __future__ import annotations
@@ -111,3 +114,43 @@ def freeze_survivors() -> None:
     """
     gc.collect()
     gc.freeze()
+
+
+async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
+    """Wait until ``event`` is set, at most ``timeout`` seconds (None: no bound); False
+    when the time ran out. A cancellation is never lost (see the module docstring).
+
+    Not ``asyncio.timeout``: that needs a current task, and the blocking twins' taskless
+    calls (:mod:`corral.blocking`) have none.
+    """
+    if event.is_set():
+        return True
+    waiter = asyncio.ensure_future(event.wait())
+    if timeout is None:
+        try:
+            return await waiter
+        finally:
+            waiter.cancel()
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        waiter.cancel()
+
+    timer = asyncio.get_running_loop().call_later(timeout, expire)
+    try:
+        return await waiter
+    except asyncio.CancelledError:
+        if expired and not _cancelling():
+            return False
+        raise
+    finally:
+        timer.cancel()
+        waiter.cancel()
+
+
+def _cancelling() -> bool:
+    """The current task (if any) was asked to cancel (besides our own timer's doing)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

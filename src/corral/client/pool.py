@@ -563,8 +563,7 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 break
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._arrived.wait(), remaining)
+            await runtime.wait_event(self._arrived, remaining)
         ready = self._ready_count
         count = ready if max_results is None else min(max_results, ready)
         taken: list[ResultTable] = []

@@ -47,6 +47,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from corral.errors import ServerStartError
 from corral.providers.base import Endpoint, Provider, ServerSpec, SpecLike
+from corral.runtime import wait_event
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,7 @@ class ServerActor:
         """Return once the server is no longer running (its last output lines)."""
         while self.endpoint is not None and await self.provider.alive(self.endpoint):
             # The server is a child of this actor: a short poll of its process state.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.exited.wait(), 0.2)
+            await wait_event(self.exited, 0.2)
         return self.logs()
 
     def logs(self, lines: int = 50) -> str:

@@ -37,6 +37,7 @@ from corral.blocking import BlockingTwin
 from corral.errors import ServerStartError
 from corral.progress import Activity
 from corral.providers.base import Endpoint, Provider, ServerSpec, SpecLike
+from corral.runtime import wait_event
 
 
 @dataclass(frozen=True)
@@ -153,8 +154,7 @@ class WarmPool:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 raise TimeoutError(f"the warm pool did not fill {self.size} spares in time")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), remaining)
+            await wait_event(self._changed, remaining)
 
     async def acquire(self, timeout: float | None = None) -> Endpoint:
         """A ready server for the caller's exclusive use; a replacement starts at once.

@@ -218,6 +218,24 @@ async def test_a_cancelled_start_leaves_nothing() -> None:
         assert provider.endpoints == []
 
 
+async def test_a_cancel_that_comes_as_the_watch_wakes_the_start_is_kept(kube: Cluster) -> None:
+    """The start is waiting for its object; the watch sees a change and the caller gives up
+    in the same loop turn: the start ends cancelled (3.11's wait_for returned the event's
+    result instead and the wait went on to the startup timeout)."""
+    from corral.providers.kubernetes.base import _Record
+
+    async with provider_for(kube) as provider:
+        record = _Record("corral-cancelled-0")
+        waiting = asyncio.create_task(provider._wait(record, 300))
+        for _ in range(3):  # into its wait on the record's event
+            await asyncio.sleep(0)
+        record.changed.set()
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            async with asyncio.timeout(30):  # the cancellation lost ran to this instead
+                await waiting
+
+
 async def test_a_token_is_stored_in_a_secret_and_required(
     kube: Cluster, echo_env_dir: Path
 ) -> None:

@@ -43,6 +43,7 @@ from corral.providers.kubernetes.pods import dns_label
 from corral.providers.kubernetes.portforward import PortForward
 from corral.providers.kubernetes.status import Verdict
 from corral.providers.manifest import ManifestError
+from corral.runtime import wait_event
 
 log = logging.getLogger("corral.providers.kubernetes")
 
@@ -313,8 +314,7 @@ class KubeProvider(Provider):
             record.changed.clear()
             # The unschedulable grace needs a wake-up without an event.
             wake = min(timeout - waited, 1.0) if verdict.state == "unschedulable" else None
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(record.changed.wait(), wake or timeout - waited)
+            await wait_event(record.changed, wake or timeout - waited)
 
     async def _failed(self, record: _Record, verdict: Verdict) -> ServerStartError:
         output = ""
