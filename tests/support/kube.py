@@ -44,7 +44,7 @@ import httpx
 import kmock
 from kubernetes_asyncio import client as k8s
 
-from corral.providers.kubernetes.api import PODS, SECRETS, KubeAPI, connect
+from corral.providers.kubernetes.api import PODS, SECRETS, KubeAPI, KubeError, connect
 from corral.providers.kubernetes.pods import PROBE_HOST_ENV
 
 RESOURCES = ("v1/pods", "v1/secrets", "coordination.k8s.io/v1/leases")
@@ -215,19 +215,28 @@ class FakeKubelet:
         self._task = asyncio.create_task(self._run(), name="fake-kubelet")
 
     async def _run(self) -> None:
-        async for event, pod in self.api.watch(PODS):
-            name = pod["metadata"]["name"]
-            if event == "DELETED" or pod["metadata"].get("deletionTimestamp"):
-                running = self.pods.pop(name, None)
-                if running is not None:
-                    # A task of its own: closing the kubelet must not cut a stop short.
-                    stopping = asyncio.create_task(self._stop(running))
-                    self._stopping.add(stopping)
-                    stopping.add_done_callback(self._stopping.discard)
-            elif name not in self.pods:
-                running = RunningPod(name)
-                self.pods[name] = running
-                running.task = asyncio.create_task(self._run_pod(running, pod))
+        # A watch that breaks (the emulator's stream cut on a loaded machine) starts over,
+        # as a kubelet's does: its ADDED events replay the Pods, and running ones are kept.
+        while True:
+            try:
+                async for event, pod in self.api.watch(PODS):
+                    self._on_pod(event, pod)
+            except (TimeoutError, KubeError, aiohttp.ClientError):
+                await asyncio.sleep(0.1)
+
+    def _on_pod(self, event: str, pod: dict[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        if event == "DELETED" or pod["metadata"].get("deletionTimestamp"):
+            running = self.pods.pop(name, None)
+            if running is not None:
+                # A task of its own: closing the kubelet must not cut a stop short.
+                stopping = asyncio.create_task(self._stop(running))
+                self._stopping.add(stopping)
+                stopping.add_done_callback(self._stopping.discard)
+        elif name not in self.pods:
+            running = RunningPod(name)
+            self.pods[name] = running
+            running.task = asyncio.create_task(self._run_pod(running, pod))
 
     async def _patch(self, name: str, status: Mapping[str, Any]) -> None:
         host = self.api.api_client.configuration.host
@@ -544,6 +553,7 @@ class FakeSandboxController:
         self._count = itertools.count()
         self._task: asyncio.Task[None] | None = None
         self._warm: asyncio.Queue[str] = asyncio.Queue()
+        self.errors: list[Exception] = []
 
     async def start(self) -> None:
         from corral.providers.kubernetes.api import claims, warm_pools
@@ -580,51 +590,86 @@ class FakeSandboxController:
             await asyncio.sleep(0.05)
 
     async def _run(self, kind: Any) -> None:
+        # A controller outlives one failed claim: an error is kept for close() to raise
+        # (a test then fails with its cause, not with a claim unbound until the timeout).
+        # A watch that breaks (the emulator's stream cut on a loaded machine) starts over:
+        # its ADDED events replay the claims, and bound ones are skipped.
+        while True:
+            try:
+                async for event, claim in self.api.watch(kind):
+                    try:
+                        await self._handle(kind, event, claim)
+                    except Exception as exc:
+                        self.errors.append(exc)
+            except (TimeoutError, KubeError, aiohttp.ClientError):
+                await asyncio.sleep(0.1)
+
+    async def _handle(self, kind: Any, event: str, claim: dict[str, Any]) -> None:
+
+        name = claim["metadata"]["name"]
+        if event == "DELETED":
+            await self._unbind(name)
+            return
+        if name in self.bound or claim.get("status"):
+            return
+        if claim["spec"].get("warmPoolRef", {}).get("name") != self.name:
+            return
+        pod = await self._warm.get()
+        self.bound[name] = pod
+        try:
+            await self._bind(kind, name, pod)
+        except KubeError as exc:
+            if not exc.not_found:
+                raise
+            # The claim went while it was being bound (a cancelled start): as the real
+            # controller does, its sandbox and Pod go with it.
+            await self._unbind(name)
+        await self._add_warm_pod()
+
+    async def _unbind(self, name: str) -> None:
         from corral.providers.kubernetes.api import sandboxes
 
-        async for event, claim in self.api.watch(kind):
-            name = claim["metadata"]["name"]
-            if event == "DELETED":
-                pod = self.bound.pop(name, None)
-                if pod is not None:
-                    await self.api.delete(sandboxes(), f"{name}-sandbox")
-                    await self.api.delete(PODS, pod)
-                continue
-            if name in self.bound or claim.get("status"):
-                continue
-            if claim["spec"].get("warmPoolRef", {}).get("name") != self.name:
-                continue
-            pod = await self._warm.get()
-            self.bound[name] = pod
-            ip = await self._ready_ip(pod)
-            sandbox = f"{name}-sandbox"
-            await self.api.create(
-                sandboxes(),
-                {
-                    "apiVersion": "agents.x-k8s.io/v1beta1",
-                    "kind": "Sandbox",
-                    "metadata": {
-                        "name": sandbox,
-                        "annotations": {"agents.x-k8s.io/pod-name": pod},
-                    },
-                    "spec": self.template["spec"],
+        pod = self.bound.pop(name, None)
+        if pod is not None:
+            await self.api.delete(sandboxes(), f"{name}-sandbox")
+            await self.api.delete(PODS, pod)
+
+    async def _bind(self, kind: Any, name: str, pod: str) -> None:
+        from corral.providers.kubernetes.api import sandboxes
+
+        ip = await self._ready_ip(pod)
+        sandbox = f"{name}-sandbox"
+        await self.api.create(
+            sandboxes(),
+            {
+                "apiVersion": "agents.x-k8s.io/v1beta1",
+                "kind": "Sandbox",
+                "metadata": {
+                    "name": sandbox,
+                    "annotations": {"agents.x-k8s.io/pod-name": pod},
                 },
-            )
-            await self.api.patch(
-                kind,
-                name,
-                {
-                    "status": {
-                        "conditions": [
-                            {"type": "Ready", "status": "True", "reason": "DependenciesReady"}
-                        ],
-                        "sandbox": {"name": sandbox, "podIPs": [ip]},
-                    }
-                },
-            )
-            await self._add_warm_pod()
+                "spec": self.template["spec"],
+            },
+        )
+        await self.api.patch(
+            kind,
+            name,
+            {
+                "status": {
+                    "conditions": [
+                        {"type": "Ready", "status": "True", "reason": "DependenciesReady"}
+                    ],
+                    "sandbox": {"name": sandbox, "podIPs": [ip]},
+                }
+            },
+        )
 
     async def close(self) -> None:
+        """Stop the controller; raise what went wrong in it, if anything did."""
         if self._task is not None:
             self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            (outcome,) = await asyncio.gather(self._task, return_exceptions=True)
+            if isinstance(outcome, Exception):  # a bug of the controller itself
+                self.errors.append(outcome)
+        if self.errors:
+            raise RuntimeError(f"the fake sandbox controller failed: {self.errors!r}")
