@@ -22,6 +22,10 @@ from corral.client import AsyncEnvClient, ReconnectPolicy
 from corral.client.local_server import LocalServer
 
 INTERVAL = 0.4
+SLACK = 5.0
+"""Seconds beyond ``ping_interval + ping_timeout`` a loaded machine may take to notice
+(timers fire late under load: 1 s failed at a load of 8-12). It stays well under what a
+broken keepalive shows: the 10 s close timeout, or no detection at all."""
 FAST = ReconnectPolicy(initial_delay_s=0.01, max_delay_s=0.2, give_up_after_s=20)
 
 
@@ -55,7 +59,7 @@ def pinging_server() -> Iterator[LocalServer]:
     server.stop_now()
 
 
-async def time_until_dropped(c: AsyncEnvClient, limit: float = 10.0) -> float:
+async def time_until_dropped(c: AsyncEnvClient, limit: float = 9.0) -> float:
     """Seconds until the client's connection stops being usable."""
     started_at = time.monotonic()
     while c.connection.connected:
@@ -89,9 +93,8 @@ async def test_client_detects_a_server_that_stops_answering_pings(quiet_server, 
         figures["client_detection_s"] = round(detected, 2)
         figures["ping_interval_s"] = INTERVAL
         figures["pings_dropped"] = proxy.stats["pings_dropped_up"]
-        # ping_interval + ping_timeout is the worst case; the rest is slack for a loaded
-        # machine (a broken keepalive takes the 10 s close timeout, or never notices).
-        assert detected <= 2 * INTERVAL + 1.0
+        # ping_interval + ping_timeout is the worst case on an idle machine (see SLACK).
+        assert detected <= 2 * INTERVAL + SLACK
         await c.close()
 
 
@@ -107,7 +110,7 @@ async def test_server_detects_a_client_that_stops_answering_pings(pinging_server
         assert (await c.state()).applied == [0, 1]
         figures["server_detection_s"] = round(detected, 2)
         figures["pings_dropped"] = proxy.stats["pings_dropped_down"]
-        assert detected <= 2 * INTERVAL + 1.0
+        assert detected <= 2 * INTERVAL + SLACK
         await c.close()
 
 
@@ -131,7 +134,7 @@ async def test_half_open_link_is_detected_and_the_session_resumed(pinging_server
         assert (await c.state()).applied == [0, 1]
         assert link.stalled  # the old link is still half-open; the session moved on
         figures["half_open_detection_s"] = round(detected, 2)
-        assert detected <= 2 * INTERVAL + 1.0
+        assert detected <= 2 * INTERVAL + SLACK
         await c.close()
         async with httpx.AsyncClient(trust_env=False) as http:
             assert (await http.get(f"{pinging_server.url}/health")).status_code == 200
