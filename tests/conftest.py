@@ -8,12 +8,18 @@ the fault and fuzz suites' larger scale (``tests/faults/conftest.py``). A test t
 
 Under pytest-xdist (``make pytest`` runs ``-n 4 --dist loadgroup``) every test gets an
 ``xdist_group`` here, unless it names one itself (see :func:`xdist_group_of`).
+
+Every process of the session, and every process it starts, runs without gradio (see
+:func:`pytest_configure`).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -41,8 +47,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+WITHOUT_GRADIO = Path(__file__).with_name("support") / "without_gradio"
+"""A ``gradio`` that cannot be imported (see its docstring)."""
+
+
 def pytest_configure(config: pytest.Config) -> None:
     settings.load_profile("long" if config.getoption("--long") else "default")
+    # openenv-core imports gradio for its web interface, which no test enables: ~4 s of CPU
+    # in every process that imports openenv (the xdist workers, and the servers of OpenEnv
+    # environments they start). Left out here, in the path of this process and, through
+    # PYTHONPATH, of its children; an interface nobody enables reads nothing of it.
+    if str(WITHOUT_GRADIO) not in sys.path:
+        sys.path.insert(0, str(WITHOUT_GRADIO))
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if str(WITHOUT_GRADIO) not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(WITHOUT_GRADIO), *paths]))
+    os.environ.pop("ENABLE_WEB_INTERFACE", None)
 
 
 # A test needing one of these machine-wide resources runs on the worker that holds all

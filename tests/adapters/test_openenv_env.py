@@ -22,6 +22,10 @@ from corral.contract import Action, Observation, State
 from corral.envs.echo import EchoEnv
 from corral.errors import EnvError, InvalidAction
 
+# The tests that import openenv (~2.7 s of CPU in a process) share one xdist worker: the
+# import is paid once, not by every worker that one of them lands on.
+pytestmark = pytest.mark.xdist_group("openenv")
+
 
 def test_the_models_are_corral_twins_of_the_openenv_models():
     from tests.support.openenv_envs import CountAction, CountEnv, CountObservation, CountState

@@ -12,11 +12,14 @@ import pytest
 from tests.support.servers import running
 
 # SB3 (and torch, ~8 s of CPU) is imported by the tests that run, not at collection: every
-# pytest-xdist worker collects every module.
+# pytest-xdist worker collects every module. And the tests run on one worker, which pays
+# for the import once.
 if importlib.util.find_spec("stable_baselines3") is None:
     pytest.skip("needs the sb3 extra", allow_module_level=True)
 
 from corral.adapters.gymnasium import GymEnvironment, RemoteEnv
+
+pytestmark = pytest.mark.xdist_group("sb3")
 
 EVAL_SEEDS = range(1000, 1005)
 

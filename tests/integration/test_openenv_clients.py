@@ -15,6 +15,10 @@ import pytest
 from tests.support.peers import corral_server
 from websockets.exceptions import ConnectionClosed
 
+# The tests that import openenv (~2.7 s of CPU in a process) share one xdist worker: the
+# import is paid once, not by every worker that one of them lands on.
+pytestmark = pytest.mark.xdist_group("openenv")
+
 
 @pytest.fixture(scope="module")
 def echo_url() -> Iterator[str]:

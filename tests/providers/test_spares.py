@@ -157,8 +157,12 @@ async def test_docker_spares_are_replaced(docker_client: Any, base_image: str) -
             endpoint = await pool.acquire()
             assert endpoint.id != victim.id
             # The replacement answers; the margin is a loaded 2-core machine's (5 s timed
-            # out once in CI with two CPU burners beside the suite).
-            assert httpx.get(endpoint.url, timeout=30).status_code == 200
+            # out once in CI with two CPU burners beside the suite). Asked off the loop: the
+            # pool's health check may have connected to the one-request-at-a-time server and
+            # not yet written its request, which a blocked loop never writes (a 30 s read
+            # timeout in the suite under load).
+            reply = await asyncio.to_thread(httpx.get, endpoint.url, timeout=30)
+            assert reply.status_code == 200
             await pool.release(endpoint)
         # A refill cancelled mid-start is undone by the thread that ran it once it returns,
         # which a loaded machine may delay past the pool's exit: nothing stays running.

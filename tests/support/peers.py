@@ -24,15 +24,6 @@ from corral.server.serve import bind_socket
 
 REPO = Path(__file__).resolve().parents[2]
 PEER_APP = Path(__file__).with_name("openenv_peer_app.py")
-WITHOUT_GRADIO = Path(__file__).with_name("without_gradio")
-"""First on the OpenEnv server's path: a ``gradio`` that cannot be imported (see there)."""
-
-
-def _without_gradio() -> dict[str, str]:
-    """This process's environment, OpenEnv's web interface off and gradio left out."""
-    env = {k: v for k, v in os.environ.items() if k != "ENABLE_WEB_INTERFACE"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(WITHOUT_GRADIO), env.get("PYTHONPATH")]))
-    return env
 
 
 @contextlib.contextmanager
@@ -48,7 +39,6 @@ def openenv_server(max_envs: int = 2, timeout: float = 60.0) -> Iterator[str]:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
             cwd=REPO,
-            env=_without_gradio(),
         )
         log.close()
         try:
