@@ -193,6 +193,18 @@ class Emulator(kmock.KubernetesEmulator):
         return ws
 
 
+async def watch_forever(api: KubeAPI, kind: Any) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    """``api.watch(kind)`` started over whenever its stream breaks (the emulator cuts it on
+    a loaded machine), as a kubelet's or a controller's watch is: the new stream begins
+    with an ADDED event per existing object, so its consumer must take repeats."""
+    while True:
+        try:
+            async for event in api.watch(kind):
+                yield event
+        except (TimeoutError, KubeError, aiohttp.ClientError):
+            await asyncio.sleep(0.1)
+
+
 class FakeKubelet:
     """Runs the Pods of a namespace for real (see the module docstring).
 
@@ -215,14 +227,9 @@ class FakeKubelet:
         self._task = asyncio.create_task(self._run(), name="fake-kubelet")
 
     async def _run(self) -> None:
-        # A watch that breaks (the emulator's stream cut on a loaded machine) starts over,
-        # as a kubelet's does: its ADDED events replay the Pods, and running ones are kept.
-        while True:
-            try:
-                async for event, pod in self.api.watch(PODS):
-                    self._on_pod(event, pod)
-            except (TimeoutError, KubeError, aiohttp.ClientError):
-                await asyncio.sleep(0.1)
+        # Restarted watches replay the Pods as ADDED: running ones are kept.
+        async for event, pod in watch_forever(self.api, PODS):
+            self._on_pod(event, pod)
 
     def _on_pod(self, event: str, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]
@@ -592,20 +599,14 @@ class FakeSandboxController:
     async def _run(self, kind: Any) -> None:
         # A controller outlives one failed claim: an error is kept for close() to raise
         # (a test then fails with its cause, not with a claim unbound until the timeout).
-        # A watch that breaks (the emulator's stream cut on a loaded machine) starts over:
-        # its ADDED events replay the claims, and bound ones are skipped.
-        while True:
+        # Restarted watches replay the claims as ADDED: bound ones are skipped.
+        async for event, claim in watch_forever(self.api, kind):
             try:
-                async for event, claim in self.api.watch(kind):
-                    try:
-                        await self._handle(kind, event, claim)
-                    except Exception as exc:
-                        self.errors.append(exc)
-            except (TimeoutError, KubeError, aiohttp.ClientError):
-                await asyncio.sleep(0.1)
+                await self._handle(kind, event, claim)
+            except Exception as exc:
+                self.errors.append(exc)
 
     async def _handle(self, kind: Any, event: str, claim: dict[str, Any]) -> None:
-
         name = claim["metadata"]["name"]
         if event == "DELETED":
             await self._unbind(name)
