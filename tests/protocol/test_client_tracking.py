@@ -38,6 +38,7 @@ from corral.protocol.messages import (
     GetState,
     Open,
     Opened,
+    Reset,
     Result,
     StateReply,
     Step,
@@ -143,7 +144,8 @@ def test_replies_are_matched_typed_and_checked():
     open_session(proto, "s")
     step = Step(proto.next_id(), "s", {"n": 1})
     out = proto.send(step)
-    assert CODEC.decode(out) == {"type": "step", "id": step.id, "session": "s", "action": {"n": 1}}
+    wire = {"type": "step", "id": step.id, "session": "s", "action": {"n": 1}, "acked": True}
+    assert CODEC.decode(out) == wire
     state = GetState(proto.next_id(), "s")
     proto.send(state)
     # Out of order, typed; an error reply arrives as its exception.
@@ -167,6 +169,37 @@ def test_replies_are_matched_typed_and_checked():
     proto.send(batch)
     got = proto.receive(frame(BatchReply(batch.id, [ItemResult("s", {"n": 2})])))
     assert isinstance(got.reply, BatchReply)
+
+
+def test_a_request_is_acked_only_while_its_sessions_have_nothing_outstanding():
+    """``acked`` tells the server it may forget the sessions' earlier replies: true only
+    when this side holds every one of them (no request of those sessions outstanding)."""
+    proto = connected()
+    open_session(proto, "s")
+    open_session(proto, "t")
+
+    def acked(request) -> bool:
+        return CODEC.decode(proto.send(request)).get("acked", False)
+
+    first = Step(proto.next_id(), "s", {})
+    assert acked(first)
+    state = GetState(proto.next_id(), "s")
+    assert "acked" not in CODEC.decode(proto.send(state))  # a state never acks
+    assert not acked(Step(proto.next_id(), "s", {}))  # first and state are outstanding
+    assert acked(Reset(proto.next_id(), "t"))  # another session: nothing outstanding
+    both = StepBatch(proto.next_id(), (StepItem("s", {}), StepItem("u", {})))
+    assert not acked(both)
+    proto.tracker.forget_all()
+    batch = StepBatch(proto.next_id(), (StepItem("s", {}), StepItem("t", {})))
+    assert acked(batch)
+    assert not acked(Step(proto.next_id(), "t", {}))  # the batch holds t
+    proto.receive(frame(BatchReply(batch.id, [ItemResult("s", {}), ItemResult("t", {})])))
+    assert not acked(Step(proto.next_id(), "t", {}))  # the single step of t still is out
+    proto.tracker.forget_all()
+    timed_out = Step(proto.next_id(), "s", {})
+    assert acked(timed_out)
+    proto.forget(timed_out.id)  # given up on: its reply will never be asked for again
+    assert acked(Step(proto.next_id(), "s", {}))
 
 
 def test_timeouts_forget_and_late_replies_are_dropped():

@@ -131,13 +131,32 @@ EXAMPLES = [
     m.Reset(5, "s", 9, {"a": [1, 2]}),
     m.Reset(5, "s"),
     m.Reset(5, "s", 3, {}, TaskRef(split="test", index=7)),
+    m.Reset(5, "s", acked=True),
     m.Step(6, "s", {"x": b"raw"}),
+    m.Step(6, "s", 1, acked=True),
     m.Step(6, "s", None),
     m.GetState(7, "s"),
     m.Close(8, "s"),
     b.ResetBatch(9, (b.ResetItem("a", 1, {"k": 1}), b.ResetItem("b"))),
     b.StepBatch(10, (b.StepItem("a", {"n": 1}), b.StepItem("b", [1]))),
+    b.ResetBatch(9, (b.ResetItem("a"),), columns=True, acked=True),
+    b.StepBatch(10, (b.StepItem("a", 1),), autoreset=True, acked=True),
 ]
+
+
+@pytest.mark.parametrize("flag", [False, 1, "yes", None, {}])
+def test_acked_is_true_or_absent(flag):
+    """Only ``true`` acks (a peer's ``1`` or ``"yes"`` must not make replies forgotten)."""
+    for wire in (
+        {"type": "step", "id": 1, "session": "s", "action": 1, "acked": flag},
+        {"type": "reset", "id": 1, "session": "s", "acked": flag},
+        {"type": "step_batch", "id": 1, "items": [{"session": "s", "action": 1}], "acked": flag},
+        {"type": "reset_batch", "id": 1, "items": [{"session": "s"}], "acked": flag},
+    ):
+        assert m.parse_request(wire).acked is False
+    assert "acked" not in m.Step(1, "s", 1).to_wire()
+
+
 REPLY_EXAMPLES = [
     m.Welcome(1, {"name": "corral"}, {"name": "e"}, {"max_batch": 8}, "exact"),
     m.Welcome(1, {}, {}, {}, "unchecked", schemas={"action": {}}),

@@ -203,6 +203,30 @@ def test_batches_are_admitted_item_by_item():
     assert too_big is None and error(peer.reply()) == ErrorCode.BATCH_TOO_LARGE
 
 
+def test_an_acked_batch_or_step_leaves_one_reply_per_session() -> None:
+    peer = Peer()
+    peer.hello()
+    a, c = peer.open(2), peer.open(3)
+    for s in (a, c):
+        s.machine.begin("reset", 1)
+        s.machine.finish(Op.RESET)
+    for rid in (10, 11):
+        batch = peer.send(b.StepBatch(rid, (b.StepItem(a.id, {}), b.StepItem(c.id, {}))))
+        assert isinstance(batch, RunBatch)
+        for call in batch.calls:
+            call.session.machine.finish(Op.STEP)
+            call.session.remember(rid, b.ItemResult(call.session.id, {"done": False}))
+    assert len(a.cache) == len(c.cache) == 2  # not acked: the last replies stay
+    acked = peer.send(b.StepBatch(13, (b.StepItem(a.id, {}),), acked=True))
+    assert [call.session for call in acked.calls] == [a]
+    assert len(a.cache) == 0 and len(c.cache) == 2  # only the sessions it names
+    a.machine.finish(Op.STEP)
+    call = peer.send(m.Step(14, a.id, {"n": 1}, acked=True))
+    assert isinstance(call, RunCall) and call.request.acked
+    state = peer.send(m.GetState(15, c.id))
+    assert isinstance(state, RunCall) and len(c.cache) == 2  # a state never acks
+
+
 def test_a_resent_batch_replays_the_reset_with_its_item() -> None:
     peer = Peer()
     peer.hello()

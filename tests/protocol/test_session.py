@@ -83,6 +83,21 @@ def test_reply_cache_keeps_the_most_recent():
     assert cache.get(2) is not None and cache.get(3) is None
 
 
+def test_reply_cache_forgets_what_came_before_an_id():
+    cache = ReplyCache(size=8)
+    for i in (3, 5, 9):
+        cache.put(i, {"id": i})
+    cache.forget_before(6)
+    assert len(cache) == 1 and cache.get(9) == {"id": 9}
+    cache.forget_before(9)  # not the id itself: a re-sent request still finds its reply
+    assert cache.get(9) == {"id": 9}
+    cache.put(2, {"id": 2})  # out of order (another numbering): stays, bounded by size
+    cache.forget_before(5)
+    assert len(cache) == 2 and cache.get(2) == {"id": 2}
+    cache.forget_before(99)
+    assert len(cache) == 0
+
+
 @pytest.mark.parametrize("auto_reset", [False, True])
 def test_the_table_decides_every_phase_and_kind(auto_reset):
     """Every (phase, kind) of the table, driven through the machine, does what it says."""
@@ -125,6 +140,31 @@ def test_admit_is_the_one_door():
     item = ItemResult("s", {"done": True})
     s.remember(2, item)
     assert s.admit("step", 2, ("step_batch", {"a": 1})) is item
+
+
+def test_an_acked_request_forgets_the_replies_before_it_but_replays_its_own():
+    s = state()
+    assert s.admit("reset", 1, RESET) is Op.RESET
+    s.machine.finish(Op.RESET)
+    s.deliver(Result(1, "s", {"done": False}))
+    assert s.admit("state", 2, ("state", None)) is Op.STATE
+    s.machine.finish(Op.STATE)
+    s.deliver(Result(2, "s", {"done": False}))
+    assert len(s.cache) == 2  # without acked, the last replies stay for re-sends
+    step = ("step", {"a": 1})
+    assert s.admit("step", 3, step, acked=True) is Op.STEP
+    assert len(s.cache) == 0  # the client holds replies 1 and 2
+    s.machine.finish(Op.STEP)
+    reply = Result(3, "s", {"done": False})
+    s.deliver(reply)
+    # The same request re-sent after a reconnect, still marked acked: replayed, not run.
+    assert s.admit("step", 3, step, acked=True) is reply
+    # Acked only covers earlier ids: an older request re-sent after it is not forgotten
+    # by a later one's flag, and a reused id is still refused.
+    with pytest.raises(RequestIdReused):
+        s.admit("step", 3, ("step", {"a": 2}), acked=True)
+    assert s.admit("step", 4, step, acked=True) is Op.STEP
+    assert s.cache.get(3) is None
 
 
 def test_a_reused_id_is_not_a_replay():

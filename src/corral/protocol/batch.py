@@ -188,6 +188,7 @@ def _batch_wire(
     items: tuple[ResetItem | StepItem | BadItem, ...],
     columns: bool,
     autoreset: bool = False,
+    acked: bool = False,
 ) -> dict[str, Any]:
     out = []
     for item in items:
@@ -199,6 +200,8 @@ def _batch_wire(
         wire["columns"] = True
     if autoreset:
         wire["autoreset"] = True
+    if acked:
+        wire["acked"] = True
     return wire
 
 
@@ -211,10 +214,13 @@ class ResetBatch:
     items: tuple[ResetItem | BadItem, ...]
     columns: bool = False
     """Ask for a columnar reply (see the module docstring)."""
+    acked: bool = False
+    """The client holds every earlier reply of each item's session (see
+    :mod:`corral.protocol.messages`); set by the client protocol when it sends."""
 
     def to_wire(self) -> dict[str, Any]:
         """The message's wire map."""
-        return _batch_wire(self.type, self.id, self.items, self.columns)
+        return _batch_wire(self.type, self.id, self.items, self.columns, acked=self.acked)
 
     @classmethod
     def from_wire(cls, msg: dict[str, Any]) -> ResetBatch:
@@ -225,7 +231,7 @@ class ResetBatch:
         """
         rid = _batch_id(msg)
         items = tuple(_reset_item(i, raw) for i, raw in enumerate(_items(msg)))
-        return cls(rid, items, msg.get("columns") is True)
+        return cls(rid, items, msg.get("columns") is True, msg.get("acked") is True)
 
 
 @dataclass(slots=True)
@@ -240,10 +246,12 @@ class StepBatch:
     autoreset: bool = False
     """Ask for the same-step reset of every item whose step ends its episode (see the
     module docstring)."""
+    acked: bool = False
+    """As :attr:`ResetBatch.acked`."""
 
     def to_wire(self) -> dict[str, Any]:
         """The message's wire map."""
-        return _batch_wire(self.type, self.id, self.items, self.columns, self.autoreset)
+        return _batch_wire(self.type, self.id, self.items, self.columns, self.autoreset, self.acked)
 
     @classmethod
     def from_wire(cls, msg: dict[str, Any]) -> StepBatch:
@@ -254,7 +262,8 @@ class StepBatch:
         """
         rid = _batch_id(msg)
         items = tuple(_step_item(i, raw) for i, raw in enumerate(_items(msg)))
-        return cls(rid, items, msg.get("columns") is True, msg.get("autoreset") is True)
+        columns, autoreset = msg.get("columns") is True, msg.get("autoreset") is True
+        return cls(rid, items, columns, autoreset, msg.get("acked") is True)
 
 
 BatchRequest = ResetBatch | StepBatch

@@ -164,6 +164,8 @@ class Outstanding:
     frame: Frame
     replay: bool = True
     sent: int = -1
+    batch_sessions: frozenset[str] | None = None
+    """A batch's sessions (None for a single-session request)."""
 
     @property
     def session(self) -> str | None:
@@ -172,12 +174,29 @@ class Outstanding:
         return session if isinstance(session, str) else None
 
 
+_BATCHES = (ResetBatch, StepBatch)
+_ACKING = (Reset, Step)
+"""The single-session requests that carry ``acked`` (a ``state`` changes nothing worth
+re-sending; ``attach``/``close`` are not steps of an episode)."""
+
+
+def sessions_of(batch: ResetBatch | StepBatch) -> frozenset[str]:
+    """The sessions a batch names."""
+    return frozenset([item.session for item in batch.items if item.session is not None])
+
+
 class RequestTracker:
-    """Assigns request ids and matches replies to outstanding requests."""
+    """Assigns request ids and matches replies to outstanding requests, and knows which
+    sessions have one outstanding (for the ``acked`` flag, :meth:`holds_replies`)."""
 
     def __init__(self, start: int = 1) -> None:
         self._ids = itertools.count(start)
         self._pending: dict[int, Outstanding] = {}
+        # Sessions with outstanding requests: single-session requests counted by session,
+        # batches by their sets (a connection has a few batches out, and a batch's set is
+        # checked and built in C, not item by item).
+        self._singles: dict[str, int] = {}
+        self._batches: dict[int, frozenset[str]] = {}
         self.stale = 0
         """How many replies arrived for requests no longer waited for."""
 
@@ -185,11 +204,48 @@ class RequestTracker:
         """A fresh request id (never reused)."""
         return next(self._ids)
 
-    def add(self, request: Request, frame: Frame, *, replay: bool = True) -> Outstanding:
-        """Mark ``request`` outstanding until its reply (or :meth:`forget`)."""
+    def holds_replies(self, sessions: frozenset[str]) -> bool:
+        """True when no request of ``sessions`` is outstanding: this side holds the reply
+        of every request it sent them (a new request may say so, ``acked``)."""
+        if not self._singles.keys().isdisjoint(sessions):
+            return False
+        return all(pending.isdisjoint(sessions) for pending in self._batches.values())
+
+    def add(
+        self,
+        request: Request,
+        frame: Frame,
+        *,
+        replay: bool = True,
+        batch_sessions: frozenset[str] | None = None,
+    ) -> Outstanding:
+        """Mark ``request`` outstanding until its reply (or :meth:`forget`);
+        ``batch_sessions``: a batch's sessions, when the caller has them already."""
         entry = Outstanding(request, frame, replay)
-        self._pending[request.id] = entry
+        rid = request.id
+        self._pending[rid] = entry
+        if isinstance(request, _BATCHES):
+            sessions = batch_sessions
+            if sessions is None:
+                sessions = sessions_of(request)
+            entry.batch_sessions = self._batches[rid] = sessions
+        else:
+            session = entry.session
+            if session is not None:
+                self._singles[session] = self._singles.get(session, 0) + 1
         return entry
+
+    def _drop(self, entry: Outstanding) -> None:
+        if entry.batch_sessions is not None:
+            self._batches.pop(entry.request.id, None)
+            return
+        session = entry.session
+        if session is not None:
+            left = self._singles.get(session, 0) - 1
+            if left > 0:
+                self._singles[session] = left
+            else:
+                self._singles.pop(session, None)
 
     def get(self, request_id: int) -> Outstanding | None:
         """The outstanding request ``request_id``, if it still waits."""
@@ -197,12 +253,16 @@ class RequestTracker:
 
     def forget(self, request_id: int) -> None:
         """Stop waiting for ``request_id`` (e.g. after a timeout)."""
-        self._pending.pop(request_id, None)
+        entry = self._pending.pop(request_id, None)
+        if entry is not None:
+            self._drop(entry)
 
     def forget_all(self) -> list[int]:
         """Stop waiting for everything; return the ids that were outstanding."""
         ids = list(self._pending)
         self._pending.clear()
+        self._singles.clear()
+        self._batches.clear()
         return ids
 
     def outstanding(self) -> dict[int, str]:
@@ -233,6 +293,8 @@ class RequestTracker:
         entry = self._pending.pop(reply.id, None)
         if entry is None:
             self.stale += 1
+        else:
+            self._drop(entry)
         return entry
 
 
@@ -426,6 +488,12 @@ class ClientProtocol:
         session = getattr(request, "session", None)
         if isinstance(session, str) and session in self.sessions.lost:
             raise self.sessions.lost_error(session, rid)
+        batch_sessions = None
+        if isinstance(request, _BATCHES):
+            batch_sessions = sessions_of(request)
+            request.acked = self.tracker.holds_replies(batch_sessions)
+        elif isinstance(request, _ACKING) and isinstance(session, str):
+            request.acked = self.tracker.holds_replies(frozenset((session,)))
         frame = self.codec.encode(request.to_wire())
         limit = self.max_frame_bytes
         if limit is not None and len(frame) > limit:
@@ -436,11 +504,11 @@ class ClientProtocol:
                 request_id=rid,
             )
         if self.open or not replay:
-            entry = self.tracker.add(request, frame, replay=replay)
+            entry = self.tracker.add(request, frame, replay=replay, batch_sessions=batch_sessions)
             entry.sent = self.generation
             return frame
         if self.resuming:
-            self.tracker.add(request, frame)
+            self.tracker.add(request, frame, batch_sessions=batch_sessions)
             return None
         raise ConnectionLost("not connected; call connect() first", request_id=rid)
 

@@ -21,7 +21,11 @@ any                                                ``error`` :class:`ErrorReply`
 
 Rules every peer can rely on: a request id names one request of a session; re-sending
 the same request (same kind, equal payload) under it is answered from the server's
-reply cache, any other request under it is ``REQUEST_ID_REUSED``. A reward (and each
+reply cache, any other request under it is ``REQUEST_ID_REUSED``. A ``reset``, ``step``,
+``reset_batch`` or ``step_batch`` may carry ``"acked": true``: the client holds the reply
+of every earlier (lower-id) request of each session it names, so the server forgets those
+replies at once instead of keeping a session's last few (see
+:meth:`corral.protocol.session.ReplyCache.forget_before`). A reward (and each
 reward component) is a finite number on every codec, or the step is ``BAD_OBSERVATION``
 (JSON has no NaN or infinity). ``hello`` may carry the client's ``max_frame_bytes``; a
 reply larger than that is ``REPLY_TOO_LARGE`` instead. Error replies echo what they
@@ -218,6 +222,9 @@ class Reset:
     seed: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
     task: TaskRef | None = None
+    acked: bool = False
+    """The client holds every earlier reply of the session (see the module docstring);
+    set by :meth:`corral.protocol.client.ClientProtocol.send`."""
 
     def to_wire(self) -> dict[str, Any]:
         """The message's wire map."""
@@ -230,6 +237,8 @@ class Reset:
         }
         if self.task is not None:
             wire["task"] = {"split": self.task.split, "index": self.task.index}
+        if self.acked:
+            wire["acked"] = True
         return wire
 
     @classmethod
@@ -251,6 +260,7 @@ class Reset:
             seed,
             f.optional(msg, "options", dict) or {},
             task,
+            msg.get("acked") is True,
         )
 
 
@@ -262,16 +272,22 @@ class Step:
     id: int
     session: str
     action: Any
+    acked: bool = False
+    """As :attr:`Reset.acked`."""
 
     def to_wire(self) -> dict[str, Any]:
         """The message's wire map."""
-        return {"type": self.type, "id": self.id, "session": self.session, "action": self.action}
+        wire = {"type": self.type, "id": self.id, "session": self.session, "action": self.action}
+        if self.acked:
+            wire["acked"] = True
+        return wire
 
     @classmethod
     def from_wire(cls, msg: dict[str, Any]) -> Step:
         """Read a ``step`` (the action may be anything, null included)."""
         action = f.present(msg, "action")
-        return cls(f.request_id(msg), f.required(msg, "session", str), action)
+        acked = msg.get("acked") is True
+        return cls(f.request_id(msg), f.required(msg, "session", str), action, acked)
 
 
 @dataclass(slots=True)

@@ -186,7 +186,9 @@ def admit_call(
         CorralError: the session is unknown or lost, or its lifecycle refuses the request.
     """
     session = registry.get(request.session, owner)
-    outcome = session.admit(request.type, request.id, request_key(request.type, request))
+    key = request_key(request.type, request)
+    acked = False if isinstance(request, GetState) else request.acked  # state never acks
+    outcome = session.admit(request.type, request.id, key, acked)
     if isinstance(outcome, Op):
         return RunCall(request, session, outcome)
     if isinstance(outcome, _ITEMS):  # remembered without its key: still not a replay
@@ -208,7 +210,7 @@ def admit_batch(
     """
     check_batch_size(request, max_batch)
     kind = "reset" if isinstance(request, ResetBatch) else "step"
-    rtype, rid, items = request.type, request.id, request.items
+    rtype, rid, items, acked = request.type, request.id, request.items, request.acked
     batch: RunBatch[S] = RunBatch(request, [None] * len(items))
     calls, results, joins = batch.calls, batch.results, batch.joins
     # One clock read marks every item's session active (the batch is one moment).
@@ -227,7 +229,7 @@ def admit_batch(
                 )
             seen.add(session.id)
             key = request_key(rtype, item)
-            outcome: Op | Remembered | None = session.admit(kind, rid, key)
+            outcome: Op | Remembered | None = session.admit(kind, rid, key, acked)
             if isinstance(outcome, Op):
                 calls.append(BatchCall(index, item, session, outcome))
             elif outcome is None:

@@ -285,6 +285,23 @@ class ReplyCache:
             for old in list(islice(replies, excess + self.size // 4)):
                 del replies[old]
 
+    def forget_before(self, request_id: int) -> None:
+        """Drop the replies of requests older than ``request_id``: the client said it holds
+        them (an ``acked`` request), so none can be re-sent.
+
+        Replies go oldest first while their ids are lower (a client numbers its requests
+        in order); one re-remembered out of order merely stays until evicted. Forgetting a
+        reply one round old, rather than ``size`` rounds old, is what keeps the cache's
+        memory warm: with 1,024 sessions, eight remembered replies each were megabytes
+        swept through the CPU's caches every round (issue 10's flatness).
+        """
+        replies = self._replies
+        while replies:
+            oldest = next(iter(replies))
+            if oldest >= request_id:
+                return
+            del replies[oldest]
+
     def __len__(self) -> int:
         return len(self._replies)
 
@@ -326,11 +343,15 @@ class SessionState:
         ``time.monotonic()`` when the caller read it already (once for a batch)."""
         self.last_active = time.monotonic() if now is None else now
 
-    def admit(self, kind: str, request_id: int, key: RequestKey) -> Op | Remembered | None:
+    def admit(
+        self, kind: str, request_id: int, key: RequestKey, acked: bool = False
+    ) -> Op | Remembered | None:
         """Decide what request ``request_id`` of ``kind`` gets; the one door in.
 
         ``key`` is the request's :data:`RequestKey`: only a request with the same key
-        as the one remembered (or running) under ``request_id`` is a re-send.
+        as the one remembered (or running) under ``request_id`` is a re-send. ``acked``:
+        the client holds the replies of the session's earlier requests, which are
+        forgotten first (:meth:`ReplyCache.forget_before`).
 
         Returns:
             The :class:`Op` to run (the session is now running it); the remembered
@@ -341,6 +362,8 @@ class SessionState:
             RequestIdReused: ``request_id`` belongs to another request of the session.
             SessionError: the lifecycle refuses the request (see :data:`LIFECYCLE`).
         """
+        if acked:
+            self.cache.forget_before(request_id)
         entry = self.cache.lookup(request_id)
         if entry is not None:
             earlier, reply = entry
