@@ -163,9 +163,9 @@ def lockstep_section(report: Report, result: dict[str, dict[str, float]]) -> dic
         "stepping in turns step by step (the blocks of the table above see different "
         "moments of the machine): the blocking twin (`.sync()`) called from a plain thread, "
         "as a script calls it.",
-        "Echo is a sync environment: each step makes one hop to the server's thread pool "
-        "(as in openenv-core); the `async env` rows serve the same echo with `async def` "
-        "methods, awaited on the event loop.",
+        "Echo is a sync environment: corral runs it on the event loop while its steps "
+        "stay fast (openenv-core hops to its thread pool for each); the `async env` rows "
+        "serve the same echo with `async def` methods, awaited on the event loop.",
     ]
     report.add(
         "1. Lockstep, one session (echo, ~100-byte action and observation)",
