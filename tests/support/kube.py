@@ -219,9 +219,11 @@ class FakeKubelet:
         self.pods: dict[str, RunningPod] = {}
         self._task: asyncio.Task[None] | None = None
         self._stopping: set[asyncio.Task[None]] = set()
-        # One block of loopback addresses per kubelet: a Pod IP is never reused.
-        block = random.randrange(16, 250)
-        self._ips = (f"127.{block}.{i // 250}.{i % 250 + 2}" for i in itertools.count())
+        # One block of loopback addresses per kubelet: a Pod IP is never reused, and no
+        # two kubelets (of this process or another test worker's) share a block, or their
+        # Pods would bind the same address and port.
+        self._block = _claim_block()
+        self._ips = (f"127.{self._block}.{i // 250}.{i % 250 + 2}" for i in itertools.count())
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="fake-kubelet")
@@ -486,6 +488,57 @@ class FakeKubelet:
         await asyncio.gather(*self._stopping, return_exceptions=True)
         await asyncio.gather(*(self._stop(p) for p in self.pods.values()))
         self.pods.clear()
+        _release_block(self._block)
+
+
+_BLOCKS = os.path.join(tempfile.gettempdir(), "corral-fake-kubelet-blocks")
+
+
+def _claim_block() -> int:
+    """A loopback block (the second octet) no live kubelet holds, claimed by creating its
+    file exclusively; a block whose holder process is gone is taken over."""
+    os.makedirs(_BLOCKS, exist_ok=True)
+    candidates = list(range(16, 250))
+    random.shuffle(candidates)
+    for block in candidates:
+        path = os.path.join(_BLOCKS, str(block))
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            if _holder_alive(path):
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)  # a dead holder's: retried below
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                continue  # another process took it over first
+        with os.fdopen(fd, "w") as claim:
+            claim.write(str(os.getpid()))
+        return block
+    raise RuntimeError(f"every fake-kubelet loopback block is held (see {_BLOCKS})")
+
+
+def _holder_alive(path: str) -> bool:
+    try:
+        with open(path) as claim:
+            pid = int(claim.read() or "0")
+    except (OSError, ValueError):
+        return True  # being written now: leave it to its writer
+    if pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _release_block(block: int) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(_BLOCKS, str(block)))
 
 
 @dataclass
