@@ -92,6 +92,13 @@ class Peer:
         return session
 
 
+def reset(*sessions: SessionState) -> None:
+    """Run a reset (request 1) through each session's machine, as the server would."""
+    for session in sessions:
+        session.machine.begin("reset", 1)
+        session.machine.finish(Op.RESET)
+
+
 def error(reply: m.Reply) -> str:
     assert isinstance(reply, m.ErrorReply), reply
     return reply.code
@@ -174,9 +181,7 @@ def test_batches_are_admitted_item_by_item():
     peer = Peer()
     peer.hello()
     a, c = peer.open(2), peer.open(3)
-    for s in (a, c):
-        s.machine.begin("reset", 1)
-        s.machine.finish(Op.RESET)
+    reset(a, c)
     items = (
         b.StepItem(a.id, {"n": 1}),
         b.StepItem("nope", {}),
@@ -207,9 +212,7 @@ def test_an_acked_batch_or_step_leaves_one_reply_per_session() -> None:
     peer = Peer()
     peer.hello()
     a, c = peer.open(2), peer.open(3)
-    for s in (a, c):
-        s.machine.begin("reset", 1)
-        s.machine.finish(Op.RESET)
+    reset(a, c)
     for rid in (10, 11):
         batch = peer.send(b.StepBatch(rid, (b.StepItem(a.id, {}), b.StepItem(c.id, {}))))
         assert isinstance(batch, RunBatch)
@@ -231,8 +234,7 @@ def test_a_resent_batch_replays_the_reset_with_its_item() -> None:
     peer = Peer()
     peer.hello()
     a = peer.open(2)
-    a.machine.begin("reset", 1)
-    a.machine.finish(Op.RESET)
+    reset(a)
     message = b.StepBatch(10, (b.StepItem(a.id, {"n": 1}),), autoreset=True)
     first = peer.send(message)
     assert isinstance(first, RunBatch) and first.request.autoreset

@@ -44,6 +44,7 @@ import httpx
 import kmock
 from kubernetes_asyncio import client as k8s
 
+from corral.providers.docker import _pid_alive
 from corral.providers.kubernetes.api import PODS, SECRETS, KubeAPI, KubeError, connect
 from corral.providers.kubernetes.pods import PROBE_HOST_ENV
 
@@ -525,15 +526,7 @@ def _holder_alive(path: str) -> bool:
             pid = int(claim.read() or "0")
     except (OSError, ValueError):
         return True  # being written now: leave it to its writer
-    if pid <= 0:
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid <= 0 or _pid_alive(pid)
 
 
 def _release_block(block: int) -> None:

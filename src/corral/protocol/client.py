@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import random
+from collections.abc import Collection
 from dataclasses import dataclass
 from enum import Enum
 
@@ -164,8 +165,6 @@ class Outstanding:
     frame: Frame
     replay: bool = True
     sent: int = -1
-    batch_sessions: frozenset[str] | None = None
-    """A batch's sessions (None for a single-session request)."""
 
     @property
     def session(self) -> str | None:
@@ -204,7 +203,7 @@ class RequestTracker:
         """A fresh request id (never reused)."""
         return next(self._ids)
 
-    def holds_replies(self, sessions: frozenset[str]) -> bool:
+    def holds_replies(self, sessions: Collection[str]) -> bool:
         """True when no request of ``sessions`` is outstanding: this side holds the reply
         of every request it sent them (a new request may say so, ``acked``)."""
         if not self._singles.keys().isdisjoint(sessions):
@@ -225,10 +224,7 @@ class RequestTracker:
         rid = request.id
         self._pending[rid] = entry
         if isinstance(request, _BATCHES):
-            sessions = batch_sessions
-            if sessions is None:
-                sessions = sessions_of(request)
-            entry.batch_sessions = self._batches[rid] = sessions
+            self._batches[rid] = sessions_of(request) if batch_sessions is None else batch_sessions
         else:
             session = entry.session
             if session is not None:
@@ -236,8 +232,7 @@ class RequestTracker:
         return entry
 
     def _drop(self, entry: Outstanding) -> None:
-        if entry.batch_sessions is not None:
-            self._batches.pop(entry.request.id, None)
+        if self._batches.pop(entry.request.id, None) is not None:
             return
         session = entry.session
         if session is not None:
@@ -493,7 +488,7 @@ class ClientProtocol:
             batch_sessions = sessions_of(request)
             request.acked = self.tracker.holds_replies(batch_sessions)
         elif isinstance(request, _ACKING) and isinstance(session, str):
-            request.acked = self.tracker.holds_replies(frozenset((session,)))
+            request.acked = self.tracker.holds_replies((session,))
         frame = self.codec.encode(request.to_wire())
         limit = self.max_frame_bytes
         if limit is not None and len(frame) > limit:
