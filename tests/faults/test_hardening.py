@@ -76,6 +76,40 @@ async def test_a_reused_request_id_is_refused_not_replayed(counter: ThreadServer
         await peer.close()
 
 
+@pytest.mark.parametrize("codec", CODECS)
+async def test_acked_requests_leave_one_reply_per_session(counter: ThreadServer, codec: str):
+    """``"acked": true`` over a real socket: the session forgets the replies before it,
+    keeps its own for a re-send, and corral's client sends it (one reply remembered)."""
+    peer = await RawPeer.open(counter.url, codec)
+    try:
+        session = await reset_session(peer, options={"limit": 1000})
+
+        def step(rid: int, **extra: Any) -> dict[str, Any]:
+            action = {"amount": 1}
+            return {"type": "step", "id": rid, "session": session, "action": action, **extra}
+
+        first = await peer.request(step(10))
+        await peer.request(step(11))
+        assert await peer.request(step(10)) == first  # not acked: remembered, replayed
+        acked = await peer.request(step(12, acked=True))
+        assert acked["observation"]["total"] == 3
+        assert await peer.request(step(12, acked=True)) == acked  # its own: still a replay
+        # This side said it held the replies of 10 and 11: they are gone, so 10 runs anew.
+        again = await peer.request(step(10))
+        assert again["type"] == "result" and again["observation"]["total"] == 4
+    finally:
+        await peer.close()
+    client = AsyncEnvClient(counter.url, env=CounterEnv, codec=codec)
+    try:
+        await client.reset(limit=1000)
+        for _ in range(5):
+            await client.step({"amount": 1})
+        held = counter.manager.registry.sessions[client.session_id]
+        assert len(held.cache) == 1
+    finally:
+        await client.close()
+
+
 # -- 11.8: error replies do not amplify --------------------------------------------
 
 
