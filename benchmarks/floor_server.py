@@ -1,9 +1,11 @@
-"""``python -m benchmarks.floor_server [--kind websockets|picows] --port-file F``: the floors.
+"""``python -m benchmarks.floor_server [--kind websockets|picows|tcp] --port-file F``: the floors.
 
 A raw WebSocket server that sends every message straight back: what one round trip costs
 on this machine with no framework at all, with ``websockets`` (the library corral's
 ASGI path and fallback client use) or with ``picows`` (the native transport's library;
-its client is timed against this server).
+its client is timed against this server). ``tcp`` is less still: bytes echoed by an
+asyncio ``Protocol`` (no WebSocket framing), the cheapest round trip a Python server
+process offers; the PPO section's bound steps against it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import argparse
 import asyncio
 import os
 from pathlib import Path
+from typing import cast
 
 from websockets.asyncio.server import ServerConnection, serve
 
@@ -23,9 +26,9 @@ async def _echo(ws: ServerConnection) -> None:
         await ws.send(message)
 
 
-def _publish(port_file: Path, port: int) -> None:
+def _publish(port_file: Path, port: int, scheme: str = "ws") -> None:
     tmp = port_file.with_suffix(".tmp")
-    tmp.write_text(f"ws://127.0.0.1:{port}")
+    tmp.write_text(f"{scheme}://127.0.0.1:{port}")
     os.replace(tmp, port_file)
 
 
@@ -51,14 +54,31 @@ async def _serve_picows(port_file: Path) -> None:
     await asyncio.Future()
 
 
+class _TcpEcho(asyncio.Protocol):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports behave as asyncio.Transport without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.transport.write(data)
+
+
+async def _serve_tcp(port_file: Path) -> None:
+    server = await asyncio.get_running_loop().create_server(_TcpEcho, "127.0.0.1", 0)
+    _publish(port_file, server.sockets[0].getsockname()[1], scheme="tcp")
+    await asyncio.Future()
+
+
+_SERVERS = {"websockets": _serve_websockets, "picows": _serve_picows, "tcp": _serve_tcp}
+
+
 def main() -> None:
     """Serve until terminated."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--kind", choices=["websockets", "picows"], default="websockets")
+    parser.add_argument("--kind", choices=sorted(_SERVERS), default="websockets")
     parser.add_argument("--port-file", type=Path, required=True)
     args = parser.parse_args()
-    serve_it = _serve_picows if args.kind == "picows" else _serve_websockets
-    runtime.run(serve_it(args.port_file))
+    runtime.run(_SERVERS[args.kind](args.port_file))
 
 
 if __name__ == "__main__":

@@ -673,32 +673,48 @@ def _vec_step_us(env: Any, steps: int) -> float:
     return (time.perf_counter() - started) / steps * 1e6
 
 
+PPO_LOCAL = "local DummyVecEnv"
+PPO_REMOTE = "corral RemoteVecEnv"
+PPO_BOUND = "local + one bare round trip per step (bound)"
+"""The PPO contenders; the bound is :class:`benchmarks.bare_remote.BareRoundTrips`."""
+PPO_ROUND_TRIP_BYTES = 720
+"""The bound's bytes each way: about what corral's columnar reply to a step of 8
+CartPole sessions weighs on the wire (its request is a little smaller)."""
+
+
 def _ppo_compare(steps: int, repeats: int, log: Log) -> dict[str, dict[str, float]]:
     import gymnasium
     from stable_baselines3.common.vec_env import DummyVecEnv
 
+    from benchmarks.bare_remote import BareRoundTrips
     from corral.adapters.sb3 import RemoteVecEnv
 
-    local = DummyVecEnv([lambda: gymnasium.make("CartPole-v1") for _ in range(8)])
-    remote = RemoteVecEnv.from_env("gym:CartPole-v1", 8)
-    envs = {"local DummyVecEnv": local, "corral RemoteVecEnv": remote}
-    fps: dict[str, list[float]] = {name: [] for name in envs}
-    step_us: dict[str, list[float]] = {name: [] for name in envs}
-    vec_steps = max(64, steps // 8)
+    def cartpoles() -> DummyVecEnv:
+        return DummyVecEnv([lambda: gymnasium.make("CartPole-v1") for _ in range(8)])
+
+    echo = asyncio.run(servers.floor_server("tcp"))
+    envs: dict[str, Any] = {}
     try:
+        envs[PPO_LOCAL] = cartpoles()
+        envs[PPO_REMOTE] = RemoteVecEnv.from_env("gym:CartPole-v1", 8)
+        envs[PPO_BOUND] = BareRoundTrips(cartpoles(), echo.url, PPO_ROUND_TRIP_BYTES)
+        fps: dict[str, list[float]] = {name: [] for name in envs}
+        step_us: dict[str, list[float]] = {name: [] for name in envs}
+        vec_steps = max(64, steps // 8)
         for repeat in range(repeats):  # the contenders take turns, as everywhere here
             for name, env in envs.items():
                 fps[name].append(_ppo_fps(env, steps))
                 step_us[name].append(_vec_step_us(env, vec_steps))
             log(
-                f"  repeat {repeat + 1}/{repeats}: local {fps['local DummyVecEnv'][-1]:.0f}, "
-                f"remote {fps['corral RemoteVecEnv'][-1]:.0f} env-steps/s; a vec step alone: "
-                f"local {step_us['local DummyVecEnv'][-1]:.0f} µs, "
-                f"remote {step_us['corral RemoteVecEnv'][-1]:.0f} µs"
+                f"  repeat {repeat + 1}/{repeats}: env-steps/s local {fps[PPO_LOCAL][-1]:.0f}, "
+                f"remote {fps[PPO_REMOTE][-1]:.0f}, bound {fps[PPO_BOUND][-1]:.0f}; a vec "
+                f"step alone: local {step_us[PPO_LOCAL][-1]:.0f} µs, remote "
+                f"{step_us[PPO_REMOTE][-1]:.0f} µs, bound {step_us[PPO_BOUND][-1]:.0f} µs"
             )
     finally:
-        remote.close()
-        local.close()
+        for env in envs.values():
+            env.close()
+        asyncio.run(echo.stop())
     return {
         name: {"fps": statistics.median(fps[name]), "step_us": statistics.median(step_us[name])}
         for name in envs

@@ -126,7 +126,7 @@ async def openenv_server(kind: str, max_sessions: int = 1024) -> Served:
 
 
 async def floor_server(kind: str = "websockets") -> Served:
-    """The raw echo server of ``kind`` (``websockets`` or ``picows``)."""
+    """The raw echo server of ``kind`` (``websockets``, ``picows`` or ``tcp``)."""
     child = _Child("benchmarks.floor_server", "--kind", kind)
     try:
         url = await child.wait(health=False)

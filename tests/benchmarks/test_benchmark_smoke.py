@@ -82,9 +82,14 @@ def test_smoke_run_writes_every_table(tmp_path):
     ppo = {row[0]: row for row in _rows(report, SECTIONS[6])}
     assert _number(ppo["local DummyVecEnv"][1]) > 0
     assert _number(ppo["corral RemoteVecEnv"][1]) > 0
+    assert _number(ppo["local + one bare round trip per step (bound)"][1]) > 0
+    assert "For 0.8x a remote vec step may cost at most" in report
+    assert "The bound's vec step costs" in report
     targets = _rows(report, SECTIONS[7])
     assert any(row[0].startswith("lockstep p50 within 1.3x") for row in targets)
     assert any(row[0].startswith("stretch: pipelined") for row in targets)
+    ppo_target = next(row for row in targets if row[0].startswith("PPO on 8 remote"))
+    assert "(bound " in ppo_target[1]
     assert all(row[2] in ("yes", "no", "—") for row in targets)
 
 
