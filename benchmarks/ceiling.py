@@ -3,10 +3,17 @@
 What no remote framework can beat on this machine: ``EchoEnv.step`` called in a loop
 (the lockstep ceiling, and the batched one with one instance per session), and
 Gymnasium's ``SyncVectorEnv`` of CartPole (the reference vectorised trainer loop).
+
+And the machine's **cache cliff** (:func:`echo_touching`): the same loop over sessions,
+each visit also writing one field of each of ``k`` small records of that session, as a
+server's per-session bookkeeping does. It is the control for the issue-10 flatness
+target: how much a round of 1,024 sessions slows against 256 when each session's working
+set grows by ``k`` cache lines, with nothing of corral's in the loop.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any
 
@@ -56,6 +63,57 @@ def echo_batched(n: int, seconds: float) -> dict[str, float]:
     return {"steps_s": calls * n / elapsed}
 
 
+CLIFF_RECORDS = (16, 32)
+"""Records per session the cache-cliff loop touches (beside 0: the plain loop)."""
+
+
+class _Record:
+    """A small per-session record: 80 bytes with its GC header, about a cache line."""
+
+    __slots__ = ("a", "b", "c", "d", "e", "touched")
+
+    def __init__(self) -> None:
+        self.a = self.b = self.c = self.d = self.e = None
+        self.touched = 0
+
+
+def echo_touching(n: int, k: int, seconds: float) -> float:
+    """Env-steps/s of ``n`` EchoEnv stepped in a loop, each visit also writing one field
+    of ``k`` records of its own session (``k = 0``: :func:`echo_batched`'s loop)."""
+    envs = [EchoEnv() for _ in range(n)]
+    for env in envs:
+        env.reset()
+    # One kind of record at a time for every session, as a server allocates its session,
+    # lifecycle, runner... objects: a session's records lie in k places apart.
+    kinds = [[_Record() for _ in range(n)] for _ in range(k)]
+    visits = [(env, [kind[i] for kind in kinds]) for i, env in enumerate(envs)]
+    action = EchoAction(message=MESSAGE)
+
+    def round_() -> None:
+        for env, records in visits:
+            for record in records:
+                record.touched ^= 1
+            env.step(action)
+
+    calls, elapsed, _ = _timed_loop(round_, seconds)
+    return calls * n / elapsed
+
+
+def cache_cliff(
+    sizes: tuple[int, int], repeats: int, seconds: float
+) -> dict[int, dict[int, float]]:
+    """Median env-steps/s of :func:`echo_touching` by records per session, then by
+    session count; the sizes and record counts alternate within each repeat."""
+    rates: dict[int, dict[int, list[float]]] = {
+        k: {n: [] for n in sizes} for k in (0, *CLIFF_RECORDS)
+    }
+    for _ in range(repeats):
+        for k, by_size in rates.items():
+            for n, values in by_size.items():
+                values.append(echo_touching(n, k, seconds))
+    return {k: {n: statistics.median(v) for n, v in by.items()} for k, by in rates.items()}
+
+
 def cartpole(n: int, seconds: float) -> dict[str, float] | None:
     """Gymnasium's ``SyncVectorEnv`` of ``n`` CartPole-v1 (None without gymnasium)."""
     try:
@@ -82,6 +140,7 @@ async def ceiling(s: Settings, log: Log) -> dict[str, Any]:
         "echo_lockstep": echo_lockstep(s.ceiling_seconds),
         "echo_batched": {n: echo_batched(n, s.ceiling_seconds) for n in sizes},
         "cartpole": {n: cartpole(n, s.ceiling_seconds) for n in (1, largest)},
+        "cliff": cache_cliff(s.cliff_sessions, s.repeats, s.ceiling_seconds / 2),
     }
     log(
         f"  EchoEnv.step: {result['echo_lockstep']['steps_s']:,.0f}/s; "

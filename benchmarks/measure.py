@@ -44,6 +44,8 @@ class Settings:
     batched_seconds: float = 3.0
     soak_seconds: float = 30.0
     ceiling_seconds: float = 2.0
+    cliff_sessions: tuple[int, int] = (256, 1024)
+    """The two session counts of the cache-cliff loop (the flatness target's)."""
     scale_sessions: int = 10_000
     openenv_ladder: list[int] = field(default_factory=lambda: [1000, 2500, 5000, 10_000])
     openenv_budget_s: float = 240.0
@@ -67,6 +69,7 @@ class Settings:
             batched_seconds=0.3,
             soak_seconds=0.5,
             ceiling_seconds=0.2,
+            cliff_sessions=(4, 16),
             scale_sessions=200,
             openenv_ladder=[20],
             openenv_budget_s=60.0,

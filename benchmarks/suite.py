@@ -254,6 +254,12 @@ def ceiling_section(report: Report, result: dict[str, Any]) -> dict[str, Any]:
         rows.append(
             [f"Gymnasium `SyncVectorEnv`, {n} CartPole-v1", _f(r["steps_s"] if r else None), "—"]
         )
+    cliff = result["cliff"]
+    for k, by_size in cliff.items():
+        for n, rate in by_size.items():
+            rows.append([f"{n} `EchoEnv`, each visit touching {k} records", _f(rate), "—"])
+    small, large = next(iter(cliff.values()))
+    flat = {k: by_size[large] / by_size[small] for k, by_size in cliff.items()}
     report.add(
         "0. In-process ceiling (no server, no wire)",
         ["loop", "env-steps/s", "p50 µs"],
@@ -261,9 +267,16 @@ def ceiling_section(report: Report, result: dict[str, Any]) -> dict[str, Any]:
         [
             "The environments stepped directly in one process: what no remote framework can "
             "beat here. CartPole's step is numpy arithmetic; echo's builds pydantic models.",
+            "The cache cliff (the control for the flatness target): the same loop, each "
+            "visit also writing one field of each of k small records of its own session "
+            "(about a cache line each, allocated one kind at a time for all sessions, as a "
+            "server's per-session objects are); sizes and k alternate in each repeat. "
+            f"{large:,} vs {small:,} sessions: "
+            + ", ".join(f"k = {k}: {_f(r, 2)}x" for k, r in flat.items())
+            + ".",
         ],
     )
-    return result
+    return {**result, "cliff_flat": flat}
 
 
 def scale_section(report: Report, result: dict[str, Any]) -> dict[str, Any]:
@@ -458,9 +471,18 @@ def targets(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             batch["pipelined"] >= 100_000,
         )
         flat = batch["flat"]
+        # The cache-cliff control: the same two sizes in a bare loop over echo envs that
+        # also touches k records per session (section 0).
+        cliff = {k: r for k, r in (summary.get("ceiling") or {}).get("cliff_flat", {}).items() if k}
+        control = (
+            f" (a bare loop touching {' / '.join(map(str, cliff))} records per session: "
+            f"{' / '.join(f'{_f(r, 2)}x' for r in cliff.values())})"
+            if cliff
+            else ""
+        )
         add(
             "flat from 256 to 1,024 sessions (≥ 0.9x)",
-            f"{_f(flat, 2)}x",
+            f"{_f(flat, 2)}x{control}",
             None if flat is None else flat >= 0.9,
         )
         one = batch["one_vs_openenv"]

@@ -63,6 +63,11 @@ def test_smoke_run_writes_every_table(tmp_path):
     ceiling = {row[0]: row for row in _rows(report, SECTIONS[0])}
     assert _number(ceiling["`EchoEnv.step`, one env"][1]) > 0
     assert _number(ceiling["Gymnasium `SyncVectorEnv`, 16 CartPole-v1"][1]) > 0
+    for records in (0, 16, 32):  # the cache cliff, at the smoke sizes 4 and 16
+        for sessions in (4, 16):
+            row = ceiling[f"{sessions} `EchoEnv`, each visit touching {records} records"]
+            assert _number(row[1]) > 0
+    assert "16 vs 4 sessions: k = 0: " in report
     batched = _rows(report, SECTIONS[2])
     assert [row[0] for row in batched] == ["1", "16"]
     assert all(_number(cell) > 0 for row in batched for cell in row[1:4])  # three modes
@@ -90,6 +95,8 @@ def test_smoke_run_writes_every_table(tmp_path):
     assert any(row[0].startswith("stretch: pipelined") for row in targets)
     ppo_target = next(row for row in targets if row[0].startswith("PPO on 8 remote"))
     assert "(bound " in ppo_target[1]
+    flat = next(row for row in targets if row[0].startswith("flat from 256"))
+    assert "(a bare loop touching 16 / 32 records per session: " in flat[1]
     assert all(row[2] in ("yes", "no", "—") for row in targets)
 
 
