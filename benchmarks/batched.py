@@ -1,6 +1,7 @@
 """Batched throughput on one server: EnvPool in three ways, openenv-core, and a soak.
 
-Per session count, the same server serves, in turns within each repeat:
+Every session count in each repeat, and per session count the same server serves, in
+turns:
 
 * **typed**: ``EnvPool.step()`` and the typed observations read (``batch.observations``),
   as a trainer that wants pydantic models does (and as openenv-core's client always does);
@@ -144,17 +145,22 @@ async def batched(s: Settings, log: Log) -> dict[str, Any]:
         corral = results[0]
         assert isinstance(corral, servers.Served)
         oe = results[1] if len(results) > 1 else None
-        for n in s.batched_sessions:
-            rates: dict[str, list[float]] = {mode: [] for mode in (*MODES, "openenv")}
-            for repeat in range(s.repeats):
+        rates: dict[int, dict[str, list[float]]] = {
+            n: {mode: [] for mode in (*MODES, "openenv")} for n in s.batched_sessions
+        }
+        # Every size in each repeat, so that a slow minute of the shared host weighs on
+        # all sizes alike: the flatness target compares two of them.
+        for repeat in range(s.repeats):
+            for n, by_mode in rates.items():
                 for mode in MODES:
-                    rates[mode].append(await pool_rate(corral.url, n, s.batched_seconds, mode))
+                    by_mode[mode].append(await pool_rate(corral.url, n, s.batched_seconds, mode))
                 if isinstance(oe, servers.Served):
-                    rates["openenv"].append(await openenv_rate(oe.url, n, s.batched_seconds))
-                shown = ", ".join(f"{m} {v[-1]:,.0f}/s" for m, v in rates.items() if v)
+                    by_mode["openenv"].append(await openenv_rate(oe.url, n, s.batched_seconds))
+                shown = ", ".join(f"{m} {v[-1]:,.0f}/s" for m, v in by_mode.items() if v)
                 log(f"  {n} sessions: repeat {repeat + 1}/{s.repeats}: {shown}")
+        for n, by_mode in rates.items():
             row: dict[str, Any] = {"sessions": n}
-            for mode, values in rates.items():
+            for mode, values in by_mode.items():
                 row[mode] = statistics.median(values) if values else None
             rows.append(row)
         soaked = await soak(corral.url, corral, largest, s.soak_seconds)
