@@ -84,7 +84,7 @@ def echo_touching(n: int, k: int, seconds: float) -> float:
     for env in envs:
         env.reset()
     # One kind of record at a time for every session, as a server allocates its session,
-    # lifecycle, runner... objects: a session's records lie in k places apart.
+    # lifecycle, runner... objects: a session's k records lie in k different places.
     kinds = [[_Record() for _ in range(n)] for _ in range(k)]
     visits = [(env, [kind[i] for kind in kinds]) for i, env in enumerate(envs)]
     action = EchoAction(message=MESSAGE)
