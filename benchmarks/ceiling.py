@@ -48,11 +48,17 @@ def echo_lockstep(seconds: float) -> dict[str, float]:
     return {"steps_s": calls / elapsed, "p50_us": _percentile(sample, 0.5)}
 
 
-def echo_batched(n: int, seconds: float) -> dict[str, float]:
-    """``n`` EchoEnv instances stepped in a Python loop, one round per call."""
+def _echo_envs(n: int) -> list[EchoEnv]:
+    """``n`` EchoEnv instances, each reset."""
     envs = [EchoEnv() for _ in range(n)]
     for env in envs:
         env.reset()
+    return envs
+
+
+def echo_batched(n: int, seconds: float) -> dict[str, float]:
+    """``n`` EchoEnv instances stepped in a Python loop, one round per call."""
+    envs = _echo_envs(n)
     actions = [EchoAction(message=MESSAGE)] * n
 
     def round_() -> None:
@@ -79,10 +85,9 @@ class _Record:
 
 def echo_touching(n: int, k: int, seconds: float) -> float:
     """Env-steps/s of ``n`` EchoEnv stepped in a loop, each visit also writing one field
-    of ``k`` records of its own session (``k = 0``: :func:`echo_batched`'s loop)."""
-    envs = [EchoEnv() for _ in range(n)]
-    for env in envs:
-        env.reset()
+    of ``k`` records of its own session (``k = 0``: the same loop touching none, the
+    baseline measured in turns with the others)."""
+    envs = _echo_envs(n)
     # One kind of record at a time for every session, as a server allocates its session,
     # lifecycle, runner... objects: a session's k records lie in k different places.
     kinds = [[_Record() for _ in range(n)] for _ in range(k)]
