@@ -11,6 +11,7 @@ import typer
 
 from corral.adapters.openenv_env import load_openenv, openenv_target
 from corral.auth import read_token_file
+from corral.protocol.identity import SERVER_ID
 from corral.providers.manifest import Manifest, ManifestError, load_manifest
 from corral.server.config import TRANSPORTS, ServerConfig
 from corral.server.logs import FORMATS
@@ -262,6 +263,14 @@ def serve_command(
     handshake_timeout: Annotated[
         float, typer.Option(help="A connection's request head must arrive within this (s).")
     ] = 10.0,
+    server_id: Annotated[
+        str | None,
+        typer.Option(
+            envvar="CORRAL_SERVER_ID",
+            help="This server's id, the corral-server header a front door routes by "
+            "(default: HOSTNAME-PORT).",
+        ),
+    ] = None,
 ) -> None:
     """Serve an environment over WebSocket and HTTP (loopback by default)."""
     if log_format not in FORMATS:
@@ -292,6 +301,11 @@ def serve_command(
             raise typer.BadParameter(str(exc), param_hint="--token-file") from None
     if transport not in TRANSPORTS:
         raise typer.BadParameter(f"choose one of {sorted(TRANSPORTS)}", param_hint="--transport")
+    if server_id is not None and not SERVER_ID.fullmatch(server_id):
+        raise typer.BadParameter(
+            f"{server_id!r} must match {SERVER_ID.pattern} (letters, digits, '.', '_', '-')",
+            param_hint="--server-id",
+        )
     config = ServerConfig(
         max_sessions=max_sessions,
         idle_timeout_s=idle_timeout or None,
@@ -310,6 +324,7 @@ def serve_command(
         max_hung_calls=max_hung_calls,
         inline_step_s=inline_step,
         debug=debug,
+        server_id=server_id,
     )
     sock = None
     if fd is not None:

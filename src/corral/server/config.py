@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from corral.auth import check_token
+from corral.protocol.identity import SERVER_ID
 
 TRANSPORTS = frozenset({"auto", "native", "asgi"})
 """The values of :attr:`ServerConfig.transport`."""
@@ -24,8 +25,9 @@ SERVER_ONLY = (
     "max_hung_calls",
     "inline_step_s",
     "debug",
+    "server_id",
 )
-"""Settings the handshake does not tell clients."""
+"""Settings the handshake does not tell clients (the server id travels in ``server``)."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,10 @@ class ServerConfig:
             their moving average stays under this many seconds (saving the thread hop,
             ~100 µs of CPU); slower ones, and classes with ``blocking = True``, run on
             the executor, under the step timeout. 0 runs every sync call off the loop.
+        server_id: this server's routable id (the ``corral-server`` a front door routes
+            by, see :mod:`corral.providers.frontdoor`): in every ``welcome`` and in
+            ``/ready``. None: ``<hostname>-<port>`` once bound (:func:`default_server_id`),
+            stable across restarts on the same port.
         debug: send the formatted traceback of an exception the environment raised in
             the ``ENV_ERROR``'s ``details["traceback"]`` (bounded). Off by default: a
             traceback shows the server's code and paths. The server logs every such
@@ -116,6 +122,7 @@ class ServerConfig:
     inline_step_s: float = 100e-6
     web: bool = False
     debug: bool = False
+    server_id: str | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -132,6 +139,11 @@ class ServerConfig:
         for name in ("handshake_timeout_s", "http_body_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"ServerConfig.{name} must be > 0, got {getattr(self, name)}")
+        if self.server_id is not None and not SERVER_ID.fullmatch(self.server_id):
+            raise ValueError(
+                f"ServerConfig.server_id {self.server_id!r} must match {SERVER_ID.pattern} "
+                "(letters, digits, '.', '_', '-'; at most 63 characters)"
+            )
         if self.transport not in TRANSPORTS:
             choices = sorted(TRANSPORTS)
             raise ValueError(f"ServerConfig.transport must be one of {choices}: {self.transport!r}")

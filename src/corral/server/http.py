@@ -30,6 +30,7 @@ def info_router(service: EnvService) -> APIRouter:
             "active_sessions": manager.active,
             "max_sessions": service.config.max_sessions,
             "instance": service.instance,
+            "server_id": service.server_id,
         }
         headers = {} if body["ready"] else {"Retry-After": "1"}
         return JSONResponse(body, status_code=200 if body["ready"] else 503, headers=headers)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
@@ -48,6 +49,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from corral import runtime
 from corral.auth import TOKEN_ENV, TOKEN_FILE_ENV, resolve_token
+from corral.protocol.identity import default_server_id
 from corral.server import logs
 from corral.server.app import create_app
 from corral.server.config import ServerConfig
@@ -323,13 +325,15 @@ def serve(
     warning = exposure_warning(host, cfg.token)
     if warning is not None:
         print(warning, file=sys.stderr, flush=True)
+    if sock is None:
+        sock = bind_socket(host, port)
+    bound_port = sock.getsockname()[1]
+    if cfg.server_id is None:
+        cfg = dataclasses.replace(cfg, server_id=default_server_id(bound_port))
     app = create_app(env, cfg)
     deadline = drain_seconds(drain_timeout)
     if customize is not None:
         customize(app)
-    if sock is None:
-        sock = bind_socket(host, port)
-    bound_port = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     server: uvicorn.Server
     if deadline is None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable, Coroutine
@@ -42,6 +43,7 @@ from corral.errors import (
 from corral.protocol import messages as m
 from corral.protocol.codecs import Codec, Frame
 from corral.protocol.handshake import Compat
+from corral.protocol.identity import default_server_id
 from corral.protocol.server import (
     CallRequest,
     CloseSession,
@@ -125,6 +127,9 @@ class EnvService:
         self.fingerprint = self.contract.fingerprint
         self.config = config
         self.instance = uuid.uuid4().hex
+        self.server_id = config.server_id or default_server_id(os.getpid())
+        """The routable id (``ServerConfig.server_id``; an in-process server without one
+        gets ``<hostname>-<pid>``)."""
         self.started = time.time()
         """Wall-clock start time (the status page's uptime)."""
         self.manager = SessionManager(
@@ -197,8 +202,14 @@ class EnvService:
         }
 
     def server_info(self) -> dict[str, Any]:
-        """The server's identity; ``instance`` changes on every restart."""
-        return {"name": "corral", "version": __version__, "instance": self.instance}
+        """The server's identity: its routable ``id`` (what a front door routes by, stable
+        across restarts) and ``instance`` (changes on every restart)."""
+        return {
+            "name": "corral",
+            "version": __version__,
+            "id": self.server_id,
+            "instance": self.instance,
+        }
 
     # -- connections ----------------------------------------------------------------
 
