@@ -256,3 +256,14 @@ export function unravel(i, shape) {
   }
   return index;
 }
+
+// Nested lists as text, one innermost list per line:
+//   [[[0,1,2],[3,4,5]],
+//    [[6,7,8],[9,10,11]]]
+export function nestedText(value, depth = 0) {
+  if (!Array.isArray(value)) return JSON.stringify(value);
+  if (!value.some(Array.isArray)) return `[${value.map((v) => JSON.stringify(v)).join(',')}]`;
+  const pad = ' '.repeat(depth + 1);
+  const sep = value.every(Array.isArray) && value.some((v) => v.some(Array.isArray)) ? `,\n\n${pad}` : `,\n${pad}`;
+  return `[${value.map((v) => nestedText(v, depth + 1)).join(sep)}]`;
+}

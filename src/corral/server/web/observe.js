@@ -3,7 +3,7 @@
 
 import { h } from './dom.js';
 import { json, short, diff, mask } from './values.js';
-import { isArrayValue, decodeArray, layoutOf, gridOf, pixelsOf, plain, describeArray, CAP, GRID } from './arrays.js';
+import { isArrayValue, decodeArray, layoutOf, gridOf, pixelsOf, plain, nestedText, describeArray, CAP, GRID } from './arrays.js';
 
 export const FLAGS = ['done', 'truncated', 'reward', 'metadata'];
 
@@ -47,7 +47,7 @@ function gridTable(value, label) {
 function numbers(value) {
   const decoded = decodeArray(value, CAP);
   if (decoded.error) return [cutNote(decoded.error)];
-  const text = h('pre', { class: 'obj array-values', text: json(plain(value, CAP), value.shape.length > 1 ? 1 : 0) });
+  const text = h('pre', { class: 'obj array-values', text: nestedText(plain(value, CAP)) });
   return decoded.cut ? [text, cutNote(`showing the first values of ${count(decoded.count)} (at most ${count(CAP)})`)] : [text];
 }
 

@@ -45,12 +45,9 @@ export function renderObservation(ep, index) {
 export function renderDetail(ep, index) {
   const step = ep.steps[index];
   const prev = index > 0 ? lastGood(ep, index - 1) : null;
+  // What changed first (a divergence, the state diff), then what was sent: the action is
+  // in the timeline already, and the card sits below the observation.
   const parts = [];
-  if (step.kind === 'reset') {
-    parts.push(h('p', {}, 'reset with seed ', h('code', { text: String(ep.seed) }), ' and options ', h('code', { text: json(shown(ep.options), 0) })));
-  } else {
-    parts.push(h('h3', { text: 'action' }), h('pre', { class: 'obj', text: json(shown(step.action)) }));
-  }
   if (step.error) {
     parts.push(h('p', { class: 'warn' }, h('span', { class: 'code', text: step.error.code }), ' ', step.error.message));
   }
@@ -61,6 +58,11 @@ export function renderDetail(ep, index) {
     const against = prev && prev !== step && prev.state;
     parts.push(h('h3', { text: against ? 'state diff against the previous step' : 'state' }));
     parts.push(against ? diffView(prev.state, step.state) : h('pre', { class: 'obj', text: json(shown(step.state)) }));
+  }
+  if (step.kind === 'reset') {
+    parts.push(h('p', {}, 'reset with seed ', h('code', { text: String(ep.seed) }), ' and options ', h('code', { text: json(shown(ep.options), 0) })));
+  } else {
+    parts.push(h('h3', { text: 'action' }), h('pre', { class: 'obj', text: json(shown(step.action)) }));
   }
   clear($('#detail'), parts);
 }

@@ -34,7 +34,10 @@ export function pyLiteral(value) {
   if (typeof value === 'number') {
     if (Number.isNaN(value)) return 'float("nan")';
     if (!Number.isFinite(value)) return value > 0 ? 'float("inf")' : '-float("inf")';
-    return Object.is(value, -0) ? '-0.0' : String(value);
+    if (Object.is(value, -0)) return '-0.0';
+    // Past 2^53 a whole number is a float whose digits JavaScript pads with zeros: as a
+    // Python int that would be another number; in exponent form it is the same float.
+    return Number.isInteger(value) && !Number.isSafeInteger(value) ? value.toExponential() : String(value);
   }
   if (typeof value === 'bigint') return String(value);
   if (typeof value === 'string') return pyString(value);

@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import {
-  decodeArray, layoutOf, nest, gridOf, pixelsOf, plain, isArrayValue, parseDtype, unravel, describeArray,
+  decodeArray, layoutOf, nest, gridOf, pixelsOf, plain, isArrayValue, parseDtype, unravel, describeArray, nestedText,
 } from '../../../../src/corral/server/web/arrays.js';
 
 const VECTORS = JSON.parse(readFileSync(new URL('../array_vectors.json', import.meta.url), 'utf8'));
@@ -84,4 +84,11 @@ test('bad array values are said to be bad, never thrown', () => {
 test('unravel gives C-order multi-indices', () => {
   assert.deepEqual(unravel(5, [2, 3]), [1, 2]);
   assert.deepEqual(unravel(7, [2, 2, 2]), [1, 1, 1]);
+});
+
+test('nested lists print one innermost list per line', () => {
+  assert.equal(nestedText([1, 2]), '[1,2]');
+  assert.equal(nestedText([[1, 2], [3, 4]]), '[[1,2],\n [3,4]]');
+  assert.equal(nestedText([[[0, 1], [2, 3]], [[4, 5], [6, 7]]]), '[[[0,1],\n  [2,3]],\n\n [[4,5],\n  [6,7]]]');
+  assert.equal(nestedText([[1], '… 3 more']), '[[1],\n "… 3 more"]');
 });

@@ -32,3 +32,8 @@ test('snippets put data in literals only', () => {
   assert.ok(curl.includes(shellQuote(`${hostile}/reset`)));
   assert.ok(!curl.includes(` ${hostile}/`)); // never bare
 });
+
+test('whole numbers past 2^53 stay the same float in Python', () => {
+  assert.equal(pyLiteral(2.183552306281477e16), '2.183552306281477e+16');
+  assert.equal(pyLiteral(9007199254740991), '9007199254740991');
+});
