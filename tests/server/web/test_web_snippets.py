@@ -7,6 +7,7 @@ the code, in Chromium."""
 from __future__ import annotations
 
 import ast
+import json
 import math
 from typing import Any
 
@@ -66,12 +67,14 @@ def same(a: Any, b: Any) -> bool:
 
 
 async def snippets(page: Any, function: str, args: list[Any]) -> list[str]:
+    # As JSON text, parsed in the page as the UI parses what it receives (a key named
+    # __proto__ stays a key; Playwright's own transfer would make it the prototype).
     return await page.evaluate(
-        f"""async (args) => {{
+        f"""async (text) => {{
             const m = await import('./snippets.js');
-            return args.map((a) => m.{function}(...a));
+            return JSON.parse(text).map((a) => m.{function}(...a));
         }}""",
-        args,
+        json.dumps(args),
     )
 
 
