@@ -22,6 +22,25 @@ async def open_ui(ctx: Any, url: str, path: str = "/") -> Any:
     return page
 
 
+async def guess(page: Any, guesses: list[str]) -> None:
+    """Step Wordle with each guess in turn, waiting for each to reach the timeline."""
+    for word in guesses:
+        count = await page.locator("#timeline li").count()
+        await page.fill("#action-guess", word)
+        await page.click("#step")
+        await expect(page.locator("#timeline li")).to_have_count(count + 1)
+
+
+async def download(page: Any, button: str, directory: Path) -> Path:
+    """Click ``button`` and save the file the page downloads into ``directory``."""
+    async with page.expect_download() as waiting:
+        await page.click(button)
+    done = await waiting.value
+    target = directory / done.suggested_filename
+    await done.save_as(target)
+    return target
+
+
 async def screenshot(page: Any, name: str) -> None:
     """Save a screenshot for the docs when ``CORRAL_WEB_SCREENSHOTS`` names a directory."""
     target = os.environ.get("CORRAL_WEB_SCREENSHOTS")

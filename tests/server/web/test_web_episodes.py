@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("playwright")
 
 from playwright.async_api import expect
-from tests.support.browser import js, open_ui, screenshot
+from tests.support.browser import download, guess, js, open_ui, screenshot
 from tests.support.servers import running
 from tests.support.web_envs import FlakyCoinEnv
 
@@ -37,27 +37,10 @@ def flaky():
         yield srv
 
 
-async def play(page, guesses):
-    for guess in guesses:
-        count = await page.locator("#timeline li").count()
-        await page.fill("#action-guess", guess)
-        await page.click("#step")
-        await expect(page.locator("#timeline li")).to_have_count(count + 1)
-
-
-async def download(page, button, tmp_path):
-    async with page.expect_download() as waiting:
-        await page.click(button)
-    done = await waiting.value
-    target = tmp_path / done.suggested_filename
-    await done.save_as(target)
-    return target
-
-
 async def test_an_exported_episode_is_read_by_python(context, wordle, tmp_path):
     ctx, _ = context
     page = await open_ui(ctx, wordle.url)
-    await play(page, ["crane", "abc", "zzzzz", "moist"])
+    await guess(page, ["crane", "abc", "zzzzz", "moist"])
     path = await download(page, "#export", tmp_path)
     assert path.suffix == ".jsonl"
     [episode] = episodes.read(path)
@@ -78,27 +61,30 @@ async def test_an_exported_episode_is_read_by_python(context, wordle, tmp_path):
     assert not episode.complete  # still running: no end line
 
 
-def _record_with_python(url: str, path, guesses, seed=5):
+def _record_with_python(url: str, path, games) -> None:
+    """Record each ``(seed, words)`` game with the Python client, a session each."""
     with (
         episodes.EpisodeWriter(path, episodes.Header(source="test")) as out,
         SyncEnvClient.connect_to(url, codec="json") as env,
     ):
         recorder = episodes.EpisodeRecorder(out)
-        first = env.reset(seed=seed)
-        recorder.reset("s1", seed=seed, observation=first.observation, t=time.time())
-        for guess in guesses:
-            try:
-                result = env.step({"guess": guess})
-            except CorralError as exc:
-                recorder.step("s1", action={"guess": guess}, error=exc, t=time.time())
-                continue
-            recorder.step("s1", action={"guess": guess}, observation=result.observation)
+        for n, (seed, words) in enumerate(games, start=1):
+            session = f"s{n}"
+            first = env.reset(seed=seed)
+            recorder.reset(session, seed=seed, observation=first.observation, t=time.time())
+            for word in words:
+                try:
+                    result = env.step({"guess": word})
+                except CorralError as exc:
+                    recorder.step(session, action={"guess": word}, error=exc, t=time.time())
+                    continue
+                recorder.step(session, action={"guess": word}, observation=result.observation)
 
 
 async def test_a_python_file_is_imported_replayed_and_verified(context, wordle, tmp_path):
     ctx, _ = context
     path = tmp_path / "python.jsonl"
-    _record_with_python(wordle.url, path, ["crane", "hello", "qqqqq"])
+    _record_with_python(wordle.url, path, [(5, ["crane", "hello", "qqqqq"])])
     [recorded] = episodes.read(path)
     page = await open_ui(ctx, wordle.url)
     await page.set_input_files("#import", str(path))
@@ -123,22 +109,8 @@ async def test_a_python_file_is_imported_replayed_and_verified(context, wordle, 
 async def test_a_file_of_many_episodes_offers_a_picker(context, wordle, tmp_path):
     ctx, _ = context
     path = tmp_path / "three.jsonl"
-    with (
-        episodes.EpisodeWriter(path, episodes.Header(source="test")) as out,
-        SyncEnvClient.connect_to(wordle.url, codec="json") as env,
-    ):
-        recorder = episodes.EpisodeRecorder(out)
-        for n, guesses in enumerate([["crane"], ["slate", "moist"], ["fjord", "crane", "abc"]]):
-            session = f"s{n}"
-            first = env.reset(seed=10 + n)
-            recorder.reset(session, seed=10 + n, observation=first.observation, t=time.time())
-            for guess in guesses:
-                try:
-                    result = env.step({"guess": guess})
-                except CorralError as exc:
-                    recorder.step(session, action={"guess": guess}, error=exc, t=time.time())
-                    continue
-                recorder.step(session, action={"guess": guess}, observation=result.observation)
+    games = [(10, ["crane"]), (11, ["slate", "moist"]), (12, ["fjord", "crane", "abc"])]
+    _record_with_python(wordle.url, path, games)
     recorded = episodes.read(path)
     assert len(recorded) == 3
     page = await open_ui(ctx, wordle.url)
@@ -202,7 +174,7 @@ def _run_pytest(test_file, url=None):
 async def test_the_exported_pytest_passes_and_catches_a_change(context, wordle, flaky, tmp_path):
     ctx, _ = context
     page = await open_ui(ctx, wordle.url)
-    await play(page, ["crane", "abc", "slate"])
+    await guess(page, ["crane", "abc", "slate"])
     test_file = await download(page, "#export-pytest", tmp_path)
     assert test_file.name == "test_wordle_episode.py"
     assert "corral replay --pytest" in test_file.read_text()  # the one template
@@ -226,7 +198,7 @@ async def test_the_exported_pytest_starts_its_own_server_once_the_first_is_gone(
     ctx, _ = context
     with running(WordleEnv, web=True) as srv:
         page = await open_ui(ctx, srv.url)
-        await play(page, ["crane", "slate"])
+        await guess(page, ["crane", "slate"])
         test_file = await download(page, "#export-pytest", tmp_path)
         await expect(page.locator("#episode-note .export-result")).to_contain_text(
             "it starts corral.envs.wordle.env:WordleEnv in a server of its own"

@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("playwright")
 
 from playwright.async_api import expect
-from tests.support.browser import js, open_ui
+from tests.support.browser import download, guess, js, open_ui
 from tests.support.servers import running
 
 from corral import episodes
@@ -36,28 +36,11 @@ async def until(predicate, timeout: float = 30.0) -> None:
         await asyncio.sleep(0.05)
 
 
-async def play(page, guesses):
-    for guess in guesses:
-        count = await page.locator("#timeline li").count()
-        await page.fill("#action-guess", guess)
-        await page.click("#step")
-        await expect(page.locator("#timeline li")).to_have_count(count + 1)
-
-
-async def download(page, button, tmp_path):
-    async with page.expect_download() as waiting:
-        await page.click(button)
-    done = await waiting.value
-    target = tmp_path / done.suggested_filename
-    await done.save_as(target)
-    return target
-
-
 async def test_an_expired_session_keeps_its_episode_and_is_restored_by_replay(context, tmp_path):
     ctx, _ = context
     with running(WordleEnv, web=True, resume_window_s=0.5) as srv:
         page = await open_ui(ctx, srv.url)
-        await play(page, ["crane", "slate"])
+        await guess(page, ["crane", "slate"])
         old = await js(page, "window.corral.session.id")
         before = await js(page, "window.corral.episode.steps.map(s => s.observation)")
         await ctx.set_offline(True)
@@ -90,7 +73,7 @@ async def test_an_expired_session_keeps_its_episode_and_is_restored_by_replay(co
         assert new != old and new in srv.manager.sessions
         assert await js(page, "window.corral.episode.steps.map(s => s.observation)") == before
         await expect(page.locator("#step")).to_be_enabled()
-        await play(page, ["moist"])
+        await guess(page, ["moist"])
         assert await js(page, HISTORY) == ["crane", "slate", "moist"]
         # The expired episode stays in the list, to look at or export again.
         options = page.locator("#episode-select option")
@@ -105,7 +88,7 @@ async def test_a_session_reaped_while_idle_is_caught_at_the_next_step(context):
     ctx, _ = context
     with running(WordleEnv, web=True, idle_timeout_s=1.0) as srv:
         page = await open_ui(ctx, srv.url)
-        await play(page, ["crane"])
+        await guess(page, ["crane"])
         old = await js(page, "window.corral.session.id")
         await until(lambda: old not in srv.manager.sessions)
         await page.fill("#action-guess", "slate")
@@ -120,5 +103,5 @@ async def test_a_session_reaped_while_idle_is_caught_at_the_next_step(context):
         await expect(page.locator("#episode-note .restore-result")).to_contain_text(
             "restored: replayed 1 action"
         )
-        await play(page, ["slate"])
+        await guess(page, ["slate"])
         assert await js(page, HISTORY) == ["crane", "slate"]
