@@ -182,6 +182,9 @@ export class Play {
         ep
           ? h('p', { text: `Its episode (seed ${ep.seed ?? '—'}, ${plural(steps, 'step')}) is kept here: export it, or restore it in a new session by replaying its actions and comparing each observation.` })
           : null,
+        ep && (ep.seed === null || ep.seed === undefined)
+          ? h('p', { class: 'hint', text: 'It was reset without a seed: a replay may well give another episode (the comparison will say where).' })
+          : null,
         ep ? h('div', { class: 'row buttons' }, h('button', { type: 'button', id: 'restore', class: 'primary', onclick: () => this.restore(ep), text: `Restore (replay ${plural(steps, 'action')})` })) : null,
       ),
     );
