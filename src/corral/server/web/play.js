@@ -192,7 +192,8 @@ export class Play {
       await this.conn.openSession();
       $('#session-info').textContent = `new session ${this.conn.session.id.slice(0, 8)}… (the expired episode is kept)`;
     } catch (e) {
-      this.showError(e);
+      this.showError(e); // e.g. the server is full: Open session tries again
+      $('#open').hidden = false;
     }
     this.setBusy(false);
   }
