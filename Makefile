@@ -15,7 +15,7 @@ PIP_INSTALL := $(BIN)/python -m pip install --progress-bar on -c $(CONSTRAINTS)
 WORKERS ?= 4
 PYTEST := $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadgroup
 
-.PHONY: demo test test-long lint typecheck pytest coverage lock clean
+.PHONY: demo test test-long lint typecheck js pytest coverage lock clean
 
 $(BIN)/python:
 	@command -v $(PY) >/dev/null 2>&1 || { echo "need $(PY) on PATH (or run make PY=python3)"; exit 1; }
@@ -45,7 +45,20 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(PYTEST)
 
-test: lint typecheck pytest
+# The web UI's JavaScript: ESLint (versions pinned in package-lock.json, installed into a
+# local node_modules by npm ci) and its unit tests on node's built-in test runner.
+NODE_STAMP := node_modules/.installed
+
+$(NODE_STAMP): package.json package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "need Node.js >= 20.19 and npm on PATH for 'make js'"; exit 1; }
+	npm ci --no-audit --no-fund
+	touch $(NODE_STAMP)
+
+js: $(NODE_STAMP)
+	node_modules/.bin/eslint src/corral/server/web tests/server/web/js eslint.config.js
+	node --test tests/server/web/js/*.test.js
+
+test: lint typecheck js pytest
 
 # The fault-injection and fuzz suites at full size; figures go to fault-report.json.
 test-long: $(STAMP)
@@ -64,4 +77,4 @@ lock: | $(BIN)/python
 	$(BIN)/python .ci/lock.py --extras test --output $(CONSTRAINTS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage .coverage.*
+	rm -rf $(VENV) node_modules .pytest_cache .mypy_cache .ruff_cache .coverage .coverage.*
