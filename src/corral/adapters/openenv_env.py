@@ -321,18 +321,17 @@ class OpenEnvRuntime:
         }
         return cast(type[BaseModel], models[name])
 
-    def schema(self) -> dict[str, Any]:
-        """OpenEnv's ``GET /schema`` body for this environment."""
-        state_cls = self.spec.state_cls or self.types.State
-        body: dict[str, Any] = {
-            "action": self.spec.action_cls.model_json_schema(),
-            "observation": self.spec.observation_cls.model_json_schema(),
-            "state": state_cls.model_json_schema(),
-        }
-        if "reset_observation" in self.types.SchemaResponse.model_fields:
-            reset_cls = self.spec.reset_observation_cls or self.spec.observation_cls
-            body["reset_observation"] = reset_cls.model_json_schema()
-        return body
+    @property
+    def publishes_reset_observation(self) -> bool:
+        """The installed release's ``/schema`` has a ``reset_observation`` (0.10)."""
+        return "reset_observation" in self.types.SchemaResponse.model_fields
+
+    def reset_observation_schema(self) -> dict[str, Any] | None:
+        """The reset observation model's schema when the app declares one of its own."""
+        cls = self.spec.reset_observation_cls
+        if not self.publishes_reset_observation or cls is None:
+            return None
+        return cls.model_json_schema()
 
     def metadata(self) -> dict[str, Any]:
         """OpenEnv's ``GET /metadata`` body (a fresh instance's ``get_metadata()``)."""

@@ -219,8 +219,16 @@ class PeerRuntime(Protocol):
         """OpenEnv's JSON-RPC error response."""
         ...
 
-    def schema(self) -> dict[str, Any]:
-        """OpenEnv's ``GET /schema`` body."""
+    def reset_observation_schema(self) -> dict[str, Any] | None:
+        """``GET /schema``'s ``reset_observation`` under a release that publishes one
+        (0.10): the reset observation model's schema, or None when it is the observation
+        model (the contract's observation schema then stands for it) or the release
+        publishes none."""
+        ...
+
+    @property
+    def publishes_reset_observation(self) -> bool:
+        """The release's ``/schema`` has a ``reset_observation`` (0.10)."""
         ...
 
     def http_reply(self, kind: str, data: dict[str, Any]) -> dict[str, Any]:
