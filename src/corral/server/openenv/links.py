@@ -62,6 +62,7 @@ from corral.protocol.openenv import (
     OpenEnvCode,
     PeerRuntime,
     ServerTranslator,
+    ToolStep,
     envelope,
     error_frame,
     mcp_frame,
@@ -361,6 +362,9 @@ class LockstepLink(Link):
             reset_options=accepted_reset_options(self.service.env_type.reset),
             action_fields=frozenset(self.service.contract.action.model_fields),
             max_frame_bytes=self.service.config.max_frame_bytes,
+            # OpenEnv 0.3's MCPToolClient lists and calls tools as step actions.
+            tool_actions=bool(self.tools)
+            and "type" not in self.service.contract.action.model_fields,
         )
         return session
 
@@ -393,6 +397,11 @@ class LockstepLink(Link):
             return None
         if isinstance(inbound, McpMessage):
             return mcp_frame(await self.answer_rpc(inbound.payload))
+        if isinstance(inbound, ToolStep):
+            response = await self.answer_rpc(inbound.rpc)
+            return self.translator.tool_reply(
+                inbound, response, nested_metadata=self.nested_metadata
+            )
         reply = await self.run(inbound.request)
         return self.translator.reply(reply, nested_metadata=self.nested_metadata)
 

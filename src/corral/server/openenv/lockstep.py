@@ -48,7 +48,7 @@ from corral.protocol.jsonrpc import (
     rpc_result,
     tools_list_result,
 )
-from corral.protocol.openenv import Call, envelope, error_frame, flatten_observation
+from corral.protocol.openenv import Call, ToolStep, envelope, error_frame, flatten_observation
 from corral.server.http_errors import ERROR_RESPONSES, error_response
 from corral.server.openenv.links import (
     SESSION_HEADER,
@@ -202,7 +202,10 @@ class CorralPersonality(Personality):
             except CorralError as exc:
                 link.count_error(str(exc.code))
                 return error_response(exc)
-            assert isinstance(inbound, Call)
+            if isinstance(inbound, ToolStep):
+                response = await link.answer_rpc(inbound.rpc)
+                return JSONResponse(link.translator.tool_reply(inbound, response)["data"])
+            assert isinstance(inbound, Call)  # HTTP frames are reset, step or state
             reply = await link.run(inbound.request)
             if reply.get("type") == "error":
                 break
