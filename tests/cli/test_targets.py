@@ -224,3 +224,46 @@ def test_corral_eval_finds_the_environment_from_its_directory(tmp_path: Path) ->
     assert nowhere.returncode == 2
     assert "Traceback" not in nowhere.stderr
     assert "not a directory, a file or an entry point" in nowhere.stderr
+
+
+CUSTOM_APP = """
+from fastapi.responses import HTMLResponse
+
+from ..models import NoteAction, NoteObservation
+from .app import app
+
+
+@app.get("/web", response_class=HTMLResponse)
+async def notes_page():
+    return "<h1>notes</h1>"
+
+
+@app.get("/config")
+def config():
+    return {"prefix": "> "}
+"""
+
+
+def test_the_app_form_keeps_the_apps_own_routes(tmp_path: Path) -> None:
+    """33.7: routes an environment's app adds itself (a custom /web page, a /config) are
+    served by corral too; OpenEnv's own routes are corral's."""
+    pkg = write_package(tmp_path, "web_notes", None)
+    (pkg / "server" / "custom.py").write_text(CUSTOM_APP)
+    served = read_target("web_notes.server.custom:app", cwd=tmp_path).load()
+    with TestClient(create_app(served)) as http:
+        page = http.get("/web")
+        assert page.status_code == 200 and page.text == "<h1>notes</h1>"
+        assert http.get("/config").json() == {"prefix": "> "}
+        assert http.get("/health").json() == {"status": "healthy"}
+        # OpenEnv's routes are corral's, with OpenEnv's semantics.
+        assert http.post("/reset", json={}).json()["observation"] == {"count": 0, "last": ""}
+
+
+def test_enable_web_interface_turns_the_web_ui_on() -> None:
+    """33.7: OpenEnv's ENABLE_WEB_INTERFACE=true is corral's --web."""
+    import httpx
+    from tests.support.peers import corral_server
+
+    with corral_server("corral.envs.echo:EchoEnv", env={"ENABLE_WEB_INTERFACE": "true"}) as url:
+        page = httpx.get(f"{url}/web/", timeout=30, follow_redirects=True)
+    assert page.status_code == 200 and "<html" in page.text.lower()

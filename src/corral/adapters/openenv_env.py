@@ -97,6 +97,8 @@ class OpenEnvApp:
         state_cls: OpenEnv 0.10's state model (else None: OpenEnv's base State).
         env_name: the name given to ``create_app`` (the Task API's name).
         max_concurrent_envs: the app's session limit.
+        routes: the app's own routes, added by the environment's code beside OpenEnv's
+            (a custom ``/web`` page, a ``/config``): served by corral too.
     """
 
     factory: Callable[[], Any]
@@ -107,6 +109,22 @@ class OpenEnvApp:
     state_cls: type[BaseModel] | None
     env_name: str
     max_concurrent_envs: int
+    routes: tuple[Any, ...] = ()
+
+
+_FRAMEWORK_MODULES = ("openenv.", "openenv_core.", "fastapi.", "starlette.", "gradio.")
+"""Where OpenEnv's own routes, FastAPI's docs and OpenEnv's web interface come from."""
+
+
+def own_routes(app: Any) -> tuple[Any, ...]:
+    """The routes of an OpenEnv app that the environment's code added itself."""
+    found = []
+    for route in getattr(app, "routes", ()):
+        endpoint = getattr(route, "endpoint", None) or getattr(route, "app", None)
+        module = getattr(endpoint, "__module__", None) or type(endpoint).__module__
+        if not f"{module}.".startswith(_FRAMEWORK_MODULES):
+            found.append(route)
+    return tuple(found)
 
 
 def _http_server_of(app: Any) -> Any:
@@ -153,6 +171,7 @@ def spec_from_app(app: Any) -> OpenEnvApp:
         state_cls=getattr(server, "state_cls", None),
         env_name=str(getattr(server, "env_name", None) or env_class.__name__),
         max_concurrent_envs=int(getattr(server, "_max_concurrent_envs", 1)),
+        routes=own_routes(app),
     )
 
 
@@ -260,6 +279,7 @@ class OpenEnvRuntime:
         }
         self.reset_request = types.ResetRequest
         self.step_request = types.StepRequest
+        self.own_routes = list(spec.routes)
 
     # wire helpers (pure)
     def serialize(self, observation: Any) -> dict[str, Any]:
@@ -469,8 +489,10 @@ def from_openenv(
     server = _openenv()
     from openenv.core.env_server import interfaces, types
 
+    routes: tuple[Any, ...] = ()
     if isinstance(env, OpenEnvApp):
         found = env
+        routes = found.routes
         env = found.env_class
         factory = factory or found.factory
         action_type = action_type or found.action_cls
@@ -528,6 +550,7 @@ def from_openenv(
         state_cls=state_type,
         env_name=env_name or env.__name__,
         max_concurrent_envs=1,
+        routes=routes,
     )
     runtime = OpenEnvRuntime(spec)
     if mcp_env or chosen[0] in runtime.mcp_actions or chosen[0] is types.Action:

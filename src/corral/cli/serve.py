@@ -158,8 +158,11 @@ def serve_command(
         bool,
         typer.Option(
             "--web/--no-web",
+            # OpenEnv's switch of its web interface turns on corral's.
+            envvar="ENABLE_WEB_INTERFACE",
             help="Serve the web UI at /web (/ redirects there); with a token, browsers "
-            "exchange it once for a short-lived cookie.",
+            "exchange it once for a short-lived cookie. Default: $ENABLE_WEB_INTERFACE "
+            "(OpenEnv's switch), else off.",
         ),
     ] = False,
     kwarg: Annotated[

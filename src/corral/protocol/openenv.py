@@ -192,6 +192,8 @@ class PeerRuntime(Protocol):
     ws_models: dict[str, type[BaseModel]]
     reset_request: type[BaseModel]
     step_request: type[BaseModel]
+    own_routes: list[Any]
+    """The app's own routes (a custom ``/web`` page...), served beside OpenEnv's."""
 
     def serialize(self, observation: Any) -> dict[str, Any]:
         """OpenEnv's flattened observation."""

@@ -87,6 +87,8 @@ def create_app(
     app.state.service = service
     app.state.workers = workers
     app.include_router(info_router(service, personality))
+    # First of the rest: an environment's own page (its custom /web) is what its users see.
+    app.router.routes.extend(personality.own_routes())
     if openenv:
         app.include_router(openenv_router(personality))
         fallback = fallback or openenv_fallback(personality)

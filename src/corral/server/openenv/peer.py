@@ -28,6 +28,7 @@ from fastapi import HTTPException
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
+from starlette.routing import BaseRoute
 
 from corral.errors import CorralError, ErrorCode
 from corral.protocol.jsonrpc import RpcCode
@@ -169,6 +170,11 @@ class PeerPersonality(Personality):
             own = self.runtime.reset_observation_schema()
             body["reset_observation"] = own if own is not None else body["observation"]
         return body
+
+    def own_routes(self) -> list[BaseRoute]:
+        """The routes the environment's app added itself (a custom ``/web``, a ``/config``),
+        served as under OpenEnv."""
+        return list(self.runtime.own_routes)
 
     async def metadata(self) -> Response:
         """A fresh instance's ``get_metadata()``, as OpenEnv answers."""

@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 from starlette.responses import Response
+from starlette.routing import BaseRoute
 
 from corral.errors import CorralError
 from corral.server.openenv.links import LinkRegistry
@@ -101,6 +102,10 @@ class Personality(ABC):
     @abstractmethod
     async def metadata(self) -> Response:
         """``GET /metadata``."""
+
+    def own_routes(self) -> list[BaseRoute]:
+        """Routes the environment's own code serves beside the standard ones."""
+        return []
 
     async def close(self) -> None:
         """Release what the answers hold (the task catalog's instance), with the app."""
