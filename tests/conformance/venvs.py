@@ -43,16 +43,18 @@ def corral_requirements() -> list[str]:
     return list(data["project"]["dependencies"])
 
 
-def requirements(peer: str) -> list[str]:
-    """Everything a peer virtualenv holds for the requirement ``peer``."""
-    return [peer, *EXTRA, *corral_requirements()]
+def requirements(peer: str, extra: tuple[str, ...] = ()) -> list[str]:
+    """Everything a peer virtualenv holds for the requirement ``peer`` (and ``extra``:
+    the dependencies of the OpenEnv environments of the catalogue suite)."""
+    return [peer, *EXTRA, *extra, *corral_requirements()]
 
 
-def venv_path(peer: str) -> Path:
-    """The cached virtualenv for ``peer`` (e.g. ``openenv==0.10.0``)."""
-    reqs = requirements(peer)
+def venv_path(peer: str, extra: tuple[str, ...] = ()) -> Path:
+    """The cached virtualenv for ``peer`` (e.g. ``openenv==0.10.0``), with ``extra``."""
+    reqs = requirements(peer, extra)
     key = hashlib.sha256("\n".join([sys.version, *reqs]).encode()).hexdigest()[:12]
     name = peer.replace("==", "-").replace("[", "_").replace("]", "")
+    name += "-catalog" if extra else ""
     return cache_root() / f"{name}-py{sys.version_info[0]}{sys.version_info[1]}-{key}"
 
 
@@ -64,13 +66,14 @@ def _locked(path: Path) -> Iterator[None]:
         yield
 
 
-def ensure(peer: str) -> Path:
-    """Build the virtualenv for ``peer`` unless it is cached; return its python.
+def ensure(peer: str, extra: tuple[str, ...] = ()) -> Path:
+    """Build the virtualenv for ``peer`` (with ``extra``) unless it is cached; return its
+    python.
 
     Raises:
         RuntimeError: pip failed (its output's tail is in the message).
     """
-    path = venv_path(peer)
+    path = venv_path(peer, extra)
     python = path / "bin" / "python"
     stamp = path / ".complete"
     with _locked(path):
@@ -87,7 +90,7 @@ def ensure(peer: str) -> Path:
                 "install",
                 "-q",
                 "--disable-pip-version-check",
-                *requirements(peer),
+                *requirements(peer, extra),
             ],
             capture_output=True,
             text=True,
@@ -95,7 +98,7 @@ def ensure(peer: str) -> Path:
         )
         if run.returncode != 0:
             raise RuntimeError(f"pip install {peer} failed:\n{(run.stdout + run.stderr)[-3000:]}")
-        stamp.write_text("\n".join(requirements(peer)))
+        stamp.write_text("\n".join(requirements(peer, extra)))
     return python
 
 
@@ -113,4 +116,4 @@ def peer_env(python: Path) -> dict[str, str]:
 
 
 if __name__ == "__main__":
-    print(ensure(sys.argv[1]))
+    print(ensure(sys.argv[1], tuple(sys.argv[2:])))

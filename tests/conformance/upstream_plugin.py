@@ -1,0 +1,39 @@
+"""A pytest plugin: OpenEnv's own tests, their servers started by ``corral serve``.
+
+OpenEnv's server-driving tests (``tests/envs/test_websockets.py``) start each
+environment as ``python -m uvicorn <module>:app --host H --port P``; with this plugin
+loaded (``pytest -p tests.conformance.upstream_plugin``) that child is
+``python -m corral serve <module>:app --host H --port P`` instead, and nothing else of
+the tests changes.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+_Popen = subprocess.Popen
+
+
+def corral_argv(argv: Any) -> Any:
+    """``argv`` with a uvicorn server of an app turned into ``corral serve`` of it."""
+    if not isinstance(argv, (list, tuple)) or len(argv) < 4:
+        return argv
+    args = [str(a) for a in argv]
+    if args[1:3] != ["-m", "uvicorn"]:
+        return argv
+    rest = args[3:]
+    app = next((a for a in rest if ":" in a and not a.startswith("-")), None)
+    if app is None:
+        return argv
+    options = [a for a in rest if a != app]
+    return [args[0], "-m", "corral", "serve", app, *options]
+
+
+class _CorralPopen(_Popen):  # type: ignore[type-arg]
+    def __init__(self, args: Any, *rest: Any, **kwargs: Any) -> None:
+        super().__init__(corral_argv(args), *rest, **kwargs)
+
+
+def pytest_configure(config: Any) -> None:
+    subprocess.Popen = _CorralPopen  # type: ignore[misc]
