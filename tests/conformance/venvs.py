@@ -61,7 +61,9 @@ def venv_path(peer: str, extra: tuple[str, ...] = ()) -> Path:
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "w") as lock:
+    # Named after the whole directory name: with_suffix() would cut it at its version's
+    # last dot, and every venv of one release would share (and wait on) one lock.
+    with open(path.with_name(f"{path.name}.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two test sessions never build the same venv
         yield
 
