@@ -218,7 +218,11 @@ def _cell(outcome: dict[str, Any] | None) -> str:
     if outcome is None:
         return "not run"
     status = str(outcome["status"])
-    return {"equal": "equal", "refused": "refused, names the form that works"}.get(status, status)
+    return {
+        "equal": "equal",
+        "refused": "refused, names the form that works",
+        "openenv-fails": "plays; OpenEnv's server fails",
+    }.get(status, status)
 
 
 def docs_table(results: dict[str, Any]) -> str:

@@ -8,7 +8,8 @@ as a JSON object. The environment's own client plays the episode (reset with the
 seed, then each action; ``list_tools``/``call_tool`` for an MCP environment) against (a)
 its app under OpenEnv's own server (uvicorn) and (b) ``corral serve`` of each form; the
 output gives, per form, ``equal``, ``differs`` (with the first difference), ``refused``
-(corral named the form that works) or ``failed`` (with the reason).
+(corral named the form that works), ``failed`` (with the reason), or ``openenv-fails``
+(OpenEnv's own server cannot run the environment under this release; corral played it).
 """
 
 from __future__ import annotations
@@ -104,8 +105,12 @@ def main() -> None:
         oe_file = Path(tmp) / "openenv.url"
         app = f"{spec['name']}.server.app:app"
         launch = [sys.executable, "-c", OPENENV_LAUNCHER, app, str(oe_file)]
-        with server(launch, oe_file, str(envs)) as url:
-            reference = asyncio.run(episode(url, spec))
+        reference: Any = None
+        try:
+            with server(launch, oe_file, str(envs)) as url:
+                reference = asyncio.run(episode(url, spec))
+        except Exception as exc:  # OpenEnv's own server cannot run it under this release
+            results["openenv_failure"] = f"{type(exc).__name__}: {str(exc)[-600:]}"
         results["openenv"] = reference
         for form in FORMS:
             target = spec["targets"][form]
@@ -123,6 +128,9 @@ def main() -> None:
                 continue
             except Exception as exc:
                 results[form] = {"status": "failed", "detail": [f"{type(exc).__name__}: {exc}"]}
+                continue
+            if reference is None:
+                results[form] = {"status": "openenv-fails", "steps": len(played)}
                 continue
             difference = first_difference(reference, played)
             results[form] = (

@@ -18,6 +18,7 @@ their outcome in ``catalog_results.json``, from which docs/openenv.md's table is
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -78,15 +79,14 @@ def test_every_form_plays_the_episode_openenv_plays(
         capture_output=True,
         text=True,
         timeout=900,
-        env=peer_env(python),
+        env=peer_env(python, gradio=True),
         cwd=HERE,
     )
     assert done.returncode == 0, done.stderr[-4000:]
     outcome = json.loads(done.stdout)
     record(release, env.name, {form: outcome[form] for form in FORMS})
-    bad = {
-        f: o for f, o in outcome.items() if f in FORMS and o["status"] not in ("equal", "refused")
-    }
+    allowed = ("equal", "refused", "openenv-fails")
+    bad = {f: o for f, o in outcome.items() if f in FORMS and o["status"] not in allowed}
     assert not bad, json.dumps(bad, indent=1)
 
 
@@ -96,10 +96,11 @@ _SUMMARY = re.compile(r"(\d+) (passed|failed|skipped|error|errors)")
 def _pytest(python: Path, src: Path, plugin: bool) -> tuple[dict[str, int], set[str]]:
     command = [str(python), "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider"]
     if plugin:
-        command += ["-p", "tests.conformance.upstream_plugin"]
+        # By its own name: OpenEnv's checkout has a tests/ of its own.
+        command += ["-p", "upstream_plugin"]
     command += [str(src / t) for t in UPSTREAM_TESTS]
-    env = peer_env(python)
-    env["PYTHONPATH"] = f"{env['PYTHONPATH']}:{src}:{src / 'src'}"
+    env = peer_env(python, gradio=True)
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(HERE), str(src)])
     done = subprocess.run(command, capture_output=True, text=True, timeout=1500, env=env, cwd=src)
     counts = {kind.rstrip("s"): int(n) for n, kind in _SUMMARY.findall(done.stdout[-400:])}
     failed = set(re.findall(r"^FAILED (\S+)", done.stdout, re.M))

@@ -176,6 +176,13 @@ def run(python: Path, spec: dict[str, Any], tmp: Path) -> dict[str, Any]:
 
 
 MODELS = ("action", "observation", "state", "reset_observation")
+MCP_MODELS = frozenset(
+    {"Action", "Observation", "CallToolAction", "ListToolsAction"}
+    | {"CallToolObservation", "ListToolsObservation"}
+)
+"""OpenEnv's tool models: an MCPEnvironment's contract is corral's ``McpAction`` /
+``McpObservation``, which carry both of its tool actions and observations (see
+docs/openenv.md), so its /schema describes those instead."""
 
 
 def schema_covers(openenv: Any, corral: Any) -> bool:
@@ -186,7 +193,7 @@ def schema_covers(openenv: Any, corral: Any) -> bool:
     if not isinstance(openenv, dict) or set(openenv) - set(corral):
         return False
     for model in MODELS:
-        if model not in openenv:
+        if model not in openenv or openenv[model].get("title") in MCP_MODELS:
             continue
         theirs, ours = openenv[model], corral[model]
         for name, spec in theirs.get("properties", {}).items():

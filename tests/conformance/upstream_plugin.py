@@ -2,7 +2,7 @@
 
 OpenEnv's server-driving tests (``tests/envs/test_websockets.py``) start each
 environment as ``python -m uvicorn <module>:app --host H --port P``; with this plugin
-loaded (``pytest -p tests.conformance.upstream_plugin``) that child is
+loaded (``pytest -p upstream_plugin``, this directory on the path) that child is
 ``python -m corral serve <module>:app --host H --port P`` instead, and nothing else of
 the tests changes.
 """

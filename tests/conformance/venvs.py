@@ -104,13 +104,15 @@ def ensure(peer: str, extra: tuple[str, ...] = ()) -> Path:
     return python
 
 
-def peer_env(python: Path) -> dict[str, str]:
+def peer_env(python: Path, *, gradio: bool = False) -> dict[str, str]:
     """The environment for a child process of a peer venv: corral's source on the path,
-    OpenEnv's web interface off (and gradio, which only it uses, left out)."""
+    OpenEnv's web interface off (and gradio, which only it uses, left out unless
+    ``gradio``: some of OpenEnv's own environments import the web interface's helpers)."""
     env = dict(os.environ)
-    paths = [str(WITHOUT_GRADIO), str(REPO / "src"), str(REPO)]
-    if env.get("PYTHONPATH"):
-        paths.append(env["PYTHONPATH"])
+    paths = [] if gradio else [str(WITHOUT_GRADIO)]
+    paths += [str(REPO / "src"), str(REPO)]
+    inherited = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    paths += [p for p in inherited if not (gradio and p == str(WITHOUT_GRADIO))]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env["PATH"] = os.pathsep.join([str(python.parent), env.get("PATH", "")])
     env.pop("ENABLE_WEB_INTERFACE", None)
