@@ -93,13 +93,12 @@ def test_every_form_plays_the_episode_openenv_plays(
 _SUMMARY = re.compile(r"(\d+) (passed|failed|skipped|error|errors)")
 
 
-def _pytest(python: Path, src: Path, plugin: bool) -> tuple[dict[str, int], set[str]]:
+def _pytest(python: Path, src: Path, corral: bool) -> tuple[dict[str, int], set[str]]:
+    # The plugin by its own name: OpenEnv's checkout has a tests/ of its own.
     command = [str(python), "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider"]
-    if plugin:
-        # By its own name: OpenEnv's checkout has a tests/ of its own.
-        command += ["-p", "upstream_plugin"]
-    command += [str(src / t) for t in UPSTREAM_TESTS]
+    command += ["-p", "upstream_plugin", *[str(src / t) for t in UPSTREAM_TESTS]]
     env = peer_env(python, gradio=True)
+    env["CORRAL_UPSTREAM_SERVER"] = "corral" if corral else "openenv"
     env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(HERE), str(src)])
     done = subprocess.run(command, capture_output=True, text=True, timeout=1500, env=env, cwd=src)
     counts = {kind.rstrip("s"): int(n) for n, kind in _SUMMARY.findall(done.stdout[-400:])}
@@ -115,8 +114,8 @@ def test_openenvs_own_tests_pass_against_corral_serve(
 ) -> None:
     src = _long(request)
     python = ensure(release, requirements())
-    theirs, their_failures = _pytest(python, src, plugin=False)
-    ours, our_failures = _pytest(python, src, plugin=True)
+    theirs, their_failures = _pytest(python, src, corral=False)
+    ours, our_failures = _pytest(python, src, corral=True)
     record(
         release,
         "upstream",
