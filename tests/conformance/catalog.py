@@ -38,6 +38,8 @@ class CatalogEnv:
         actions: the episode's actions (the action model's fields; for an MCP
             environment ``[tool, arguments]`` pairs).
         requires: what it needs from PyPI besides OpenEnv.
+        deterministic: the episode is the same for the same seed; else (an environment
+            random by design) only its shape (keys, value types) is compared.
     """
 
     name: str
@@ -47,6 +49,7 @@ class CatalogEnv:
     reset: dict[str, Any]
     actions: list[Any]
     requires: tuple[str, ...] = field(default=())
+    deterministic: bool = True
 
     def reference(self, form: str) -> str:
         """The ``corral serve`` target of ``form`` (the directory's is made absolute by
@@ -114,6 +117,8 @@ CATALOG: list[CatalogEnv] = [
         {"seed": 7},
         [{"move": "e2e4"}, {"move": "zz99"}, {"move": "g1f3"}],
         ("python-chess>=1.999", "moonfish>=0.0.1"),
+        # The agent's colour is drawn from a fresh uuid at each reset, whatever the seed.
+        deterministic=False,
     ),
     CatalogEnv(
         "coding_env",

@@ -67,6 +67,7 @@ def test_every_form_plays_the_episode_openenv_plays(
         "action": env.action,
         "reset": env.reset,
         "actions": env.actions,
+        "deterministic": env.deterministic,
         "targets": {
             form: str(src / "envs" / env.name) if form == "directory" else env.reference(form)
             for form in FORMS
