@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -211,7 +212,7 @@ def read_results() -> dict[str, Any]:
 
 def record(release: str, name: str, outcome: dict[str, Any]) -> None:
     """Record one environment's outcome (or ``upstream``'s counts) under ``release``."""
-    with open(RESULTS.with_suffix(".lock"), "w") as lock:
+    with open(Path(tempfile.gettempdir()) / "corral-catalog-results.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # xdist workers record side by side
         results = read_results()
         results.setdefault(release, {})[name] = outcome
