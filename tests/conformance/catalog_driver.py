@@ -81,7 +81,7 @@ def shape(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: shape(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [shape(v) for v in value[:1]]
+        return [shape(v) for v in value]
     return type(value).__name__
 
 
@@ -148,9 +148,10 @@ def main() -> None:
             if reference is None:
                 results[form] = {"status": "openenv-fails", "steps": len(played)}
                 continue
-            if not spec["deterministic"]:
-                reference, played = shape(reference), shape(played)
-            difference = first_difference(reference, played)
+            if spec["deterministic"]:
+                difference = first_difference(reference, played)
+            else:
+                difference = first_difference(shape(reference), shape(played))
             agreed = "equal" if spec["deterministic"] else "same-shape"
             results[form] = (
                 {"status": agreed, "steps": len(played)}
