@@ -232,6 +232,11 @@ def _cell(outcome: dict[str, Any] | None) -> str:
     }.get(status, status)
 
 
+def _counts(counts: dict[str, int]) -> str:
+    kinds = ("passed", "failed", "error", "skipped")
+    return ", ".join(f"{counts.get(kind, 0)} {kind}" for kind in kinds)
+
+
 def docs_table(results: dict[str, Any]) -> str:
     """The catalogue table of docs/openenv.md, between its markers."""
     short = {release: release.split("==")[1] for release in RELEASES}
@@ -249,13 +254,10 @@ def docs_table(results: dict[str, Any]) -> str:
         upstream = results.get(release, {}).get("upstream")
         if upstream is None:
             continue
-        ours, theirs = upstream["corral"], upstream["openenv"]
         lines.append(
             f"OpenEnv's own tests ({', '.join(UPSTREAM_TESTS)}), {release}: against "
-            f"`corral serve` {ours.get('passed', 0)} passed, {ours.get('failed', 0)} failed, "
-            f"{ours.get('skipped', 0)} skipped; against OpenEnv's server "
-            f"{theirs.get('passed', 0)} passed, {theirs.get('failed', 0)} failed, "
-            f"{theirs.get('skipped', 0)} skipped.  "
+            f"`corral serve` {_counts(upstream['corral'])}; against OpenEnv's server "
+            f"{_counts(upstream['openenv'])}.  "
         )
     equal = sum(
         1
