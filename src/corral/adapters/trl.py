@@ -58,7 +58,7 @@ from corral.contract.tools import tools_of
 from corral.errors import ConnectionLost, CorralError, error_from_wire, validation_message
 from corral.protocol.jsonrpc import rpc_request, tools_list_result
 from corral.protocol.openenv import unflatten_observation
-from corral.server.openenv_http import SESSION_HEADER
+from corral.server.openenv import SESSION_HEADER
 
 RESERVED = frozenset({"reset", "get_reward", "state", "close"})
 """Names the generated tool may not take (TRL's and corral's own)."""

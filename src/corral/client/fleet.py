@@ -57,6 +57,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from corral.auth import bearer_header, resolve_token
@@ -159,7 +160,7 @@ def server_source(
             raise ValueError("provider= starts servers: give it a spec, not URLs")
         return (lambda: ProviderServer(provider, target)), servers or 1
     if isinstance(target, str) and "://" not in target:
-        if ":" not in target:
+        if ":" not in target and not Path(target).exists():  # an environment directory
             raise ValueError(
                 f"target {target!r} is neither a URL nor an environment reference "
                 "'package.module:Class'"
