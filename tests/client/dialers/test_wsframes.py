@@ -10,7 +10,7 @@ import os
 import pytest
 from tests.support.rawwsserver import close, frame
 
-from corral.client.wsframes import (
+from corral.client.dialers.wsframes import (
     CloseFrame,
     FrameError,
     FrameReader,
