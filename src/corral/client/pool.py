@@ -111,6 +111,7 @@ from corral.client.batch import (
     scalar_dtypes,
     stack_observations,
 )
+from corral.client.dialers import Dialer
 from corral.client.fleet import Fleet, Link, ServerHandle, ServerProvider, Slot, server_source
 from corral.client.recording import Recording, RecordTarget, as_task
 from corral.client.typed import ActT, ObsT, StateT, TypedFace, TypedModels
@@ -193,6 +194,8 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         transport: the client transport, ``"auto"`` (``picows`` when installed, else
             ``asyncio``; ``asyncio`` for a blocking twin), ``"picows"``, ``"asyncio"`` or
             ``"websockets"``.
+        dialer: what opens the connections and reaches the servers over HTTP (default:
+            the ``transport``'s); :mod:`corral.testing`'s in-process servers give theirs.
         gc_control: keep Python's garbage collector out of each batch and freeze what
             start-up and full resets create (see "Garbage collection" above); False (or
             ``CORRAL_GC=default``) leaves the collector alone.
@@ -232,6 +235,7 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         headers: Mapping[str, str] | None = None,
         token: str | None = None,
         transport: str = "auto",
+        dialer: Dialer | None = None,
         gc_control: bool = True,
         provider: ServerProvider | None = None,
         record: RecordTarget | None = None,
@@ -271,6 +275,7 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             progress=progress,
             console=console,
             transport=transport,
+            dialer=dialer,
         )
         self._ready: deque[ResultTable] = deque()
         """Results of ``send`` groups, in the order they completed (``recv`` takes them)."""
