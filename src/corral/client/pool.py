@@ -596,6 +596,9 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         """Step ``slots`` (auto-resetting per the mode); the results in slot order."""
         mode = self.autoreset_mode
         order = [s.index for s in slots]
+        # A server being recovered may come back replaced, its sessions to be reset: what
+        # each session needs is decided once it is back, not before.
+        await self._recovered(slots)
         if mode is AutoresetMode.DISABLED or not any(s.needs_reset for s in slots):
             resets: list[Slot] = []
             steps = list(zip(slots, payloads, strict=True))
@@ -697,10 +700,7 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         Waits out the recovery of a server first; a session that cannot be reached is
         an error for that session only.
         """
-        ready = all(server.ready.is_set() for server in self.fleet.servers)
-        if not ready:
-            recovering = {s.server.index: s.server for s, _ in items if not s.server.ready.is_set()}
-            await asyncio.gather(*(self.fleet.wait_ready(server) for server in recovering.values()))
+        ready = await self._recovered([slot for slot, _ in items])
         unusable = ResultTable()
         groups: dict[int, tuple[Link, list[tuple[Slot, Any]]]] = {}
         last: Link | None = None
@@ -729,6 +729,15 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         if unusable.errors:
             parts.append(unusable)
         return ResultTable.concat(parts, [s.index for s, _ in items] if order is None else order)
+
+    async def _recovered(self, slots: list[Slot]) -> bool:
+        """Wait out the recovery of the servers of ``slots``; True when every server of
+        the fleet was ready from the start (nothing to check per session)."""
+        if all(server.ready.is_set() for server in self.fleet.servers):
+            return True
+        recovering = {s.server.index: s.server for s in slots if not s.server.ready.is_set()}
+        await asyncio.gather(*(self.fleet.wait_ready(server) for server in recovering.values()))
+        return False
 
     async def _request(self, link: Link, kind: str, chunk: list[tuple[Slot, Any]]) -> ResultTable:
         connection = link.connection
