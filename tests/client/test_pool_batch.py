@@ -238,13 +238,15 @@ async def test_the_pool_keeps_no_earlier_batch_alive(counter):
         assert [probe() for probe in probes] == [None, None]
 
 
-@pytest.mark.parametrize("control", [True, False])
+@pytest.mark.parametrize("control", [True, False, None])
 async def test_no_collection_inside_a_batch_and_waves_are_frozen(counter, control):
+    """Only a pool asked to (``gc_control=True``) touches the collector; by default the
+    trainer's is left alone."""
     gc.unfreeze()
+    chosen = {} if control is None else {"gc_control": control}
+    control = control is True
     try:
-        async with EnvPool(
-            64, counter.url, env=CounterEnv, progress=False, gc_control=control
-        ) as pool:
+        async with EnvPool(64, counter.url, env=CounterEnv, progress=False, **chosen) as pool:
             assert (gc.get_freeze_count() > 0) is control  # start-up state frozen
             frozen = gc.get_freeze_count()
             await pool.reset(options={"limit": 100})

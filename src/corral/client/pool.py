@@ -63,11 +63,17 @@ returned. A group sent in one call comes back whole, so with equal groups each
 Results come from the reply columns (see :mod:`corral.client.batch`): a trainer that
 reads ``batch.obs`` and the reward/flag arrays never builds a model per session.
 
-**Garbage collection.** With ``gc_control`` (the default), the collector is paused while a
-batch is encoded, in flight and decoded (no full pass lands in the middle of a step of
-1,024 sessions), and what ``start()`` and a full ``reset()`` leave alive (connections,
-sessions, schemas) is frozen out of later passes (``gc.freeze``). The pool keeps no
-reference to a batch it returned, so memory is bounded by the batches the caller holds.
+**Garbage collection.** The pool leaves the trainer's collector alone unless asked:
+``gc.disable()`` and ``gc.freeze()`` act on the whole process (every thread of the
+trainer, every other task on its loop), and a batch is in flight most of the time in a
+pipelined loop, so a library must not switch them on its own. With ``gc_control=True``
+the collector is paused while a batch is encoded, in flight and decoded (no full pass
+lands in the middle of a step of 1,024 sessions; it comes back, if it was on, when the
+last batch leaves), and what ``start()`` and a full ``reset()`` leave alive (connections,
+sessions, schemas, and whatever else the process holds then) is frozen out of later
+passes (``gc.freeze``): for a process that mostly runs the pool, it cuts a large batch's
+CPU (see docs/performance.md). The pool keeps no reference to a batch it returned, so
+memory is bounded by the batches the caller holds.
 
 **Failures.** A session whose server died is replaced with its server when
 ``replace_dead_servers`` is true (see the fleet): the request in flight fails with
@@ -196,8 +202,9 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             ``"websockets"``.
         dialer: what opens the connections and reaches the servers over HTTP (default:
             the ``transport``'s); :mod:`corral.testing`'s in-process servers give theirs.
-        gc_control: keep Python's garbage collector out of each batch and freeze what
-            start-up and full resets create (see "Garbage collection" above); False (or
+        gc_control: opt in to keeping Python's garbage collector out of each batch and
+            freezing what start-up and full resets leave alive (process-wide; see
+            "Garbage collection" above). False (the default, and whatever it says under
             ``CORRAL_GC=default``) leaves the collector alone.
         provider: start the ``servers`` through this provider (a
             :class:`~corral.providers.Provider`: local process, Docker, Kubernetes, Ray);
@@ -236,7 +243,7 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         token: str | None = None,
         transport: str = "auto",
         dialer: Dialer | None = None,
-        gc_control: bool = True,
+        gc_control: bool = False,
         provider: ServerProvider | None = None,
         record: RecordTarget | None = None,
     ) -> None:
