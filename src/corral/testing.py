@@ -203,6 +203,11 @@ class InProcessServer:
         """Closed (stopped, or killed): it left its network."""
 
     @property
+    def manager(self) -> Any:
+        """The service's session manager (its sessions, stats and reaper)."""
+        return self.service.manager
+
+    @property
     def dialer(self) -> InProcessNetwork:
         """What reaches this server: its network (a :class:`~corral.client.dialers.Dialer`)."""
         return self.network

@@ -216,6 +216,11 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
         return self
 
     @property
+    def dialer(self) -> Dialer:
+        """What reaches the server (sockets and HTTP)."""
+        return self.connection.dialer
+
+    @property
     def server_info(self) -> dict[str, Any]:
         """The server's ``welcome``: env name, contract version, fingerprint, limits."""
         return self.connection.welcome
@@ -392,6 +397,11 @@ class SyncEnvClient(BlockingTwin[AsyncEnvClient[ActT, ObsT, StateT]], Generic[Ac
     def session_id(self) -> str | None:
         """The server's id of this session."""
         return self._async.session_id
+
+    @property
+    def dialer(self) -> Dialer:
+        """What reaches the server (sockets and HTTP)."""
+        return self._async.dialer
 
     @property
     def server_info(self) -> dict[str, Any]:

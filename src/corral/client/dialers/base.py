@@ -21,7 +21,7 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 import httpx
 
@@ -118,6 +118,14 @@ class Dialer(ABC):
             ConnectionLost: the server could not be reached.
             UnsupportedProtocol: the server did not accept ``subprotocol``.
         """
+
+    def __copy__(self) -> Dialer:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Dialer:
+        # A dialer is a way to reach servers, shared by whatever uses it: a copy (a
+        # Gymnasium spec deep-copied by check_env) reaches the same ones.
+        return self
 
     def http_transport(self) -> httpx.AsyncBaseTransport | None:
         """The transport of :meth:`http`'s clients (None: httpx's own, over the network)."""
