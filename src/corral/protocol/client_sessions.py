@@ -13,9 +13,10 @@ itself rather than about one request.
 
 What a lost session becomes next is decided here too, which is where the fleet's
 decisions go as rows: a reply saying the session lives on another server (an event
-``ELSEWHERE`` with a fate ``MOVING``: follow it there), and a lost session re-opened
-from its snapshot or by verified replay (events from ``LOST``, else it stays lost: the
-episode ends truncated).
+``ELSEWHERE`` with a fate ``MOVING``: follow it there), and a session that must leave its
+server re-homed by the remedy :func:`corral.protocol.recovery.remedy` picks (events from
+``LIVE`` and ``LOST``: re-opened from its snapshot or by verified replay, else it stays
+lost and its episode ends truncated).
 """
 
 from __future__ import annotations
