@@ -167,6 +167,7 @@ async def test_a_killed_server_is_replaced_by_the_fleet():
             dialer=network,
             progress=False,
             health_interval=0.05,
+            on_error="return",
         )
         async with pool:
             await pool.reset(options={"limit": 100})

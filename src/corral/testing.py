@@ -198,6 +198,7 @@ class InProcessServer:
         self._started = False
         self._app: FastAPI | None = None
         self._http: httpx.ASGITransport | None = None
+        self._building: asyncio.Future[None] | None = None
         self._lifespan: contextlib.AbstractAsyncContextManager[Any] | None = None
         self.closed = False
         """Closed (stopped, or killed): it left its network."""
@@ -242,13 +243,21 @@ class InProcessServer:
     async def http_transport(self) -> httpx.AsyncBaseTransport:
         """The server's HTTP routes (the app is built, and started, on first use)."""
         if self._http is None:
-            self._start()
-            app = create_app(self.env, self.config, service=self.service)
-            lifespan = app.router.lifespan_context(app)
-            await lifespan.__aenter__()
-            self._app, self._lifespan = app, lifespan
-            self._http = httpx.ASGITransport(app=app)
+            if self._building is None:
+                self._building = asyncio.ensure_future(self._build_app())
+            await asyncio.shield(self._building)
+            assert self._http is not None
         return self._http
+
+    async def _build_app(self) -> None:
+        self._start()
+        # Built in a thread: the routes take a while to build (pydantic models for each),
+        # and the loop keeps serving the sockets meanwhile.
+        app = await asyncio.to_thread(create_app, self.env, self.config, service=self.service)
+        lifespan = app.router.lifespan_context(app)
+        await lifespan.__aenter__()
+        self._app, self._lifespan = app, lifespan
+        self._http = httpx.ASGITransport(app=app)
 
     # -- clients ------------------------------------------------------------------------
 
@@ -317,11 +326,14 @@ class InProcessServer:
         await self._shutdown()
         self.service = EnvService(self.env, self.config)
         self._started = False
-        self._app = self._http = self._lifespan = None
+        self._app = self._http = self._lifespan = self._building = None
 
     # -- closing ------------------------------------------------------------------------
 
     async def _shutdown(self) -> None:
+        if self._building is not None:  # an app being built is started, then stopped
+            with contextlib.suppress(Exception):
+                await self._building
         for socket in self.sockets:
             closing = socket.closing
             if closing is not None:
