@@ -342,6 +342,8 @@ class Connection:
                 self.max_frame_bytes,
             )
         except Exception as exc:  # refused, unreachable, or a dialer that cannot serve
+            if not isinstance(exc, CorralError):
+                log.warning("opening a socket to %s failed: %r", self.url, exc)
             self._on_lost(generation, exc)
             return
         hello = self.protocol.opened(generation)
