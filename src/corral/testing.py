@@ -44,6 +44,10 @@ those use a real server on 127.0.0.1.
 A server lives on one event loop: the loop of the async code that uses it, or, for
 :meth:`InProcessServer.sync_client` and ``with``, corral's background loop (where the
 blocking twins run their async implementation).
+
+Over 500 lines because the socket, the server, the network that routes to its servers
+(the dialer) and the handle a fleet starts them with are one in-process stand-in for
+the network and its hosts, used together.
 """
 
 from __future__ import annotations

@@ -26,6 +26,10 @@ The socket comes from a :class:`~corral.client.dialers.Dialer`, chosen once (``d
 else the ``transport=``'s, see :func:`~corral.client.dialers.dialer_for`); every socket
 calls back with each frame, which goes to the protocol object in that callback (no
 reader task, no queue), and takes writes at once.
+
+Over 500 lines because it is the whole I/O face of one connection (request writing and
+deadlines, dialing, the socket's callbacks, timers, keepalive, shutdown) and nothing
+else: every decision in it is a call into the protocol object.
 """
 
 from __future__ import annotations
