@@ -432,6 +432,7 @@ async def _corral_scale(s: Settings, log: Log) -> dict[str, Any]:
             progress=False,
             health_interval=None,
             timeout=600,
+            gc_control=True,
         )
         await pool.start()
         await pool.reset()

@@ -47,7 +47,13 @@ PUBLIC = {
         "WireSafetyError",
     ],
     "corral.server": ["ServerConfig", "create_app", "serve"],
-    "corral.testing": ["URL", "InProcessServer", "InProcessSocket"],
+    "corral.testing": [
+        "URL",
+        "InProcessHandle",
+        "InProcessNetwork",
+        "InProcessServer",
+        "InProcessSocket",
+    ],
     "corral.protocol": [
         "PROTOCOL",
         "REPLIES",

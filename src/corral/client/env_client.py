@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any, Generic, Self
 from pydantic import BaseModel
 
 from corral.blocking import BlockingTwin, run_blocking
-from corral.client.connection import Connection, Dialer, http_url
+from corral.client.connection import Connection, http_url
+from corral.client.dialers import Dialer
 from corral.client.openenv_connection import OpenEnvConnection, is_openenv_refusal
 from corral.client.recording import Recording, RecordTarget, as_task, now
 from corral.client.typed import ActT, ObsT, StateT, TypedFace, TypedModels
@@ -83,8 +84,8 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
         transport: the client transport, ``"auto"`` (``picows`` when installed, else
             ``asyncio``; ``asyncio`` for a blocking twin), ``"picows"``, ``"asyncio"`` or
             ``"websockets"``.
-        dialer: opens the socket (default: the ``transport``'s); :mod:`corral.testing` passes an
-            in-process one.
+        dialer: opens the sockets and reaches the server over HTTP (default: the
+            ``transport``'s); :mod:`corral.testing`'s in-process servers give theirs.
         max_frame_bytes: the largest reply frame taken (announced to the server, which
             answers a larger reply with ``REPLY_TOO_LARGE`` instead).
         record: a directory to record every reset and step of this session into, as an
@@ -213,6 +214,11 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
         self.session_id = opened.session
         self.resume_token = opened.token
         return self
+
+    @property
+    def dialer(self) -> Dialer:
+        """What reaches the server (sockets and HTTP)."""
+        return self.connection.dialer
 
     @property
     def server_info(self) -> dict[str, Any]:
@@ -391,6 +397,11 @@ class SyncEnvClient(BlockingTwin[AsyncEnvClient[ActT, ObsT, StateT]], Generic[Ac
     def session_id(self) -> str | None:
         """The server's id of this session."""
         return self._async.session_id
+
+    @property
+    def dialer(self) -> Dialer:
+        """What reaches the server (sockets and HTTP)."""
+        return self._async.dialer
 
     @property
     def server_info(self) -> dict[str, Any]:

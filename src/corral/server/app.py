@@ -30,6 +30,7 @@ def create_app(
     *,
     fallback: FallbackHandler | None = None,
     openenv: bool = True,
+    service: EnvService | None = None,
     **overrides: Any,
 ) -> FastAPI:
     """Build the ASGI app serving ``env`` (an Environment subclass or a factory).
@@ -42,6 +43,8 @@ def create_app(
         openenv: serve OpenEnv clients too: the ``/ws`` envelope for connections
             without a corral subprotocol, and ``/reset`` ``/step`` ``/state`` ``/mcp``
             ``/sessions`` over HTTP (see :mod:`corral.server.openenv`).
+        service: the service to serve (default: a new one for ``env`` and the config);
+            :mod:`corral.testing` gives the one its in-process sockets already reach.
 
     The app is run by uvicorn (see :func:`corral.server.serve`); the service it wraps is
     reachable as ``app.state.service``. With ``config.token`` set, every route and the
@@ -56,7 +59,7 @@ def create_app(
     cfg = config or ServerConfig()
     if overrides:
         cfg = ServerConfig(**{**cfg.__dict__, **overrides})
-    service = EnvService(env, cfg)
+    service = service if service is not None else EnvService(env, cfg)
     workers = _worker_pool(env, service) if cfg.workers else None
     # The one place that tells a corral environment from an OpenEnv one: every route
     # below that answers differently asks this object.
