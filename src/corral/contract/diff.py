@@ -36,7 +36,7 @@ from corral.contract.schema import canonical_schema
 MODELS = ("action", "observation", "state")
 """The three models of a contract, in the order diffs and locks list them."""
 
-OPTIONAL_MODELS = ("reset_options",)
+OPTIONAL_MODELS = ("reset_options", "snapshot")
 """Models a contract has when the environment defines them (after the three in diffs)."""
 
 
@@ -52,7 +52,16 @@ DIRECTIONS: dict[str, Direction] = {
     "observation": Direction.SERVER_TO_CLIENT,
     "state": Direction.SERVER_TO_CLIENT,
     "reset_options": Direction.CLIENT_TO_SERVER,
+    # A snapshot taken under the locked contract (by a server being drained, say) is
+    # restored by a server running the current one: it must accept every old snapshot.
+    "snapshot": Direction.CLIENT_TO_SERVER,
 }
+
+_SENT: dict[str, str] = {
+    "snapshot": "snapshots taken under the locked contract",
+    "reset_options": "reset options that old clients send",
+}
+"""What travels client→server, by model, where it is not an action (for messages)."""
 
 
 class Severity(StrEnum):
@@ -511,12 +520,18 @@ def _divides(small: Any, big: Any) -> bool:
 
 
 def _severity(
-    kind: ChangeKind, direction: Direction, *, old_closed: bool, tolerant_readers: bool
+    kind: ChangeKind,
+    direction: Direction,
+    *,
+    old_closed: bool,
+    tolerant_readers: bool,
+    model: str = "action",
 ) -> tuple[Severity, str | None, str]:
-    """Severity, failing side and the consequence sentence of ``kind`` in ``direction``."""
+    """Severity, failing side and the consequence sentence of ``kind`` in ``direction``
+    (for values of ``model``)."""
     to_server = direction is Direction.CLIENT_TO_SERVER
     rejects = (
-        "the server rejects actions that old clients send"
+        f"the server rejects {_SENT.get(model, 'actions that old clients send')}"
         if to_server
         else "old clients cannot decode what the server sends"
     )
@@ -579,9 +594,10 @@ def diff_schemas(
     """Classify every difference between two sets of contract schemas.
 
     Args:
-        old: the locked schemas, keyed ``action``/``observation``/``state`` and
-            ``reset_options`` (client→server) when present (other keys are compared as
-            server→client models).
+        old: the locked schemas, keyed ``action``/``observation``/``state`` and, when
+            present, ``reset_options`` and ``snapshot`` (both client→server: the current
+            server must restore every snapshot taken under the locked contract); other
+            keys are compared as server→client models.
         new: the current schemas, same keys.
         tolerant_readers: clients ignore object keys they do not know. When False (the
             safe default: a client validating with the locked models rejects unknown keys
@@ -609,7 +625,11 @@ def diff_schemas(
             findings = differ.findings
         for f in findings:
             severity, side, why = _severity(
-                f.kind, direction, old_closed=f.closed, tolerant_readers=tolerant_readers
+                f.kind,
+                direction,
+                old_closed=f.closed,
+                tolerant_readers=tolerant_readers,
+                model=model,
             )
             changes.append(
                 Change(
