@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from corral.adapters.openenv_env import load_openenv, openenv_target
-from corral.auth import read_token_file
+from corral.auth import read_fleet_key_file, read_token_file
 from corral.protocol.identity import SERVER_ID
 from corral.providers.manifest import Manifest, ManifestError, load_manifest
 from corral.server.config import TRANSPORTS, ServerConfig
@@ -192,6 +192,14 @@ def serve_command(
             "(default: $CORRAL_TOKEN or $CORRAL_TOKEN_FILE if set)."
         ),
     ] = None,
+    fleet_key_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="The fleet key, shared by every server of a fleet, in this file: session "
+            "snapshots are signed with it and only signed ones restored (default: "
+            "$CORRAL_FLEET_KEY if set)."
+        ),
+    ] = None,
     workers: Annotated[
         int,
         typer.Option(help="Worker processes holding the environments (0: in the server)."),
@@ -299,6 +307,12 @@ def serve_command(
             token = read_token_file(token_file)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--token-file") from None
+    fleet_key = None
+    if fleet_key_file is not None:
+        try:
+            fleet_key = read_fleet_key_file(fleet_key_file)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--fleet-key-file") from None
     if transport not in TRANSPORTS:
         raise typer.BadParameter(f"choose one of {sorted(TRANSPORTS)}", param_hint="--transport")
     if server_id is not None and not SERVER_ID.fullmatch(server_id):
@@ -324,6 +338,7 @@ def serve_command(
         max_hung_calls=max_hung_calls,
         inline_step_s=inline_step,
         debug=debug,
+        fleet_key=fleet_key,
         server_id=server_id,
     )
     sock = None

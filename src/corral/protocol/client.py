@@ -72,9 +72,13 @@ from corral.protocol.messages import (
     Reply,
     Request,
     Reset,
+    Restore,
+    Restored,
     Result,
+    SnapshotReply,
     StateReply,
     Step,
+    TakeSnapshot,
     Welcome,
     parse_reply,
 )
@@ -87,6 +91,8 @@ _ANSWERS: dict[str, tuple[type[Reply], ...]] = {
     Step.type: (Result,),
     GetState.type: (StateReply,),
     Close.type: (Closed,),
+    TakeSnapshot.type: (SnapshotReply,),
+    Restore.type: (Restored,),
     ResetBatch.type: (BatchReply,),
     StepBatch.type: (BatchReply,),
 }
@@ -296,8 +302,8 @@ class RequestTracker:
 class SessionBook:
     """The sessions one connection carries: live ones (with tokens) and lost ones.
 
-    Fed with every matched reply (:meth:`observe`), it learns sessions from ``opened``
-    and ``attached`` replies, drops them on ``closed``, and marks them lost when the
+    Fed with every matched reply (:meth:`observe`), it learns sessions from ``opened``,
+    ``restored`` and ``attached`` replies, drops them on ``closed``, and marks them lost when the
     server says they are gone. A reconnect re-attaches :attr:`live`; a request for a
     lost session fails at once with :class:`SessionLost` and its reason.
     """
@@ -312,7 +318,7 @@ class SessionBook:
 
     def observe(self, reply: Reply) -> None:
         """Learn from one matched reply."""
-        if isinstance(reply, (Opened, Attached)):
+        if isinstance(reply, (Opened, Attached, Restored)):
             self.live[reply.session] = reply.token
             self.lost.pop(reply.session, None)
         elif isinstance(reply, Closed):
