@@ -357,7 +357,7 @@ async def test_restore_follows_the_runner_rules(env: type[TallyEnv]) -> None:
 
 async def test_snapshot_and_restore_reach_worker_processes() -> None:
     server = LocalServer(
-        "tests.support.snapshot_envs:TallyEnv",
+        "tests.support.snapshot_envs:WhereTallyEnv",
         server_args=["--workers", "2", "--step-timeout", "1"],
         startup_timeout=60,
     )

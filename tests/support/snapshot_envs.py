@@ -61,6 +61,8 @@ class TallyEnv(Environment[TallyAction, TallyObservation, TallyState]):
     """A count and a seeded random walk, snapshot-able (see the module docstring)."""
 
     name = "tally"
+    report_where = False
+    """Put the process and thread each call ran in into its observation."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -70,14 +72,14 @@ class TallyEnv(Environment[TallyAction, TallyObservation, TallyState]):
         self.last: TallyObservation | None = None
         self.action = TallyAction()
 
+    def _where(self) -> dict[str, Any]:
+        if not self.report_where:
+            return {}
+        return {"pid": os.getpid(), "thread": threading.current_thread().name}
+
     def _observe(self, reward: float | None = None, done: bool = False) -> TallyObservation:
         self.last = TallyObservation(
-            count=self.count,
-            walk=self.rng.random(),
-            pid=os.getpid(),
-            thread=threading.current_thread().name,
-            reward=reward,
-            done=done,
+            count=self.count, walk=self.rng.random(), reward=reward, done=done, **self._where()
         )
         return self.last
 
@@ -130,13 +132,18 @@ class TallyEnv(Environment[TallyAction, TallyObservation, TallyState]):
         self.rng.setstate((version, tuple(internal), gauss))
         self.history = [int(n) for n in snapshot.history]
         self.last = snapshot.last
-        where = {"pid": os.getpid(), "thread": threading.current_thread().name}
         if self.last is None:
-            return TallyObservation(**where)
-        return self.last.model_copy(update=where)
+            return TallyObservation(**self._where())
+        return self.last.model_copy(update=self._where())
 
 
-class AffineTallyEnv(TallyEnv):
+class WhereTallyEnv(TallyEnv):
+    """Says where each call ran."""
+
+    report_where = True
+
+
+class AffineTallyEnv(WhereTallyEnv):
     """Every call of a session on its own dedicated thread."""
 
     thread_affinity = True
@@ -167,3 +174,12 @@ class NoSnapshotEnv(Environment[TallyAction, TallyObservation, TallyState]):
 
     def state(self) -> TallyState:
         return TallyState()
+
+
+class ForgetfulTallyEnv(TallyEnv):
+    """A broken snapshot: the random generator is not restored, so later steps differ."""
+
+    def _apply(self, snapshot: TallySnapshot) -> TallyObservation:
+        observation = super()._apply(snapshot)
+        self.rng = random.Random(12345)
+        return observation

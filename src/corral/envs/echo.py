@@ -2,7 +2,8 @@
 
 Used by the benchmarks and tests, and as the reference for wire compatibility (it has
 the same shape as OpenEnv's echo env). The reward is ``0.1 * len(message)``; the episode
-ends after ``max_steps`` steps (a truncation) or when the message is ``"bye"``.
+ends after ``max_steps`` steps (a truncation) or when the message is ``"bye"``. Its
+sessions can be snapshotted and restored (:class:`EchoSnapshot`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 from pydantic import Field
 
-from corral.contract import Action, Environment, Observation, State
+from corral.contract import Action, Environment, Observation, Snapshot, State
 
 
 class EchoAction(Action):
@@ -34,6 +35,13 @@ class EchoState(State):
     total_length: int = 0
 
 
+class EchoSnapshot(Snapshot):
+    """An echo session: its state and the observation it returned last."""
+
+    state: EchoState
+    last: EchoObservation | None = None
+
+
 class EchoEnv(Environment[EchoAction, EchoObservation, EchoState]):
     """Echo each message; ``"bye"`` terminates, ``max_steps`` truncates."""
 
@@ -48,25 +56,37 @@ class EchoEnv(Environment[EchoAction, EchoObservation, EchoState]):
         # assignment costs a quarter of this env's step (OpenEnv's echo env, which the
         # benchmarks compare against, keeps it outside its state the same way).
         self._total_length = 0
+        self._last: EchoObservation | None = None
 
     def reset(self, seed: int | None = None, **options: Any) -> EchoObservation:
         episode_id = options.get("episode_id")
         self._state = EchoState(episode_id=str(episode_id or uuid.uuid4()))
         self._total_length = 0
-        return EchoObservation(echoed_message="ready", metadata={"seed": seed})
+        self._last = EchoObservation(echoed_message="ready", metadata={"seed": seed})
+        return self._last
 
     def step(self, action: EchoAction) -> EchoObservation:
         state = self._state
         state.step_count += 1
         self._total_length += len(action.message)
-        return EchoObservation(
+        self._last = EchoObservation(
             echoed_message=action.message,
             message_length=len(action.message),
             reward=0.1 * len(action.message),
             done=action.message == "bye" or state.step_count >= self.max_steps,
             truncated=action.message != "bye" and state.step_count >= self.max_steps,
         )
+        return self._last
 
     def state(self) -> EchoState:
         self._state.total_length = self._total_length
         return self._state
+
+    def snapshot(self) -> EchoSnapshot:
+        return EchoSnapshot(state=self.state().model_copy(), last=self._last)
+
+    def restore(self, snapshot: EchoSnapshot) -> EchoObservation:
+        self._state = snapshot.state.model_copy()
+        self._total_length = self._state.total_length
+        self._last = snapshot.last
+        return EchoObservation() if snapshot.last is None else snapshot.last

@@ -103,9 +103,10 @@ class ServerConfig:
             exception with its traceback either way.
         max_snapshot_bytes: the largest session snapshot the server takes or restores
             (its envelope, as JSON); a larger one is ``SNAPSHOT_TOO_LARGE``. None (the
-            default): the frame limit less :data:`SNAPSHOT_MARGIN`, so that a snapshot
-            this server takes always fits the frame of the ``restore`` that brings it
-            back. The handshake states the effective limit.
+            default): the frame limit less :data:`SNAPSHOT_MARGIN` (at most half of it
+            for tiny frame limits), so that a snapshot this server takes always fits
+            the frame of the ``restore`` that brings it back. The handshake states the
+            effective limit.
         fleet_key: the secret every server of a fleet shares (at least 32 bytes;
             ``corral serve --fleet-key-file`` or ``$CORRAL_FLEET_KEY``). With it, session
             snapshots are signed and only signed ones are restored; without, they are
@@ -191,7 +192,8 @@ class ServerConfig:
         """The effective :attr:`max_snapshot_bytes`."""
         if self.max_snapshot_bytes is not None:
             return self.max_snapshot_bytes
-        return max(1, self.max_frame_bytes - SNAPSHOT_MARGIN)
+        frame = self.max_frame_bytes
+        return max(frame // 2, frame - SNAPSHOT_MARGIN)
 
     def limits(self) -> dict[str, Any]:
         """The limits a client is told in the handshake."""
