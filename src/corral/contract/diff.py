@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from enum import Enum, StrEnum
 from typing import Any
 
+from corral.contract.refs import RefError, SchemaReader
 from corral.contract.schema import canonical_schema
 
 MODELS = ("action", "observation", "state")
@@ -154,28 +155,17 @@ class _Root:
     """One side's schema, able to resolve its ``$ref`` pointers."""
 
     def __init__(self, schema: Mapping[str, Any]) -> None:
-        self.schema = schema
-        self.defs: Mapping[str, Any] = schema.get("$defs", schema.get("definitions", {}))
+        self.reader = SchemaReader(schema)
 
     def resolve(self, node: Mapping[str, Any]) -> tuple[Mapping[str, Any], str | None]:
-        """Follow ``$ref`` chains; returns the target and the last ref name."""
-        name: str | None = None
-        seen: set[str] = set()
-        while "$ref" in node:
-            ref = str(node["$ref"])
-            if ref in seen:
-                break
-            seen.add(ref)
-            if ref == "#":
-                target: Any = self.schema
-            else:
-                name = ref.rsplit("/", 1)[-1]
-                target = self.defs.get(name)
-            if not isinstance(target, Mapping):
-                break
-            siblings = {k: v for k, v in node.items() if k != "$ref"}
-            node = {**target, **siblings} if siblings else target
-        return node, name
+        """Follow ``$ref`` chains; returns the target and the last ref name. A reference
+        that does not resolve (or a cycle) leaves the node as it is: it is compared as
+        the schema it says, and differs from anything else."""
+        try:
+            resolved = self.reader.resolve(node)
+        except RefError:
+            return node, None
+        return resolved.node, resolved.name
 
 
 _TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
