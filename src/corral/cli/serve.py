@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -17,6 +18,8 @@ from corral.server.config import TRANSPORTS, ServerConfig
 from corral.server.logs import FORMATS
 from corral.server.serve import inherited_socket, serve
 from corral.server.target import TargetError, load_target
+
+T = TypeVar("T")
 
 
 def parse_make_kwargs(pairs: list[str]) -> dict[str, Any]:
@@ -301,18 +304,8 @@ def serve_command(
         idle_timeout = manifest.concurrency.idle_timeout_s if manifest else 600.0
     if port is None:
         port = manifest.port if manifest else 8000
-    token = None
-    if token_file is not None:
-        try:
-            token = read_token_file(token_file)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--token-file") from None
-    fleet_key = None
-    if fleet_key_file is not None:
-        try:
-            fleet_key = read_fleet_key_file(fleet_key_file)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--fleet-key-file") from None
+    token = _secret(read_token_file, token_file, "--token-file")
+    fleet_key = _secret(read_fleet_key_file, fleet_key_file, "--fleet-key-file")
     if transport not in TRANSPORTS:
         raise typer.BadParameter(f"choose one of {sorted(TRANSPORTS)}", param_hint="--transport")
     if server_id is not None and not SERVER_ID.fullmatch(server_id):
@@ -358,6 +351,20 @@ def serve_command(
         log_format=log_format,
         customize=_mount_mcp if mcp else None,
     )
+
+
+def _secret(read: Callable[[Path], T], path: Path | None, option: str) -> T | None:
+    """The secret ``read`` finds in the file ``option`` names (None without the option).
+
+    Raises:
+        typer.BadParameter: the file cannot be read or holds no usable secret.
+    """
+    if path is None:
+        return None
+    try:
+        return read(path)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=option) from None
 
 
 def warn_if_unlocked(manifest: Manifest) -> None:

@@ -386,11 +386,7 @@ class SnapshotGymEnvironment(GymEnvironment):
             },
             rng=None if generator is None else json.dumps(generator.bit_generator.state),
             rng_seed=seed if isinstance(seed, int) else None,
-            wrappers={
-                f"{type(wrapper).__name__}.{name}": getattr(wrapper, name)
-                for wrapper, names in _wrappers(self.env)
-                for name in names
-            },
+            wrappers={key: getattr(*where) for key, where in _wrapper_state(self.env).items()},
             seed=self._seed,
             episode_id=self._episode_id,
             steps=self._steps,
@@ -427,13 +423,8 @@ class SnapshotGymEnvironment(GymEnvironment):
         if snapshot.rng is not None:
             unwrapped.np_random = _generator(snapshot.rng)
             unwrapped._np_random_seed = snapshot.rng_seed
-        chain = _wrappers(self.env)
-        wrappers = {
-            f"{type(wrapper).__name__}.{name}": (wrapper, name)
-            for wrapper, names in chain
-            for name in names
-        }
-        for wrapper, _ in chain:
+        wrappers = _wrapper_state(self.env)
+        for wrapper, _ in _wrappers(self.env):
             if isinstance(wrapper, PassiveEnvChecker):
                 for flag in _CHECKED:
                     setattr(wrapper, flag, True)
@@ -463,6 +454,15 @@ def _wrappers(env: gymnasium.Env[Any, Any]) -> list[tuple[Any, tuple[str, ...]]]
         found.append((env, _WRAPPER_STATE[type(env)]))
         env = env.env
     return found
+
+
+def _wrapper_state(env: gymnasium.Env[Any, Any]) -> dict[str, tuple[Any, str]]:
+    """Where each wrapper's state is: ``{"Wrapper.attribute": (wrapper, attribute)}``."""
+    return {
+        f"{type(wrapper).__name__}.{name}": (wrapper, name)
+        for wrapper, names in _wrappers(env)
+        for name in names
+    }
 
 
 def _plain(value: Any) -> Any:
