@@ -41,6 +41,7 @@ PUBLIC = {
         "Action",
         "Environment",
         "Observation",
+        "Snapshot",
         "State",
         "StepResult",
         "WireModel",

@@ -34,6 +34,10 @@ to the classes)::
     │   ├── ResetRequired         RESET_REQUIRED
     │   ├── EpisodeEnded          EPISODE_ENDED
     │   └── SessionBusy           SESSION_BUSY
+├── SnapshotError             a session's snapshot cannot be taken or restored
+│   ├── SnapshotUnsupported   SNAPSHOT_UNSUPPORTED
+│   ├── SnapshotTooLarge      SNAPSHOT_TOO_LARGE
+│   └── BadSnapshot           BAD_SNAPSHOT
     ├── EnvFailure                raised by or about the environment's own code
     │   ├── InvalidAction         INVALID_ACTION
     │   ├── InvalidArgument       INVALID_ARGUMENT (also a ValueError)
@@ -112,6 +116,16 @@ class ErrorCode(StrEnum):
     """``step`` after the episode ended; call ``reset`` (or enable auto-reset)."""
     SESSION_BUSY = "SESSION_BUSY"
     """Another request of this session is still running (e.g. reset during a step)."""
+
+    # Snapshots of sessions.
+    SNAPSHOT_UNSUPPORTED = "SNAPSHOT_UNSUPPORTED"
+    """The environment declares no snapshot (or the link carries none); the message says
+    how to declare one."""
+    SNAPSHOT_TOO_LARGE = "SNAPSHOT_TOO_LARGE"
+    """The snapshot is larger than the server's ``max_snapshot_bytes``."""
+    BAD_SNAPSHOT = "BAD_SNAPSHOT"
+    """A snapshot to restore is malformed, of another environment, fails the snapshot
+    model, or its signature is missing or wrong."""
 
     # The environment.
     INVALID_ACTION = "INVALID_ACTION"
@@ -258,6 +272,22 @@ class EpisodeEnded(SessionError):
 
 class SessionBusy(SessionError):
     code = ErrorCode.SESSION_BUSY
+
+
+class SnapshotError(CorralError):
+    """A session's snapshot cannot be taken or restored."""
+
+
+class SnapshotUnsupported(SnapshotError):
+    code = ErrorCode.SNAPSHOT_UNSUPPORTED
+
+
+class SnapshotTooLarge(SnapshotError):
+    code = ErrorCode.SNAPSHOT_TOO_LARGE
+
+
+class BadSnapshot(SnapshotError):
+    code = ErrorCode.BAD_SNAPSHOT
 
 
 class EnvFailure(CorralError):

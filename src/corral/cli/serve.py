@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 
-from corral.auth import read_token_file
+from corral.auth import read_fleet_key_file, read_token_file
 from corral.cli.target import Target, read_target
 from corral.protocol.identity import SERVER_ID
 from corral.providers.manifest import Manifest
@@ -16,6 +17,8 @@ from corral.server.config import TRANSPORTS, ServerConfig
 from corral.server.logs import FORMATS
 from corral.server.serve import inherited_socket, serve
 from corral.server.target import TargetError
+
+T = TypeVar("T")
 
 
 def parse_make_kwargs(pairs: list[str]) -> dict[str, Any]:
@@ -136,6 +139,14 @@ def serve_command(
             "(default: $CORRAL_TOKEN or $CORRAL_TOKEN_FILE if set)."
         ),
     ] = None,
+    fleet_key_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="The fleet key, shared by every server of a fleet, in this file: session "
+            "snapshots are signed with it and only signed ones restored (default: "
+            "$CORRAL_FLEET_KEY if set)."
+        ),
+    ] = None,
     workers: Annotated[
         int,
         typer.Option(help="Worker processes holding the environments (0: in the server)."),
@@ -236,12 +247,8 @@ def serve_command(
         idle_timeout = manifest.concurrency.idle_timeout_s if manifest else 600.0
     if port is None:
         port = manifest.port if manifest else 8000
-    token = None
-    if token_file is not None:
-        try:
-            token = read_token_file(token_file)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--token-file") from None
+    token = _secret(read_token_file, token_file, "--token-file")
+    fleet_key = _secret(read_fleet_key_file, fleet_key_file, "--fleet-key-file")
     if transport not in TRANSPORTS:
         raise typer.BadParameter(f"choose one of {sorted(TRANSPORTS)}", param_hint="--transport")
     if server_id is not None and not SERVER_ID.fullmatch(server_id):
@@ -267,6 +274,7 @@ def serve_command(
         max_hung_calls=max_hung_calls,
         inline_step_s=inline_step,
         debug=debug,
+        fleet_key=fleet_key,
         server_id=server_id,
     )
     sock = None
@@ -286,6 +294,20 @@ def serve_command(
         log_format=log_format,
         customize=_mount_mcp if mcp else None,
     )
+
+
+def _secret(read: Callable[[Path], T], path: Path | None, option: str) -> T | None:
+    """The secret ``read`` finds in the file ``option`` names (None without the option).
+
+    Raises:
+        typer.BadParameter: the file cannot be read or holds no usable secret.
+    """
+    if path is None:
+        return None
+    try:
+        return read(path)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=option) from None
 
 
 def warn_if_unlocked(manifest: Manifest) -> None:

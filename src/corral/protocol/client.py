@@ -100,9 +100,13 @@ from corral.protocol.messages import (
     Reply,
     Request,
     Reset,
+    Restore,
+    Restored,
     Result,
+    SnapshotReply,
     StateReply,
     Step,
+    TakeSnapshot,
     Welcome,
     parse_reply,
 )
@@ -113,6 +117,8 @@ _ANSWERS: dict[str, tuple[type[Reply], ...]] = {
     Step.type: (Result,),
     GetState.type: (StateReply,),
     Close.type: (Closed,),
+    TakeSnapshot.type: (SnapshotReply,),
+    Restore.type: (Restored,),
     ResetBatch.type: (BatchReply,),
     StepBatch.type: (BatchReply,),
 }

@@ -26,7 +26,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from corral.errors import ErrorCode, SessionLost
-from corral.protocol.messages import Attached, Closed, ErrorReply, Opened, Reply
+from corral.protocol.messages import Attached, Closed, ErrorReply, Opened, Reply, Restored
 
 
 class SessionFate(StrEnum):
@@ -42,7 +42,7 @@ class SessionEvent(StrEnum):
     """What can happen to a session, as the connection learns it."""
 
     HELD = "held"
-    """An ``opened`` or ``attached`` reply: the server holds it, with this token."""
+    """An ``opened``, ``restored`` or ``attached`` reply: the server holds it, with this token."""
     CLOSED = "closed"
     """A ``closed`` reply: the session ended as asked."""
     FORGOTTEN = "forgotten"
@@ -129,7 +129,7 @@ class SessionBook:
 
     def observe(self, reply: Reply) -> None:
         """Learn from one matched reply."""
-        if isinstance(reply, (Opened, Attached)):
+        if isinstance(reply, (Opened, Attached, Restored)):
             self.apply(reply.session, SessionEvent.HELD, token=reply.token)
         elif isinstance(reply, Closed):
             self.apply(reply.session, SessionEvent.CLOSED)

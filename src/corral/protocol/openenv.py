@@ -35,9 +35,10 @@ BAD_FRAME                                          INVALID_JSON          kept
 UNKNOWN_TYPE                                       UNKNOWN_TYPE          kept
 BAD_MESSAGE, INVALID_ACTION, INVALID_ARGUMENT,     VALIDATION_ERROR      kept
 FRAME_TOO_LARGE, BATCH_TOO_LARGE,                  (+ ``errors``)
-REQUEST_ID_REUSED
+REQUEST_ID_REUSED, BAD_SNAPSHOT
 RESET_REQUIRED, EPISODE_ENDED, SESSION_BUSY,       EXECUTION_ERROR       kept
-ENV_ERROR, BAD_OBSERVATION, INTERNAL_ERROR, ...
+ENV_ERROR, BAD_OBSERVATION, INTERNAL_ERROR,
+SNAPSHOT_UNSUPPORTED, SNAPSHOT_TOO_LARGE, ...
 CAPACITY_REACHED, NOT_READY                        CAPACITY_REACHED      closed (1000)
                                                    (+ ``active_sessions``, ``max_sessions``)
 FACTORY_ERROR                                      FACTORY_ERROR         closed (1000)
@@ -71,6 +72,7 @@ from corral.errors import (
     InvalidAction,
     InvalidArgument,
     SessionLost,
+    SnapshotUnsupported,
     UnknownType,
     UnsupportedProtocol,
     error_from_wire,
@@ -123,6 +125,9 @@ OPENENV_CODES: dict[str, OpenEnvCode] = {
     _E.RESET_REQUIRED: _O.EXECUTION_ERROR,
     _E.EPISODE_ENDED: _O.EXECUTION_ERROR,
     _E.SESSION_BUSY: _O.EXECUTION_ERROR,
+    _E.SNAPSHOT_UNSUPPORTED: _O.EXECUTION_ERROR,
+    _E.SNAPSHOT_TOO_LARGE: _O.EXECUTION_ERROR,
+    _E.BAD_SNAPSHOT: _O.VALIDATION_ERROR,
     _E.INVALID_ACTION: _O.VALIDATION_ERROR,
     _E.INVALID_ARGUMENT: _O.VALIDATION_ERROR,
     _E.ENV_ERROR: _O.EXECUTION_ERROR,
@@ -606,6 +611,7 @@ def client_frame(message: Mapping[str, Any]) -> dict[str, Any]:
 
     Raises:
         UnsupportedProtocol: the request has no OpenEnv form (attach, batches, ...).
+        SnapshotUnsupported: a ``snapshot`` or ``restore`` (the envelope has none).
         BadMessage: a step's action is not an object.
     """
     kind = message.get("type")
@@ -627,6 +633,12 @@ def client_frame(message: Mapping[str, Any]) -> dict[str, Any]:
         return {"type": "step", "data": dict(action)}
     if kind in ("state", "close"):
         return {"type": kind}
+    if kind in ("snapshot", "restore"):
+        raise SnapshotUnsupported(
+            f"{kind!r} is not available over the OpenEnv envelope, which has no snapshots: "
+            "connect to a corral server with corral's protocol to snapshot and restore",
+            details={"protocol": PROTOCOL_NAME, "request": kind},
+        )
     raise UnsupportedProtocol(
         f"{kind!r} is not available over the OpenEnv envelope, which has one session per "
         "connection and no request ids, resume or batching",

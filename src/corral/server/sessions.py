@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from corral.errors import CapacityReached
 from corral.protocol.registry import SessionRegistry
-from corral.protocol.session import ReplyCache, ReplySink, SessionMachine, SessionState
+from corral.protocol.session import Position, ReplyCache, ReplySink, SessionMachine, SessionState
 from corral.server import logs
 from corral.server.config import ServerConfig
 from corral.server.runner import EnvFactory, EnvRunner, EnvThreads, Runner
@@ -108,8 +108,20 @@ class SessionManager:
         self.registry.reserve(owner, owned)
         return await self.build(owner)
 
-    async def build(self, owner: ReplySink) -> Session:
+    async def build(
+        self,
+        owner: ReplySink,
+        position: Position | None = None,
+        prepare: Callable[[Session], Awaitable[None]] | None = None,
+    ) -> Session:
         """Build the session ``owner`` reserved a slot for (the slot is freed on failure).
+
+        Args:
+            position: where the session starts (a restored session's; default: new).
+            prepare: run on the session before it joins the registry (a restore runs the
+                environment's ``restore`` here): until it returns, no request can reach
+                the session and no disconnect can close it under it. If it raises, the
+                slot is freed, the environment closed and the error propagates.
 
         Raises:
             FactoryError: the environment could not be built.
@@ -129,14 +141,26 @@ class SessionManager:
         except BaseException:
             self.registry.release(owner)
             raise
+        machine = (
+            SessionMachine(auto_reset=self.auto_reset)
+            if position is None
+            else SessionMachine.restored(position, auto_reset=self.auto_reset)
+        )
         session = Session(
             id=uuid.uuid4().hex,
             token=secrets.token_urlsafe(24),
             runner=runner,
-            machine=SessionMachine(auto_reset=self.auto_reset),
+            machine=machine,
             cache=ReplyCache(self.config.reply_cache),
             owner=owner,
         )
+        if prepare is not None:
+            try:
+                await prepare(session)
+            except BaseException:
+                self.registry.release(owner)
+                await runner.close()
+                raise
         self.registry.add(session, owner)
         self.stats.opened += 1
         logs.session_opened(session)

@@ -61,6 +61,7 @@ def test_a_corral_server_passes_both_protocols():
         "corral.handshake",
         "corral.contract",
         "corral.episode",
+        "corral.snapshot",
         "corral.RESET_REQUIRED",
         "corral.INVALID_ACTION",
         "corral.SESSION_LOST",
@@ -77,6 +78,22 @@ def test_wordle_passes_with_an_action_taken_from_the_schema_examples():
     assert code == 0, [c for c in report["checks"] if c["status"] == "fail"]
     assert "synthesized action {'guess': 'crane'}" in details(report)["http.schema"]
     assert statuses(report)["corral.CAPACITY_REACHED"] == "skip"  # 1024 sessions: not probed
+
+
+def test_the_snapshot_check_is_skipped_without_snapshots_and_fails_a_broken_one():
+    from tests.support.snapshot_envs import ForgetfulTallyEnv, NoSnapshotEnv, TallyEnv
+
+    with running(NoSnapshotEnv) as plain, running(ForgetfulTallyEnv) as broken:
+        _, skipped = validate(plain.url)
+        _, failed = validate(broken.url, "--action", '{"add": 1}')
+    assert statuses(skipped)["corral.snapshot"] == "skip"
+    assert details(skipped)["corral.snapshot"].startswith("not supported: tally declares no")
+    assert statuses(failed)["corral.snapshot"] == "fail"
+    assert "step 1 after the restore differs" in details(failed)["corral.snapshot"]
+    with running(TallyEnv) as good:
+        _, passed = validate(good.url, "--action", '{"add": 1}')
+    assert statuses(passed)["corral.snapshot"] == "pass"
+    assert "3 more step(s) identical" in details(passed)["corral.snapshot"]
 
 
 def test_a_corral_only_server_passes_as_corral():
