@@ -31,13 +31,14 @@ to the classes)::
     │   ├── TooManyConnections    TOO_MANY_CONNECTIONS
     │   ├── UnknownSession        UNKNOWN_SESSION
     │   ├── SessionLost           SESSION_LOST
+    │   ├── SessionElsewhere      SESSION_ELSEWHERE
     │   ├── ResetRequired         RESET_REQUIRED
     │   ├── EpisodeEnded          EPISODE_ENDED
     │   └── SessionBusy           SESSION_BUSY
-├── SnapshotError             a session's snapshot cannot be taken or restored
-│   ├── SnapshotUnsupported   SNAPSHOT_UNSUPPORTED
-│   ├── SnapshotTooLarge      SNAPSHOT_TOO_LARGE
-│   └── BadSnapshot           BAD_SNAPSHOT
+    ├── SnapshotError             a session's snapshot cannot be taken or restored
+    │   ├── SnapshotUnsupported   SNAPSHOT_UNSUPPORTED
+    │   ├── SnapshotTooLarge      SNAPSHOT_TOO_LARGE
+    │   └── BadSnapshot           BAD_SNAPSHOT
     ├── EnvFailure                raised by or about the environment's own code
     │   ├── InvalidAction         INVALID_ACTION
     │   ├── InvalidArgument       INVALID_ARGUMENT (also a ValueError)
@@ -110,6 +111,11 @@ class ErrorCode(StrEnum):
     """No session with that id exists on this connection."""
     SESSION_LOST = "SESSION_LOST"
     """The session existed but is gone (reaped, timed out, server restarted)."""
+    SESSION_ELSEWHERE = "SESSION_ELSEWHERE"
+    """The session lives on another server of the fleet: ``details["server"]`` is that
+    server's id (reach it through the front door with the ``corral-server`` header, or at
+    its own address) and attach there. Only said of a session id a server of the same
+    fleet minted (see :mod:`corral.protocol.identity`); it reveals nothing of the session."""
     RESET_REQUIRED = "RESET_REQUIRED"
     """``step`` or ``state`` before the first ``reset`` of the session."""
     EPISODE_ENDED = "EPISODE_ENDED"
@@ -260,6 +266,10 @@ class UnknownSession(SessionError):
 
 class SessionLost(SessionError):
     code = ErrorCode.SESSION_LOST
+
+
+class SessionElsewhere(SessionError):
+    code = ErrorCode.SESSION_ELSEWHERE
 
 
 class ResetRequired(SessionError):

@@ -121,7 +121,7 @@ def test_the_table_is_static_and_complete():
     }  # fmt: skip
     assert set(m.REPLIES) == {
         "welcome", "opened", "attached", "result", "state", "closed", "snapshot", "restored",
-        "batch", "error",
+        "batch", "error", "going_away",
     }  # fmt: skip
     assert m.REQUESTS["step_batch"] is b.StepBatch and m.REPLIES["batch"] is b.BatchReply
     with pytest.raises(TypeError):
@@ -190,6 +190,8 @@ REPLY_EXAMPLES = [
     b.BatchReply(7, [b.ItemError(None, "BAD_MESSAGE", "item 0 must be a map", {"item": 0})]),
     m.ErrorReply(8, "RESET_REQUIRED", "reset first", {"x": 1}, session="s"),
     m.ErrorReply(None, "BAD_FRAME", "garbage"),
+    m.GoingAway(12.5, "draining", "srv-1"),
+    m.GoingAway(0.0, "", "srv-1"),
 ]
 
 
@@ -220,6 +222,11 @@ def test_every_reply_round_trips(reply):
         ({"type": "batch", "id": 1}, "results"),
         ({"type": "snapshot", "id": 1, "session": "s"}, "snapshot"),
         ({"type": "restored", "id": 1, "session": "s", "observation": {}}, "token"),
+        ({"type": "going_away", "id": None, "deadline_s": 1.0}, "server"),
+        ({"type": "going_away", "id": None, "deadline_s": -1, "server": "a"}, "deadline_s"),
+        ({"type": "going_away", "id": None, "deadline_s": True, "server": "a"}, "deadline_s"),
+        ({"type": "going_away", "id": None, "deadline_s": "1", "server": "a"}, "deadline_s"),
+        ({"type": "going_away", "deadline_s": float("nan"), "server": "a"}, "deadline_s"),
     ],
 )
 def test_malformed_replies_are_named(message, field):
@@ -260,3 +267,12 @@ def test_a_reset_without_a_task_has_no_task_key() -> None:
     assert "task" not in m.Reset(5, "s").to_wire()
     wire = m.Reset(5, "s", task=TaskRef(split="train", index=2)).to_wire()
     assert wire["task"] == {"split": "train", "index": 2}
+
+
+def test_hello_asks_for_notices_only_when_it_reads_them():
+    """An older client's hello has no ``notices`` and so never gets a ``going_away``."""
+    assert "notices" not in m.Hello(1).to_wire()
+    assert m.parse_request(m.Hello(1, notices=True).to_wire()) == m.Hello(1, notices=True)
+    assert m.parse_request({"type": "hello", "id": 1, "protocol": "corral/1"}).notices is False
+    with pytest.raises(BadMessage):
+        m.parse_request({"type": "hello", "id": 1, "protocol": "corral/1", "notices": 1})

@@ -154,6 +154,9 @@ class Hello:
     contract: ContractRef | None = None
     want_schemas: bool = False
     max_frame_bytes: int | None = None
+    notices: bool = False
+    """The client reads the server's notices (``going_away``); a client that does not
+    say so never gets one (an older client would take it for a broken reply)."""
 
     def to_wire(self) -> dict[str, Any]:
         """The message's wire map (``contract`` only when there is one)."""
@@ -168,6 +171,8 @@ class Hello:
             msg["contract"] = self.contract.to_wire()
         if self.max_frame_bytes is not None:
             msg["max_frame_bytes"] = self.max_frame_bytes
+        if self.notices:
+            msg["notices"] = True
         return msg
 
     @classmethod
@@ -188,6 +193,7 @@ class Hello:
             contract=ref,
             want_schemas=bool(f.optional(msg, "schemas", bool)),
             max_frame_bytes=limit,
+            notices=bool(f.optional(msg, "notices", bool)),
         )
 
 
@@ -511,6 +517,54 @@ class Restored:
 
 
 @dataclass(slots=True)
+class GoingAway:
+    """A notice (answering no request, ``id`` null): the server drains and closes this
+    connection within ``deadline_s`` seconds.
+
+    Sent once per connection, only to a client whose ``hello`` asked for ``notices``.
+    Until the deadline the server keeps serving the sessions it holds — steps, and
+    ``snapshot`` so the client can move them — but opens and restores no new ones
+    (``NOT_READY``); what is still open at the deadline is lost.
+
+    Attributes:
+        deadline_s: seconds from when it was sent until the server closes (>= 0).
+        reason: why, for people (``"draining"``, ``"shutting down"``).
+        server: the draining server's id.
+    """
+
+    type: ClassVar[str] = "going_away"
+    deadline_s: float
+    reason: str
+    server: str
+    id: None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        """The message's wire map."""
+        return {
+            "type": self.type,
+            "id": None,
+            "deadline_s": self.deadline_s,
+            "reason": self.reason,
+            "server": self.server,
+        }
+
+    @classmethod
+    def from_wire(cls, msg: dict[str, Any]) -> GoingAway:
+        """Read a ``going_away`` notice (the deadline a number >= 0)."""
+        deadline = f.required(msg, "deadline_s", (int, float))
+        if isinstance(deadline, bool) or not 0 <= deadline < float("inf"):
+            raise BadMessage(
+                "field 'deadline_s' of 'going_away' must be a number >= 0",
+                details={"field": "deadline_s"},
+            )
+        return cls(
+            float(deadline),
+            f.optional(msg, "reason", str) or "",
+            f.required(msg, "server", str),
+        )
+
+
+@dataclass(slots=True)
 class ErrorReply:
     """An error, in reply to any request: ``{code, message, details}``.
 
@@ -595,6 +649,7 @@ Reply = (
     | Restored
     | BatchReply
     | ErrorReply
+    | GoingAway
 )
 """Any message a server sends."""
 
@@ -622,6 +677,7 @@ ReplyType = (
     | type[Restored]
     | type[BatchReply]
     | type[ErrorReply]
+    | type[GoingAway]
 )
 
 _REQUEST_CLASSES: tuple[RequestType, ...] = (
@@ -648,6 +704,7 @@ _REPLY_CLASSES: tuple[ReplyType, ...] = (
     Restored,
     BatchReply,
     ErrorReply,
+    GoingAway,
 )
 
 REQUESTS: Mapping[str, RequestType] = MappingProxyType({c.type: c for c in _REQUEST_CLASSES})
