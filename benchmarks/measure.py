@@ -53,6 +53,15 @@ class Settings:
     startup_repeats: int = 5
     ppo_steps: int = 8 * 256 * 8
     ppo_repeats: int = 3
+    sandbox_episodes: int = 200
+    """In-process coding episodes timed (warm; a quarter of them cold)."""
+    sandbox_warmup: int = 10
+    sandbox_sessions: int = 32
+    sandbox_seconds: float = 20.0
+    sandbox_runs: int = 30
+    """Steps timed per bare-process contender (python -c, docker exec, OpenEnv)."""
+    sandbox_docker_runs: int = 8
+    """``docker run --rm`` steps timed (each starts a container)."""
     openenv: bool = True
 
     @classmethod
@@ -77,6 +86,12 @@ class Settings:
             startup_repeats=1,
             ppo_steps=8 * 32 * 2,
             ppo_repeats=1,
+            sandbox_episodes=6,
+            sandbox_warmup=2,
+            sandbox_sessions=4,
+            sandbox_seconds=1.0,
+            sandbox_runs=3,
+            sandbox_docker_runs=1,
             openenv=openenv,
         )
 

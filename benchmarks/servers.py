@@ -68,15 +68,16 @@ async def corral_server(target: str, *args: str, env: dict[str, str] | None = No
 
 
 class _Child:
-    """A benchmark helper server: ``python -m <module> ... --port-file F``."""
+    """A benchmark helper server: ``python -m <module> ... --port-file F`` (``python``:
+    this interpreter unless given)."""
 
-    def __init__(self, module: str, *args: str) -> None:
+    def __init__(self, module: str, *args: str, python: str | None = None) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="corral-bench-")
         self.port_file = Path(self._tmp.name) / "url"
         self.log = Path(self._tmp.name) / "log"
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", module, *args, "--port-file", str(self.port_file)],
+                [python or sys.executable, "-m", module, *args, "--port-file", str(self.port_file)],
                 cwd=ROOT,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -134,6 +135,12 @@ async def floor_server(kind: str = "websockets") -> Served:
         await child.stop()
         raise
     return Served(f"{kind} floor", url, child.process.pid, child.stop)
+
+
+def launch_module(python: str, module: str, *args: str) -> _Child:
+    """Start ``python -m module`` (a helper server run by another interpreter, e.g. a
+    peer's own virtualenv) without waiting."""
+    return _Child(module, *args, python=python)
 
 
 def launch_openenv(kind: str) -> _Child:

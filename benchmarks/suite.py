@@ -25,13 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
-from benchmarks import batched, ceiling, measure
+from benchmarks import batched, ceiling, measure, sandboxed
 from benchmarks.measure import PPO_BOUND, PPO_LOCAL, PPO_REMOTE, PPO_ROUND_TRIP_BYTES
+from benchmarks.tables import Report
+from benchmarks.tables import fmt as _f
+from benchmarks.tables import ratio as _ratio
 from corral import runtime
 
-SECTIONS = ("ceiling", "lockstep", "batched", "scale", "payload", "startup", "ppo")
+SECTIONS = ("ceiling", "lockstep", "batched", "scale", "payload", "startup", "ppo", "sandbox")
 QUIET_LOAD = 1.0
 """The 1-minute load average a full run waits for (up to ``--wait-quiet`` seconds)."""
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "RESULTS.md"
@@ -77,52 +79,6 @@ def machine() -> dict[str, str]:
         "event loop": runtime.loop_name(),
         "packages": ", ".join(versions),
     }
-
-
-def _f(value: float | None, digits: int = 0) -> str:
-    if value is None:
-        return "—"
-    return f"{value:,.{digits}f}"
-
-
-def _ratio(a: float | None, b: float | None) -> str:
-    if a is None or b is None or b == 0:
-        return "—"
-    return f"{a / b:.2f}x"
-
-
-class Report:
-    """Tables rendered both to the terminal (rich) and to Markdown."""
-
-    def __init__(self) -> None:
-        self.sections: list[tuple[str, list[str], list[list[str]], list[str]]] = []
-
-    def add(self, title: str, header: list[str], rows: list[list[str]], notes: list[str]) -> None:
-        self.sections.append((title, header, rows, notes))
-
-    def print(self, console: Console) -> None:
-        for title, header, rows, notes in self.sections:
-            table = Table(title=title, title_justify="left")
-            for i, column in enumerate(header):
-                table.add_column(column, justify="left" if i == 0 else "right")
-            for row in rows:
-                table.add_row(*row)
-            console.print(table)
-            for note in notes:
-                console.print(f"  {note}")
-            console.print()
-
-    def markdown(self) -> str:
-        out = []
-        for title, header, rows, notes in self.sections:
-            out.append(f"## {title}\n")
-            out.append("| " + " | ".join(header) + " |")
-            out.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
-            out.extend("| " + " | ".join(row) + " |" for row in rows)
-            out.append("")
-            out.extend(f"{note}  " for note in notes)
-            out.append("")
-        return "\n".join(out)
 
 
 def lockstep_section(report: Report, result: dict[str, dict[str, float]]) -> dict[str, Any]:
@@ -544,6 +500,10 @@ def targets(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         r, bound = ppo["remote_over_local"], ppo.get("bound_over_local")
         shown = f"{_f(r, 2)}x" if bound is None else f"{_f(r, 2)}x (bound {_f(bound, 2)}x)"
         add("PPO on 8 remote CartPole sessions ≥ 0.8x local", shown, r >= 0.8)
+    for name, section_targets in (("sandbox", sandboxed.targets),):
+        if summary.get(name):
+            for what, measured, met in section_targets(summary[name]):
+                add(what, measured, met)
     up = summary.get("startup")
     if up:
         r = up["openenv_over_corral"]
@@ -572,6 +532,7 @@ async def run(
         "payload": measure.payload,
         "startup": measure.startup,
         "ppo": measure.ppo,
+        "sandbox": sandboxed.sandboxed,
     }
     chosen = [name for name in SECTIONS if name in only]
     if settings.openenv:
@@ -604,6 +565,7 @@ async def run(
         "payload": payload_section,
         "startup": lambda r, v: startup_section(r, v, settings.startup_repeats),
         "ppo": lambda r, v: ppo_section(r, v, settings.ppo_steps),
+        "sandbox": sandboxed.section,
     }
     for name in chosen:
         summary[name] = formatters[name](report, results[name])
