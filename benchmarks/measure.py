@@ -62,6 +62,20 @@ class Settings:
     """Steps timed per bare-process contender (python -c, docker exec, OpenEnv)."""
     sandbox_docker_runs: int = 8
     """``docker run --rm`` steps timed (each starts a container)."""
+    slow_cases: list[tuple[int, float]] = field(
+        default_factory=lambda: [(10_000, 1.0), (100_000, 10.0)]
+    )
+    """(sessions, delay in s) of the slow-sessions section."""
+    slow_warmup: float = 2.0
+    """Delays before the slow section's timed window opens."""
+    slow_window: float = 3.0
+    """Delays the timed window lasts (at least ``slow_min_window`` seconds)."""
+    slow_min_window: float = 10.0
+    slow_rounds: int = 3
+    slow_openenv_ladder: list[int] = field(
+        default_factory=lambda: [500, 1000, 2000, 4000, 8000, 16_000]
+    )
+    slow_openenv_budget_s: float = 300.0
     openenv: bool = True
 
     @classmethod
@@ -92,6 +106,11 @@ class Settings:
             sandbox_seconds=1.0,
             sandbox_runs=3,
             sandbox_docker_runs=1,
+            slow_cases=[(20, 0.05)],
+            slow_min_window=0.3,
+            slow_rounds=1,
+            slow_openenv_ladder=[10],
+            slow_openenv_budget_s=60.0,
             openenv=openenv,
         )
 

@@ -71,7 +71,13 @@ class _Child:
     """A benchmark helper server: ``python -m <module> ... --port-file F`` (``python``:
     this interpreter unless given)."""
 
-    def __init__(self, module: str, *args: str, python: str | None = None) -> None:
+    def __init__(
+        self,
+        module: str,
+        *args: str,
+        python: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="corral-bench-")
         self.port_file = Path(self._tmp.name) / "url"
         self.log = Path(self._tmp.name) / "log"
@@ -84,6 +90,7 @@ class _Child:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                env=None if env is None else {**os.environ, **env},
             )
 
     async def wait(self, health: bool, timeout: float = 120.0) -> str:
@@ -115,9 +122,12 @@ class _Child:
         self._tmp.cleanup()
 
 
-async def openenv_server(kind: str, max_sessions: int = 1024) -> Served:
-    """An openenv-core server (its ``create_app`` under uvicorn) for ``kind``."""
-    child = _Child("benchmarks.openenv_server", kind, "--max-sessions", str(max_sessions))
+async def openenv_server(
+    kind: str, max_sessions: int = 1024, env: dict[str, str] | None = None
+) -> Served:
+    """An openenv-core server (its ``create_app`` under uvicorn) for ``kind`` (``env``:
+    extra environment variables)."""
+    child = _Child("benchmarks.openenv_server", kind, "--max-sessions", str(max_sessions), env=env)
     try:
         url = await child.wait(health=True)
     except BaseException:
