@@ -251,6 +251,10 @@ class EnvRunner:
         if isinstance(self._executor, EnvThreads):
             self._executor.abandon(job)
 
+    def abandon(self, call: asyncio.Future[Any]) -> None:
+        """An async call overran its timeout: close the env once it lets go of it."""
+        self._stuck = call
+
     def timeout_error(self, method: str, timeout: float) -> StepTimeout:
         """The error for a call of ``method`` that overran ``timeout``."""
         return StepTimeout(
@@ -288,8 +292,7 @@ class EnvRunner:
             future = asyncio.wrap_future(job)
         if timeout is None:
             return await future
-        done, _ = await asyncio.wait({future}, timeout=timeout)
-        if not done:
+        if not await within(future, timeout):
             # For a thread, the stuck call is the thread's future: it is done only when
             # the thread lets go of the env, which is when the env may be closed.
             future.cancel()
@@ -399,6 +402,32 @@ class _Started:
 async def _finish(coro: Coroutine[Any, Any, T], suspended: Any) -> T:
     result: T = await _Started(coro, suspended)
     return result
+
+
+async def within(future: asyncio.Future[Any], timeout: float) -> bool:
+    """Wait until ``future`` is done or ``timeout`` seconds passed; True if it is done.
+
+    ``asyncio.wait({future}, timeout=...)`` without its cost: one waiter, one done
+    callback and one timer handle, no sets, no task, however the future ends (a call that
+    ignores its cancellation still lets its caller go at the deadline). Cancelling the
+    caller leaves ``future`` running, as ``asyncio.wait`` does.
+    """
+    if future.done():
+        return True
+    waiter = asyncio.get_running_loop().create_future()
+
+    def wake(_: Any = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    future.add_done_callback(wake)
+    timer = waiter.get_loop().call_later(timeout, wake)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+        future.remove_done_callback(wake)
+    return future.done()
 
 
 def eager_start(coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
@@ -539,22 +568,27 @@ async def run_calls(
     """
     awaiting: list[Awaitable[None]] = []
     shared: list[EnvCall] = []
+    suspended: dict[asyncio.Future[Any], EnvCall] = {}
     remote: dict[BatchExecutor, list[EnvCall]] = defaultdict(list)
     for call in calls:
         owner = getattr(call.runner, "batch_executor", None)
         if owner is not None:
             remote[owner].append(call)
-        elif (
-            call.runner.is_async(call.method)
-            or not call.runner.shared
-            or call.runner.inline(call.method)
-        ):
-            # Started now: an async env with nothing to wait for is done without a task.
+        elif type(call.runner) is EnvRunner and call.runner.is_async(call.method):
+            # Started now, with no coroutine of ours around it: an async env with nothing
+            # to wait for is done without a task; one that waits gets one task, and the
+            # batch's one deadline (below) instead of a timer and a wait of its own.
+            future = _start_async(call)
+            if future is not None:
+                suspended[future] = call
+        elif not call.runner.shared or call.runner.inline(call.method):
             started = eager_start(_one(call, timeout))
             if not started.done():
                 awaiting.append(started)
         else:
             shared.append(call)
+    if suspended:
+        awaiting.append(_await_async(suspended, timeout))
     if len(shared) == 1:
         awaiting.append(_one(shared[0], timeout))  # one call: the plain runner path
     elif shared:
@@ -564,6 +598,55 @@ async def run_calls(
         await awaiting[0]
     elif awaiting:
         await asyncio.gather(*awaiting)
+
+
+def _start_async(call: EnvCall) -> asyncio.Future[Any] | None:
+    """Start an async env's call up to its first wait; None if it finished at once (its
+    outcome is then on ``call``), else the future of its task (which fills ``call`` in)."""
+    started = time.perf_counter()
+    method = call.method
+    try:
+        fn = getattr(call.runner.env, method)
+        coro = fn(*call.args, **call.kwargs) if call.kwargs else fn(*call.args)
+    except Exception as exc:
+        call.error = exc
+        return None
+    future = eager_start(_guarded_async(method, coro))
+
+    def settle(done: asyncio.Future[Any]) -> None:
+        call.seconds = time.perf_counter() - started
+        if done.cancelled():
+            return  # a timeout: the batch filled the error in
+        error = done.exception()
+        if error is None:
+            call.value = done.result()
+        elif isinstance(error, Exception):
+            call.error = error
+        else:  # never an escape from the loop: _guarded_async wraps the rest
+            call.error = _escaped(method, error)
+
+    if future.done():
+        settle(future)
+        return None
+    future.add_done_callback(settle)
+    return future
+
+
+async def _await_async(
+    suspended: dict[asyncio.Future[Any], EnvCall], timeout: float | None
+) -> None:
+    """Wait for a batch's suspended async calls under one deadline; the calls still
+    running at it fail with ``STEP_TIMEOUT`` (their runners are then closed by the batch,
+    once the call lets go of the env)."""
+    if timeout is None:
+        await asyncio.wait(suspended)
+        return
+    _, late = await asyncio.wait(suspended, timeout=timeout)
+    for future in late:
+        call = suspended[future]
+        future.cancel()
+        call.runner.abandon(future)
+        call.error = call.runner.timeout_error(call.method, timeout)
 
 
 async def _one(call: EnvCall, timeout: float | None) -> None:
