@@ -132,7 +132,7 @@ async def corral_case(n: int, delay: float, s: Any, log: Log) -> dict[str, Any]:
     server = await servers.corral_server(
         "benchmarks.envs:SleepEnv",
         "--max-sessions",
-        str(n + 16),
+        str(2 * n + 16),  # the own loops' sessions may still be closing when the pool opens
         "--idle-timeout",
         "0",
         env={DELAY_VARIABLE: str(delay)},
