@@ -154,7 +154,7 @@ class EnvService:
             migrations=env_type.action_migrations,
         )
         self.batches = BatchHandler(self.manager, self.admission, config.step_timeout_s)
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Future[None]] = set()
         self.readiness_checks: list[Callable[[], str | None]] = [self._hung_calls]
         """Each says why no new session can be served now, or None (``/ready``)."""
         self.manager.registry.unavailable = self.unavailable
@@ -263,7 +263,12 @@ class EnvService:
                 self.batches.submit(peer, event)
             elif isinstance(event, OpenSession):
                 assert isinstance(peer, ServerConnection)
-                self._spawn(self._open(peer, event))
+                # Started at once too: a fast factory builds the environment here and the
+                # session is answered from the frame's callback (no task, no thread hop).
+                opening = eager_start(self._open(peer, event))
+                if not opening.done():
+                    self._tasks.add(opening)
+                    opening.add_done_callback(self._tasks.discard)
             else:
                 self._close(peer, event)
         except Exception as exc:  # a bug: free what was admitted and answer the request
