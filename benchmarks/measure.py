@@ -76,6 +76,8 @@ class Settings:
         default_factory=lambda: [500, 1000, 2000, 4000, 8000, 16_000]
     )
     slow_openenv_budget_s: float = 300.0
+    density_sessions: int = 100_000
+    density_steps: int = 2000
     openenv: bool = True
 
     @classmethod
@@ -111,6 +113,8 @@ class Settings:
             slow_rounds=1,
             slow_openenv_ladder=[10],
             slow_openenv_budget_s=60.0,
+            density_sessions=300,
+            density_steps=50,
             openenv=openenv,
         )
 

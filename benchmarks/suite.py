@@ -26,7 +26,7 @@ from typing import Any
 
 from rich.console import Console
 
-from benchmarks import batched, ceiling, measure, sandboxed, slow
+from benchmarks import batched, ceiling, density, measure, sandboxed, slow
 from benchmarks.measure import PPO_BOUND, PPO_LOCAL, PPO_REMOTE, PPO_ROUND_TRIP_BYTES
 from benchmarks.tables import Report
 from benchmarks.tables import fmt as _f
@@ -43,6 +43,7 @@ SECTIONS = (
     "ppo",
     "sandbox",
     "slow",
+    "density",
 )
 QUIET_LOAD = 1.0
 """The 1-minute load average a full run waits for (up to ``--wait-quiet`` seconds)."""
@@ -510,7 +511,11 @@ def targets(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         r, bound = ppo["remote_over_local"], ppo.get("bound_over_local")
         shown = f"{_f(r, 2)}x" if bound is None else f"{_f(r, 2)}x (bound {_f(bound, 2)}x)"
         add("PPO on 8 remote CartPole sessions ≥ 0.8x local", shown, r >= 0.8)
-    for name, section_targets in (("sandbox", sandboxed.targets), ("slow", slow.targets)):
+    for name, section_targets in (
+        ("sandbox", sandboxed.targets),
+        ("slow", slow.targets),
+        ("density", density.targets),
+    ):
         if summary.get(name):
             for what, measured, met in section_targets(summary[name]):
                 add(what, measured, met)
@@ -544,6 +549,7 @@ async def run(
         "ppo": measure.ppo,
         "sandbox": sandboxed.sandboxed,
         "slow": slow.slow,
+        "density": density.density,
     }
     chosen = [name for name in SECTIONS if name in only]
     if settings.openenv:
@@ -578,6 +584,7 @@ async def run(
         "ppo": lambda r, v: ppo_section(r, v, settings.ppo_steps),
         "sandbox": sandboxed.section,
         "slow": slow.section,
+        "density": density.section,
     }
     for name in chosen:
         summary[name] = formatters[name](report, results[name])
