@@ -717,7 +717,10 @@ def _vec_step_us(env: Any, steps: int) -> float:
 PPO_LOCAL = "local DummyVecEnv"
 PPO_REMOTE = "corral RemoteVecEnv"
 PPO_BOUND = "local + one bare round trip per step (bound)"
-"""The PPO contenders; the bound is :class:`benchmarks.bare_remote.BareRoundTrips`."""
+PPO_SUBPROC = "SB3 SubprocVecEnv (8 processes)"
+PPO_ASYNC = "Gymnasium AsyncVectorEnv (8 processes, as an SB3 VecEnv)"
+"""The PPO contenders; the bound is :class:`benchmarks.bare_remote.BareRoundTrips`, the
+Gymnasium one :class:`benchmarks.gym_vec.GymnasiumVecEnv`."""
 PPO_ROUND_TRIP_BYTES = 720
 """The bound's bytes each way: about what corral's columnar reply to a step of 8
 CartPole sessions weighs on the wire (its request is a little smaller)."""
@@ -725,10 +728,14 @@ CartPole sessions weighs on the wire (its request is a little smaller)."""
 
 def _ppo_compare(steps: int, repeats: int, log: Log) -> dict[str, dict[str, float]]:
     import gymnasium
-    from stable_baselines3.common.vec_env import DummyVecEnv
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
     from benchmarks.bare_remote import BareRoundTrips
+    from benchmarks.gym_vec import GymnasiumVecEnv
     from corral.adapters.sb3 import RemoteVecEnv
+
+    def cartpole() -> Any:
+        return gymnasium.make("CartPole-v1")
 
     def cartpoles() -> DummyVecEnv:
         return DummyVecEnv([lambda: gymnasium.make("CartPole-v1") for _ in range(8)])
@@ -739,6 +746,8 @@ def _ppo_compare(steps: int, repeats: int, log: Log) -> dict[str, dict[str, floa
         envs[PPO_LOCAL] = cartpoles()
         envs[PPO_REMOTE] = RemoteVecEnv.from_env("gym:CartPole-v1", 8)
         envs[PPO_BOUND] = BareRoundTrips(cartpoles(), echo.url, PPO_ROUND_TRIP_BYTES)
+        envs[PPO_SUBPROC] = SubprocVecEnv([cartpole] * 8, start_method="forkserver")
+        envs[PPO_ASYNC] = GymnasiumVecEnv([cartpole] * 8)
         fps: dict[str, list[float]] = {name: [] for name in envs}
         step_us: dict[str, list[float]] = {name: [] for name in envs}
         vec_steps = max(64, steps // 8)
@@ -748,8 +757,9 @@ def _ppo_compare(steps: int, repeats: int, log: Log) -> dict[str, dict[str, floa
                 step_us[name].append(_vec_step_us(env, vec_steps))
             log(
                 f"  repeat {repeat + 1}/{repeats}: env-steps/s local {fps[PPO_LOCAL][-1]:.0f}, "
-                f"remote {fps[PPO_REMOTE][-1]:.0f}, bound {fps[PPO_BOUND][-1]:.0f}; a vec "
-                f"step alone: local {step_us[PPO_LOCAL][-1]:.0f} µs, remote "
+                f"remote {fps[PPO_REMOTE][-1]:.0f}, bound {fps[PPO_BOUND][-1]:.0f}, subproc "
+                f"{fps[PPO_SUBPROC][-1]:.0f}, async {fps[PPO_ASYNC][-1]:.0f}; a vec step "
+                f"alone: local {step_us[PPO_LOCAL][-1]:.0f} µs, remote "
                 f"{step_us[PPO_REMOTE][-1]:.0f} µs, bound {step_us[PPO_BOUND][-1]:.0f} µs"
             )
     finally:

@@ -91,6 +91,8 @@ def test_smoke_run_writes_every_table(tmp_path):
     assert _number(ppo["local DummyVecEnv"][1]) > 0
     assert _number(ppo["corral RemoteVecEnv"][1]) > 0
     assert _number(ppo["local + one bare round trip per step (bound)"][1]) > 0
+    assert _number(ppo["SB3 SubprocVecEnv (8 processes)"][1]) > 0
+    assert _number(ppo["Gymnasium AsyncVectorEnv (8 processes, as an SB3 VecEnv)"][1]) > 0
     assert "For 0.8x a remote vec step may cost at most" in report
     assert "The bound's vec step costs" in report
     sandbox = {row[0]: row for row in _rows(report, SECTIONS[7])}
@@ -115,6 +117,8 @@ def test_smoke_run_writes_every_table(tmp_path):
     assert any(row[0].startswith("stretch: pipelined") for row in targets)
     ppo_target = next(row for row in targets if row[0].startswith("PPO on 8 remote"))
     assert "(bound " in ppo_target[1]
+    assert any(row[0].startswith("PPO: corral RemoteVecEnv ≥ 1.6x SB3") for row in targets)
+    assert any(row[0].startswith("PPO: corral RemoteVecEnv ≥ 0.85x") for row in targets)
     for start in ("sandboxed step", "sandboxed reset", "≥ 150 sandboxed steps/s", "N = 20 slow"):
         assert any(row[0].startswith(start) for row in targets), start
     assert any(row[0].startswith("300 open echo sessions at ≤ 4 KB") for row in targets)
