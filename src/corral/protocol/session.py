@@ -264,9 +264,7 @@ class ReplyCache:
         # Until its first reply a session shares one empty table (a server holds 100,000
         # sessions; most of them hold one reply at a time, many none yet).
         self._replies: dict[int, tuple[RequestKey | None, Remembered]] = _NO_REPLIES
-        self.lookup: Callable[[int], tuple[RequestKey | None, Remembered] | None] = (
-            _NO_REPLIES.get
-        )
+        self.lookup: Callable[[int], tuple[RequestKey | None, Remembered] | None] = _NO_REPLIES.get
         """The request key and reply remembered for a request id, if any: the dict's
         own ``get``, so the check every request and batch item makes costs no frame."""
 
