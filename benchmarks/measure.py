@@ -73,7 +73,7 @@ class Settings:
     slow_min_window: float = 10.0
     slow_rounds: int = 3
     slow_openenv_ladder: list[int] = field(
-        default_factory=lambda: [500, 1000, 2000, 4000, 8000, 16_000]
+        default_factory=lambda: [100, 250, 500, 1000, 2000, 4000, 8000, 16_000]
     )
     slow_openenv_budget_s: float = 300.0
     density_sessions: int = 100_000

@@ -24,9 +24,9 @@ contender allows it). What each isolates differs; the section's notes say how.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
-import json
 import os
 import shutil
 import statistics
@@ -75,10 +75,11 @@ def _cases() -> tuple[list[list[Any]], list[Any]]:
 
 
 def graded_script(code: str) -> str:
-    """The agent's code, then the hidden cases' calls, their values printed as JSON
-    (for contenders without a grader: the values are compared outside)."""
+    """The agent's code, then the hidden cases' calls, their values printed as a Python
+    literal (for contenders without a grader: the values are compared outside; no import,
+    which OpenEnv's executor would refuse)."""
     args, _ = _cases()
-    return f"{code}\nimport json\nprint(json.dumps([fizzbuzz(*a) for a in {args!r}]))\n"
+    return f"{code}\nprint([fizzbuzz(*a) for a in {args!r}])\n"
 
 
 def passed(output: str | bytes) -> bool:
@@ -86,7 +87,7 @@ def passed(output: str | bytes) -> bool:
     _, expected = _cases()
     text = output.decode() if isinstance(output, bytes) else output
     lines = text.strip().splitlines()
-    return bool(lines) and json.loads(lines[-1]) == expected
+    return bool(lines) and ast.literal_eval(lines[-1]) == expected
 
 
 def _summary(latencies_s: list[float]) -> dict[str, float]:
