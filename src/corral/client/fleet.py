@@ -377,6 +377,11 @@ class Fleet:
                 server could not be started or reached, or refused the pool (what was
                 started is left for :meth:`close`).
         """
+        if self.membership is not None and not self.source:
+            self.source = [http_url(u) for u in await self.membership.urls()]
+            self.num_servers = len(self.source)
+            if not self.source:
+                raise ConnectionLost("the fleet's membership lists no server")
         with self._bar() as bar:
             await self._start_servers(bar)
             task = bar.add("opening sessions", self.n)
@@ -697,7 +702,7 @@ class Fleet:
         if sid is None or sid not in self.draining:
             return True
         instance = connection.welcome.get("server", {}).get("instance")
-        return instance != self.draining[sid]
+        return bool(instance != self.draining[sid])
 
     def move_to(self, slot: Slot, link: Link, session: str) -> None:
         """``slot`` is now ``session`` on ``link``."""

@@ -79,9 +79,7 @@ class DnsMembership:
         except OSError:
             return []
         unique = sorted(set(addresses))
-        return [
-            f"{self.scheme}://{f'[{a}]' if ':' in a else a}:{self.port}" for a in unique
-        ]
+        return [f"{self.scheme}://{f'[{a}]' if ':' in a else a}:{self.port}" for a in unique]
 
 
 class _Resolver(Protocol):

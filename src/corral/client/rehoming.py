@@ -36,11 +36,11 @@ from typing import Any
 from corral.client.batch import ResultTable
 from corral.client.fleet import Fleet, Link, Slot
 from corral.errors import (
-    ClientClosed,
     ConnectionLost,
     CorralError,
     SessionElsewhere,
     SessionLost,
+    SnapshotUnsupported,
     UnknownSession,
 )
 from corral.protocol.batch import ResetBatch, StepBatch
@@ -53,14 +53,17 @@ Exchange = Callable[[Link, str, list[tuple[Slot, Any]]], Awaitable[ResultTable]]
 """Sends one batch message of ``(slot, payload)`` items on a link; its results (the
 pool's own request path, so replayed observations are read as the recorded ones were)."""
 
-MOVABLE = (SessionLost, UnknownSession, SessionElsewhere, ConnectionLost, ClientClosed)
+MOVABLE = (SessionLost, UnknownSession, SessionElsewhere)
 """Failures of a request that mean its session is gone from where it was: re-home it and
-send the request again."""
+send the request again. (A connection that gave up, ``ConnectionLost``, is the fleet's
+to recover: its server may well hold the sessions still, re-attached with their tokens;
+one the fleet closes because its server is unreachable fails its requests with
+``SessionLost``.)"""
 
 
 def cause_of(error: CorralError) -> Cause:
     """Why a session whose request failed with ``error`` must move."""
-    if isinstance(error, (ConnectionLost, ClientClosed)):
+    if isinstance(error, SessionLost) and error.details.get("unreachable"):
         return Cause.UNREACHABLE
     return Cause.LOST
 
@@ -151,12 +154,15 @@ class Rehoming:
             means = dataclasses.replace(means, snapshot=False)
         return remedy(cause, means)
 
-    async def rehome(self, slots: list[Slot], *, fresh: bool = False) -> dict[int, str]:
+    async def rehome(
+        self, slots: list[Slot], *, fresh: bool = False
+    ) -> tuple[dict[int, str], dict[int, CorralError]]:
         """Move every slot of ``slots`` (their :attr:`~Slot.move`, else lost).
 
         Returns ``{index: reason}`` for the sessions whose episode ended truncated (each
-        now a fresh session, needing a reset). ``fresh``: the caller is about to reset
-        them, so nothing is restored (re-opened).
+        now a fresh session, needing a reset), and ``{index: error}`` for those no
+        server could take now (still marked to move: the next request tries again).
+        ``fresh``: the caller is about to reset them, so nothing is restored (re-opened).
         """
         plan: dict[Remedy, list[Slot]] = {r: [] for r in Remedy}
         for slot in slots:
@@ -172,11 +178,14 @@ class Rehoming:
         for slot, why in (await self._by_replay(plan[Remedy.REPLAY])).items():
             truncated[slot.index] = f"the episode could not be replayed: {why}"
             plan[Remedy.TRUNCATE].append(slot)
-        await asyncio.gather(
+        opened = await asyncio.gather(
             *(self._reopen(slot, False) for slot in plan[Remedy.REOPEN]),
             *(self._reopen(slot, True) for slot in plan[Remedy.TRUNCATE]),
         )
-        return truncated
+        stuck = {index: error for index, error in opened if error is not None}
+        for index in stuck:
+            truncated.pop(index, None)
+        return truncated, stuck
 
     def _why_truncated(self, slot: Slot) -> str:
         cause = slot.move or Cause.LOST
@@ -186,7 +195,9 @@ class Rehoming:
             Cause.GOING_AWAY: "its server went away",
             Cause.LEAVING: "its server left the fleet",
         }[cause]
-        return f"{what}, and the episode can be neither snapshotted nor replayed ({slot.log.why_not})"
+        return (
+            f"{what}, and the episode can be neither snapshotted nor replayed ({slot.log.why_not})"
+        )
 
     async def _target(self, slot: Slot) -> Link:
         source = slot.link.server_id if slot.link is not None else None
@@ -213,10 +224,18 @@ class Rehoming:
         self.fleet._closing.add(task)
         task.add_done_callback(self.fleet._closing.discard)
 
-    async def _reopen(self, slot: Slot, truncated: bool) -> None:
+    async def _reopen(self, slot: Slot, truncated: bool) -> tuple[int, CorralError | None]:
         started = time.perf_counter()
-        link = await self._target(slot)
-        session = await self.fleet.open_on(link)
+        try:
+            link = await self._target(slot)
+            session = await self.fleet.open_on(link)
+        except CorralError as exc:
+            log.warning("session %d could not be re-opened anywhere: %s", slot.index, exc)
+            return slot.index, SessionLost(
+                f"session {slot.index} must move ({slot.move}) and no server can take it "
+                f"now: {exc.message}",
+                details={"session": slot.index, "reason": exc.message},
+            )
         self._close_old(slot)
         self.fleet.move_to(slot, link, session)
         slot.log.clear("the session was re-opened")
@@ -227,6 +246,7 @@ class Rehoming:
         else:
             self.stats.reopened += 1
             self.stats.took("reopen", time.perf_counter() - started)
+        return slot.index, None
 
     async def _by_snapshot(self, slot: Slot) -> tuple[Slot, bool]:
         """Snapshot at the source, restore on a target; False when that failed."""
@@ -314,10 +334,72 @@ class Rehoming:
             self._check(table, logs, failed, step)
         return failed
 
+    async def fork(self, source: Slot, n: int, first_index: int) -> list[Slot]:
+        """``n`` new sessions in ``source``'s current state (indices from
+        ``first_index``), by one snapshot restored ``n`` times, else by verified replay.
+
+        Raises:
+            SnapshotUnsupported: neither is possible (the message says why).
+            CorralError: a restore or replay failed (the sessions made are closed).
+        """
+        made: list[Slot] = []
+        step = source.log.steps
+        try:
+            if self.snapshots():
+                link = source.link
+                assert link is not None
+                connection = link.connection
+                reply = await connection.request(
+                    TakeSnapshot(connection.next_id(), source.session), timeout=self.timeout
+                )
+                assert isinstance(reply, SnapshotReply)
+                for k in range(n):
+                    target = await self.fleet.place(set())
+                    restored = await target.connection.request(
+                        Restore(target.connection.next_id(), reply.snapshot), timeout=self.timeout
+                    )
+                    assert isinstance(restored, Restored)
+                    made.append(self._child(source, first_index + k, target, restored.session))
+            elif source.log.replayable and source.log.started:
+                pairs = []
+                for k in range(n):
+                    target = await self.fleet.place(set())
+                    session = await self.fleet.open_on(target)
+                    child = self._child(source, first_index + k, target, session)
+                    made.append(child)
+                    pairs.append((child, target))
+                for link in {id(t): t for _, t in pairs}.values():
+                    group = [(c, c) for c, t in pairs if t is link]
+                    failed = await self._replay_on(link, group)
+                    if failed:
+                        raise SnapshotUnsupported(
+                            f"cannot fork session {source.index}: its replay failed "
+                            f"({next(iter(failed.values()))})",
+                            details={"session": source.index},
+                        )
+            else:
+                why = source.log.why_not if source.log.started else "no episode has started"
+                raise SnapshotUnsupported(
+                    f"cannot fork session {source.index}: the environment declares no "
+                    f"snapshot and its episode cannot be replayed ({why})",
+                    details={"session": source.index, "replay": why},
+                )
+        except BaseException:
+            for child in made:
+                self._close_old(child)
+            raise
+        for child in made:
+            child.parent = (source.index, step)
+        return made
+
+    def _child(self, source: Slot, index: int, link: Link, session: str) -> Slot:
+        child = Slot(index, link.server, link, session)
+        link.slots.append(child)
+        child.log, child.ended = source.log.copy(), source.ended
+        return child
+
     async def _send(self, link: Link, kind: str, items: list[tuple[Slot, Any]]) -> ResultTable:
-        chunks = [
-            items[i : i + link.batch_limit] for i in range(0, len(items), link.batch_limit)
-        ]
+        chunks = [items[i : i + link.batch_limit] for i in range(0, len(items), link.batch_limit)]
         parts = await asyncio.gather(*(self.exchange(link, kind, chunk) for chunk in chunks))
         return ResultTable.concat(parts, [slot.index for slot, _ in items])
 

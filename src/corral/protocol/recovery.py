@@ -133,6 +133,15 @@ class EpisodeLog:
         self.actions.append(action)
         self.digests.append(digest(observation))
 
+    def copy(self) -> EpisodeLog:
+        """An independent log of the same episode (a fork's: it goes on its own way)."""
+        twin = EpisodeLog(self.max_steps, self.max_bytes)
+        for name in self.__slots__:
+            value = getattr(self, name)
+            setattr(twin, name, list(value) if isinstance(value, list) else value)
+        twin.options = dict(self.options)
+        return twin
+
     def _give_up(self, why: str) -> None:
         self.why_not = why
         self.actions = []
