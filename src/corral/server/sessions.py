@@ -14,11 +14,11 @@ import asyncio
 import contextlib
 import logging
 import secrets
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from corral.errors import CapacityReached
+from corral.protocol.identity import SessionIds
 from corral.protocol.registry import SessionRegistry
 from corral.protocol.session import Position, ReplyCache, ReplySink, SessionMachine, SessionState
 from corral.server import logs
@@ -55,6 +55,7 @@ class SessionManager:
         auto_reset: bool,
         thread_affinity: bool,
         on_close: Callable[[Session, str], None] | None = None,
+        ids: SessionIds | None = None,
     ) -> None:
         self.factory = factory
         self.config = config
@@ -66,6 +67,7 @@ class SessionManager:
             resume_window_s=config.resume_window_s,
             idle_timeout_s=config.idle_timeout_s,
             on_attach=logs.session_resumed,
+            ids=ids,
         )
         self.stats = Stats()
         self._executor = EnvThreads(config.executor_threads)
@@ -147,7 +149,7 @@ class SessionManager:
             else SessionMachine.restored(position, auto_reset=self.auto_reset)
         )
         session = Session(
-            id=uuid.uuid4().hex,
+            id=self.registry.mint(),
             token=secrets.token_urlsafe(24),
             runner=runner,
             machine=machine,
