@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fastapi import APIRouter
@@ -23,7 +24,9 @@ def info_router(service: EnvService, personality: Personality) -> APIRouter:
 
     @router.get("/ready")
     async def ready() -> JSONResponse:
-        """Readiness: 200 while a new session can be accepted now, else 503."""
+        """Readiness: 200 while a new session can be accepted now, else 503; while the
+        server drains, ``draining`` says how many sessions it still holds and how long
+        is left."""
         manager = service.manager
         ready, reason = service.readiness()
         body: dict[str, Any] = {
@@ -34,6 +37,13 @@ def info_router(service: EnvService, personality: Personality) -> APIRouter:
             "instance": service.instance,
             "server_id": service.server_id,
         }
+        drain = service.draining
+        if drain.draining:
+            body["draining"] = {
+                "phase": str(drain.phase),
+                "deadline_s": round(drain.remaining(time.monotonic()), 3),
+                "sessions": manager.active,
+            }
         headers = {} if body["ready"] else {"Retry-After": "1"}
         return JSONResponse(body, status_code=200 if body["ready"] else 503, headers=headers)
 

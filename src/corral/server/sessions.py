@@ -23,6 +23,7 @@ from typing import Any
 
 from corral.contract import Environment
 from corral.errors import CapacityReached
+from corral.protocol.identity import SessionIds
 from corral.protocol.registry import SessionRegistry
 from corral.protocol.session import Position, ReplyCache, ReplySink, SessionMachine, SessionState
 from corral.server import logs
@@ -94,6 +95,7 @@ class SessionManager:
         auto_reset: bool,
         thread_affinity: bool,
         on_close: Callable[[Session, str], None] | None = None,
+        ids: SessionIds | None = None,
     ) -> None:
         self.factory = factory
         self.config = config
@@ -105,6 +107,7 @@ class SessionManager:
             resume_window_s=config.resume_window_s,
             idle_timeout_s=config.idle_timeout_s,
             on_attach=logs.session_resumed,
+            ids=ids,
         )
         self.stats = Stats()
         self._executor = EnvThreads(config.executor_threads)
@@ -192,7 +195,7 @@ class SessionManager:
             else SessionMachine.restored(position, auto_reset=self.auto_reset)
         )
         session = Session(
-            id=self._random.take(16).hex(),
+            id=self.registry.mint(),
             token=base64.urlsafe_b64encode(self._random.take(24)).decode(),
             runner=runner,
             machine=machine,
