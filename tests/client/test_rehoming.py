@@ -7,6 +7,7 @@ a snapshot (and walks a seeded random walk, so a restore must carry its generato
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -90,18 +91,18 @@ async def test_an_unseeded_episode_ends_truncated_with_the_reason_and_the_next_s
             assert batch.obs["total"].tolist() == [5, 1]
 
 
-async def test_going_away_moves_sessions_by_snapshot_before_their_next_step():
+async def test_a_drain_moves_sessions_by_snapshot_before_their_next_step():
     async with InProcessNetwork() as network:
         a = network.serve(TallyEnv, server_id="a")
         b = network.serve(TallyEnv, server_id="b")
         async with pool_of(network, 4, [a.url, b.url], TallyEnv) as pool:
             await pool.reset(seed=[5] * 4)
             before = await pool.step([TallyAction(add=1)] * 4)
-            assert going_away(a) == 1
-            for _ in range(100):  # the notice arrives in a later turn of the loop
+            drain = asyncio.ensure_future(a.service.drain(30.0))
+            for _ in range(200):  # the notice arrives in a later turn of the loop
                 if pool.fleet.slots[0].move is not None:
                     break
-                await asyncio_sleep()
+                await asyncio.sleep(0.01)
             batch = await pool.step([TallyAction(add=1)] * 4)
             assert where(pool) == ["b"] * 4
             assert batch.obs["count"].tolist() == [2, 2, 2, 2]
@@ -110,8 +111,27 @@ async def test_going_away_moves_sessions_by_snapshot_before_their_next_step():
             assert before.obs["walk"].tolist()[0] != batch.obs["walk"].tolist()[0]
             stats = pool.stats()
             assert stats["restored_by_snapshot"] == 2 and stats["restored_by_replay"] == 0
-            assert a.service.manager.active == 0  # the old sessions were closed
             assert stats["servers"] == {"b": 4}
+            await asyncio.wait_for(drain, 20.0)  # it ends early: no session left there
+            assert a.service.manager.active == 0
+
+
+async def test_a_notice_alone_moves_replay_only_sessions_by_replay():
+    async with InProcessNetwork() as network:
+        a = network.serve(CounterEnv, server_id="a")
+        b = network.serve(CounterEnv, server_id="b")
+        async with pool_of(network, 4, [a.url, b.url], CounterEnv) as pool:
+            await pool.reset(seed=2, options={"limit": 100})
+            await pool.step([CountAction(amount=3)] * 4)
+            assert going_away(a) == 1
+            for _ in range(200):
+                if pool.fleet.slots[0].move is not None:
+                    break
+                await asyncio.sleep(0.01)
+            batch = await pool.step([CountAction(amount=1)] * 4)
+            assert batch.obs["total"].tolist() == [4] * 4
+            assert pool.stats()["restored_by_replay"] == 2
+            assert where(pool) == ["b"] * 4
 
 
 async def test_an_unreachable_server_is_left_at_once_no_dead_after_wait():
@@ -252,9 +272,3 @@ async def test_fork_by_snapshot_and_by_replay_and_lineage():
             await pool.reset(ids=[0], options={"limit": 100})  # unseeded
             with pytest.raises(SnapshotUnsupported, match="without a seed"):
                 await pool.fork(0, 2)
-
-
-async def asyncio_sleep() -> None:
-    import asyncio
-
-    await asyncio.sleep(0.01)

@@ -145,11 +145,19 @@ class ServerProcess:
 
 
 class ServerProcesses:
-    """``count`` servers of ``target`` with ids ``s0``, ``s1``, ... on fixed ports."""
+    """``count`` servers of ``target`` with ids ``s0``, ``s1``, ... (``prefix`` + index)
+    on fixed ports."""
 
-    def __init__(self, target: str, count: int, workdir: Path, args: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        target: str,
+        count: int,
+        workdir: Path,
+        args: Sequence[str] = (),
+        prefix: str = "s",
+    ) -> None:
         self.servers = [
-            ServerProcess(target, f"s{i}", free_port(), workdir, args) for i in range(count)
+            ServerProcess(target, f"{prefix}{i}", free_port(), workdir, args) for i in range(count)
         ]
 
     def __enter__(self) -> ServerProcesses:

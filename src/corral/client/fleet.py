@@ -354,9 +354,14 @@ class Fleet:
         self.deaths: list[tuple[str, str, float]] = []
         """Servers declared dead: ``(url, reason, seconds from suspicion to the verdict)``."""
         self.membership = membership
+        self.rehome = False
+        """The pool re-homes sessions (see :mod:`corral.client.rehoming`): sessions that
+        cannot stay are marked to move rather than reset or lost."""
         self.draining: dict[str, object] = {}
         """Server id → the instance that said ``going_away`` (a new instance of the same
         id, after a restart, takes sessions again)."""
+        self.known: set[str] = set()
+        """Every server id a connection of the fleet landed on so far."""
         self.misplaced = 0
         """Connections dialed again because the door put them where others already were."""
         self._placing = asyncio.Lock()
@@ -507,8 +512,9 @@ class Fleet:
         """A new connection to ``server``, handshake done (schemas adopted if needed).
 
         ``pin`` names the server id to reach behind a front door; a connection the door
-        puts on a server of ``avoid`` is closed and dialed again (at most ``tries``
-        times; the last one is kept: the door may have nowhere else to go).
+        puts on a server of ``avoid`` (or on a draining one) is closed and dialed again
+        (at most ``tries`` times; the last one is kept: the door may have nowhere else
+        to go).
         """
         for attempt in range(tries):
             connection = Connection(
@@ -526,7 +532,10 @@ class Fleet:
             except BaseException:
                 await connection.close()
                 raise
-            if connection.server_id not in avoid or attempt == tries - 1:
+            if connection.server_id is not None:
+                self.known.add(connection.server_id)
+            fits = connection.server_id not in avoid and self._fresh(connection)
+            if fits or attempt == tries - 1:
                 return connection
             self.misplaced += 1
             await connection.close()
@@ -680,16 +689,24 @@ class Fleet:
             or [s for s in self.servers if s.ready.is_set() and not s.leaving and s.dead is None],
             key=lambda s: len(self.slots_of(s)),
         )
-        draining = set(self.draining)
+        # Through a door, the servers known by id are asked for by name first (a door
+        # may keep sending the unnamed to a draining one); then the door's own pick.
+        pins: list[str | None] = [sid for sid in sorted(self.known) if sid not in avoid]
         for server in candidates:
-            try:
-                connection = await self.connect(server, avoid=avoid | draining, tries=4)
-            except CorralError as exc:
-                log.warning("cannot place a session on %s: %s", server.url, exc)
-                continue
-            sid = connection.server_id
-            if sid is not None and (sid in avoid or not self._fresh(connection)):
-                await connection.close()
+            for pin in [*pins, None]:
+                try:
+                    connection = await self.connect(
+                        server, pin=pin, avoid=avoid, tries=1 if pin else 4
+                    )
+                except CorralError as exc:
+                    log.info("cannot place a session on %s (%s): %s", server.url, pin, exc)
+                    continue
+                sid = connection.server_id
+                if sid is not None and (sid in avoid or not self._fresh(connection)):
+                    await connection.close()
+                    continue
+                break
+            else:
                 continue
             limits = connection.welcome.get("limits", {})
             batch_limit = int(limits.get("max_batch", self._per_connection))
@@ -869,15 +886,33 @@ class Fleet:
 
         Each connection re-attaches its own sessions (episodes intact, request ids going
         on, so the server's reply cache stays right); a session the server no longer has
-        is opened afresh and marked ``needs_reset``.
+        is opened afresh and marked ``needs_reset`` — or, when the pool re-homes
+        (:attr:`rehome`), marked to move (restored from its log). Behind a front door
+        the URL answers while one server behind it does not: with re-homing, a
+        connection that cannot come back is retired and its sessions marked to move,
+        instead of the whole URL being declared dead.
         """
-        for link in server.links:
+        for link in list(server.links):
             connection = link.connection
             if not _failed(connection):
                 continue
-            await self._handshake(connection)
+            if self.rehome and not link.slots:
+                self.retire(link)
+                continue
+            try:
+                await self._handshake(connection)
+            except CorralError:
+                if not self.rehome:
+                    raise
+                for slot in link.slots:
+                    slot.move = Cause.UNREACHABLE
+                self.retire(link)
+                continue
             for slot in link.slots:
                 if connection.sessions.reason(slot.session) is not None:
+                    if self.rehome:
+                        slot.move = slot.move or Cause.LOST
+                        continue
                     connection.sessions.forget(slot.session)
                     slot.session = await self._open_session(connection)
                     slot.needs_reset = True

@@ -328,6 +328,7 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             membership=membership,
         )
         self.rehoming = Rehoming(self.fleet, self._request, timeout) if recover else None
+        self.fleet.rehome = recover
         """Re-homes sessions that must leave their server (None: ``recover=False``)."""
         self._rng = random.Random(seed)
         self._ready: deque[ResultTable] = deque()

@@ -169,7 +169,7 @@ class Rehoming:
             plan[self._decide(slot, fresh)].append(slot)
         moves = await asyncio.gather(*(self._by_snapshot(slot) for slot in plan[Remedy.SNAPSHOT]))
         for slot, done in moves:
-            if not done:  # the next remedy, snapshots aside
+            if done is False:  # the next remedy, snapshots aside
                 plan[self._decide(slot, fresh, snapshot=False)].append(slot)
         for slot in plan[Remedy.STAY]:
             slot.move, slot.stays = None, True
@@ -248,18 +248,32 @@ class Rehoming:
             self.stats.took("reopen", time.perf_counter() - started)
         return slot.index, None
 
-    async def _by_snapshot(self, slot: Slot) -> tuple[Slot, bool]:
-        """Snapshot at the source, restore on a target; False when that failed."""
+    def _answers(self, slot: Slot) -> bool:
+        """The session's server still answers: it can wait there for a place."""
+        link = slot.link
+        return (
+            slot.move in (Cause.GOING_AWAY, Cause.LEAVING)
+            and link is not None
+            and link.connection.connected
+        )
+
+    async def _by_snapshot(self, slot: Slot) -> tuple[Slot, bool | None]:
+        """Snapshot at the source, restore on a target; False when that failed, None
+        when no server can take it yet (it stays, marked, and moves at a later
+        request: its server still answers)."""
         started = time.perf_counter()
         source = slot.link
         assert source is not None
         connection = source.connection
         try:
+            target = await self._target(slot)
+        except ConnectionLost:
+            return slot, None
+        try:
             reply = await connection.request(
                 TakeSnapshot(connection.next_id(), slot.session), timeout=self.timeout
             )
             assert isinstance(reply, SnapshotReply)
-            target = await self._target(slot)
             restored = await target.connection.request(
                 Restore(target.connection.next_id(), reply.snapshot), timeout=self.timeout
             )
@@ -285,8 +299,9 @@ class Rehoming:
                 link = await self._target(slot)
                 session = await self.fleet.open_on(link)
             except CorralError as exc:
-                failed[slot] = f"no server could take its replay ({exc.message})"
-                continue
+                if not self._answers(slot):
+                    failed[slot] = f"no server could take its replay ({exc.message})"
+                continue  # it waits where it is, marked, for a later request
             stand_in = Slot(slot.index, link.server, link, session)
             groups.setdefault(id(link), (link, []))[1].append((slot, stand_in))
         results = await asyncio.gather(
