@@ -21,6 +21,7 @@ import asyncio
 import random
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -72,29 +73,43 @@ async def drive(pool: EnvPool, action: Any, ledger: Ledger, stop: threading.Even
         ledger.check(await pool.step(actions))
 
 
+def rolling(fleet: ServerProcesses, doors: list[FrontDoor], rng: random.Random) -> list[str]:
+    """Restart every server of ``fleet`` in turn (SIGTERM: drain, the sessions move,
+    exit; then the same port again), cutting a door now and then; what was done."""
+    done = []
+    for index in range(len(fleet)):
+        fleet.restart(index)
+        done.append(f"restart {fleet[index].id}")
+        if rng.random() < 0.5:
+            door = doors[rng.randrange(len(doors))]
+            door.cut()
+            done.append(f"cut {door.kind}")
+        time.sleep(rng.uniform(0.2, 0.6))
+    return done
+
+
 def chaos(tally: ServerProcesses, counter: ServerProcesses, doors: list[FrontDoor]) -> list[str]:
-    """The fleet's day, in order; what was done."""
-    rng = random.Random(29)
+    """The fleet's day: cuts, both fleets' rolling restarts side by side, one SIGKILL
+    mid-step; what was done."""
     done: list[str] = []
     time.sleep(1.0)  # the pools are stepping
     for door in doors:
         door.cut()
         done.append(f"cut {door.kind}")
-    time.sleep(rng.uniform(0.3, 0.8))
-    for fleet in (tally, counter):
-        for index in range(len(fleet)):
-            fleet.restart(index)  # SIGTERM: drain (sessions move), exit, start again
-            done.append(f"restart {fleet[index].id} of {fleet[index].target}")
-            if rng.random() < 0.5:
-                doors[rng.randrange(len(doors))].cut()
-                done.append("cut")
-            time.sleep(rng.uniform(0.2, 0.6))
-    victim = counter[rng.randrange(len(counter))]
-    victim.kill()  # mid-step: the pools never stop stepping
+    time.sleep(0.5)
+    with ThreadPoolExecutor(2) as threads:
+        runs = [
+            threads.submit(rolling, fleet, doors, random.Random(seed))
+            for seed, fleet in enumerate((tally, counter))
+        ]
+        for run in runs:
+            done += run.result()
+    victim = counter[random.Random(29).randrange(len(counter))]
+    victim.kill()  # the pools never stop stepping: mid-step
     done.append(f"SIGKILL {victim.id}")
     time.sleep(1.0)
     victim.start()
-    time.sleep(1.0)
+    time.sleep(0.5)
     return done
 
 
@@ -107,34 +122,33 @@ async def test_no_fleet_event_loses_or_repeats_a_step(
     monkeypatch.setenv("CORRAL_DRAIN_SECONDS", "20")
     monkeypatch.setenv("CORRAL_FLEET_KEY", "chaos-test-fleet-key-0123456789abcdef")
     args = ["--max-sessions", "4096", "--log-level", "warning"]
+    tally = ServerProcesses("tests.support.snapshot_envs:TallyEnv", 2, tmp_path, args)
+    counter = ServerProcesses("tests.support.envs:CounterEnv", 2, tmp_path, args, "c")
     with (
-        ServerProcesses("tests.support.snapshot_envs:TallyEnv", 2, tmp_path, args) as tally,
-        ServerProcesses("tests.support.envs:CounterEnv", 2, tmp_path, args, "c") as counter,
+        ServerProcesses.together(tally, counter),
+        FrontDoor("nginx", tally.backends(), tmp_path) as nginx,
+        FrontDoor("haproxy", counter.backends(), tmp_path) as haproxy,
     ):
-        with (
-            FrontDoor("nginx", tally.backends(), tmp_path) as nginx,
-            FrontDoor("haproxy", counter.backends(), tmp_path) as haproxy,
-        ):
-            pools = [
-                EnvPool(n, [nginx.url] * 2, env=TallyEnv, progress=False, seed=1),
-                EnvPool(n, [haproxy.url] * 2, env=CounterEnv, progress=False, seed=2),
+        pools = [
+            EnvPool(n, [nginx.url] * 2, env=TallyEnv, progress=False, seed=1),
+            EnvPool(n, [haproxy.url] * 2, env=CounterEnv, progress=False, seed=2),
+        ]
+        ledgers = [Ledger(n, "count"), Ledger(n, "total")]
+        stop = threading.Event()
+        async with pools[0], pools[1]:
+            spreads = [pool.stats()["servers"] for pool in pools]
+            runs = [
+                asyncio.ensure_future(drive(pools[0], TallyAction(add=1), ledgers[0], stop)),
+                asyncio.ensure_future(drive(pools[1], CountAction(amount=1), ledgers[1], stop)),
             ]
-            ledgers = [Ledger(n, "count"), Ledger(n, "total")]
-            stop = threading.Event()
-            async with pools[0], pools[1]:
-                spreads = [pool.stats()["servers"] for pool in pools]
-                runs = [
-                    asyncio.ensure_future(drive(pools[0], TallyAction(add=1), ledgers[0], stop)),
-                    asyncio.ensure_future(drive(pools[1], CountAction(amount=1), ledgers[1], stop)),
-                ]
-                started = time.monotonic()
-                try:
-                    done = await asyncio.to_thread(chaos, tally, counter, [nginx, haproxy])
-                finally:
-                    stop.set()
-                    await asyncio.gather(*runs)
-                took = time.monotonic() - started
-                stats = [pool.stats() for pool in pools]
+            started = time.monotonic()
+            try:
+                done = await asyncio.to_thread(chaos, tally, counter, [nginx, haproxy])
+            finally:
+                stop.set()
+                await asyncio.gather(*runs)
+            took = time.monotonic() - started
+            stats = [pool.stats() for pool in pools]
     for name, ledger, stat, spread in zip(
         ("snapshottable", "replay_only"), ledgers, stats, spreads, strict=True
     ):
