@@ -145,7 +145,7 @@ from corral.client.fleet import (
 )
 from corral.client.membership import Membership
 from corral.client.recording import Recording, RecordTarget, as_task
-from corral.client.rehoming import MOVABLE, Rehoming, cause_of
+from corral.client.rehoming import MOVABLE, Rehoming, cause_of, row_digest
 from corral.client.typed import ActT, ObsT, StateT, TypedFace, TypedModels
 from corral.contract import Environment
 from corral.contract.tasks import TaskRef, with_task
@@ -790,19 +790,19 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
     def _log(self, kind: str, items: list[tuple[Slot, Any]], table: ResultTable) -> None:
         """Feed each session's episode log the results of ``items``."""
         position = {index: k for k, index in enumerate(table.ids)}
-        resets = kind == ResetBatch.type
+        if kind == ResetBatch.type:
+            for slot, (seed, options) in items:
+                k = position.get(slot.index)
+                if k is not None:
+                    slot.log.reset(seed, options, None, table.row(k))
+                    slot.ended = False
+            return
+        done = table.fields.get("done")
         for slot, payload in items:
             k = position.get(slot.index)
-            if k is None:
-                continue
-            row = table.row(k)
-            if resets:
-                seed, options = payload
-                slot.log.reset(seed, options, None, row)
-                slot.ended = False
-            else:
-                slot.log.step(payload, row)
-                slot.ended = row.get("done") is True
+            if k is not None:  # the hot path: no row is built
+                slot.log.step_digested(payload, row_digest(table, k))
+                slot.ended = done is not None and done[k] is True
 
     async def _truncated(self, truncated: dict[int, str]) -> ResultTable:
         """The rows of steps whose episode ended truncated: each session, fresh now, is

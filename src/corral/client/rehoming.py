@@ -45,7 +45,7 @@ from corral.errors import (
 )
 from corral.protocol.batch import ResetBatch, StepBatch
 from corral.protocol.messages import Close, Restore, Restored, SnapshotReply, TakeSnapshot
-from corral.protocol.recovery import Cause, EpisodeLog, Means, Remedy, remedy
+from corral.protocol.recovery import Cause, EpisodeLog, Means, Remedy, digest_values, remedy
 
 log = logging.getLogger("corral.client")
 
@@ -59,6 +59,14 @@ send the request again. (A connection that gave up, ``ConnectionLost``, is the f
 to recover: its server may well hold the sessions still, re-attached with their tokens;
 one the fleet closes because its server is unreachable fails its requests with
 ``SessionLost``.)"""
+
+
+def row_digest(table: ResultTable, position: int) -> int:
+    """The digest of the observation at ``position`` of ``table``, from its columns (a
+    sparse table's from its row): how the pool records a step and a replay checks it."""
+    if table.sparse:
+        return digest_values([table.row(position)])
+    return digest_values([values[position] for values in table.fields.values()])
 
 
 def cause_of(error: CorralError) -> Cause:
@@ -425,11 +433,13 @@ class Rehoming:
         for index, error in table.errors.items():
             failed.setdefault(index, f"the replay failed: {error.message}")
         for k, index in enumerate(table.ids):
-            row = table.row(k)
             episode = logs[index]
-            why = episode.check_reset(row) if step is None else episode.check_step(step, row)
+            if step is None:
+                why = episode.check_reset(table.row(k))
+            else:
+                why = episode.check_step_digest(step, row_digest(table, k))
             if why is not None:
                 failed.setdefault(index, why)
 
 
-__all__ = ["MOVABLE", "RehomeStats", "Rehoming", "cause_of"]
+__all__ = ["MOVABLE", "RehomeStats", "Rehoming", "cause_of", "row_digest"]
