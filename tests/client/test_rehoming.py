@@ -14,9 +14,9 @@ import pytest
 from tests.support.envs import CountAction, CounterEnv
 from tests.support.snapshot_envs import TallyAction, TallyEnv
 
-from corral.client import EnvPool
+from corral.client import AsyncEnvClient, EnvPool
 from corral.client.membership import DnsMembership, StaticMembership
-from corral.errors import SnapshotUnsupported
+from corral.errors import SessionLost, SnapshotUnsupported
 from corral.protocol.codecs import codec_for_subprotocols
 from corral.protocol.messages import GoingAway
 from corral.testing import InProcessNetwork, InProcessServer
@@ -272,3 +272,43 @@ async def test_fork_by_snapshot_and_by_replay_and_lineage():
             await pool.reset(ids=[0], options={"limit": 100})  # unseeded
             with pytest.raises(SnapshotUnsupported, match="without a seed"):
                 await pool.fork(0, 2)
+
+
+async def test_a_client_moves_its_session_when_its_server_drains():
+    async with InProcessNetwork() as network:
+        a = network.serve(TallyEnv, server_id="a")
+        b = network.serve(TallyEnv, server_id="b")
+        door = network.door(a, b)
+        async with AsyncEnvClient(door, env=TallyEnv, dialer=network, ping_interval=None) as env:
+            await env.reset(seed=4)
+            await env.step(TallyAction(add=2))
+            here = env.connection.server_id
+            source, other = (a, b) if here == "a" else (b, a)
+            drain = asyncio.ensure_future(source.service.drain(30.0))
+            for _ in range(200):
+                if env._leaving:
+                    break
+                await asyncio.sleep(0.01)
+            result = await env.step(TallyAction(add=1))
+            assert result.observation.count == 3
+            assert env.connection.server_id == other.service.server_id
+            assert env.moves == {"snapshot": 1, "replay": 0}
+            await asyncio.wait_for(drain, 20.0)
+
+
+async def test_a_client_replays_a_lost_session_and_sends_the_step_again():
+    async with InProcessNetwork() as network:
+        a = network.serve(CounterEnv, server_id="a")
+        async with AsyncEnvClient(a.url, env=CounterEnv, dialer=network, ping_interval=None) as env:
+            await env.reset(seed=4, limit=100)
+            await env.step(CountAction(amount=2))
+            await env.step(CountAction(amount=3))
+            await a.restart()
+            result = await env.step(CountAction(amount=1))
+            assert result.observation.total == 6
+            assert env.moves == {"snapshot": 0, "replay": 1}
+            await env.reset(limit=100)  # unseeded: a loss now cannot be replayed
+            await env.step(CountAction(amount=1))
+            await a.restart()
+            with pytest.raises(SessionLost, match="restarted"):  # as before: not replayable
+                await env.step(CountAction(amount=1))
