@@ -312,3 +312,22 @@ async def test_a_client_replays_a_lost_session_and_sends_the_step_again():
             await a.restart()
             with pytest.raises(SessionLost, match="restarted"):  # as before: not replayable
                 await env.step(CountAction(amount=1))
+
+
+async def test_an_unmovable_episode_stays_on_its_draining_server_and_leaves_at_its_reset():
+    async with InProcessNetwork() as network:
+        a = network.serve(CounterEnv, server_id="a")
+        b = network.serve(CounterEnv, server_id="b")
+        async with pool_of(network, 2, [a.url, b.url], CounterEnv) as pool:
+            await pool.reset(options={"limit": 100})  # unseeded: no replay
+            await pool.step([CountAction(amount=1)] * 2)
+            assert going_away(a) == 1
+            for _ in range(200):
+                if pool.fleet.slots[0].move is not None:
+                    break
+                await asyncio.sleep(0.01)
+            batch = await pool.step([CountAction(amount=1)] * 2)
+            assert batch.obs["total"].tolist() == [2, 2] and not batch.truncated.any()
+            assert where(pool) == ["a", "b"] and pool.stats()["stayed"] == 1
+            await pool.reset(seed=0, options={"limit": 100})
+            assert where(pool) == ["b", "b"] and pool.stats()["reopened"] == 1

@@ -170,6 +170,7 @@ from corral.protocol.batch import (
 )
 from corral.protocol.codecs import get_codec
 from corral.protocol.messages import GetState, StateReply
+from corral.protocol.recovery import Cause
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -762,6 +763,11 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         fresh = kind == ResetBatch.type
         order = [s.index for s, _ in items] if order is None else order
         moving = [s for s, _ in items if s.move is not None or s.lost is not None]
+        if fresh:  # a session that stayed for its episode's end leaves at the next reset
+            for slot, _ in items:
+                if slot.stays and slot.move is None:
+                    slot.move = Cause.GOING_AWAY
+                    moving.append(slot)
         truncated, stuck = await rehoming.rehome(moving, fresh=fresh) if moving else ({}, {})
         sending = [(s, p) for s, p in items if s.index not in truncated and s.index not in stuck]
         table = await self._exchange_once(kind, sending) if sending else ResultTable()
