@@ -8,6 +8,7 @@ a snapshot (and walks a seeded random walk, so a restore must carry its generato
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from tests.support.snapshot_envs import TallyAction, TallyEnv
 
 from corral.client import AsyncEnvClient, EnvPool
 from corral.client.membership import DnsMembership, StaticMembership
+from corral.episodes import iter_episodes
 from corral.errors import SessionLost, SnapshotUnsupported
 from corral.protocol.codecs import codec_for_subprotocols
 from corral.protocol.messages import GoingAway
@@ -331,3 +333,30 @@ async def test_an_unmovable_episode_stays_on_its_draining_server_and_leaves_at_i
             assert where(pool) == ["a", "b"] and pool.stats()["stayed"] == 1
             await pool.reset(seed=0, options={"limit": 100})
             assert where(pool) == ["b", "b"] and pool.stats()["reopened"] == 1
+
+
+async def test_forked_episodes_record_their_lineage(tmp_path: Path):
+    async with InProcessNetwork() as network:
+        a = network.serve(TallyEnv, server_id="a")
+        pool = pool_of(network, 1, [a.url], TallyEnv, record=tmp_path)
+        async with pool:
+            await pool.reset(seed=3)
+            await pool.step([TallyAction(add=2)])
+            await pool.step([TallyAction(add=2)])
+            assert await pool.fork(0, 2) == [1, 2]
+            await pool.step([TallyAction(add=1)] * 3)
+        (path,) = tmp_path.glob("*.jsonl")
+        episodes = {e.session: e for e in iter_episodes(path)}
+        parent = episodes["pool-0"]
+        for child in ("pool-1", "pool-2"):
+            first = episodes[child].records[0]
+            assert first.parent is not None
+            assert (first.parent.episode, first.parent.session, first.parent.step) == (
+                parent.id,
+                "pool-0",
+                2,
+            )
+            assert first.observation is not None and first.observation["count"] == 4
+            second = episodes[child].records[1].observation
+            assert second is not None and second["count"] == 5
+        assert parent.records[0].parent is None

@@ -455,12 +455,12 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
                 await old.request(Close(old.next_id(), old_session), timeout=5.0)
         await old.close()
 
-    async def _rebuild(
-        self, old: Connection, fresh: Connection, snapshot: bool
-    ) -> tuple[str, str]:
+    async def _rebuild(self, old: Connection, fresh: Connection, snapshot: bool) -> tuple[str, str]:
         """The session on ``fresh`` in the episode's state: (id, token)."""
-        if snapshot and self.session_id is not None and fresh.welcome.get("env", {}).get(
-            "snapshots"
+        if (
+            snapshot
+            and self.session_id is not None
+            and fresh.welcome.get("env", {}).get("snapshots")
         ):
             with contextlib.suppress(CorralError):
                 taken = await old.request(

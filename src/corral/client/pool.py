@@ -149,7 +149,7 @@ from corral.client.rehoming import MOVABLE, Rehoming, cause_of, row_digest
 from corral.client.typed import ActT, ObsT, StateT, TypedFace, TypedModels
 from corral.contract import Environment
 from corral.contract.tasks import TaskRef, with_task
-from corral.episodes import EpisodeRecorder
+from corral.episodes import EpisodeRecorder, Lineage
 from corral.errors import (
     BadObservation,
     ClientClosed,
@@ -866,9 +866,29 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         rehoming = self.rehoming or Rehoming(self.fleet, self._request, self.timeout)
         if source.move is not None or source.lost is not None:
             await rehoming.rehome([source])
-        children = await rehoming.fork(source, n, self.n)
+        made = await rehoming.fork(source, n, self.n)
+        children = [child for child, _ in made]
         self.fleet.slots += children
         self.fleet.n = self.n = self.n + n
+        if self.recording is not None:  # each child's episode starts with its lineage
+            if self._recorder is None:
+                self._record(ResultTable(), "reset", {}, time.time(), time.perf_counter())
+            assert self._recorder is not None
+            parent = Lineage(
+                episode=self._recorder.episode_of(f"pool-{index}"),
+                session=f"pool-{index}",
+                step=source.log.steps,
+            )
+            for child, observation in made:
+                self._recorder.reset(
+                    f"pool-{child.index}",
+                    seed=source.log.seed,
+                    options=source.log.options,
+                    task=source.log.task,
+                    observation=observation,
+                    t=time.time(),
+                    parent=parent,
+                )
         return [child.index for child in children]
 
     def lineage(self, index: int) -> tuple[int, int] | None:

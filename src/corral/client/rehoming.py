@@ -334,16 +334,19 @@ class Rehoming:
             slot.log.clear(why)
         return failed
 
-    async def _replay_on(self, link: Link, pairs: list[tuple[Slot, Slot]]) -> dict[int, str]:
+    async def _replay_on(
+        self, link: Link, pairs: list[tuple[Slot, Slot]], last: dict[int, Any] | None = None
+    ) -> dict[int, str]:
         """Replay ``pairs`` (slot, its new session on ``link``) in lockstep; why each
-        failed replay failed, by index."""
+        failed replay failed, by index (``last``: filled with each one's last
+        observation)."""
         failed: dict[int, str] = {}
         logs: dict[int, EpisodeLog] = {slot.index: slot.log for slot, _ in pairs}
         items: list[tuple[Slot, Any]] = [
             (stand_in, (slot.log.seed, slot.log.options)) for slot, stand_in in pairs
         ]
         table = await self._send(link, ResetBatch.type, items)
-        self._check(table, logs, failed, None)
+        self._check(table, logs, failed, None, last)
         longest = max(log.steps for log in logs.values())
         for step in range(longest):
             items = [
@@ -354,18 +357,22 @@ class Rehoming:
             if not items:
                 break
             table = await self._send(link, StepBatch.type, items)
-            self._check(table, logs, failed, step)
+            self._check(table, logs, failed, step, last)
         return failed
 
-    async def fork(self, source: Slot, n: int, first_index: int) -> list[Slot]:
+    async def fork(
+        self, source: Slot, n: int, first_index: int
+    ) -> list[tuple[Slot, dict[str, Any]]]:
         """``n`` new sessions in ``source``'s current state (indices from
-        ``first_index``), by one snapshot restored ``n`` times, else by verified replay.
+        ``first_index``), by one snapshot restored ``n`` times, else by verified replay;
+        each with the wire observation of its first state.
 
         Raises:
             SnapshotUnsupported: neither is possible (the message says why).
             CorralError: a restore or replay failed (the sessions made are closed).
         """
         made: list[Slot] = []
+        seen: dict[int, Any] = {}
         step = source.log.steps
         try:
             if self.snapshots():
@@ -383,6 +390,7 @@ class Rehoming:
                     )
                     assert isinstance(restored, Restored)
                     made.append(self._child(source, first_index + k, target, restored.session))
+                    seen[made[-1].index] = restored.observation
             elif source.log.replayable and source.log.started:
                 pairs = []
                 for k in range(n):
@@ -393,7 +401,7 @@ class Rehoming:
                     pairs.append((child, target))
                 for link in {id(t): t for _, t in pairs}.values():
                     group = [(c, c) for c, t in pairs if t is link]
-                    failed = await self._replay_on(link, group)
+                    failed = await self._replay_on(link, group, seen)
                     if failed:
                         raise SnapshotUnsupported(
                             f"cannot fork session {source.index}: its replay failed "
@@ -413,7 +421,7 @@ class Rehoming:
             raise
         for child in made:
             child.parent = (source.index, step)
-        return made
+        return [(child, seen.get(child.index) or {}) for child in made]
 
     def _child(self, source: Slot, index: int, link: Link, session: str) -> Slot:
         child = Slot(index, link.server, link, session)
@@ -428,11 +436,17 @@ class Rehoming:
 
     @staticmethod
     def _check(
-        table: ResultTable, logs: dict[int, EpisodeLog], failed: dict[int, str], step: int | None
+        table: ResultTable,
+        logs: dict[int, EpisodeLog],
+        failed: dict[int, str],
+        step: int | None,
+        last: dict[int, Any] | None,
     ) -> None:
         for index, error in table.errors.items():
             failed.setdefault(index, f"the replay failed: {error.message}")
         for k, index in enumerate(table.ids):
+            if last is not None:
+                last[index] = table.row(k)
             episode = logs[index]
             if step is None:
                 why = episode.check_reset(table.row(k))
