@@ -55,9 +55,10 @@ is balanced by the door and counted by the server it lands on, and one that land
 the others already are is dialed again (:meth:`Fleet.connect`), so ``[door] * 2`` puts
 half the sessions on each of two servers.
 
-This module is one thing over ~600 lines: the servers' handles (local, provider, URL),
-their connections and the health and recovery loop share the fleet's state; splitting
-them would pass that state around instead.
+This module is one thing over ~900 lines: the servers' handles (local, provider, URL),
+their connections, the health and recovery loop, and where a session may go (placement,
+membership, drains) share the fleet's state; splitting them would pass that state around
+instead. What is done to a session that moves is :mod:`corral.client.rehoming`'s.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ import dataclasses
 import logging
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -365,6 +366,10 @@ class Fleet:
         self.misplaced = 0
         """Connections dialed again because the door put them where others already were."""
         self._placing = asyncio.Lock()
+        self._url_locks: dict[str, asyncio.Lock] = {}
+        """One per URL: the entries of one front door open their first link in turn."""
+        self._closing: set[asyncio.Task[None]] = set()
+        """Closes running in the background (retired links, sessions that left)."""
         self._per_connection = sessions_per_connection
 
     @property
@@ -488,8 +493,7 @@ class Fleet:
         return link
 
     def _lock_of(self, url: str) -> asyncio.Lock:
-        locks: dict[str, asyncio.Lock] = self.__dict__.setdefault("_url_locks", {})
-        return locks.setdefault(url, asyncio.Lock())
+        return self._url_locks.setdefault(url, asyncio.Lock())
 
     def _ids_of_url(self, url: str) -> set[str]:
         """Server ids the links of ``url`` already landed on."""
@@ -629,14 +633,14 @@ class Fleet:
         are until moved."""
         if link in link.server.links:
             link.server.links.remove(link)
-        task = asyncio.get_running_loop().create_task(link.connection.close())
+        self.in_background(link.connection.close())
+
+    def in_background(self, closing: Coroutine[Any, Any, None]) -> None:
+        """Run ``closing`` (a close that nobody waits for) as a task the fleet awaits
+        when it closes."""
+        task = asyncio.get_running_loop().create_task(closing)
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
-
-    @property
-    def _closing(self) -> set[asyncio.Task[None]]:
-        tasks: set[asyncio.Task[None]] = self.__dict__.setdefault("_closing_tasks", set())
-        return tasks
 
     def _welcome_ok(self, link: Link) -> bool:
         """``link`` may take sessions: usable, its server neither leaving nor draining."""

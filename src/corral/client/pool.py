@@ -102,7 +102,7 @@ The blocking twin is :meth:`EnvPool.sync` (:class:`SyncEnvPool`): same methods, 
 engine has them (auto-resets as resets), from the reply's columns; see
 :mod:`corral.client.recording`.
 
-This module is one thing over ~900 lines: the pool's API, the auto-reset engine under it
+This module is one thing over ~1,100 lines: the pool's API, the auto-reset engine under it
 and its recording hooks share every piece of per-session state (what is pending, what
 needs a reset, what was sent); the servers, the batch type, the recording file and the
 typed face live in their own modules.
@@ -522,6 +522,10 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
     async def state(self, ids: Sequence[int] | None = None) -> list[StateT]:
         """The current state of each session in ``ids`` (default: all), typed."""
         slots = self._select(ids, None)
+
+        moving = [s for s in slots if s.move is not None or s.lost is not None]
+        if moving and self.rehoming is not None:
+            await self.rehoming.rehome(moving)
 
         async def one(slot: Slot) -> StateT:
             await self.fleet.wait_ready(slot.server)

@@ -228,9 +228,7 @@ class Rehoming:
             with contextlib.suppress(CorralError):
                 await connection.request(Close(connection.next_id(), session), timeout=10.0)
 
-        task = asyncio.get_running_loop().create_task(close())
-        self.fleet._closing.add(task)
-        task.add_done_callback(self.fleet._closing.discard)
+        self.fleet.in_background(close())
 
     async def _reopen(self, slot: Slot, truncated: bool) -> tuple[int, CorralError | None]:
         started = time.perf_counter()
