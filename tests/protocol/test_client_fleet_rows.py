@@ -12,7 +12,14 @@ from typing import Any
 import pytest
 
 from corral.errors import ConnectionLost, ErrorCode, SessionElsewhere, SessionLost
-from corral.protocol.client import Actions, Answer, ClientProtocol, ConnState, ReconnectPolicy
+from corral.protocol.client import (
+    MAX_MISROUTES,
+    Actions,
+    Answer,
+    ClientProtocol,
+    ConnState,
+    ReconnectPolicy,
+)
 from corral.protocol.client_sessions import (
     SESSION_RULES,
     SessionBook,
@@ -245,3 +252,21 @@ def test_every_row_of_the_session_table(fate, event, after):
     if after is SessionFate.LIVE:
         assert book.live["s"] == "t2"
     assert ("s" in book.live, "s" in book.lost, "s" in book.moving).count(True) <= 1
+
+
+def test_an_address_that_keeps_leading_elsewhere_loses_the_sessions_as_a_restart():
+    peer = Peer().connected_to("s0", "a")
+    step = Step(peer.proto.next_id(), "a", {})
+    peer.proto.send(step)
+    peer.cut()
+    for _ in range(MAX_MISROUTES):
+        peer.redial()
+        out = peer.welcome("s1", instance="other")
+        assert isinstance(out, Actions) and out.drop
+    peer.redial()
+    out = peer.welcome("s1", instance="other")  # named s0 once more: still s1
+    assert isinstance(out, Actions) and out.settled and out.error is None
+    [(rid, error)] = out.fail
+    assert rid == step.id and isinstance(error, SessionLost)
+    assert "restarted or was replaced" in error.message and "server s0" in error.message
+    assert peer.proto.home == "s1" and peer.proto.state is ConnState.OPEN

@@ -607,12 +607,12 @@ class Fleet:
 
     def _going_away(self, link: Link, notice: GoingAway) -> None:
         """``link``'s server drains: its sessions move (the pool, before their next
-        request); it takes no new ones."""
+        request, when it re-homes); it takes no new ones."""
         welcome = link.connection.protocol.welcome
         instance = welcome.server.get("instance") if welcome is not None else None
         self.draining[notice.server or link.server_id or ""] = instance
         log.info("server %s goes away (%s): moving its sessions", notice.server, notice.reason)
-        for slot in link.slots:
+        for slot in link.slots if self.rehome else ():
             if slot.move is None:
                 slot.move = Cause.GOING_AWAY
 
@@ -620,8 +620,9 @@ class Fleet:
         """``link``'s server cannot be dialed again (refused): its sessions move now,
         its connection is closed (requests waiting on it fail, for the pool to re-home
         and re-send)."""
-        if isinstance(error, (RequestTimeout, TimeoutError)):
-            return  # silent, not refused: maybe stalled; the health checks decide
+        if not self.rehome or isinstance(error, (RequestTimeout, TimeoutError)):
+            return  # silent, not refused (maybe stalled), or nobody moves sessions: the
+            # health checks decide
         reason = error.message if isinstance(error, CorralError) else repr(error)
         log.warning("server %s is unreachable (%s): moving its sessions", link.server_id, reason)
         for slot in link.slots:

@@ -48,8 +48,9 @@ sequences it. The rules it keeps:
   one it was built for): every socket after the first names it
   (:data:`~corral.protocol.handshake.ROUTE_HEADER`, :meth:`ClientProtocol.route`), and
   a ``welcome`` from another server while sessions are held is not taken for a restart
-  of theirs: they become ``MOVING`` and the attempt is retried (bounded by the
-  backoff's budget). An ``attach`` answered ``SESSION_ELSEWHERE`` follows the session
+  of theirs: they become ``MOVING`` and the attempt is retried — up to
+  :data:`MAX_MISROUTES` times in a row, after which the address no longer reaches their
+  server and they are lost, as after a restart. An ``attach`` answered ``SESSION_ELSEWHERE`` follows the session
   to the server it names when nothing else is held here; else its requests fail with
   :class:`~corral.errors.SessionElsewhere`, for the pool to re-home it.
 * **notices.** The ``hello`` asks for them; a ``going_away`` (the server drains, by a
@@ -143,6 +144,11 @@ _RETRYABLE = (ConnectionLost, RequestTimeout, CapacityReached, TooManyConnection
 """Failures of a reconnect attempt worth another attempt; anything else is final."""
 
 _NOT_ATTACHABLE = (SessionLost, UnknownSession, Unauthorized)
+
+MAX_MISROUTES = 3
+"""Sockets in a row that may land on another server than the one they named before its
+sessions count as gone: a door may lose the header now and then, but one that keeps
+leading elsewhere no longer reaches that server (it was replaced under a new id)."""
 """Refusals of an ``attach`` that lose that session (any other failure fails the attempt)."""
 
 
@@ -419,6 +425,8 @@ class ClientProtocol:
         """The home server's drain notice, once one came."""
         self.misroutes = 0
         """Sockets that landed on another server than the home (and were re-dialed)."""
+        self._misrouted = 0
+        """Misroutes since the last socket that was ready (see :data:`MAX_MISROUTES`)."""
 
     def _to(self, event: ConnEvent) -> ConnState:
         """Take ``event`` by :data:`TRANSITIONS`; the only place the state changes."""
@@ -664,14 +672,18 @@ class ClientProtocol:
         if isinstance(server, str):
             held = self.sessions.live or self.sessions.follow(self.home or "")
             if self.home is not None and server != self.home and held:
-                self.sessions.move_all(self.home)
-                self.misroutes += 1
-                return self._attempt_failed(
-                    ConnectionLost(
-                        f"the front door sent this connection to server {server}; its "
-                        f"sessions live on server {self.home}"
+                self._misrouted += 1
+                if self._misrouted <= MAX_MISROUTES:
+                    self.sessions.move_all(self.home)
+                    self.misroutes += 1
+                    return self._attempt_failed(
+                        ConnectionLost(
+                            f"the front door sent this connection to server {server}; its "
+                            f"sessions live on server {self.home}"
+                        )
                     )
-                )
+                # Named, and still led elsewhere: the address no longer reaches the home.
+                self.sessions.replaced(self.home, server, welcome.server.get("instance"))
             if self.home != server:
                 self.home, self.going_away = server, None
         if self.welcome is not None and welcome.schemas is None:
@@ -703,6 +715,7 @@ class ClientProtocol:
             return self._attempt_failed(
                 ConnectionLost(f"the sessions live on server {self.home}: following them")
             )
+        self._misrouted = 0
         failed: list[tuple[int, CorralError]] = []
         for rid in self.tracker.of_sessions(self.sessions.lost):
             entry = self.tracker.get(rid)
@@ -814,6 +827,7 @@ def copy_error(error: CorralError, request_id: int | None) -> CorralError:
 
 __all__ = [
     "ADMISSION",
+    "MAX_MISROUTES",
     "RESUMING",
     "TRANSITIONS",
     "WITH_SOCKET",

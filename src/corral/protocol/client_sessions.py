@@ -256,5 +256,20 @@ class SessionBook:
             self.apply(sid, SessionEvent.RESTARTED, reason=reason)
         return gone
 
+    def replaced(self, home: str, server: str, instance: object) -> list[str]:
+        """The address that led to server ``home`` now leads to ``server`` for good (a
+        restart under a new id, a replaced Pod behind a Service): every session held or
+        followed there is lost, with that reason; the sessions lost."""
+        gone = [*self.live, *self.moving]
+        previous = (self.instance or "?")[:12]
+        now = str(instance)[:12] if isinstance(instance, str) else "?"
+        reason = (
+            f"the server restarted or was replaced (server {home}, instance {previous}, is "
+            f"now server {server}, instance {now}); its episodes are gone"
+        )
+        for sid in gone:
+            self.apply(sid, SessionEvent.GONE, reason=reason)
+        return gone
+
 
 __all__ = ["ERROR_EVENTS", "SESSION_RULES", "SessionBook", "SessionEvent", "SessionFate"]
