@@ -8,7 +8,7 @@
 // leaves its episode kept and exportable, with an offer to restore it in a new session.
 
 import { h, $, clear, download } from './dom.js';
-import { diff, json, shown } from './values.js';
+import { diff, json, sessionLabel, shown } from './values.js';
 import { WireError, Session } from './wire.js';
 import { flagsOf, pathText } from './observe.js';
 import { toJsonl, fromJsonl } from './episode.js';
@@ -190,7 +190,7 @@ export class Play {
     );
     try {
       await this.conn.openSession();
-      $('#session-info').textContent = `new session ${this.conn.session.id.slice(0, 8)}… (the expired episode is kept)`;
+      $('#session-info').textContent = `new session ${sessionLabel(this.conn.session.id)}… (the expired episode is kept)`;
     } catch (e) {
       this.showError(e); // e.g. the server is full: Open session tries again
       $('#open').hidden = false;
