@@ -323,10 +323,10 @@ class ReplyCache:
 
     def __init__(self, size: int = 8) -> None:
         self.size = size
-        self._replies: dict[int, tuple[RequestKey | None, Remembered]] = {}
-        self.lookup: Callable[[int], tuple[RequestKey | None, Remembered] | None] = (
-            self._replies.get
-        )
+        # Until its first reply a session shares one empty table (a server holds 100,000
+        # sessions; most of them hold one reply at a time, many none yet).
+        self._replies: dict[int, tuple[RequestKey | None, Remembered]] = _NO_REPLIES
+        self.lookup: Callable[[int], tuple[RequestKey | None, Remembered] | None] = _NO_REPLIES.get
         """The request key and reply remembered for a request id, if any: the dict's
         own ``get``, so the check every request and batch item makes costs no frame."""
 
@@ -339,7 +339,10 @@ class ReplyCache:
         """Remember ``reply`` (of the request ``key``, when known) as the newest entry;
         the oldest go past ``size`` (see the class docstring)."""
         replies = self._replies
-        if request_id in replies:  # a new id goes to the end by itself (the common case)
+        if replies is _NO_REPLIES:
+            replies = self._replies = {}
+            self.lookup = replies.get
+        elif request_id in replies:  # a new id goes to the end by itself (the common case)
             del replies[request_id]
         replies[request_id] = (key, reply)
         excess = len(replies) - self.size
@@ -368,6 +371,10 @@ class ReplyCache:
         return len(self._replies)
 
 
+_NO_REPLIES: dict[int, Any] = {}
+"""The reply table of every session that has remembered none yet (never written to)."""
+
+
 class ReplySink(Protocol):
     """Where a session's replies go: the connection it is attached to."""
 
@@ -376,7 +383,7 @@ class ReplySink(Protocol):
         ...
 
 
-@dataclass(eq=False, kw_only=True)
+@dataclass(eq=False, kw_only=True, slots=True)
 class SessionState:
     """One session as the protocol sees it: identity, lifecycle, replies, owner.
 

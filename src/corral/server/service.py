@@ -188,7 +188,7 @@ class EnvService:
             migrations=env_type.action_migrations,
         )
         self.batches = BatchHandler(self.manager, self.admission, config.step_timeout_s)
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Future[None]] = set()
         self.readiness_checks: list[Callable[[], str | None]] = [
             self.draining.unavailable,
             self._hung_calls,
@@ -322,10 +322,12 @@ class EnvService:
                 self.batches.submit(peer, event)
             elif isinstance(event, OpenSession):
                 assert isinstance(peer, ServerConnection)
-                self._spawn(self._open(peer, event))
+                # Started at once too: a fast factory builds the environment here and the
+                # session is answered from the frame's callback (no task, no thread hop).
+                self._start_now(self._open(peer, event))
             elif isinstance(event, RestoreSession):
                 assert isinstance(peer, ServerConnection)
-                self._spawn(self._restore(peer, event))
+                self._start_now(self._restore(peer, event))
             else:
                 self._close(peer, event)
         except Exception as exc:  # a bug: free what was admitted and answer the request
@@ -340,6 +342,13 @@ class EnvService:
         task = asyncio.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _start_now(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` now up to its first wait; only what waits becomes a kept task."""
+        started = eager_start(work)
+        if not started.done():
+            self._tasks.add(started)
+            started.add_done_callback(self._tasks.discard)
 
     async def _open(self, conn: Connection, event: OpenSession) -> None:
         request = event.request
