@@ -92,7 +92,8 @@ export async function restoreFromSnapshot(session, ep) {
   const envelope = snapshotAt(ep, steps.length - 1);
   if (!envelope || typeof session.replacedBy !== 'function') return null;
   try {
-    return { restored: steps, session: await session.replacedBy(envelope) };
+    // A copy: the live episode grows from here, the expired one stays as it was.
+    return { restored: steps.map((step) => ({ ...step })), session: await session.replacedBy(envelope) };
   } catch (e) {
     if (UNUSABLE.has(e.code)) return null;
     throw e;

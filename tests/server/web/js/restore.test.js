@@ -123,6 +123,8 @@ test('restore uses the snapshot of the last step and nothing is replayed', async
   assert.equal(outcome.how, 'snapshot');
   assert.equal(outcome.replayed, 3);
   assert.equal(outcome.steps.length, 3);
+  outcome.steps.push({ kind: 'step' });
+  assert.equal(ep.steps.length, 3); // the live copy grows, the expired episode does not
   assert.deepEqual(outcome.session.restoredFrom, { total: 13 });
   assert.ok(fresh.closed);
   assert.deepEqual(fresh.calls, []); // no reset, no step on the fresh session
