@@ -117,8 +117,9 @@ async def test_a_drain_tells_notice_readers_and_moves_sessions_before_the_deadli
             await asyncio.gather(reader.close(), plain.close(), mover.close())
 
 
-async def test_at_the_deadline_what_is_left_is_lost_with_the_reason() -> None:
-    with running(TallyEnv, server_id="old") as old:
+@pytest.mark.parametrize("transport", ["native", "asgi"])
+async def test_at_the_deadline_what_is_left_is_lost_with_the_reason(transport: str) -> None:
+    with running(TallyEnv, server_id="old", transport=transport) as old:
         peer = await notice_reader(old)
         try:
             idle, busy = await reset_session(peer), await reset_session(peer)

@@ -98,6 +98,8 @@ async def test_every_ws_route_on_the_wrong_server_names_the_holder(
             assert error["details"]["server"] == "srv-a", route
             assert error["session"] == sid, route
         assert b.service.manager.registry.elsewhere == before + len(ws_requests(sid, token))
+        metrics = httpx.get(f"{b.url}/metrics", timeout=10, trust_env=False).text
+        assert f'corral_sessions_total{{event="elsewhere"}} {float(before + 8)}' in metrics
         # Nothing moved: the session still answers its own client on its own server.
         assert (await holder.request({"type": "reset", "session": sid}))["type"] == "result"
     finally:

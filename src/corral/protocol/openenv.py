@@ -42,7 +42,8 @@ SNAPSHOT_UNSUPPORTED, SNAPSHOT_TOO_LARGE, ...
 CAPACITY_REACHED, NOT_READY                        CAPACITY_REACHED      closed (1000)
                                                    (+ ``active_sessions``, ``max_sessions``)
 FACTORY_ERROR                                      FACTORY_ERROR         closed (1000)
-STEP_TIMEOUT, SESSION_LOST, UNKNOWN_SESSION, ...   SESSION_ERROR         closed (1000)
+STEP_TIMEOUT, SESSION_LOST, UNKNOWN_SESSION,       SESSION_ERROR         closed (1000)
+SESSION_ELSEWHERE, ...
 =================================================  ====================  ==============
 
 One module (~600 lines) because the envelope's two directions and its error table are one
@@ -122,6 +123,7 @@ OPENENV_CODES: dict[str, OpenEnvCode] = {
     _E.TOO_MANY_CONNECTIONS: _O.CAPACITY_REACHED,
     _E.UNKNOWN_SESSION: _O.SESSION_ERROR,
     _E.SESSION_LOST: _O.SESSION_ERROR,
+    _E.SESSION_ELSEWHERE: _O.SESSION_ERROR,
     _E.RESET_REQUIRED: _O.EXECUTION_ERROR,
     _E.EPISODE_ENDED: _O.EXECUTION_ERROR,
     _E.SESSION_BUSY: _O.EXECUTION_ERROR,

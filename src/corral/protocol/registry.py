@@ -190,9 +190,10 @@ class SessionRegistry(Generic[S]):
         session.touch(now)
         return session
 
-    def mint(self) -> str:
-        """A new session id of this server."""
-        return self.ids.mint()
+    def mint(self, random: str | None = None) -> str:
+        """A new session id of this server (``random``: its random part, see
+        :meth:`SessionIds.mint`)."""
+        return self.ids.mint(random)
 
     def missing(
         self, session_id: str, where: str

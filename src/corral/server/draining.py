@@ -92,8 +92,10 @@ class Drainer:
             self._changed.clear()
             left = drain.remaining(time.monotonic())
             with contextlib.suppress(TimeoutError):
-                # Woken by each session that closes; the timeout is the deadline itself.
-                await asyncio.wait_for(self._changed.wait(), timeout=max(left, 0.001))
+                # Woken by each session that closes. A slot reserved before the drain
+                # whose session never came to be (a failed open) closes nothing, so the
+                # count is looked at once a second too, and at the deadline.
+                await asyncio.wait_for(self._changed.wait(), timeout=min(max(left, 0.001), 1.0))
         held = list(manager.sessions.values())
         drain.closing(manager.active)
         for session in held:

@@ -195,7 +195,7 @@ class SessionManager:
             else SessionMachine.restored(position, auto_reset=self.auto_reset)
         )
         session = Session(
-            id=self.registry.mint(),
+            id=self.registry.mint(self._random.take(16).hex()),
             token=base64.urlsafe_b64encode(self._random.take(24)).decode(),
             runner=runner,
             machine=machine,

@@ -129,6 +129,15 @@ export class Connection {
     return session;
   }
 
+  // Play on `session` from now on (restored from a snapshot, or a branch); the session
+  // played so far is closed.
+  async adopt(session) {
+    const previous = this.session;
+    session.whenBack = () => this.whenBack();
+    this.session = session;
+    if (previous && previous !== session) await previous.close().catch(() => {});
+  }
+
   async closeSession() {
     const session = this.session;
     this.session = null;

@@ -161,6 +161,26 @@ export class Session {
     return (await this.timed({ type: 'state' })).reply.state;
   }
 
+  // The session's snapshot (corral/1 `snapshot`: the signed envelope, opaque here), for
+  // a later restore or a branch.
+  async snapshot() {
+    return (await this.timed({ type: 'snapshot' })).reply.snapshot;
+  }
+
+  // A new session on `wire` with the state of a snapshot (corral/1 `restore`).
+  static async restore(wire, snapshot) {
+    const reply = await wire.request({ type: 'restore', snapshot });
+    return new Session(wire, reply.session, reply.token);
+  }
+
+  // A new session with the state of `snapshot`, on this session's connection, in place of
+  // this one (which is closed once the new one exists).
+  async replacedBy(snapshot) {
+    const restored = await Session.restore(this.wire, snapshot);
+    await this.close().catch(() => {});
+    return restored;
+  }
+
   close() {
     return this.wire.request({ type: 'close', session: this.id });
   }
