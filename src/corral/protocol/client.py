@@ -50,8 +50,9 @@ sequences it. The rules it keeps:
   a ``welcome`` from another server while sessions are held is not taken for a restart
   of theirs: they become ``MOVING`` and the attempt is retried — up to
   :data:`MAX_MISROUTES` times in a row, after which the address no longer reaches their
-  server and they are lost, as after a restart. An ``attach`` answered ``SESSION_ELSEWHERE`` follows the session
-  to the server it names when nothing else is held here; else its requests fail with
+  server and they are lost, as after a restart. An ``attach`` answered
+  ``SESSION_ELSEWHERE`` follows the session to the server it names when nothing else is
+  held here; else its requests fail with
   :class:`~corral.errors.SessionElsewhere`, for the pool to re-home it.
 * **notices.** The ``hello`` asks for them; a ``going_away`` (the server drains, by a
   deadline) is kept (:attr:`ClientProtocol.going_away`) and handed to the transport,
