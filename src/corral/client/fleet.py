@@ -643,7 +643,7 @@ class Fleet:
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
-    def _welcome_ok(self, link: Link) -> bool:
+    def _takes_sessions(self, link: Link) -> bool:
         """``link`` may take sessions: usable, its server neither leaving nor draining."""
         if not link.usable or link.server.leaving or not link.server.ready.is_set():
             return False
@@ -668,7 +668,7 @@ class Fleet:
                 link
                 for server in self.servers
                 for link in server.links
-                if (link.server_id or server.url) not in avoid and self._welcome_ok(link)
+                if (link.server_id or server.url) not in avoid and self._takes_sessions(link)
             ]
             unlinked = [
                 s
