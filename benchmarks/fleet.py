@@ -1,4 +1,4 @@
-"""Section 11: sessions that outlive their server (issue 29), measured in one run.
+"""Section 10: sessions that outlive their server (issue 29), measured in one run.
 
 * **snapshot / restore** of one session (echo, Wordle, coding when its sandbox runs
   here): a client's ``snapshot()`` and ``restore()`` round trips on a real server.
@@ -263,7 +263,7 @@ async def fleet(settings: Any, log: Log) -> dict[str, Any]:
 
 
 def section(report: Report, result: dict[str, Any]) -> dict[str, Any]:
-    """Section 11's table; returns the figures its targets are checked against."""
+    """Section 10's table; returns the figures its targets are checked against."""
     rows = []
     for name, r in result["snapshots"].items():
         if r is None:
@@ -293,7 +293,7 @@ def section(report: Report, result: dict[str, Any]) -> dict[str, Any]:
     rows.append(["pool.step of 256, episode logs on / off (steps/s)", fmt(over["on"]),
                  fmt(over["off"]), f"overhead {cost:.1%}"])  # fmt: skip
     report.add(
-        "11. Sessions that outlive their server (issue 29)",
+        "10. Sessions that outlive their server (issue 29)",
         ["measure", "ms (or value)", "ms (or value)", "notes"],
         rows,
         [
