@@ -19,9 +19,9 @@ them; the server's session manager only builds and closes environments around it
   :class:`~corral.protocol.identity.SessionIds` (:meth:`~SessionRegistry.mint`), and a
   session this server does not hold is asked of it (:meth:`~SessionRegistry.missing`,
   the one answer of every route): an id another server of the fleet minted is
-  ``SESSION_ELSEWHERE`` naming that server; anything else is ``UNKNOWN_SESSION``. Since
-  a registry refuses before it looks at any session, the answer reveals nothing of a
-  session but the server id its id already spells.
+  ``SESSION_ELSEWHERE`` naming that server; anything else is ``UNKNOWN_SESSION``. The
+  answer depends on the id's form and tag only, so it reveals nothing of a session but
+  the server id its id already spells.
 * **Reaping**: :meth:`~SessionRegistry.expired` names the sessions detached past the
   resume window or idle past ``idle_timeout_s``, for a timer to close.
 """
