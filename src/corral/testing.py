@@ -18,10 +18,12 @@ cache, fed through :meth:`~corral.server.service.EnvService.receive`, the entry 
 ``/ws`` route uses. A socket is a pair of in-memory frame queues, so a test about an
 environment or its contract runs in milliseconds and starts no thread or process.
 
-What it does not exercise, by construction: the WebSocket itself (framing, subprotocol
-negotiation, HTTP refusals and their status codes, bearer-token auth, the per-address
-connection limit, keepalive pings), the HTTP routes, and process boundaries. Tests of
-those use a real server on 127.0.0.1.
+The upgrade is decided as on a socket: :func:`~corral.protocol.upgrade.admit_upgrade`
+(through the service's :class:`~corral.server.edge.Edge`: bearer token, subprotocol, the
+per-address gate, room for sessions), and a refusal raises the error a socket's client
+would (:func:`~corral.client.refusal.refusal`). What it does not exercise, by
+construction: the WebSocket itself (framing, HTTP status lines, keepalive pings), the HTTP
+routes, and process boundaries. Tests of those use a real server on 127.0.0.1.
 
 A server lives on one event loop: the loop of the async code that uses it, or, for
 :meth:`InProcessServer.sync_client` and ``with``, corral's background loop (where the
@@ -37,19 +39,24 @@ from collections.abc import AsyncIterator, Awaitable
 from types import TracebackType
 from typing import Any, Self
 
+import orjson
 from websockets.exceptions import ConnectionClosedError
 
 from corral.blocking import run_blocking
 from corral.client.connection import Socket
 from corral.client.env_client import AsyncEnvClient, SyncEnvClient
-from corral.errors import UnsupportedProtocol
-from corral.protocol.codecs import Codec, Frame, codec_for_subprotocols
-from corral.protocol.handshake import RESUME_HEADER
+from corral.client.refusal import refusal
+from corral.protocol.access import Refusal, RequestHead
+from corral.protocol.codecs import Codec, Frame
 from corral.server.config import ServerConfig
+from corral.server.edge import Edge
 from corral.server.service import EnvService
 
 URL = "http://in-process.invalid"
 """The nominal URL of an in-process server (never resolved)."""
+
+ADDRESS = "in-process"
+"""The client address in-process connections are counted under (the per-address gate)."""
 
 
 class _Aborter:
@@ -69,8 +76,9 @@ class InProcessSocket:
     sessions then wait for a resume, as after a network cut).
     """
 
-    def __init__(self, service: EnvService, codec: Codec) -> None:
+    def __init__(self, service: EnvService, codec: Codec, address: str = ADDRESS) -> None:
         self._service = service
+        self._address = address
         self._frames: deque[Frame] = deque()
         self._arrived: asyncio.Future[None] | None = None
         self.closing: asyncio.Task[None] | None = None
@@ -116,6 +124,7 @@ class InProcessSocket:
             return
         self.close_code, self.close_reason = 1000, ""
         self._wake()
+        self._service.gate.leave(self._address)
         await self._service.disconnect(self.conn, True)
 
     def drop(self) -> None:
@@ -125,6 +134,7 @@ class InProcessSocket:
             return
         self.close_code, self.close_reason = 1006, "dropped"
         self._wake()
+        self._service.gate.leave(self._address)
         self.closing = asyncio.get_running_loop().create_task(
             self._service.disconnect(self.conn, False)
         )
@@ -162,6 +172,8 @@ class InProcessServer:
         if config is not None and settings:
             raise TypeError("pass a ServerConfig or its settings as keywords, not both")
         self.service = EnvService(env, config or ServerConfig(**settings))
+        self.edge = Edge(self.service)
+        """Decides each dial as a socket's upgrade is decided."""
         self.url = URL
         self.sockets: list[InProcessSocket] = []
         """Every socket dialed so far (closed ones included)."""
@@ -173,19 +185,21 @@ class InProcessServer:
         """Open a socket to this server (the clients' dialer).
 
         Raises:
-            CapacityReached: the server is full (and the client resumes none of its
-                sessions), as the ``/ws`` route refuses it at the handshake.
-            UnsupportedProtocol: ``subprotocol`` is not a corral one.
+            CorralError: the refusal a socket's client gets for the same upgrade
+                (``CapacityReached`` when full and resuming none of its sessions,
+                ``Unauthorized``, ``TooManyConnections``, ``UnsupportedProtocol``, ...).
         """
         if not self._started:
             self._started = True
             self.service.manager.start()  # the reaper, as the app's start-up does
-        codec = codec_for_subprotocols([subprotocol])
-        if codec is None:
-            raise UnsupportedProtocol(f"{subprotocol!r} is not a corral subprotocol")
-        if not self.service.manager.registry.accepts(headers.get(RESUME_HEADER)):
-            raise self.service.manager.capacity_error()
-        socket = InProcessSocket(self.service, codec)
+        pairs = [*headers.items(), ("Sec-WebSocket-Protocol", subprotocol)]
+        head = RequestHead.of("GET", "/ws", pairs, client=ADDRESS, websocket=True)
+        answer = self.edge.admit(head)
+        if isinstance(answer, Refusal):
+            retry = dict(answer.headers).get("Retry-After")
+            raise refusal(answer.status, orjson.dumps(answer.wire()), retry)
+        assert answer.codec is not None  # no fallback here: no codec is a refusal
+        socket = InProcessSocket(self.service, answer.codec, answer.address)
         self.sockets.append(socket)
         return socket
 

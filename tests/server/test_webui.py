@@ -13,6 +13,8 @@ from corral.envs.echo import EchoEnv
 from corral.providers.dockerfile import corral_wheel
 from corral.server.webui import CSP, WEB_DIR, is_public, load_assets
 
+NDJSON = {"content-type": "application/x-ndjson"}
+
 BUDGET = 150 * 1024
 """The UI's files, all together, stay under this many bytes (issue 12)."""
 
@@ -106,13 +108,13 @@ async def test_regression_turns_an_episode_file_into_a_pytest_module(tmp_path):
     with running(EchoEnv, web=True, max_frame_bytes=2048) as srv:
         async with httpx.AsyncClient(base_url=srv.url) as http:
             made = await http.post(
-                "/regression", params={"url": srv.url}, content=path.read_bytes()
+                "/regression", params={"url": srv.url}, content=path.read_bytes(), headers=NDJSON
             )
             assert made.status_code == 200
             assert made.headers["content-type"].startswith("text/x-python")
             compile(made.text, "test_x.py", "exec")
             assert f"URL = {srv.url!r}" in made.text
             for body, status in ((b"junk\n", 422), (b"", 422), (b"x" * 4096, 413)):
-                refused = await http.post("/regression", content=body)
+                refused = await http.post("/regression", content=body, headers=NDJSON)
                 assert refused.status_code == status, body[:10]
                 assert refused.json()["code"] in ("INVALID_ARGUMENT", "FRAME_TOO_LARGE")

@@ -1,13 +1,152 @@
-"""Plain HTTP routes: liveness, readiness, schema and metadata."""
+"""Plain HTTP routes (liveness, readiness, schema, metadata) and how every HTTP error reads.
+
+Every HTTP error of a corral server is JSON ``{"detail", "code", "message", "details"}``
+with a stable ``code`` (:class:`~corral.errors.ErrorCode`): the routes' own errors, the
+access and body refusals of the middlewares, and what the framework raises on its own —
+an unknown route or method (404/405, ``UNKNOWN_TYPE``), a body that fails the route's
+model (422, ``BAD_MESSAGE``; ``detail`` is the list of field errors, as FastAPI's), any
+other ``HTTPException``, and an unexpected exception (500, ``INTERNAL_ERROR``, logged,
+nothing of it sent). :func:`error_response` is the one renderer: it bounds what an error
+echoes of its request as the protocol does (:meth:`~corral.protocol.messages.ErrorReply.of`:
+messages to 2,048 characters, strings in details to 256, lists and maps to 64 entries) and
+encodes whatever the details hold (bytes, NaN) without failing.
+:func:`install_errors` puts the framework's handlers on an app.
+"""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from typing import Any
 
-from fastapi import APIRouter
-from fastapi.responses import JSONResponse
+import orjson
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException
 
+from corral.errors import (
+    BadFrame,
+    BadMessage,
+    CorralError,
+    Forbidden,
+    FrameTooLarge,
+    InternalError,
+    NotReady,
+    RequestTimeout,
+    TooManyConnections,
+    Unauthorized,
+    UnknownType,
+    bounded_input,
+)
+from corral.protocol.fields import clip
+from corral.protocol.messages import ErrorReply
 from corral.server.service import EnvService
+
+log = logging.getLogger("corral.server")
+
+_ERROR_BY_STATUS: dict[int, type[CorralError]] = {
+    400: BadMessage,
+    401: Unauthorized,
+    403: Forbidden,
+    404: UnknownType,
+    405: UnknownType,
+    408: RequestTimeout,
+    413: FrameTooLarge,
+    415: BadFrame,
+    422: BadMessage,
+    429: TooManyConnections,
+    501: UnknownType,
+    503: NotReady,
+}
+"""The error class of an ``HTTPException`` by its status (other 4xx: ``BAD_MESSAGE``,
+other 5xx: ``INTERNAL_ERROR``)."""
+
+
+def error_body(error: CorralError, detail: Any = None) -> dict[str, Any]:
+    """The JSON body of an HTTP error, with what it echoes bounded.
+
+    ``detail`` replaces the message in ``detail`` (FastAPI's list of field errors for 422).
+    """
+    reply = ErrorReply.of(error)
+    return {
+        "detail": reply.message if detail is None else detail,
+        "code": reply.code,
+        "message": reply.message,
+        "details": reply.details,
+    }
+
+
+def error_response(
+    error: CorralError,
+    status: int,
+    *,
+    detail: Any = None,
+    headers: Mapping[str, str] | None = None,
+) -> Response:
+    """The HTTP answer carrying ``error`` with ``status`` (see the module docstring)."""
+    body = orjson.dumps(error_body(error, detail), default=_plain)
+    return Response(body, status_code=status, headers=headers, media_type="application/json")
+
+
+def _plain(value: Any) -> Any:
+    """What orjson cannot encode, as an error echoes it (a bounded repr)."""
+    return bounded_input(value) if not isinstance(value, bytes | bytearray) else clip(repr(value))
+
+
+def http_exception_response(exc: HTTPException) -> Response:
+    """The answer to an ``HTTPException`` (the framework's 404/405, a route's own)."""
+    status = exc.status_code
+    default = BadMessage if status < 500 else InternalError
+    cls = _ERROR_BY_STATUS.get(status, default)
+    message = exc.detail if isinstance(exc.detail, str) else f"HTTP {status}"
+    if status in (404, 405) and message in ("Not Found", "Method Not Allowed"):
+        message = f"{message}: no route for this method and path"
+    return error_response(cls(message), status, detail=exc.detail, headers=exc.headers)
+
+
+def validation_response(exc: RequestValidationError) -> Response:
+    """The 422 answer to a body or parameter that fails the route's model."""
+    items = []
+    for err in list(exc.errors())[:64]:
+        item: dict[str, Any] = {
+            "type": str(err.get("type", "")),
+            "loc": [str(part) for part in err.get("loc", ())][:16],
+            "msg": clip(str(err.get("msg", "")), 512),
+        }
+        if "input" in err:
+            item["input"] = bounded_input(err["input"])
+        items.append(item)
+    first = items[0] if items else {"loc": [], "msg": "invalid request"}
+    where = ".".join(first["loc"]) or "request"
+    error = BadMessage(f"invalid request: {where}: {first['msg']}", details={"errors": items})
+    return error_response(error, 422, detail=items)
+
+
+def install_errors(app: FastAPI) -> None:
+    """Render the framework's own errors (and any unexpected exception) as structured
+    JSON on ``app`` (see the module docstring)."""
+
+    async def on_http(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        return http_exception_response(exc)
+
+    async def on_validation(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        return validation_response(exc)
+
+    async def on_crash(request: Request, exc: Exception) -> Response:
+        # Logged with its traceback by the server; the client learns only that it happened.
+        log.error("unexpected error answering %s %s", request.method, request.url.path)
+        error = InternalError(
+            "the server failed answering this request (see its log)",
+            details={"exception": type(exc).__name__},
+        )
+        return error_response(error, 500)
+
+    app.add_exception_handler(HTTPException, on_http)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(Exception, on_crash)
 
 
 def info_router(service: EnvService) -> APIRouter:
@@ -61,3 +200,13 @@ def info_router(service: EnvService) -> APIRouter:
         }
 
     return router
+
+
+__all__ = [
+    "error_body",
+    "error_response",
+    "http_exception_response",
+    "info_router",
+    "install_errors",
+    "validation_response",
+]
