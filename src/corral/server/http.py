@@ -39,7 +39,7 @@ from corral.errors import (
     UnknownType,
     bounded_input,
 )
-from corral.protocol.fields import clip
+from corral.protocol.fields import clip, echo
 from corral.protocol.messages import ErrorReply
 from corral.server.service import EnvService
 
@@ -70,11 +70,20 @@ def error_body(error: CorralError, detail: Any = None) -> dict[str, Any]:
     """
     reply = ErrorReply.of(error)
     return {
-        "detail": reply.message if detail is None else detail,
+        "detail": reply.message if detail is None else echo(detail),
         "code": reply.code,
         "message": reply.message,
         "details": reply.details,
     }
+
+
+class ErrorResponse(JSONResponse):
+    """A JSON error answer whose body encodes whatever its details hold (bytes, NaN,
+    objects: as bounded reprs or null) instead of failing the answer."""
+
+    def render(self, content: Any) -> bytes:
+        """``content`` as JSON bytes."""
+        return orjson.dumps(content, default=_plain)
 
 
 def error_response(
@@ -83,15 +92,14 @@ def error_response(
     *,
     detail: Any = None,
     headers: Mapping[str, str] | None = None,
-) -> Response:
+) -> ErrorResponse:
     """The HTTP answer carrying ``error`` with ``status`` (see the module docstring)."""
-    body = orjson.dumps(error_body(error, detail), default=_plain)
-    return Response(body, status_code=status, headers=headers, media_type="application/json")
+    return ErrorResponse(error_body(error, detail), status_code=status, headers=headers)
 
 
 def _plain(value: Any) -> Any:
     """What orjson cannot encode, as an error echoes it (a bounded repr)."""
-    return bounded_input(value) if not isinstance(value, bytes | bytearray) else clip(repr(value))
+    return clip(repr(value)) if isinstance(value, bytes | bytearray) else bounded_input(value)
 
 
 def http_exception_response(exc: HTTPException) -> Response:
@@ -203,6 +211,7 @@ def info_router(service: EnvService) -> APIRouter:
 
 
 __all__ = [
+    "ErrorResponse",
     "error_body",
     "error_response",
     "http_exception_response",

@@ -54,6 +54,7 @@ from corral.protocol.jsonrpc import (
     tools_list_result,
 )
 from corral.protocol.openenv import Call, envelope, flatten_observation
+from corral.server.http import error_response as http_error
 from corral.server.openenv_link import LinkRegistry, LockstepLink, PeerLink, client_address
 from corral.server.openenv_peer_http import mcp_transport_request, peer_router
 from corral.server.openenv_ws import registry_of, serve_mcp_socket
@@ -188,7 +189,7 @@ def error_response(exc: CorralError) -> JSONResponse:
     """The HTTP error response for ``exc`` (status by code, see the module docstring)."""
     status = _HTTP_STATUS.get(str(exc.code), 500)
     details = dict(exc.details)
-    detail: Any = exc.message
+    detail: Any = None  # the message (bounded), unless a 422 lists its errors
     if status == 422:
         # A 422's detail is always FastAPI's list of errors, as the OpenAPI document says.
         errors = details.get("errors")
@@ -197,9 +198,8 @@ def error_response(exc: CorralError) -> JSONResponse:
             if isinstance(errors, list)
             else [{"type": str(exc.code), "loc": ["body"], "msg": exc.message}]
         )
-    body = {"detail": detail, "code": str(exc.code), "message": exc.message, "details": details}
     headers = {"Retry-After": "1"} if status in (429, 503) else None
-    return JSONResponse(body, status_code=status, headers=headers)
+    return http_error(exc, status, detail=detail, headers=headers)
 
 
 def _reply_response(reply: dict[str, Any]) -> JSONResponse:
