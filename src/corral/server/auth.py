@@ -78,14 +78,20 @@ class AccessGuard:
         public: paths served without credentials (the web UI's static files, which hold
             no data and must load before the UI can ask for the token); Host and Origin
             still apply.
+        count: told the code of every refusal (the server's metrics).
     """
 
     def __init__(
-        self, app: ASGIApp, policy: AccessPolicy, public: Callable[[str], bool] | None = None
+        self,
+        app: ASGIApp,
+        policy: AccessPolicy,
+        public: Callable[[str], bool] | None = None,
+        count: Callable[[str], None] | None = None,
     ) -> None:
         self.app = app
         self.policy = policy
         self._public = public
+        self._count = count
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Pass allowed requests to the app; answer the others with their refusal."""
@@ -100,7 +106,10 @@ class AccessGuard:
             refusal = check_content_type(head)
         if refusal is None:
             await self.app(scope, receive, send)
-        elif kind == "http":
+            return
+        if self._count is not None:
+            self._count(str(refusal.error.code))
+        if kind == "http":
             response = error_response(refusal.error, refusal.status, headers=dict(refusal.headers))
             await response(scope, receive, send)
         else:

@@ -152,7 +152,7 @@ def install_edge(
     """
     edge = Edge(service)
     app.state.edge = edge
-    app.add_middleware(AccessGuard, policy=edge.policy.access, public=public)
+    app.add_middleware(AccessGuard, policy=edge.policy.access, public=public, count=edge.count)
     install_errors(app)
     return edge
 
