@@ -134,13 +134,13 @@ class Reassembler:
         """
         if opcode == CONTINUATION:
             if not self.pending:
-                raise Refused(_protocol_error("continuation frame without a message"))
+                raise Refused(_protocol_error("a continuation frame without a start"))
             if compressed:
                 self.abandon()
                 raise Refused(_protocol_error("RSV1 set on a continuation frame"))
         elif self.pending:
             self.abandon()
-            raise Refused(_protocol_error("new message before the last one ended"))
+            raise Refused(_protocol_error("a new message inside a fragmented one"))
         elif compressed and not self.compression:
             raise Refused(_protocol_error("compressed frame without permessage-deflate"))
         elif fin:
