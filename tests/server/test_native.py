@@ -18,8 +18,9 @@ from websockets.sync.client import connect
 from corral.client import AsyncEnvClient
 from corral.envs.echo import EchoAction, EchoEnv
 from corral.protocol.deflate import DeflateParams, Deflater, negotiate
+from corral.server.edge import hard_frame_limit
 from corral.server.front import is_native_upgrade
-from corral.server.native import NativeLink, hard_frame_limit
+from corral.server.native import NativeLink
 
 TOKEN = "s3cret-token-123"
 

@@ -54,7 +54,7 @@ from corral.protocol.deflate import Deflater, InflateTooLarge
 from corral.protocol.inflow import PROBE, PROBE_PAYLOAD, Inflow, Refused
 from corral.protocol.outflow import SHUTDOWN, CloseCode, Closing, clean_close
 from corral.protocol.upgrade import Accept
-from corral.server.edge import Edge, hard_frame_limit
+from corral.server.edge import Edge
 from corral.server.service import Connection
 
 log = logging.getLogger("corral.server")
@@ -268,7 +268,7 @@ class NativeDoor:
         self.edge = edge
         self.service = edge.service
         config = self.service.config
-        self.max_message = hard_frame_limit(config)
+        self.max_message = edge.max_message
         self.links: set[Any] = connections if connections is not None else set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._logger = logging.getLogger("corral.server.native")
@@ -350,4 +350,4 @@ def _refusal(refusal: Refusal) -> WSUpgradeResponseWithListener:
     return WSUpgradeResponseWithListener(response, None)
 
 
-__all__ = ["NativeDoor", "NativeLink", "hard_frame_limit"]
+__all__ = ["NativeDoor", "NativeLink"]
