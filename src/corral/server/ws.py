@@ -55,7 +55,7 @@ async def serve_native(websocket: WebSocket, edge: Edge, codec: Codec) -> None:
                 await outbox.drained()
             if outbox.overflow:
                 closing = edge.outflow.overflow()
-                edge.count(str(closing.counted))
+                edge.closing(closing, websocket.client.host if websocket.client else "")
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(
                         websocket.close(code=closing.code, reason=closing.reason), 1.0
