@@ -40,7 +40,7 @@ from corral.protocol.access import (
     check_content_type,
     check_credentials,
 )
-from corral.server.http import error_response
+from corral.server.http_errors import error_response
 
 
 def request_head(scope: Scope) -> RequestHead:

@@ -30,7 +30,7 @@ from corral.protocol.outflow import Closing, Outflow
 from corral.protocol.upgrade import Accept, UpgradePolicy, admit_upgrade
 from corral.server.auth import AccessGuard
 from corral.server.config import ServerConfig
-from corral.server.http import install_errors
+from corral.server.http_errors import install_errors
 
 if TYPE_CHECKING:
     from corral.server.service import EnvService
@@ -144,7 +144,7 @@ def install_edge(
     """Give ``app`` (serving ``service``) its edge: the access rules on every request and
     WebSocket (:class:`~corral.server.auth.AccessGuard`, outermost, so nothing is read
     before they pass), structured JSON for every HTTP error
-    (:func:`~corral.server.http.install_errors`), and the :class:`Edge` its transports
+    (:func:`~corral.server.http_errors.install_errors`), and the :class:`Edge` its transports
     share (also ``app.state.edge``, where :func:`corral.server.serve.install_front` finds
     it). Call it after every other middleware is added.
 

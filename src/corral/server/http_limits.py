@@ -17,7 +17,7 @@ routes, ``/sessions``, ``/mcp``, the web UI):
   ``BAD_FRAME``. Plain invalid JSON is left to the route's own answer (422), and ``/mcp``
   keeps its JSON-RPC parse errors.
 
-Error bodies are every HTTP error's (:func:`corral.server.http.error_response`):
+Error bodies are every HTTP error's (:func:`corral.server.http_errors.error_response`):
 ``detail``, ``code``, ``message``, ``details``.
 """
 
@@ -30,7 +30,7 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from corral.errors import BadFrame, CorralError, FrameTooLarge, RequestTimeout
-from corral.server.http import error_response
+from corral.server.http_errors import error_response
 
 _JSON_METHODS = frozenset({"POST", "PUT", "PATCH"})
 DRAIN_BYTES = 1024 * 1024

@@ -1,8 +1,8 @@
 """The client side of RFC 6455 without I/O: the upgrade request and its answer, frames out
 (masked), frames in (checked and reassembled).
 
-:mod:`corral.client.asyncio_socket` does the I/O. What is here is what a client must get
-right whatever carries the bytes:
+:mod:`corral.client.dialers.asyncio_socket` does the I/O. What is here is what a client
+must get right whatever carries the bytes:
 
 * the upgrade: a ``GET`` with a fresh ``Sec-WebSocket-Key``, and the answer's
   ``Sec-WebSocket-Accept`` checked against it (:func:`upgrade_request`,
