@@ -142,7 +142,7 @@ async def test_regression_names_the_server_when_the_env_has_no_target(tmp_path):
     with running(lambda: EchoEnv(), web=True) as srv:  # a factory made at run time
         async with httpx.AsyncClient(base_url=srv.url) as http:
             made = await http.post(
-                "/regression", params={"url": srv.url}, content=path.read_bytes()
+                "/regression", params={"url": srv.url}, content=path.read_bytes(), headers=NDJSON
             )
     assert made.status_code == 200
     assert "x-corral-env-target" not in made.headers
