@@ -25,6 +25,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from corral.client import AsyncEnvClient
 from corral.envs.echo import EchoAction, EchoEnv
+from corral.server.config import ServerConfig
 
 TRANSPORTS = ["native", "asgi"]
 FRAME_S = 3.0
@@ -138,6 +139,35 @@ def test_peers_dribbling_a_frame_are_closed_at_the_deadline(transport, figures):
         figures["dribbling_peers"] = PEERS
         figures["frame_timeout_s"] = FRAME_S
         figures["seconds_until_all_closed"] = round(closed_after, 2)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_one_address_cannot_take_every_descriptor_by_default(transport, figures):
+    # The default bound, not one set for the test: 1,010 upgraded peers from one address
+    # once took all 1,024 descriptors of a server.
+    bound = ServerConfig().max_connections_per_client
+    assert bound is not None and bound <= 256
+    with running(EchoEnv, transport=transport) as srv:
+        port = port_of(srv.url)
+        held = []
+        try:
+            for _ in range(bound):
+                raw = RawSocket(port, timeout=WAIT_S)
+                assert raw.upgrade()[0] == 101
+                held.append(raw)
+            status, headers, body = RawSocket(port).upgrade()
+            assert status == 429 and headers["retry-after"] == "1"
+            assert b"TOO_MANY_CONNECTIONS" in body
+            # Another address connects, steps, and the server answers its health check.
+            with healthy_client(srv.url, "127.0.0.2") as (healthy, session):
+                step = {"type": "step", "id": 4, "session": session, "action": {"message": "x"}}
+                assert request(healthy, step)["observation"]["echoed_message"] == "x"
+            assert httpx.get(srv.url + "/health", timeout=20).status_code == 200
+        finally:
+            for raw in held:
+                raw.close()
+        assert wait_until(lambda: "127.0.0.1" not in srv.service.gate.held, WAIT_S)
+        figures[f"{transport}_connections_per_address"] = bound
 
 
 def pong(raw: RawSocket) -> None:
