@@ -9,6 +9,7 @@ episode-level proof that nothing leaks between episodes is
 from __future__ import annotations
 
 import os
+import resource
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -118,3 +119,34 @@ def test_a_pool_keeps_spares_recycles_and_closes_everything(profile: SandboxProf
         assert pool.detach()  # the last user closes the pool
     assert all(box.workspace.closed for box in made)
     assert not pool.attach()  # closed for good
+
+
+def test_a_server_with_descriptors_past_1023_gets_a_working_sandbox(
+    profile: SandboxProfile,
+) -> None:
+    """A busy server's socketpair numbers pass 1023: the zygote still serves (select()
+    refuses such numbers) and no worker inherits its control socket."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 1200
+    if hard != resource.RLIM_INFINITY and hard < wanted:
+        pytest.skip(f"RLIMIT_NOFILE's hard limit {hard} is below {wanted}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, wanted), hard))
+    filler: list[int] = []
+    try:
+        while not filler or filler[-1] < 1100:
+            filler.append(os.open(os.devnull, os.O_RDONLY))
+        box = WarmSandbox(profile, LIMITS, hidden_paths=[PACKAGE])
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        for _ in range(2):  # the zygote answers its second request too
+            worker = box.worker(cpu_hard=5)
+            outcome = worker.execute("import os\nprint(len(os.listdir('/proc/self/fd')))", "<fds>")
+            assert outcome.exit_code == 0, outcome.stderr
+            # stdin/out/err, the request and reply pipes, and listdir's own descriptor.
+            assert int(outcome.stdout) == 6
+            box.finish(worker, next_cpu_hard=5)
+    finally:
+        box.close()
