@@ -13,8 +13,9 @@ from corral.errors import (
     UnknownSession,
 )
 from corral.protocol.identity import SessionIds, server_of
+from corral.protocol.position import Phase
 from corral.protocol.registry import TOMBSTONES, SessionRegistry
-from corral.protocol.session import Phase, ReplyCache, SessionMachine, SessionState
+from corral.protocol.session import ReplyCache, SessionMachine, SessionState
 
 
 class Owner:
