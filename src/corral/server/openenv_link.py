@@ -357,7 +357,7 @@ class LockstepLink(_LinkBase):
                 plan.tool.method,
                 *plan.args,
                 timeout=self.service.config.step_timeout_s,
-                **plan.kwargs,
+                kwargs=plan.kwargs,
             )
         except StepTimeout as exc:
             await self.service.manager.close(session, "a tool call overran the step timeout")

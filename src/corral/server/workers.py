@@ -38,7 +38,7 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -152,15 +152,23 @@ class WorkerRunner:
         """The worker that runs this session's calls, batched."""
         return self.worker
 
-    async def call(self, method: str, *args: Any, timeout: float | None, **kwargs: Any) -> Any:
-        """Run ``env.<method>(*args, **kwargs)`` in the worker and return the typed result.
+    async def call(
+        self,
+        method: str,
+        /,
+        *args: Any,
+        timeout: float | None,
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Run ``env.<method>(*args, **kwargs)`` in the worker and return the typed result
+        (the environment's keywords as one mapping, see :class:`~corral.server.runner.Runner`).
 
         Raises:
             StepTimeout: the worker's runner timed the call out.
             SessionLost: the worker died or was replaced.
             EnvError: the environment raised (its exception type is kept in the message).
         """
-        call = EnvCall(self, method, args, kwargs)
+        call = EnvCall(self, method, args, dict(kwargs or {}))
         await self.worker.run_calls([call], timeout)
         if call.error is not None:
             raise call.error
