@@ -7,8 +7,10 @@ cannot drift apart:
   the wire action loaded into the Action model (after the action migration of a client
   of an older contract major; ``INVALID_ACTION`` with pydantic's errors otherwise), or
   the reset seed and options, checked against the keywords ``reset`` takes and the
-  names the server cannot pass on (non-string keys, ``seed``, ``timeout``): every
-  option problem is ``INVALID_ARGUMENT``, the client's fault, never ``ENV_ERROR``;
+  names no ``reset(seed, **options)`` call can carry (non-string keys, ``seed``,
+  ``self``): every option problem is ``INVALID_ARGUMENT``, the client's fault, never
+  ``ENV_ERROR``. The options reach the runner as one mapping, never as its own
+  keywords, so a name the runner uses (``method``, ``timeout``) is the environment's;
 * :meth:`Admission.result` and :meth:`Admission.state` check that the environment
   returned its contract's model and dump it with the connection's codec
   (``BAD_OBSERVATION``); a non-finite reward (NaN, ±inf) is ``BAD_OBSERVATION`` on
@@ -20,6 +22,10 @@ cannot drift apart:
   answer and the same errors;
 * :meth:`Admission.failure` maps whatever a call raised to the error to send: corral's
   own errors as they are, anything the environment raised as ``ENV_ERROR``.
+
+Every error that leaves here as an answer is plain data, without its traceback
+(:func:`~corral.server.env_failures.as_data`): a refused action's frames hold the
+action, and must not outlive the refusal (issue 30.1).
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ from corral.protocol.fields import clip
 from corral.protocol.messages import GetState, Reset, Step
 from corral.protocol.server import Peer
 from corral.protocol.session import Op, SessionState
-from corral.server.env_failures import env_failure
+from corral.server.env_failures import as_data, env_failure
 from corral.server.rewards import RewardStats
 
 Payload = Reset | Step | GetState | ResetItem | StepItem
@@ -61,15 +67,16 @@ Payload = Reset | Step | GetState | ResetItem | StepItem
 _STEPS = (Step, StepItem)
 _RESETS = (Reset, ResetItem)
 _NO_OPTIONS: dict[str, Any] = {}
-"""The keywords of every step call: shared, never written (the runner's ``**`` copies it)."""
+"""The keywords of every step call: shared, never written (the runner only reads it)."""
 
 RunnerCall = tuple[str, tuple[Any, ...], Any]
 """``(method, args, kwargs)`` of one environment call."""
 
 
-RESERVED_OPTIONS = frozenset({"seed", "timeout"})
-"""Option names the server cannot pass to ``reset`` as keywords: the seed has its own
-field, and ``timeout`` is the runner's (the step timeout)."""
+RESERVED_OPTIONS = frozenset({"seed", "self"})
+"""Option names no ``reset(self, seed, **options)`` call can carry: they are its own
+positional parameters (the seed has its own field in the request). Nothing of the
+runner's is here: options reach it as a mapping (:meth:`~corral.server.runner.Runner.call`)."""
 
 
 def check_passable(options: dict[Any, Any]) -> None:
@@ -88,8 +95,8 @@ def check_passable(options: dict[Any, Any]) -> None:
     reserved = sorted(RESERVED_OPTIONS.intersection(options))
     if reserved:
         raise InvalidArgument(
-            f"reset option(s) {reserved} cannot be passed as options: send the seed in the "
-            "reset's 'seed' field; 'timeout' is the server's step timeout",
+            f"reset option(s) {reserved} cannot be passed as options: they are reset's "
+            "own parameters (send the seed in the reset's 'seed' field)",
             details={"reserved": reserved},
         )
 
@@ -218,7 +225,7 @@ class Admission:
             try:
                 out.append(self.call(peer, op, payload))
             except CorralError as exc:
-                out.append(exc)
+                out.append(as_data(exc))  # an outcome now: no frames (and payloads) held
         return out
 
     def actions(self, peer: Peer, raws: list[Any]) -> list[BaseModel | CorralError]:
@@ -242,7 +249,7 @@ class Admission:
             try:
                 out.append(self.action(peer, raw))
             except CorralError as exc:
-                out.append(exc)
+                out.append(as_data(exc))  # an outcome now: no frames (and payloads) held
         return out
 
     def results(

@@ -352,8 +352,14 @@ class EnvService:
             started = time.perf_counter()
             try:
                 method, args, kwargs = admission.call(peer, op, request)
+            except CorralError as exc:
+                # Refused before the environment ran: answered, not remembered (a
+                # re-send is refused again; the cache would keep the payload).
+                self._fail(session, request.id, admission.failure(exc, op, session), False)
+                return
+            try:
                 value = await session.runner.call(
-                    method, *args, timeout=self.config.step_timeout_s, **kwargs
+                    method, *args, timeout=self.config.step_timeout_s, kwargs=kwargs
                 )
                 reply: m.Reply
                 if op is Op.STATE:
@@ -367,10 +373,7 @@ class EnvService:
                 raise
             except Exception as exc:
                 error = admission.failure(exc, op, session)
-                error.request_id = request.id
-                self.manager.stats.error(str(error.code))
-                session.end(request.id)
-                session.deliver(m.ErrorReply.of(error, session.id))
+                self._fail(session, request.id, error, True)
                 if isinstance(error, StepTimeout):
                     await self.manager.close(session, "a call overran the step timeout")
                 return
@@ -378,6 +381,13 @@ class EnvService:
             stats.observe(str(op), time.perf_counter() - started)
             stats.count(op)
             session.deliver(reply)
+
+    def _fail(self, session: Session, request_id: int, error: CorralError, remember: bool) -> None:
+        """Answer request ``request_id`` of ``session`` with ``error`` (counted)."""
+        error.request_id = request_id
+        self.manager.stats.error(str(error.code))
+        session.end(request_id)
+        session.deliver(m.ErrorReply.of(error, session.id), remember=remember)
 
     def internal_error(self, peer: Peer, exc: BaseException, request_id: int | None = None) -> None:
         """Report a bug in corral to the client without dropping the connection.
