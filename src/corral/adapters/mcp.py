@@ -90,7 +90,7 @@ class _NoReplies:
 
 
 @dataclass(eq=False)
-class Episode:
+class McpEpisode:
     """One MCP session: a corral session whose environment the agent's tools act on."""
 
     id: str
@@ -133,9 +133,9 @@ class McpSessions:
             _ = spec.input_schema, spec.output_schema
         # An OpenEnv MCPEnvironment brings its own tools (FastMCP), run by the adapter.
         self.openenv = getattr(service.env_type, "openenv_runtime", None) is not None
-        self.episodes: dict[str, Episode] = {}
+        self.episodes: dict[str, McpEpisode] = {}
 
-    def live(self, episode_id: str) -> Episode | None:
+    def live(self, episode_id: str) -> McpEpisode | None:
         """The episode ``episode_id`` while its corral session lives."""
         episode = self.episodes.get(episode_id)
         if episode is not None and not episode.alive:
@@ -145,7 +145,7 @@ class McpSessions:
 
     async def initialize(
         self, rpc_id: RpcId, params: dict[str, Any], seed: int | None, options: dict[str, Any]
-    ) -> tuple[Episode, dict[str, Any]]:
+    ) -> tuple[McpEpisode, dict[str, Any]]:
         """Open and reset an episode; return it and the ``initialize`` response.
 
         Raises:
@@ -172,7 +172,7 @@ class McpSessions:
             await manager.close(session, "the MCP episode failed to reset")
             message = f"the environment failed to reset: {type(exc).__name__}: {exc}"
             raise RpcError(RpcCode.SERVER_ERROR, message, request_id=rpc_id) from None
-        episode = Episode(secrets.token_urlsafe(24), session, version)
+        episode = McpEpisode(secrets.token_urlsafe(24), session, version)
         self.episodes[episode.id] = episode
         name = self.service.contract.name
         result = {
@@ -183,7 +183,7 @@ class McpSessions:
         }
         return episode, rpc_result(rpc_id, result)
 
-    async def answer(self, episode: Episode, rpc_id: RpcId, method: str, params: Any) -> Any:
+    async def answer(self, episode: McpEpisode, rpc_id: RpcId, method: str, params: Any) -> Any:
         """The JSON-RPC response to a request of an initialized episode."""
         try:
             return rpc_result(rpc_id, await self._dispatch(episode, method, params))
@@ -191,12 +191,12 @@ class McpSessions:
             exc.request_id = rpc_id
             return exc.response()
 
-    async def end(self, episode: Episode, reason: str) -> None:
+    async def end(self, episode: McpEpisode, reason: str) -> None:
         """End the episode and free its slot."""
         self.episodes.pop(episode.id, None)
         await self.service.manager.close(episode.session, reason)
 
-    async def _dispatch(self, episode: Episode, method: str, params: dict[str, Any]) -> Any:
+    async def _dispatch(self, episode: McpEpisode, method: str, params: dict[str, Any]) -> Any:
         episode.session.touch()
         if method == "ping":
             return {}
@@ -212,7 +212,7 @@ class McpSessions:
             "tools/list and tools/call",
         )
 
-    async def _openenv_tools(self, episode: Episode, method: str, params: dict[str, Any]) -> Any:
+    async def _openenv_tools(self, episode: McpEpisode, method: str, params: dict[str, Any]) -> Any:
         async with episode.lock:
             try:
                 return await episode.session.runner.call(
@@ -227,7 +227,7 @@ class McpSessions:
                 code = getattr(exc, "code", RpcCode.INTERNAL_ERROR)
                 raise RpcError(RpcCode(code), str(exc)) from None
 
-    async def _call(self, episode: Episode, params: dict[str, Any]) -> dict[str, Any]:
+    async def _call(self, episode: McpEpisode, params: dict[str, Any]) -> dict[str, Any]:
         name = params.get("name")
         spec = self.tools.get(name) if isinstance(name, str) else None
         if spec is None:
@@ -277,7 +277,7 @@ class McpEndpoint:
         self.loopback_only = loopback_only
 
     @property
-    def episodes(self) -> dict[str, Episode]:
+    def episodes(self) -> dict[str, McpEpisode]:
         """The live episodes by MCP session id."""
         return self.sessions.episodes
 
@@ -402,7 +402,7 @@ async def serve_stdio(
     exactly one response line; notifications and responses get none.
     """
     sessions = McpSessions(service)
-    episode: Episode | None = None
+    episode: McpEpisode | None = None
     body: dict[str, Any]
     try:
         while True:
@@ -467,8 +467,8 @@ async def run_stdio(
 __all__ = [
     "DEFAULT_PATH",
     "PROTOCOL_VERSIONS",
-    "Episode",
     "McpEndpoint",
+    "McpEpisode",
     "McpSessions",
     "mount_mcp",
     "parse_options",
