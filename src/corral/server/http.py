@@ -15,9 +15,14 @@ def info_router(service: EnvService) -> APIRouter:
     router = APIRouter()
 
     @router.get("/health")
-    async def health() -> dict[str, str]:
-        """Liveness: the process serves requests."""
-        return {"status": "healthy"}
+    async def health() -> dict[str, Any]:
+        """Liveness: the process serves requests (``degraded`` while worker processes
+        are being restarted, with their state)."""
+        workers = service.workers
+        if workers is None:
+            return {"status": "healthy"}
+        report = workers.report()
+        return {"status": "degraded" if report["down"] else "healthy", "workers": report}
 
     @router.get("/ready")
     async def ready() -> JSONResponse:
@@ -32,6 +37,8 @@ def info_router(service: EnvService) -> APIRouter:
             "instance": service.instance,
             "server_id": service.server_id,
         }
+        if service.workers is not None:
+            body["workers"] = service.workers.report()
         headers = {} if body["ready"] else {"Retry-After": "1"}
         return JSONResponse(body, status_code=200 if body["ready"] else 503, headers=headers)
 

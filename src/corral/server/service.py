@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral import __version__
 from corral.contract import Environment
@@ -63,6 +63,9 @@ from corral.server.batching import BatchHandler
 from corral.server.config import ServerConfig
 from corral.server.runner import EnvFactory, eager_start
 from corral.server.sessions import Session, SessionManager
+
+if TYPE_CHECKING:
+    from corral.server.workers import WorkerPool
 
 log = logging.getLogger("corral.server")
 
@@ -157,6 +160,9 @@ class EnvService:
         self._tasks: set[asyncio.Task[None]] = set()
         self.readiness_checks: list[Callable[[], str | None]] = [self._hung_calls]
         """Each says why no new session can be served now, or None (``/ready``)."""
+        self.workers: WorkerPool | None = None
+        """The worker processes holding the environments (``--workers``); their state
+        goes in ``/health``, ``/ready``, ``/status`` and ``/metrics``."""
         self.manager.registry.unavailable = self.unavailable
 
     # -- readiness ------------------------------------------------------------------
