@@ -9,9 +9,10 @@ from typing import Any
 
 from corral.contract.tasks import TaskRef
 from corral.episodes.format import EpisodeEnd, ErrorInfo, Header, Outcome, StepRecord
+from corral.errors import UsageError
 
 
-class EpisodeFormatError(ValueError):
+class EpisodeFormatError(UsageError, ValueError):
     """An episode file (or a line of one) does not follow the format.
 
     Attributes:

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from corral.episodes import EpisodeFormatError, read
-from corral.errors import validation_message
+from corral.errors import UsageError, validation_message
 from corral.evaluation.report import final_attempts, parse_episode_id
 
 RUN_FILE = "run.json"
@@ -32,7 +32,7 @@ EPISODES_FILE = "episodes.jsonl"
 SUMMARY_FILE = "summary.json"
 
 
-class EvalError(Exception):
+class EvalError(UsageError):
     """The evaluation cannot run as asked; the message says why and what to do."""
 
 
