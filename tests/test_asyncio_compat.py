@@ -22,9 +22,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "corral"
 MODULE = SRC / "asyncio_compat.py"
 SUPPORTED = ["3.11", "3.12", "3.13", "3.14"]
 PYENV = Path.home() / ".pyenv" / "versions"
-PRIVATE = re.compile(
-    r"asyncio\._(?!_)\w+|\bimport _signal\b|\b_signal\.|_asyncio_future_blocking"
-)
+PRIVATE = re.compile(r"asyncio\._(?!_)\w+|\bimport _signal\b|\b_signal\.|_asyncio_future_blocking")
 """A private asyncio name (not a dunder such as ``__file__``), ``_signal``, the future
 protocol's flag."""
 

@@ -150,7 +150,7 @@ async def test_error_replies_echo_bounded_ids(counter: ThreadServer, codec: str)
 
 # -- 11.9: any failure after a session is marked running releases it ---------------
 
-BAD_OPTIONS = [{1: 0, "zz": 0}, {"seed": 3}, {"timeout": 1}, {2: "x"}, {"limit": 5, 0: 1}]
+BAD_OPTIONS = [{1: 0, "zz": 0}, {"seed": 3}, {"self": 1}, {2: "x"}, {"limit": 5, 0: 1}]
 
 
 @pytest.mark.parametrize("env", [CounterEnv, AsyncCounterEnv])

@@ -21,10 +21,14 @@ from corral.protocol.codecs import PROTOCOL
 class RawSocket:
     """One TCP connection to a test server at ``port`` on 127.0.0.1."""
 
-    def __init__(self, port: int, rcvbuf: int | None = None, timeout: float = 20.0) -> None:
+    def __init__(
+        self, port: int, rcvbuf: int | None = None, timeout: float = 20.0, source: str = ""
+    ) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         if rcvbuf is not None:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        if source:  # another loopback address (127.0.0.2, ...): another client to the server
+            self.sock.bind((source, 0))
         self.sock.settimeout(timeout)
         self.sock.connect(("127.0.0.1", port))
         self.buffer = b""

@@ -360,6 +360,8 @@ class SessionState:
     detached_at: float | None = None
     running_key: RequestKey | None = None
     """The request key of the request admitted last (the running one, while one runs)."""
+    client: str = ""
+    """The address of the client that opened it (it counts in that client's limit)."""
 
     def touch(self, now: float | None = None) -> None:
         """Mark activity now (any request counts, ``state`` included); ``now`` is

@@ -113,7 +113,7 @@ class NativeLink(WSListener):
         self._raw = raw
         high = min(_HIGH_WATER, self.door.max_outgoing // 2)
         raw.set_write_buffer_limits(high=high, low=high // 4)
-        self.conn = self.service.connect(self.codec, self.write)
+        self.conn = self.service.connect(self.codec, self.write, client=self.address)
         self.door.links.add(self)
 
     def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:

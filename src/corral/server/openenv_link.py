@@ -101,13 +101,16 @@ class LinkRegistry:
             return PeerLink(self.service, self.runtime, self)
         return LockstepLink(self.service, self.tools, self)
 
-    async def start(self) -> LockstepLink | PeerLink:
-        """A link on a new session of its own (a WebSocket's: not registered).
+    async def start(self, address: str = "") -> LockstepLink | PeerLink:
+        """A link on a new session of its own (a WebSocket's: not registered), for the
+        client at ``address`` (its sessions count in that client's limit).
 
         Raises:
-            CapacityReached / FactoryError: counted, and the half-made session closed.
+            CapacityReached / TooManySessions / FactoryError: counted, and the half-made
+                session closed.
         """
         link = self.new_link()
+        link.channel.client = address
         try:
             await link.open()
             if isinstance(link, PeerLink):
@@ -135,6 +138,7 @@ class LinkRegistry:
         if refusal is not None:
             raise refusal
         link = self.new_link()
+        link.channel.client = address
         try:
             session = await link.open()
         except BaseException:

@@ -115,7 +115,7 @@ async def serve_openenv(websocket: WebSocket, registry: LinkRegistry) -> None:
         attached = wanted
     else:
         try:
-            link = await registry.start()
+            link = await registry.start(_address(websocket))
         except CorralError as exc:
             # OpenEnv reports a full server (or a failing factory) after accepting: one
             # error frame, then close 1000.
@@ -151,6 +151,11 @@ async def serve_openenv(websocket: WebSocket, registry: LinkRegistry) -> None:
         await websocket.close(_CLOSE_NORMAL)
 
 
+def _address(websocket: WebSocket) -> str:
+    """The client address a WebSocket's session counts for (the per-client limit)."""
+    return websocket.client.host if websocket.client is not None else ""
+
+
 def _session_error(text: str) -> CorralError:
     from corral.errors import UnknownSession
 
@@ -168,7 +173,7 @@ async def serve_mcp_socket(websocket: WebSocket, registry: LinkRegistry) -> None
     await websocket.accept()
     codec = JsonCodec()
     try:
-        link = await registry.start()
+        link = await registry.start(_address(websocket))
     except CorralError as exc:
         data = {k: v for k, v in exc.details.items() if k in ("active_sessions", "max_sessions")}
         reason = capacity_message(exc) if data else exc.message

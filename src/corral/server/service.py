@@ -86,6 +86,8 @@ class Channel:
     compat: Compat | None = None
     migrate: ActionMigration | None = None
     owned: int = 0
+    client: str = ""
+    """The client address its sessions count for (the per-client limit)."""
 
     def send(self, reply: m.Reply) -> None:
         """Hand ``reply`` over as its wire map."""
@@ -219,14 +221,15 @@ class EnvService:
 
     # -- connections ----------------------------------------------------------------
 
-    def connect(self, codec: Codec, write: Callable[[Frame], None]) -> Connection:
-        """A new ``corral/1`` connection; its frames out go to ``write``, in order.
+    def connect(self, codec: Codec, write: Callable[[Frame], None], client: str = "") -> Connection:
+        """A new ``corral/1`` connection of the peer at address ``client``; its frames
+        out go to ``write``, in order.
 
         This is the entry of every transport, the in-process one of tests included:
         feed each frame in to :meth:`receive`, end with :meth:`disconnect`.
         """
         self.manager.stats.connections += 1
-        return ServerConnection(
+        conn = ServerConnection(
             codec,
             self.manager.registry,
             self.greeting,
@@ -235,6 +238,8 @@ class EnvService:
             max_batch=self.config.max_batch,
             count_error=self.manager.stats.error,
         )
+        conn.client = client
+        return conn
 
     def receive(self, conn: Connection, frame: Frame) -> None:
         """Take one frame of ``conn``; every outcome is a reply, now or later. Never awaits."""

@@ -58,7 +58,8 @@ async def serve_native(websocket: WebSocket, service: EnvService, codec: Codec) 
     """Run one ``corral/1`` connection until it closes."""
     await websocket.accept(subprotocol=codec.subprotocol)
     outbox = Outbox(service.config.max_outgoing_bytes)
-    conn = service.connect(codec, outbox.put)
+    client = websocket.client.host if websocket.client is not None else ""
+    conn = service.connect(codec, outbox.put, client=client)
     send = websocket.send_bytes if codec.binary else websocket.send_text
     writer = asyncio.create_task(_write(send, outbox), name="corral-ws-writer")  # type: ignore[arg-type]
     clean = False
