@@ -119,7 +119,9 @@ def test_validation_errors_echo_small_plain_inputs_and_bound_the_rest():
 
 INTERNAL_EXCEPTIONS = {
     "RpcError": "protocol/jsonrpc.py: becomes a JSON-RPC error reply, never leaves the server",
-    "FrameError": "client/wsframes.py: the socket's own; surfaces as ConnectionLost",
+    "FrameError": "client/dialers/wsframes.py: the socket's own; surfaces as ConnectionLost",
+    "SocketClosed": "client/dialers/base.py: a dialer's socket tells its connection it is "
+    "closed; the connection's caller sees ConnectionLost or a reconnect",
     "McpFailure": "adapters/openenv_env.py: becomes a JSON-RPC error answer",
     "InflateTooLarge": "server/deflate.py: becomes a 1009 close of the connection",
     "CheckFailed": "cli/validate/target.py: a failed check, reported as a row",

@@ -2,9 +2,9 @@
 
 The rule (``ServerConfig.max_sessions_per_client``, docs/reliability.md): a client address
 holds at most all of ``max_sessions`` but an eighth by default, counted across corral/1
-``open``, OpenEnv's WebSocket, HTTP ``POST /sessions`` and ``openenv/session/create``;
-the rest stay for other clients. Through real servers on 127.0.0.1 (both transports);
-another client is another loopback address (127.0.0.2).
+``open`` and ``restore``, OpenEnv's WebSocket, HTTP ``POST /sessions`` and
+``openenv/session/create``; the rest stay for other clients. Through real servers on
+127.0.0.1 (both transports); another client is another loopback address (127.0.0.2).
 """
 
 from __future__ import annotations
@@ -51,9 +51,12 @@ class Corral:
         assert self.raw.hello()["type"] == "welcome"
         self.ids = iter(range(1, 10_000))
 
-    def open(self) -> dict[str, Any]:
-        self.raw.send_message({"type": "open", "id": next(self.ids)})
+    def request(self, message: dict[str, Any]) -> dict[str, Any]:
+        self.raw.send_message({**message, "id": next(self.ids)})
         return self.raw.read_message()
+
+    def open(self) -> dict[str, Any]:
+        return self.request({"type": "open"})
 
 
 def openenv_reset(server: ThreadServer, source: str = "") -> tuple[RawSocket, dict[str, Any]]:
@@ -78,8 +81,12 @@ def test_one_client_holds_its_share_across_every_way_in(server: ThreadServer) ->
     mine = Corral(server)
     web = http(server)
     try:
-        for _ in range(5):  # corral/1 sessions
+        for _ in range(4):  # corral/1 sessions
             assert mine.open()["type"] == "opened"
+        first = mine.open()["session"]  # the fifth: snapshotted, restored as the sixth
+        assert mine.request({"type": "reset", "session": first})["type"] == "result"
+        snapshot = mine.request({"type": "snapshot", "session": first})
+        assert snapshot["type"] == "snapshot", snapshot
         for _ in range(3):  # OpenEnv WebSocket sessions
             raw, reply = openenv_reset(server)
             held.append(raw)
@@ -90,13 +97,16 @@ def test_one_client_holds_its_share_across_every_way_in(server: ThreadServer) ->
             assert opened.status_code == 201
             mine_http.append(opened.json()["session_id"])
         rpc = {"jsonrpc": "2.0", "method": "openenv/session/create", "params": {}}
-        for number in range(2):  # MCP's session/create: the same sessions
-            reply = web.post("/mcp", json={**rpc, "id": number}).json()
-            assert "result" in reply, reply
+        reply = web.post("/mcp", json={**rpc, "id": 1}).json()  # MCP's session/create
+        assert "result" in reply, reply
+        restored = mine.request({"type": "restore", "snapshot": snapshot["snapshot"]})
+        assert restored["type"] == "restored", restored  # a restore opens a session too
         # 14 held: every way in is refused now, each in its protocol's words.
         refused = mine.open()
         assert refused["code"] == ErrorCode.TOO_MANY_SESSIONS, refused
         assert refused["details"]["scope"] == "client" and refused["details"]["limit"] == SHARE
+        again = mine.request({"type": "restore", "snapshot": snapshot["snapshot"]})
+        assert again["code"] == ErrorCode.TOO_MANY_SESSIONS, again
         over = web.post("/sessions")
         assert over.status_code == 503 and over.json()["code"] == ErrorCode.TOO_MANY_SESSIONS
         raw, reply = openenv_reset(server)

@@ -9,11 +9,12 @@ error that refuses it. ``step`` before the first ``reset`` is ``RESET_REQUIRED``
 ``step`` after the episode ended is ``EPISODE_ENDED`` unless the environment
 auto-resets (then the step runs ``reset``); ``autoreset``, the same-step reset a
 ``step_batch`` may ask for once an item's step ended its episode (see
-:mod:`corral.protocol.batch`), runs ``reset`` as a reset would; ``state`` is always
-allowed; any request
+:mod:`corral.protocol.batch`), runs ``reset`` as a reset would; ``state`` and
+``snapshot`` are always allowed and change nothing; any request
 while another of the same session runs is ``SESSION_BUSY``; anything after ``CLOSED`` is
 ``SESSION_LOST`` with the reason it closed. :data:`AFTER` says where a completed
-operation leaves the session.
+operation leaves the session. A session restored from a snapshot starts where the
+snapshotted one was (:class:`Position`, :meth:`SessionMachine.restored`).
 
 :meth:`SessionState.admit` is the one door of a request into a session, for single
 requests and batch items alike: a request already answered gets its remembered reply
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import islice
 from types import MappingProxyType, TracebackType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from corral.errors import (
     EpisodeEnded,
@@ -43,21 +44,17 @@ from corral.errors import (
     SessionError,
     SessionLost,
 )
-from corral.protocol.batch import BatchItemReply
 from corral.protocol.codecs import MsgpackCodec
-from corral.protocol.messages import Reply
+from corral.protocol.position import Phase, Position
 
-Remembered = Reply | BatchItemReply
+if TYPE_CHECKING:
+    # Only for annotations: replies are the messages' table's, which imports this
+    # module's lower neighbour (Position, through the snapshot envelope), not this one.
+    from corral.protocol.batch import BatchItemReply
+    from corral.protocol.messages import Reply
+
+Remembered: TypeAlias = "Reply | BatchItemReply"
 """What a session's reply cache holds: a reply, or one session's item of a batch reply."""
-
-
-class Phase(StrEnum):
-    """Where a session is in its lifecycle."""
-
-    NEW = "new"
-    READY = "ready"
-    ENDED = "ended"
-    CLOSED = "closed"
 
 
 class Op(StrEnum):
@@ -69,6 +66,11 @@ class Op(StrEnum):
     """A step after the episode ended on an auto-reset env, or the same-step reset of a
     ``step_batch`` with ``autoreset``: run ``reset`` with no seed and no options."""
     STATE = "state"
+    SNAPSHOT = "snapshot"
+    """Capture the environment's state (:mod:`corral.contract.snapshot`)."""
+    RESTORE = "restore"
+    """Rebuild a snapshot's state in a new session's environment (no lifecycle row: a
+    restore opens a session, it is not a request of one)."""
 
 
 Refusal = Callable[["SessionMachine"], SessionError]
@@ -93,18 +95,21 @@ LIFECYCLE: Mapping[Phase, Mapping[str, Op | Refusal]] = MappingProxyType(
             "step": _reset_required,
             "autoreset": Op.AUTO_RESET,
             "state": Op.STATE,
+            "snapshot": Op.SNAPSHOT,
         },
         Phase.READY: {
             "reset": Op.RESET,
             "step": Op.STEP,
             "autoreset": Op.AUTO_RESET,
             "state": Op.STATE,
+            "snapshot": Op.SNAPSHOT,
         },
         Phase.ENDED: {
             "reset": Op.RESET,
             "step": _episode_ended,
             "autoreset": Op.AUTO_RESET,
             "state": Op.STATE,
+            "snapshot": Op.SNAPSHOT,
         },
     }
 )
@@ -126,6 +131,8 @@ AFTER: Mapping[Op, tuple[Phase, Phase] | None] = MappingProxyType(
         Op.AUTO_RESET: (Phase.READY, Phase.ENDED),
         Op.STEP: (Phase.READY, Phase.ENDED),
         Op.STATE: None,
+        Op.SNAPSHOT: None,
+        Op.RESTORE: None,
     }
 )
 """Operation → the phase it leaves the session in, ``(not done, done)``; None: unchanged."""
@@ -195,6 +202,21 @@ class SessionMachine:
     def abort(self) -> None:
         """Record that the running operation failed without changing the episode."""
         self.running = None
+
+    def position(self) -> Position:
+        """Where the session is (what a snapshot of it carries)."""
+        return Position(self.phase, self.episodes, self.steps, self.steps - self.episode_start)
+
+    @classmethod
+    def restored(cls, position: Position, *, auto_reset: bool = False) -> SessionMachine:
+        """The machine of a session restored at ``position`` (checked by the caller,
+        :meth:`Position.problem`)."""
+        machine = cls(auto_reset=auto_reset)
+        machine.phase = position.phase
+        machine.episodes = position.episodes
+        machine.steps = position.steps
+        machine.episode_start = position.steps - position.episode_steps
+        return machine
 
     def close(self, reason: str) -> None:
         """Close the session; later requests raise ``SessionLost`` with ``reason``."""
@@ -282,10 +304,10 @@ class ReplyCache:
         self.acked = 0
         """The highest id of a request that said ``acked``: every lower id of this
         session was answered, and the client holds its reply."""
-        self._replies: dict[int, tuple[RequestKey | None, Remembered]] = {}
-        self.lookup: Callable[[int], tuple[RequestKey | None, Remembered] | None] = (
-            self._replies.get
-        )
+        # Until its first reply a session shares one empty table (a server holds 100,000
+        # sessions; most of them hold one reply at a time, many none yet).
+        self._replies: dict[int, tuple[RequestKey | None, Remembered]] = _NO_REPLIES
+        self.lookup: Callable[[int], tuple[RequestKey | None, Remembered] | None] = _NO_REPLIES.get
         """The request key and reply remembered for a request id, if any: the dict's
         own ``get``, so the check every request and batch item makes costs no frame."""
 
@@ -298,7 +320,10 @@ class ReplyCache:
         """Remember ``reply`` (of the request ``key``, when known) as the newest entry;
         the oldest go past ``size`` (see the class docstring)."""
         replies = self._replies
-        if request_id in replies:  # a new id goes to the end by itself (the common case)
+        if replies is _NO_REPLIES:
+            replies = self._replies = {}
+            self.lookup = replies.get
+        elif request_id in replies:  # a new id goes to the end by itself (the common case)
             del replies[request_id]
         replies[request_id] = (key, reply)
         excess = len(replies) - self.size
@@ -329,6 +354,10 @@ class ReplyCache:
         return len(self._replies)
 
 
+_NO_REPLIES: dict[int, Any] = {}
+"""The reply table of every session that has remembered none yet (never written to)."""
+
+
 class ReplySink(Protocol):
     """Where a session's replies go: the connection it is attached to."""
 
@@ -337,7 +366,7 @@ class ReplySink(Protocol):
         ...
 
 
-@dataclass(eq=False, kw_only=True)
+@dataclass(eq=False, kw_only=True, slots=True)
 class SessionState:
     """One session as the protocol sees it: identity, lifecycle, replies, owner.
 
