@@ -224,3 +224,44 @@ def test_refused_actions_are_not_kept(server: LocalServer, codec: str, figures: 
     figures[f"rss_start_mb_{codec}"] = round(start / MiB)
     figures[f"rss_after_{REFUSED}_refusals_mb_{codec}"] = round(after / MiB)
     assert after - start < REFUSAL_SLACK, f"RSS grew {(after - start) / MiB:.0f} MiB"
+
+
+def bad_state(envelope: dict[str, Any], size: int) -> dict[str, Any]:
+    """A snapshot whose state fails the environment's snapshot model (a list for a str)."""
+    return {**envelope, "snapshot": {**envelope["snapshot"], "message": ["m" * size]}}
+
+
+def altered(envelope: dict[str, Any], size: int) -> dict[str, Any]:
+    """A snapshot altered after it was taken (its signature no longer matches, with a
+    fleet key; without one, its own well-typed state is restored and closed again)."""
+    return {**envelope, "snapshot": {**envelope["snapshot"], "message": "m" * size}}
+
+
+@pytest.mark.parametrize("codec", ["msgpack", "json"])
+def test_refused_restores_are_not_kept(server: LocalServer, codec: str, figures: Figures) -> None:
+    """Issue 30.1's class on the way in a restore takes: the refusal of a 4 MiB snapshot
+    (BAD_SNAPSHOT: its state fails the model, or it was altered) holds none of it."""
+    peer = Peer(server, codec)
+    session = peer.request({"type": "open"})["session"]
+    assert peer.request({"type": "reset", "session": session})["type"] == "result"
+    taken = peer.request({"type": "snapshot", "session": session})
+    assert taken["type"] == "snapshot", taken
+    envelope = taken["snapshot"]
+
+    def refuse(round_: int) -> None:
+        shape = bad_state if round_ % 2 == 0 else altered
+        reply = peer.request({"type": "restore", "snapshot": shape(envelope, ACTION)})
+        if reply["type"] == "restored":  # an unsigned server restores what is well typed
+            assert peer.request({"type": "close", "session": reply["session"]})["type"] == "closed"
+        else:
+            assert reply["code"] in (ErrorCode.BAD_SNAPSHOT, ErrorCode.SNAPSHOT_TOO_LARGE), reply
+
+    for round_ in range(6):
+        refuse(round_)
+    start = rss(server)
+    for round_ in range(REFUSED):
+        refuse(round_)
+    after = rss(server)
+    peer.raw.close()
+    figures[f"rss_after_{REFUSED}_restores_mb_{codec}"] = round(after / MiB)
+    assert after - start < REFUSAL_SLACK, f"RSS grew {(after - start) / MiB:.0f} MiB"

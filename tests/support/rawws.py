@@ -116,8 +116,13 @@ class RawSocket:
                 return decoded
 
     def read_inflated(self) -> dict[str, Any]:
-        """The next data frame's msgpack message, inflated if it came compressed."""
+        """The next data frame's msgpack message, inflated if it came compressed (a ping
+        the server sends meanwhile, as it does on a slow run, is answered and skipped)."""
         opcode, payload = self.read_frame()
+        while opcode in (9, 10):
+            if opcode == 9:
+                self.send_frame(payload, opcode=10)
+            opcode, payload = self.read_frame()
         if opcode == 8:
             raise ConnectionError(f"closed: {close_code(payload)}")
         if self.last_rsv1:
