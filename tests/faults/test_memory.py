@@ -10,7 +10,9 @@ Each probe drives a real ``corral serve`` process and reads its RSS from /proc:
 * 48 actions of 4 MiB refused with ``INVALID_ACTION`` (a wrong type, an unknown field;
   single steps and batch items), on each codec: none is kept (not by the refusal's
   traceback, not by the reply cache), so RSS ends where it started, within a few MiB
-  of allocator slack. Before 30.1 every one stayed: +192 MiB here.
+  of allocator slack. Before 30.1 every one stayed: +192 MiB here;
+* 48 restores of a 4 MiB snapshot refused with ``BAD_SNAPSHOT`` (a state that fails the
+  snapshot model, or one altered after it was taken): none is kept either.
 """
 
 from __future__ import annotations
@@ -263,5 +265,6 @@ def test_refused_restores_are_not_kept(server: LocalServer, codec: str, figures:
         refuse(round_)
     after = rss(server)
     peer.raw.close()
+    figures[f"rss_start_mb_restores_{codec}"] = round(start / MiB)
     figures[f"rss_after_{REFUSED}_restores_mb_{codec}"] = round(after / MiB)
     assert after - start < REFUSAL_SLACK, f"RSS grew {(after - start) / MiB:.0f} MiB"
