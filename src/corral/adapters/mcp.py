@@ -166,7 +166,7 @@ class McpSessions:
             ) from None
         try:
             await session.runner.call(
-                "reset", seed, timeout=self.service.config.step_timeout_s, **options
+                "reset", seed, timeout=self.service.config.step_timeout_s, kwargs=options
             )
         except Exception as exc:
             await manager.close(session, "the MCP episode failed to reset")
@@ -244,7 +244,7 @@ class McpSessions:
         async with episode.lock:
             try:
                 value = await episode.session.runner.call(
-                    spec.method, *args, timeout=self.service.config.step_timeout_s, **kwargs
+                    spec.method, *args, timeout=self.service.config.step_timeout_s, kwargs=kwargs
                 )
             except StepTimeout as exc:
                 await self.end(episode, "a tool call overran")
