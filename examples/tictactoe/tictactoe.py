@@ -2,7 +2,9 @@
 board array, the kind of environment a user writes first.
 
 You play ``X`` (1 on the board) and move first; the opponent, ``O`` (-1), answers with a
-random empty cell (seeded by ``reset(seed=...)``). A win is +1, a loss -1, a draw 0. A
+random empty cell (``reset(seed=...)`` seeds its choices; a reset without a seed goes on
+with the same random stream, as Gymnasium environments do, so a seeded first episode
+makes every later one reproducible). A win is +1, a loss -1, a draw 0. A
 move to a taken cell is refused by the rules of the game, not by the contract: it costs
 -1 and ends the game, so what a learner has to find first is simply the empty cells (a
 random policy loses most games that way), then how to win.
@@ -64,7 +66,8 @@ class TicTacToeEnv(Environment[MoveAction, BoardObservation, State]):
 
     def reset(self, seed: int | None = None, **options: Any) -> BoardObservation:
         self.board = np.zeros((3, 3), dtype=np.int8)
-        self.rng = random.Random(seed)
+        if seed is not None:
+            self.rng = random.Random(seed)
         self._state = State()
         return self._observe()
 
