@@ -245,3 +245,43 @@ async def test_bad_splits_and_options_are_clear(
         await evaluate(fragile_url, out=tmp_path / "b", split="test")
     with pytest.raises(EvalError, match="refused the reset options"):
         await evaluate(wordle_url, out=tmp_path / "c", episodes=1, options={"colour": 1})
+
+
+def test_the_bandit_of_the_grpo_example_through_an_llm_policy(tmp_path: Path) -> None:
+    """The loop of examples/bandit/train_grpo.py, played by an OpenAI-compatible endpoint
+    through ``corral eval --policy llm`` (docs/integrations.md: vLLM plugs in here)."""
+    from examples.bandit.bandit import BanditEnv, LeverAction
+    from tests.support.llm_standin import bandit_player
+
+    app, seen = standin_app(LeverAction, bandit_player)
+    with AppThread(app) as llm_url, running(BanditEnv, max_sessions=4) as srv:
+        out = tmp_path / "run"
+        done = corral(
+            "eval",
+            srv.url,
+            "--policy",
+            "llm",
+            "--llm-url",
+            f"{llm_url}/v1",
+            "--model",
+            "standin",
+            "--episodes",
+            "4",
+            "--concurrency",
+            "2",
+            "--out",
+            str(out),
+            "--env",
+            "examples.bandit.bandit:BanditEnv",
+        )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["episodes"] == 4 and summary["errors"] == {}
+    # Levers 5 and 6 pay nothing, 7 pays: each episode's three pulls return 1.
+    assert summary["mean_return"] == 1.0
+    episodes = read(out / "episodes.jsonl")
+    assert [r.action for r in episodes[0].records[1:]] == [{"lever": 5}, {"lever": 6}, {"lever": 7}]
+    # The model read each observation as JSON: the pull's payout and the pulls left.
+    last = seen[-1]["messages"]
+    assert last[1]["content"] == '{"payout":0.0,"pulls_left":3}'
+    assert last[-1]["role"] == "tool" and last[-1]["content"].startswith('{"payout":0.0,')
