@@ -339,6 +339,13 @@ class Connection:
         return self._reconnector is not None and not self._reconnector.done()
 
     @property
+    def writes_at_once(self) -> bool:
+        """The socket is a callback-style one (picows, asyncio's Protocol API) and
+        connected: a request is written in the caller's step and its reply is one future
+        to await, so a blocking twin may drive it without a task (``taskless``)."""
+        return self._write_now is not None
+
+    @property
     def welcome(self) -> dict[str, Any]:
         """The server's last ``welcome`` as a map (empty before the first handshake)."""
         welcome = self.protocol.welcome

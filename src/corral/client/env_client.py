@@ -420,8 +420,21 @@ class SyncEnvClient(BlockingTwin[AsyncEnvClient[ActT, ObsT, StateT]], Generic[Ac
         return self._call(self._async.reset(seed, task=task, **options))
 
     def step(self, action: ActT | Mapping[str, Any]) -> StepResult[ObsT]:
-        """Apply ``action``; see :meth:`AsyncEnvClient.step`."""
-        return self._call(self._async.step(action))
+        """Apply ``action``; see :meth:`AsyncEnvClient.step`.
+
+        Taskless (see :func:`corral.blocking.run_blocking`) when the session is open on a
+        callback-style socket: the step then writes its frame and awaits one reply future
+        (no ``asyncio.timeout``, no task needed), which saves a task and a loop turn per
+        call. A first call (it connects) and the websockets socket run as a task.
+        """
+        client = self._async
+        connection = client.connection
+        taskless = (
+            client.session_id is not None
+            and isinstance(connection, Connection)
+            and connection.writes_at_once
+        )
+        return self._call(client.step(action), taskless=taskless)
 
     def state(self) -> StateT:
         """The current state; see :meth:`AsyncEnvClient.state`."""
