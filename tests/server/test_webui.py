@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import re
 import zipfile
 
 import httpx
@@ -62,6 +63,15 @@ async def test_redirects_and_files_with_a_strict_policy(server):
             assert (await http.get(missing)).status_code == 404, missing
 
 
+def test_the_page_preloads_every_module():
+    # One round of parallel requests instead of a waterfall down the import graph: on a
+    # loaded machine the page is up several round trips sooner.
+    page = (WEB_DIR / "index.html").read_text()
+    preloaded = set(re.findall(r'<link rel="modulepreload" href="([\w-]+\.js)">', page))
+    modules = {p.name for p in WEB_DIR.glob("*.js")} - {"main.js"}
+    assert preloaded == modules
+
+
 def test_policy_allows_only_this_origin():
     rules = dict(rule.split(" ", 1) for rule in CSP.split("; "))
     assert rules["default-src"] == "'none'"
@@ -111,8 +121,27 @@ async def test_regression_turns_an_episode_file_into_a_pytest_module(tmp_path):
             assert made.status_code == 200
             assert made.headers["content-type"].startswith("text/x-python")
             compile(made.text, "test_x.py", "exec")
-            assert f"URL = {srv.url!r}" in made.text
+            # EchoEnv imports back by name: the module starts its own server from it.
+            target = "corral.envs.echo:EchoEnv"
+            assert made.headers["x-corral-env-target"] == target
+            assert f"ENV = {target!r}" in made.text and "URL = None" in made.text
             for body, status in ((b"junk\n", 422), (b"", 422), (b"x" * 4096, 413)):
                 refused = await http.post("/regression", content=body)
                 assert refused.status_code == status, body[:10]
                 assert refused.json()["code"] in ("INVALID_ARGUMENT", "FRAME_TOO_LARGE")
+
+
+async def test_regression_names_the_server_when_the_env_has_no_target(tmp_path):
+    from corral import episodes
+
+    path = tmp_path / "one.jsonl"
+    with episodes.EpisodeWriter(path, episodes.Header(source="test")) as out:
+        episodes.EpisodeRecorder(out).reset("s", seed=1, observation={"echoed_message": ""})
+    with running(lambda: EchoEnv(), web=True) as srv:  # a factory made at run time
+        async with httpx.AsyncClient(base_url=srv.url) as http:
+            made = await http.post(
+                "/regression", params={"url": srv.url}, content=path.read_bytes()
+            )
+    assert made.status_code == 200
+    assert "x-corral-env-target" not in made.headers
+    assert f"URL = {srv.url!r}" in made.text and "ENV = None" in made.text

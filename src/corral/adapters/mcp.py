@@ -82,8 +82,7 @@ from corral.protocol.jsonrpc import (
     tool_result,
 )
 from corral.protocol.session import Phase
-from corral.server.openenv_link import LockstepLink
-from corral.server.openenv_ws import registry_of
+from corral.server.openenv.links import LinkRegistry, LockstepLink
 from corral.server.service import EnvService
 
 DEFAULT_PATH = "/mcp/stream"
@@ -251,6 +250,11 @@ class McpSessions:
         self._outputs = {name: _readable_output(spec) for name, spec in self.tools.items()}
         self._listing = self._tools_list() if not self.openenv else None
         self.episodes: dict[str, Episode] = {}
+        # The links' own registry: an MCP session is addressed by its Mcp-Session-Id,
+        # never by an OpenEnv session id, so the OpenEnv routes' registry need not know it.
+        self.links: LinkRegistry[LockstepLink] = LinkRegistry(
+            service, lambda registry: LockstepLink(service, self.tools, registry)
+        )
 
     def _tools_list(self) -> dict[str, Any]:
         listed: list[dict[str, Any]] = list(self.play.descriptors) if self.play else []
@@ -282,7 +286,7 @@ class McpSessions:
         """
         wanted = params.get("protocolVersion")
         version = wanted if wanted in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0]
-        link = LockstepLink(self.service, self.tools, registry_of(self.service))
+        link = self.links.new_link()
         try:
             await link.open()
         except CorralError as exc:

@@ -1,4 +1,5 @@
-"""``corral deploy k8s [PATH]``: a fleet's manifests; ``corral k8s gc``: sweep dead owners.
+"""``corral deploy k8s [PATH]``: a fleet's manifests; ``corral deploy nginx|haproxy``: a
+front door for servers of your own; ``corral k8s gc``: sweep dead owners.
 
     corral build path/to/env && docker push ...
     corral deploy k8s path/to/env --image registry.example.com/corral-echo:0.1.0 \\
@@ -185,6 +186,81 @@ def deploy_k8s(
             "[dim]the autoscaler's sessions metric needs the custom metrics API "
             "(e.g. prometheus-adapter); see docs/scaling.md[/dim]"
         )
+
+
+def _front_door(kind: str, server: list[str] | None, output: Path | None, render: Any) -> None:
+    from corral.providers.frontdoor import Backend, FrontDoorError
+
+    if not server:
+        raise _fail(f"give every server behind the {kind} front door: --server ID=HOST:PORT")
+    try:
+        text = render([Backend.parse(s) for s in server])
+    except FrontDoorError as exc:
+        raise _fail(str(exc)) from None
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        output.write_text(text)
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            f"wrote the {kind} configuration to {escape(str(output))}"
+        )
+
+
+_SERVER_HELP = "A server behind the door, ID=HOST:PORT (repeatable; ID is its --server-id)."
+
+
+@deploy_app.command("nginx")
+def deploy_nginx(
+    server: Annotated[list[str] | None, typer.Option(help=_SERVER_HELP)] = None,
+    listen: Annotated[str, typer.Option(help="Where nginx listens, HOST:PORT.")] = "0.0.0.0:80",
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write it here.")] = None,
+    snippet: Annotated[
+        bool,
+        typer.Option(
+            "--snippet/--standalone",
+            help="Only what goes inside http {} (to include), or a whole nginx.conf.",
+        ),
+    ] = True,
+    websocket_timeout: Annotated[
+        int, typer.Option(help="Seconds a WebSocket may stay silent at the door.")
+    ] = 3600,
+) -> None:
+    """Render an nginx front door that routes each client to its sessions' server."""
+    from corral.providers.frontdoor import render_nginx
+
+    _front_door(
+        "nginx",
+        server,
+        output,
+        lambda backends: render_nginx(
+            backends,
+            listen=listen,
+            websocket_timeout_s=websocket_timeout,
+            standalone=not snippet,
+        ),
+    )
+
+
+@deploy_app.command("haproxy")
+def deploy_haproxy(
+    server: Annotated[list[str] | None, typer.Option(help=_SERVER_HELP)] = None,
+    listen: Annotated[str, typer.Option(help="Where HAProxy listens, HOST:PORT.")] = "0.0.0.0:80",
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write it here.")] = None,
+    websocket_timeout: Annotated[
+        int, typer.Option(help="Seconds a WebSocket may stay silent at the door.")
+    ] = 3600,
+) -> None:
+    """Render an HAProxy front door that routes each client to its sessions' server."""
+    from corral.providers.frontdoor import render_haproxy
+
+    _front_door(
+        "haproxy",
+        server,
+        output,
+        lambda backends: render_haproxy(
+            backends, listen=listen, websocket_timeout_s=websocket_timeout
+        ),
+    )
 
 
 @k8s_app.command("gc")

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
@@ -47,7 +48,8 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from corral import runtime
-from corral.auth import TOKEN_ENV, TOKEN_FILE_ENV, resolve_token
+from corral.auth import TOKEN_ENV, TOKEN_FILE_ENV, resolve_fleet_key, resolve_token
+from corral.protocol.identity import default_server_id
 from corral.server import logs
 from corral.server.app import create_app
 from corral.server.config import ServerConfig
@@ -292,7 +294,8 @@ def serve(
     """Serve ``env`` until interrupted (blocking). Binds 127.0.0.1 by default.
 
     Without ``config.token``, the token is taken from ``$CORRAL_TOKEN`` or the file named
-    by ``$CORRAL_TOKEN_FILE`` when either is set.
+    by ``$CORRAL_TOKEN_FILE`` when either is set; without ``config.fleet_key``, the fleet
+    key from ``$CORRAL_FLEET_KEY`` when it is set.
 
     Args:
         env: what :func:`~corral.server.app.create_app` takes.
@@ -318,18 +321,24 @@ def serve(
         token = resolve_token()
         if token is not None:
             cfg = ServerConfig(**{**cfg.__dict__, "token": token})
+    if cfg.fleet_key is None:
+        key = resolve_fleet_key()
+        if key is not None:
+            cfg = ServerConfig(**{**cfg.__dict__, "fleet_key": key})
     if sock is not None:
         host = sock.getsockname()[0]
     warning = exposure_warning(host, cfg.token)
     if warning is not None:
         print(warning, file=sys.stderr, flush=True)
+    if sock is None:
+        sock = bind_socket(host, port)
+    bound_port = sock.getsockname()[1]
+    if cfg.server_id is None:
+        cfg = dataclasses.replace(cfg, server_id=default_server_id(bound_port))
     app = create_app(env, cfg)
     deadline = drain_seconds(drain_timeout)
     if customize is not None:
         customize(app)
-    if sock is None:
-        sock = bind_socket(host, port)
-    bound_port = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     server: uvicorn.Server
     if deadline is None:

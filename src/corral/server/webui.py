@@ -10,7 +10,11 @@ nothing in the server treats it differently from any other client.
 
 ``POST /regression`` turns an episode file (``corral.episodes``' format, as the UI
 exports it) into a pytest module with :func:`corral.regression.pytest_module`, the one
-template ``corral replay --pytest`` also writes.
+template ``corral replay --pytest`` also writes. When the served environment can be
+imported back by name (:func:`env_target`), the module names it, so that it starts a
+server of its own once the one it came from is gone (``$CORRAL_URL`` still wins); the
+reply's ``X-Corral-Env-Target`` header says which. Otherwise the module replays against
+the ``url`` the UI gives.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import hashlib
 import mimetypes
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
@@ -27,6 +31,8 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from corral.episodes import EpisodeFormatError, read
 from corral.errors import CorralError, FrameTooLarge, InvalidArgument
 from corral.regression import pytest_module
+from corral.server.target import load_target
+from corral.server.workers import env_reference
 
 WEB_DIR = Path(__file__).with_name("web")
 """Where the UI's static files live (package data)."""
@@ -147,6 +153,18 @@ def error_reply(exc: CorralError) -> JSONResponse:
     return JSONResponse(exc.to_wire(), status_code=status)
 
 
+def env_target(factory: Any) -> str | None:
+    """The ``module:Name`` that imports ``factory`` (the served class or factory) back,
+    or None when nothing does: defined in ``__main__`` or a function, made at run time
+    (an adapter's generated class), or a name that now means something else."""
+    try:
+        reference = env_reference(factory)
+        found = load_target(reference)
+    except (ValueError, ImportError):
+        return None
+    return reference if found is factory else None
+
+
 def regression_router(limit: int) -> APIRouter:
     """``POST /regression``: an episode file in, a pytest module out."""
     router = APIRouter(tags=["web"])
@@ -167,15 +185,23 @@ def regression_router(limit: int) -> APIRouter:
             ),
         ] = None,
     ) -> Response:
+        service = getattr(request.app.state, "service", None)
+        target = env_target(service.manager.factory) if service is not None else None
         try:
             body = await read_limited(request, limit)
             try:
                 episodes = read(body)
-                source = pytest_module(episodes, url=url, source="the web UI")
+                source = pytest_module(
+                    episodes,
+                    url=None if target else url,
+                    env=target,
+                    source="the web UI",
+                )
             except (EpisodeFormatError, ValueError) as exc:
                 raise InvalidArgument(f"not an episode file: {exc}") from None
         except CorralError as exc:
             return error_reply(exc)
-        return Response(source, media_type="text/x-python")
+        headers = {"X-Corral-Env-Target": target} if target else {}
+        return Response(source, media_type="text/x-python", headers=headers)
 
     return router

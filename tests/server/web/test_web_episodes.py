@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("playwright")
 
 from playwright.async_api import expect
-from tests.support.browser import js, open_ui, screenshot
+from tests.support.browser import download, guess, js, open_ui, screenshot
 from tests.support.servers import running
 from tests.support.web_envs import FlakyCoinEnv
 
@@ -37,27 +37,10 @@ def flaky():
         yield srv
 
 
-async def play(page, guesses):
-    for guess in guesses:
-        count = await page.locator("#timeline li").count()
-        await page.fill("#action-guess", guess)
-        await page.click("#step")
-        await expect(page.locator("#timeline li")).to_have_count(count + 1)
-
-
-async def download(page, button, tmp_path):
-    async with page.expect_download() as waiting:
-        await page.click(button)
-    done = await waiting.value
-    target = tmp_path / done.suggested_filename
-    await done.save_as(target)
-    return target
-
-
 async def test_an_exported_episode_is_read_by_python(context, wordle, tmp_path):
     ctx, _ = context
     page = await open_ui(ctx, wordle.url)
-    await play(page, ["crane", "abc", "zzzzz", "moist"])
+    await guess(page, ["crane", "abc", "zzzzz", "moist"])
     path = await download(page, "#export", tmp_path)
     assert path.suffix == ".jsonl"
     [episode] = episodes.read(path)
@@ -78,27 +61,30 @@ async def test_an_exported_episode_is_read_by_python(context, wordle, tmp_path):
     assert not episode.complete  # still running: no end line
 
 
-def _record_with_python(url: str, path, guesses, seed=5):
+def _record_with_python(url: str, path, games) -> None:
+    """Record each ``(seed, words)`` game with the Python client, a session each."""
     with (
         episodes.EpisodeWriter(path, episodes.Header(source="test")) as out,
         SyncEnvClient.connect_to(url, codec="json") as env,
     ):
         recorder = episodes.EpisodeRecorder(out)
-        first = env.reset(seed=seed)
-        recorder.reset("s1", seed=seed, observation=first.observation, t=time.time())
-        for guess in guesses:
-            try:
-                result = env.step({"guess": guess})
-            except CorralError as exc:
-                recorder.step("s1", action={"guess": guess}, error=exc, t=time.time())
-                continue
-            recorder.step("s1", action={"guess": guess}, observation=result.observation)
+        for n, (seed, words) in enumerate(games, start=1):
+            session = f"s{n}"
+            first = env.reset(seed=seed)
+            recorder.reset(session, seed=seed, observation=first.observation, t=time.time())
+            for word in words:
+                try:
+                    result = env.step({"guess": word})
+                except CorralError as exc:
+                    recorder.step(session, action={"guess": word}, error=exc, t=time.time())
+                    continue
+                recorder.step(session, action={"guess": word}, observation=result.observation)
 
 
 async def test_a_python_file_is_imported_replayed_and_verified(context, wordle, tmp_path):
     ctx, _ = context
     path = tmp_path / "python.jsonl"
-    _record_with_python(wordle.url, path, ["crane", "hello", "qqqqq"])
+    _record_with_python(wordle.url, path, [(5, ["crane", "hello", "qqqqq"])])
     [recorded] = episodes.read(path)
     page = await open_ui(ctx, wordle.url)
     await page.set_input_files("#import", str(path))
@@ -120,6 +106,37 @@ async def test_a_python_file_is_imported_replayed_and_verified(context, wordle, 
     await screenshot(page, "web-replay")
 
 
+async def test_a_file_of_many_episodes_offers_a_picker(context, wordle, tmp_path):
+    ctx, _ = context
+    path = tmp_path / "three.jsonl"
+    games = [(10, ["crane"]), (11, ["slate", "moist"]), (12, ["fjord", "crane", "abc"])]
+    _record_with_python(wordle.url, path, games)
+    recorded = episodes.read(path)
+    assert len(recorded) == 3
+    page = await open_ui(ctx, wordle.url)
+    await page.set_input_files("#import", str(path))
+    await expect(page.locator("#import-note")).to_contain_text("3 episodes")
+    options = page.locator("#episode-select option")
+    await expect(options).to_have_count(4)  # the live episode and the file's three
+    labels = await options.all_inner_texts()
+    assert labels[0].startswith("live")
+    assert [label.split(" · ")[2] for label in labels[1:]] == ["seed 10", "seed 11", "seed 12"]
+    await expect(page.locator("#timeline li")).to_have_count(2)  # the first is shown
+    await page.select_option("#episode-select", index=3)
+    await expect(page.locator("#timeline li")).to_have_count(4)
+    await expect(page.locator("#timeline li.failed")).to_have_count(1)
+    shown = await js(page, "window.corral.episode.steps.map(s => s.observation)")
+    assert shown == recorded[2].observations
+    # Replay the picked one in this tab's session, then go back to the others.
+    await page.click("#replay-imported")
+    await expect(page.locator("#step")).to_be_enabled()
+    assert await js(page, "window.corral.episode.seed") == 12
+    assert await js(page, "window.corral.episode.steps.map(s => s.observation)") == shown
+    await page.select_option("#episode-select", index=2)
+    await expect(page.locator("#timeline li")).to_have_count(3)
+    await expect(page.locator("#step")).to_be_disabled()
+
+
 async def test_the_determinism_check_catches_a_non_deterministic_env(context, flaky):
     ctx, _ = context
     page = await open_ui(ctx, flaky.url)
@@ -137,10 +154,13 @@ async def test_the_determinism_check_catches_a_non_deterministic_env(context, fl
     assert flaky.manager.active == 1  # the check's own session is closed again
 
 
-def _run_pytest(test_file, url):
+def _run_pytest(test_file, url=None):
     # The exported test needs no plugin; not loading this venv's many saves seconds.
-    env = {**os.environ, "CORRAL_URL": url, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     env.pop("PYTEST_ADDOPTS", None)
+    env.pop("CORRAL_URL", None)
+    if url is not None:
+        env["CORRAL_URL"] = url
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)],
         capture_output=True,
@@ -154,7 +174,7 @@ def _run_pytest(test_file, url):
 async def test_the_exported_pytest_passes_and_catches_a_change(context, wordle, flaky, tmp_path):
     ctx, _ = context
     page = await open_ui(ctx, wordle.url)
-    await play(page, ["crane", "abc", "slate"])
+    await guess(page, ["crane", "abc", "slate"])
     test_file = await download(page, "#export-pytest", tmp_path)
     assert test_file.name == "test_wordle_episode.py"
     assert "corral replay --pytest" in test_file.read_text()  # the one template
@@ -172,3 +192,34 @@ async def test_the_exported_pytest_passes_and_catches_a_change(context, wordle, 
     assert failed.returncode == 1, failed.stdout
     assert "step 1 differs at observation." in failed.stdout
     assert "1 failed" in failed.stdout
+
+
+async def test_the_exported_pytest_starts_its_own_server_once_the_first_is_gone(context, tmp_path):
+    ctx, _ = context
+    with running(WordleEnv, web=True) as srv:
+        page = await open_ui(ctx, srv.url)
+        await guess(page, ["crane", "slate"])
+        test_file = await download(page, "#export-pytest", tmp_path)
+        await expect(page.locator("#episode-note .export-result")).to_contain_text(
+            "it starts corral.envs.wordle.env:WordleEnv in a server of its own"
+        )
+        gone = srv.url
+        await page.close()
+    source = test_file.read_text()
+    assert "ENV = 'corral.envs.wordle.env:WordleEnv'" in source
+    assert "URL = None" in source and gone not in source.split("EPISODES")[0]
+    ran = _run_pytest(test_file)  # no CORRAL_URL, and the exporting server is gone
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "1 passed" in ran.stdout
+
+
+async def test_an_env_without_a_target_exports_a_test_that_names_its_server(context, tmp_path):
+    ctx, _ = context
+    with running(lambda: FlakyCoinEnv(), web=True) as srv:
+        page = await open_ui(ctx, srv.url)
+        test_file = await download(page, "#export-pytest", tmp_path)
+        await expect(page.locator("#episode-note .export-result")).to_contain_text(
+            "cannot be imported by name"
+        )
+        source = test_file.read_text()
+        assert f"URL = {srv.url!r}" in source and "ENV = None" in source

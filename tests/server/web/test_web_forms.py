@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
 pytest.importorskip("playwright")
 
 from playwright.async_api import expect
+from pydantic import BaseModel, Field
 from tests.support.browser import js, open_ui, screenshot
 from tests.support.servers import running
 from tests.support.web_envs import IMAGE, CalcEnv, SinkEnv
 
+from corral.contract import Action, Environment, Observation, State
 from corral.envs.echo import EchoEnv
 
 MASK = "\u2022" * 6  # how the UI shows a secret-looking field's value
@@ -188,3 +191,66 @@ async def test_tools_are_called_on_the_tabs_tool_session(context):
         await page.select_option("#tool-select", label="divide")
         await page.click("#tool-call")
         await expect(page.locator("#tool-result .tool-error")).to_be_visible()
+
+
+class Node(BaseModel):
+    label: str = ""
+    child: Node | None = None
+    children: list[Node] = Field(default_factory=list)
+
+
+class TreeAction(Action):
+    root: Node = Field(default_factory=Node)
+
+
+class TreeObservation(Observation):
+    depth: int = 0
+    labels: list[str] = Field(default_factory=list)
+
+
+class TreeEnv(Environment[TreeAction, TreeObservation, State]):
+    """Its action is a tree: a model that contains itself."""
+
+    name = "tree"
+
+    def __init__(self) -> None:
+        self._state = State()
+
+    def reset(self, seed: int | None = None, **options: Any) -> TreeObservation:
+        return TreeObservation()
+
+    def step(self, action: TreeAction) -> TreeObservation:
+        labels: list[str] = []
+
+        def walk(node: Node | None, depth: int) -> int:
+            if node is None:
+                return depth - 1
+            labels.append(node.label)
+            return max([walk(node.child, depth + 1)] + [walk(c, depth + 1) for c in node.children])
+
+        return TreeObservation(depth=walk(action.root, 1), labels=labels)
+
+    def state(self) -> State:
+        return self._state
+
+
+async def test_a_model_that_contains_itself_gets_a_finite_form(context):
+    ctx, _ = context
+    with running(TreeEnv, web=True) as srv:
+        page = await open_ui(ctx, srv.url)
+        root = page.locator("fieldset[data-path=root]")
+        await expect(root.locator("#action-root\\.label")).to_be_visible()
+        # Where Node recurs, a JSON editor saying why, not another form without end.
+        child = page.locator(".field[data-path='root.child']")
+        await expect(child.locator(".badge")).to_have_text("JSON: Node contains itself")
+        await page.fill("#action-root\\.label", "a")
+        await page.check("#action-root\\.child-null")
+        await page.fill("#action-root\\.child", '{"label": "b", "child": {"label": "c"}}')
+        await page.click("#step")
+        await expect(page.locator("#timeline li")).to_have_count(2)
+        assert await js(page, "window.corral.episode.steps[1].observation.labels") == [
+            "a",
+            "b",
+            "c",
+        ]
+        assert await js(page, "window.corral.episode.steps[1].observation.depth") == 3

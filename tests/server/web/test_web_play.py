@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from urllib.parse import unquote, urlencode
 
 import pytest
 
@@ -145,7 +146,7 @@ async def test_two_tabs_have_two_independent_episodes(context, wordle):
     assert wordle.manager.active >= 2
 
 
-async def test_a_link_replays_the_episode(context, wordle):
+async def test_a_link_shows_its_actions_and_replays_them_only_when_asked(context, wordle):
     ctx, _ = context
     page = await open_ui(ctx, wordle.url)
     for guess in ("crane", "moist"):
@@ -155,9 +156,50 @@ async def test_a_link_replays_the_episode(context, wordle):
     link = page.url
     assert "actions=" in link and "seed=" in link
     copy = await open_ui(ctx, link.split("/web/", 1)[0], "/web/" + link.split("/web/", 1)[1])
+    offer = copy.locator("#link-offer")
+    await expect(offer).to_be_visible()
+    await expect(offer.locator(".link-actions li")).to_have_text(
+        ['{"guess":"crane"}', '{"guess":"moist"}']
+    )
+    # Nothing of the link was sent: the tab's own fresh episode, no step on the wire.
+    await expect(copy.locator("#timeline li")).to_have_count(1)
+    assert "step" not in await _sent_types(copy)
+    await copy.click("#link-replay")
     await expect(copy.locator("#timeline li")).to_have_count(3)
+    await expect(offer).to_be_hidden()
     observations = "window.corral.episode.steps.map(s => s.observation)"
     assert await js(copy, observations) == await js(page, observations)
+
+
+async def _sent_types(page):
+    return await page.eval_on_selector_all(
+        "#frames tr.out td:nth-child(3)", "cells => cells.map(c => c.textContent)"
+    )
+
+
+async def test_a_hostile_link_is_shown_as_text_and_ignored(context, wordle):
+    ctx, _ = context
+    actions = json.dumps([{"guess": "<img src=x onerror=alert(1)>"}, {"guess": "crane"}])
+    fragment = "#" + urlencode({"seed": "3", "actions": actions})
+    page = await open_ui(ctx, wordle.url, "/web/" + fragment)
+    offer = page.locator("#link-offer")
+    await expect(offer.locator(".link-actions li").first).to_have_text(
+        '{"guess":"<img src=x onerror=alert(1)>"}'
+    )
+    assert await page.locator("#link-offer img").count() == 0  # text, not markup
+    await page.click("#link-ignore")
+    await expect(offer).to_be_hidden()
+    await expect(page.locator("#timeline li")).to_have_count(1)
+    assert "step" not in await _sent_types(page)
+    # The page's own episode is in the address again, not the link's.
+    await page.fill("#action-guess", "slate")
+    await page.click("#step")
+    await expect(page.locator("#timeline li")).to_have_count(2)
+    assert "onerror" not in unquote(page.url)
+    # A link that is not an episode says so and replays nothing.
+    bad = await open_ui(ctx, wordle.url, "/web/#seed=1&actions=%5B%7B")
+    await expect(bad.locator("#link-offer")).to_contain_text("does not hold a readable episode")
+    await expect(bad.locator("#link-replay")).to_have_count(0)
 
 
 async def test_inspector_contract_and_copy_as_python_and_curl(context, wordle):
@@ -221,19 +263,34 @@ async def test_server_view_lists_live_sessions(context, wordle):
     await screenshot(page, "web-server")
 
 
-async def test_close_reopen_and_resume_after_a_dropped_connection(context, wordle):
+async def _watch_pill(page):
+    """Record every text the connection pill shows from now on."""
+    await page.evaluate(
+        """() => {
+            window.pillTexts = [];
+            const pill = document.querySelector('#conn');
+            new MutationObserver(() => window.pillTexts.push(pill.textContent))
+                .observe(pill, {childList: true, characterData: true, subtree: true});
+        }"""
+    )
+
+
+async def test_a_dropped_connection_comes_back_by_itself_with_its_session(context, wordle):
     ctx, _ = context
     page = await open_ui(ctx, wordle.url)
     first = await js(page, "window.corral.session.id")
     await page.fill("#action-guess", "crane")
     await page.click("#step")
     await expect(page.locator("#timeline li")).to_have_count(2)
-    # The connection drops (not a clean close): the session waits to be re-attached.
+    # The connection drops (not a clean close): the page reconnects with backoff and
+    # re-attaches the session, without a click.
+    await _watch_pill(page)
     await page.evaluate("() => window.corral.wire.ws.close(4000, 'test drop')")
-    await expect(page.locator("#conn")).to_have_text("disconnected (4000)")
-    await expect(page.locator("#step")).to_be_disabled()
-    await page.click("#open")
     await expect(page.locator("#conn")).to_have_text("resumed")
+    texts = await js(page, "window.pillTexts")
+    assert any(
+        re.match(r"disconnected \(4000\): reconnecting in [\d.]+ s \(attempt 1\)", t) for t in texts
+    )
     assert await js(page, "window.corral.session.id") == first
     await page.fill("#action-guess", "moist")
     await page.click("#step")

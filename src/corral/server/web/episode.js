@@ -99,7 +99,7 @@ export function fromJsonl(text) {
     try {
       line = JSON.parse(raw);
     } catch (e) {
-      throw new Error(`line ${i + 1} is not JSON: ${e.message}`);
+      throw new Error(`line ${i + 1} is not JSON: ${e.message}`, { cause: e });
     }
     if (line.kind === 'header') {
       const version = /^corral-episodes\/(\d+)$/.exec(line.format || '');
@@ -141,4 +141,14 @@ export function fromJsonl(text) {
     if (!ep.steps.length || ep.steps[0].kind !== 'reset') throw new Error(`episode ${ep.episode} does not start with its reset`);
   }
   return [...episodes.values()];
+}
+
+// One line naming an episode for a picker: id, seed, steps, outcome and return.
+export function describe(ep) {
+  let total = 0;
+  for (const s of ep.steps.slice(1)) total += s.error ? 0 : Number(s.reward || 0);
+  const outcome = ep.end?.outcome ?? (ep.steps.at(-1)?.terminated ? 'terminated' : ep.steps.at(-1)?.truncated ? 'truncated' : 'unfinished');
+  const seed = ep.seed === null || ep.seed === undefined ? 'no seed' : `seed ${ep.seed}`;
+  const task = ep.task ? `, task ${ep.task.split ?? ''}#${ep.task.index ?? ''}` : '';
+  return `${ep.episode ?? 'episode'} · ${seed}${task} · ${ep.steps.length - 1} steps · ${outcome} · return ${+total.toFixed(4)}`;
 }

@@ -1,8 +1,16 @@
 // Forms generated from JSON Schemas (pydantic's dialect): one widget per schema node.
 // A widget is {el, get(), set(value)}; get() returns undefined for an optional field left
 // empty (it is then not sent) and throws InputError for input that is not even JSON.
+// References are schema.js's (one resolver, with a cycle guard); a model that contains
+// itself gets a JSON editor where it recurs, instead of a form without end.
+// Over 500 lines as one thing: the widget of every schema kind, which build one another
+// recursively (build → object → build ...) on one Form that registers each field for the
+// server's error locations.
 
-import { h, json, equal, mask, unmask, SECRET } from './dom.js';
+import { h } from './dom.js';
+import { json, equal, mask, unmask, SECRET } from './values.js';
+import { deref, refOf, SchemaRefError } from './schema.js';
+import { plain } from './arrays.js';
 
 const LONG = /code|text|content|body|prompt|source|program|script|message|answer|query/i;
 
@@ -13,15 +21,20 @@ export class InputError extends Error {
   }
 }
 
+// `schema` with its references followed; a broken reference is a node the form shows as
+// a JSON editor with the reason.
 export function resolve(schema, root) {
-  let node = schema || {};
-  for (let hops = 0; node.$ref && hops < 32; hops++) {
-    const { $ref, ...rest } = node;
-    const target = $ref.split('/').pop();
-    node = { ...((root.$defs || root.definitions || {})[target] || {}), ...rest };
+  try {
+    return deref(schema, root);
+  } catch (e) {
+    if (!(e instanceof SchemaRefError)) throw e;
+    return { 'x-corral-unreadable': `${e.code}: ${e.message}` };
   }
-  return node;
 }
+
+// A top-level free-form `metadata` object (OpenEnv's Action base class has one) is not the
+// environment's own field: it goes last, folded.
+const isBaseMetadata = (key, s) => key === 'metadata' && s.type === 'object' && !s.properties;
 
 const variantsOf = (s) => s.oneOf || s.anyOf || null;
 const isNull = (s) => s.type === 'null';
@@ -33,13 +46,14 @@ function describe(s, root) {
   return s.type || 'value';
 }
 
-// Does value fit schema s closely enough to pick s among a union's variants?
-function fits(s, v, root) {
+// Does value fit schema s closely enough to pick s among a union's variants? (Unions of
+// unions that refer back to themselves stop at a depth no real schema reaches.)
+function fits(s, v, root, depth = 0) {
   s = resolve(s, root);
   if (s.const !== undefined) return equal(s.const, v);
   if (s.enum) return s.enum.some((e) => equal(e, v));
   const variants = variantsOf(s);
-  if (variants) return variants.some((x) => fits(x, v, root));
+  if (variants) return depth < 16 && variants.some((x) => fits(x, v, root, depth + 1));
   const t = s.type;
   if (v === null) return t === 'null';
   if (Array.isArray(v)) return t === 'array';
@@ -108,13 +122,22 @@ export class Form {
     for (const el of this.el.querySelectorAll('.field-error')) el.remove();
   }
 
+  // `opts.refs`: the references being expanded on the way here (the cycle guard).
   build(schema, path, opts = {}) {
+    const ref = refOf(schema);
+    const refs = opts.refs || new Set();
+    if (ref !== null && refs.has(ref)) {
+      return this.raw({ ...resolve(schema, this.root), type: undefined, 'x-corral-recursive': ref }, path, opts);
+    }
+    if (ref !== null) opts = { ...opts, refs: new Set([...refs, ref]) };
     const s = resolve(schema, this.root);
+    if (s['x-corral-unreadable']) return this.raw(s, path, opts);
     const variants = variantsOf(s);
     if (variants) {
       const real = variants.filter((v) => !isNull(resolve(v, this.root)));
       if (real.length < variants.length) {
-        const inner = real.length === 1 ? { ...s, ...resolve(real[0], this.root) } : { ...s, anyOf: real };
+        // Optional[X]: X keeps its reference (allOf of one), so the cycle guard sees it.
+        const inner = real.length === 1 ? { ...s, allOf: [real[0]] } : { ...s, anyOf: real };
         delete inner.oneOf;
         if (real.length === 1) delete inner.anyOf;
         return this.nullable(inner, path, opts);
@@ -122,7 +145,7 @@ export class Form {
       return this.union(s, variants, path, opts);
     }
     // An Enum class (a $ref) is a select; an inline Literal of a few values, radios.
-    if (s.enum) return !schema.$ref && s.enum.length <= 6 ? this.radios(s, path, opts) : this.select(s, path, opts);
+    if (s.enum) return ref === null && s.enum.length <= 6 ? this.radios(s, path, opts) : this.select(s, path, opts);
     if (s.const !== undefined) return this.constant(s, path, opts);
     if (s['x-corral-ndarray']) return this.ndarray(s, path, opts);
     switch (s.type) {
@@ -148,7 +171,7 @@ export class Form {
 
   field(s, path, opts, control, extra = []) {
     const name = opts.name ?? path[path.length - 1];
-    const label = s.title && name === undefined ? s.title : name;
+    const label = s.title && name === undefined && !opts.untitled ? s.title : name;
     const el = h(
       'div',
       { class: 'field', 'data-path': path.join('.') },
@@ -219,19 +242,27 @@ export class Form {
           'aria-label': `${path[path.length - 1] ?? 'value'} slider`,
           oninput: () => {
             input.value = slider.value;
+            sync();
           },
         })
       : null;
-    input.addEventListener('input', () => {
-      if (slider && input.value !== '') slider.value = input.value;
-    });
+    // An empty input (no value, no default) is not a value at either end of the slider:
+    // the slider rests at the minimum, dimmed, and says it is not set.
+    const sync = () => {
+      if (!slider) return;
+      const empty = input.value === '';
+      slider.value = empty ? String(min) : input.value;
+      slider.classList.toggle('unset', empty);
+      slider.setAttribute('aria-valuetext', empty ? 'not set' : input.value);
+    };
+    input.addEventListener('input', sync);
     const w = {
       el: this.field(s, path, opts, h('div', { class: 'row' }, input, slider)),
       get: () => (input.value === '' ? undefined : Number(input.value)),
       set: (v) => {
         const value = v === undefined || v === null ? s.default : v;
         input.value = value === undefined || value === null ? '' : String(value);
-        if (slider && input.value !== '') slider.value = input.value;
+        sync();
       },
     };
     w.set(undefined);
@@ -299,6 +330,11 @@ export class Form {
   }
 
   raw(s, path, opts) {
+    const why = s['x-corral-recursive']
+      ? `JSON: ${s['x-corral-recursive'].split('/').pop()} contains itself`
+      : s['x-corral-unreadable']
+        ? `JSON: the schema cannot be read (${s['x-corral-unreadable']})`
+        : 'JSON';
     const input = h('textarea', {
       id: this.inputId(path),
       class: 'json',
@@ -307,7 +343,7 @@ export class Form {
       spellcheck: 'false',
     });
     const w = {
-      el: this.field(s, path, opts, input, [h('span', { class: 'badge', text: 'JSON' })]),
+      el: this.field(s, path, opts, input, [h('span', { class: 'badge', text: why })]),
       get: () => {
         if (input.value.trim() === '') return undefined;
         try {
@@ -328,22 +364,32 @@ export class Form {
   ndarray(s, path, opts) {
     const spec = s['x-corral-ndarray'];
     const badge = `${spec.dtype ?? 'any dtype'} · ${spec.shape ? '(' + spec.shape.map((d) => d ?? '*').join('×') + ')' : 'any shape'}`;
-    const w = this.raw({ ...s, type: 'array' }, path, opts);
+    const w = this.raw({ ...s, type: 'array', default: undefined }, path, opts);
     w.el.querySelector('.badge').textContent = `array ${badge}`;
     w.el.querySelector('textarea').placeholder = 'nested lists, e.g. [[0, 1], [2, 3]]';
+    // Shown and edited as numbers: a {dtype, shape, data} value (a default, a replayed
+    // action) becomes nested lists, which the field validates from just the same.
+    const set = w.set;
+    w.set = (v) => set(plain(v === undefined ? s.default : v, Infinity));
+    w.set(undefined);
     return w;
   }
 
   object(s, path, opts) {
     const required = new Set(s.required || []);
-    const children = Object.entries(s.properties).map(([key, prop]) => [
+    const entries = Object.entries(s.properties);
+    const base = opts.top ? entries.filter(([key, prop]) => isBaseMetadata(key, resolve(prop, this.root))) : [];
+    const own = entries.filter((entry) => !base.includes(entry));
+    const children = [...own, ...base].map(([key, prop]) => [
       key,
-      this.build(prop, [...path, key], { required: required.has(key), name: key }),
+      this.build(prop, [...path, key], { required: required.has(key), name: key, refs: opts.refs }),
     ]);
-    const body = children.map(([, w]) => w.el);
+    const body = children.map(([key, w]) =>
+      base.some(([k]) => k === key) ? h('details', { class: 'base-field' }, h('summary', { text: `${key} (from the base class)` }), w.el) : w.el,
+    );
     const el = opts.top
       ? h('div', { class: 'fields' }, body)
-      : h('fieldset', { 'data-path': path.join('.') }, h('legend', { text: opts.name ?? s.title ?? '' }), body);
+      : h('fieldset', { 'data-path': path.join('.') }, h('legend', { text: opts.untitled ? '' : opts.name ?? s.title ?? '' }), body);
     if (!opts.top) this.register(path, el);
     return {
       el,
@@ -368,7 +414,7 @@ export class Form {
     const add = (value) => {
       const index = rows.length;
       const itemSchema = fixed ? s.prefixItems[index] : s.items;
-      const w = this.build(itemSchema, [...path, index], { required: true, name: `#${index}` });
+      const w = this.build(itemSchema, [...path, index], { required: true, name: `#${index}`, refs: opts.refs });
       const row = h('div', { class: 'list-row' }, w.el);
       if (!fixed) {
         row.append(
@@ -454,7 +500,7 @@ export class Form {
     const name = `${this.inputId(path)}-variant`;
     const branches = variants.map((v, i) => ({
       schema: v,
-      w: this.build({ ...resolve(v, this.root), title: undefined }, path, { ...opts, name: undefined }),
+      w: this.build(v, path, { ...opts, name: undefined, untitled: true }),
       radio: h('input', { type: 'radio', name, value: String(i), id: `${name}-${i}` }),
     }));
     let active = 0;
@@ -468,7 +514,7 @@ export class Form {
     const tabs = h(
       'div',
       { class: 'tabs', role: 'radiogroup', 'aria-label': `${opts.name ?? path.join('.') ?? 'value'} variant` },
-      branches.map((b, i) =>
+      branches.map((b) =>
         h('label', { class: 'tab', for: b.radio.id }, b.radio, describe(b.schema, this.root)),
       ),
     );

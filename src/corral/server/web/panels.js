@@ -1,6 +1,7 @@
-// The other views: contract, protocol inspector (+ copy as Python/curl), server view.
+// The other views: contract, protocol inspector, the snippet dialog, server view.
 
-import { h, $, clear, json, mask } from './dom.js';
+import { h, $, clear } from './dom.js';
+import { json, mask } from './values.js';
 import { fieldTable, sparkline } from './observe.js';
 
 const MAX_FRAMES = 500;
@@ -67,55 +68,7 @@ export function showContract(el, { schema, identity, welcome }) {
   );
 }
 
-// -- copy as Python / curl ------------------------------------------------------------
-
-const py = (value) =>
-  JSON.stringify(value, null, 0)
-    .replace(/\btrue\b/g, 'True')
-    .replace(/\bfalse\b/g, 'False')
-    .replace(/\bnull\b/g, 'None');
-
-const actionsUpTo = (ep, index) => ep.steps.slice(1, Math.max(1, index + 1)).map((s) => s.action);
-
-export function pythonSnippet(ep, index, meta) {
-  const lines = [
-    'import asyncio',
-    '',
-    'from corral.client import AsyncEnvClient',
-    '',
-    '',
-    'async def main() -> None:',
-    `    # token=... (or $CORRAL_TOKEN) if the server requires one`,
-    `    async with AsyncEnvClient(${py(meta.url)}, codec="json") as env:`,
-    `        result = await env.reset(seed=${py(ep.seed)}${Object.keys(ep.options).length ? `, **${py(ep.options)}` : ''})`,
-    ...actionsUpTo(ep, index).map((a) => `        result = await env.step(${py(a)})`),
-    '        print(result)',
-    '        print(await env.state())',
-    '',
-    '',
-    'asyncio.run(main())',
-  ];
-  return lines.join('\n') + '\n';
-}
-
-const shellQuote = (text) => `'${text.replace(/'/g, `'\\''`)}'`;
-
-export function curlSnippet(ep, index, meta) {
-  const auth = ' -H "Authorization: Bearer $CORRAL_TOKEN"';
-  const json = '-H "Content-Type: application/json"';
-  const base = meta.url;
-  const reset = { ...ep.options };
-  if (ep.seed !== null) reset.seed = ep.seed;
-  const lines = [
-    '# a stateful HTTP session (POST /sessions); drop the Authorization header if the server has no token',
-    `S=$(curl -s -X POST${auth} ${base}/sessions | python3 -c 'import json,sys; print(json.load(sys.stdin)["session_id"])')`,
-    `curl -s -X POST${auth} -H "X-Corral-Session: $S" ${json} ${base}/reset -d ${shellQuote(JSON.stringify(reset))}`,
-    ...actionsUpTo(ep, index).map((a) => `curl -s -X POST${auth} -H "X-Corral-Session: $S" ${json} ${base}/step -d ${shellQuote(JSON.stringify({ action: a }))}`),
-    `curl -s${auth} -H "X-Corral-Session: $S" ${base}/state`,
-    `curl -s -X DELETE${auth} ${base}/sessions/$S`,
-  ];
-  return lines.join('\n') + '\n';
-}
+// -- snippet dialog (the snippets are snippets.js's) ----------------------------------
 
 export function showSnippet(title, text) {
   const dialog = $('#snippet-dialog');
@@ -191,7 +144,7 @@ export class ServerView {
         spark('errors / sample', errorsPer, String(errorsPer[errorsPer.length - 1] ?? 0)),
       ),
       h('h3', { text: 'Counters' }),
-      fieldTable({ ...s.counters, ...Object.fromEntries(Object.entries(s.latency).map(([op, l]) => [`${op} latency`, `p50 ${ms(l.p50_s)} · p99 ${ms(l.p99_s)} · n=${l.count}`])) }, { plain: true }),
+      fieldTable({ ...s.counters, ...Object.fromEntries(Object.entries(s.latency).map(([op, l]) => [`${op} latency`, `p50 ${ms(l.p50_s)} · p99 ${ms(l.p99_s)} · n=${l.count}`])) }, { asText: true }),
       h('h3', { text: 'Errors by code' }),
       Object.keys(s.errors).length ? fieldTable(s.errors) : h('p', { class: 'hint', text: 'none' }),
       h('h3', { text: `Live sessions (${s.sessions_total})` }),

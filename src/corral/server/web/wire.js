@@ -11,9 +11,12 @@ export class WireError extends Error {
   }
 }
 
-export function wsUrl(path = 'ws') {
-  const url = new URL(path, new URL('..', location.href));
-  url.protocol = location.protocol === 'https:' ? 'wss:' : 'ws:';
+// The server's base URL: the page is at <base>/web/.
+export const baseUrl = (href = location.href) => new URL('..', href);
+
+export function wsUrl(path = 'ws', href = location.href) {
+  const url = new URL(path, baseUrl(href));
+  url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
   return url.href;
 }
 
@@ -21,22 +24,26 @@ export function wsUrl(path = 'ws') {
 // on a new connection remembers its recent ids and answers a repeated one from its cache.
 let nextId = 1;
 
+// `socket(url, protocols)` makes the WebSocket (the browser's by default; the unit tests
+// give a fake one).
 export class Wire {
-  constructor({ onFrame = () => {}, onClose = () => {} } = {}) {
+  constructor({ onFrame = () => {}, onClose = () => {}, socket = (url, protocols) => new WebSocket(url, protocols), url = wsUrl } = {}) {
     this.onFrame = onFrame;
     this.onClose = onClose;
+    this.socket = socket;
+    this.url = url;
     this.pending = new Map();
     this.welcome = null;
     this.ws = null;
   }
 
   get open() {
-    return this.ws !== null && this.ws.readyState === WebSocket.OPEN;
+    return this.ws !== null && this.ws.readyState === 1; // WebSocket.OPEN
   }
 
   connect() {
     return new Promise((resolve, reject) => {
-      const ws = new WebSocket(wsUrl(), ['corral.v1.json']);
+      const ws = this.socket(this.url(), ['corral.v1.json']);
       this.ws = ws;
       ws.onopen = () => {
         this.request({ type: 'hello', protocol: 'corral/1', client: 'corral-web' }).then(
@@ -73,11 +80,12 @@ export class Wire {
     else waiter.resolve(message);
   }
 
-  request(message) {
+  // Send `message` under a new request id, or under `id` (the same request sent again).
+  request(message, id = nextId++) {
     if (!this.open) {
       return Promise.reject(new WireError({ code: 'CONNECTION_LOST', message: 'not connected' }));
     }
-    const frame = { ...message, id: nextId++ };
+    const frame = { ...message, id };
     const text = JSON.stringify(frame);
     return new Promise((resolve, reject) => {
       this.pending.set(frame.id, { resolve, reject });
@@ -86,17 +94,22 @@ export class Wire {
     });
   }
 
+  // Closed on purpose: nothing reconnects it (connection.js reads `closing`).
   close() {
+    this.closing = true;
     if (this.ws) this.ws.close(1000, 'closed by the page');
   }
 }
 
 // One session on a Wire: reset/step/state/close, with the round-trip time of each call.
+// `whenBack` (set by connection.js) waits for a dropped connection to come back; a request
+// cut by the drop is then sent again under its id, so the server runs it at most once.
 export class Session {
   constructor(wire, id, token) {
     this.wire = wire;
     this.id = id;
     this.token = token;
+    this.whenBack = null;
   }
 
   static async open(wire) {
@@ -113,12 +126,24 @@ export class Session {
   // The reply and its round-trip time; a failure carries its time as error.ms.
   async timed(message) {
     const started = performance.now();
-    try {
-      const reply = await this.wire.request({ ...message, session: this.id });
-      return { reply, ms: performance.now() - started };
-    } catch (error) {
-      error.ms = performance.now() - started;
-      throw error;
+    const id = nextId++;
+    for (;;) {
+      try {
+        const reply = await this.wire.request({ ...message, session: this.id }, id);
+        return { reply, ms: performance.now() - started };
+      } catch (error) {
+        if (error.code === 'CONNECTION_LOST' && this.whenBack) {
+          try {
+            await this.whenBack();
+            continue;
+          } catch (gone) {
+            gone.ms = performance.now() - started;
+            throw gone instanceof WireError ? gone : new WireError({ code: gone.code || 'CONNECTION_LOST', message: gone.message, details: gone.details });
+          }
+        }
+        error.ms = performance.now() - started;
+        throw error;
+      }
     }
   }
 
@@ -141,16 +166,17 @@ export class Session {
   }
 }
 
-// HTTP to the same origin, with the server's structured errors as WireError.
-export async function http(path, { method = 'GET', body, headers = {} } = {}) {
+// HTTP to the same origin, with the server's structured errors as WireError. The body
+// (parsed when JSON), or {data, headers} with `withHeaders`.
+export async function http(path, { method = 'GET', body, headers = {}, withHeaders = false } = {}) {
   const init = { method, headers: { ...headers }, credentials: 'same-origin' };
   if (body !== undefined) {
     init.body = typeof body === 'string' ? body : JSON.stringify(body);
     init.headers['Content-Type'] ??= 'application/json';
   }
-  const response = await fetch(new URL(path, new URL('..', location.href)), init);
+  const response = await fetch(new URL(path, baseUrl()), init);
   const text = await response.text();
-  let data = null;
+  let data;
   try {
     data = text ? JSON.parse(text) : null;
   } catch {
@@ -163,5 +189,5 @@ export async function http(path, { method = 'GET', body, headers = {} } = {}) {
     error.status = response.status;
     throw error;
   }
-  return data;
+  return withHeaders ? { data, headers: response.headers } : data;
 }
