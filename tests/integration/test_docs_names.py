@@ -303,11 +303,29 @@ def names_of(code: Code) -> list[str]:
     return names
 
 
+@cache
+def validate_checks() -> frozenset[str]:
+    """The ids of ``corral validate``'s checks (``corral.snapshot``, ``runtime.action``):
+    a page names them as dotted words too. Read from the source: each string literal a
+    ``check(...)`` or ``Check(...)`` call in ``corral/cli/validate`` takes first."""
+    ids: set[str] = set()
+    for path in (SRC / "corral" / "cli" / "validate").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call) or not node.args:
+                continue
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            first = node.args[0]
+            if called in ("check", "Check") and isinstance(first, ast.Constant):
+                ids.add(str(first.value))
+    return frozenset(ids)
+
+
 def name_problems(code: Code) -> list[str]:
     return [
         f"{code.where}: `{name}` does not exist in src/corral"
         for name in dict.fromkeys(names_of(code))
-        if name not in KNOWN and not name_exists(name)
+        if name not in KNOWN and name not in validate_checks() and not name_exists(name)
     ]
 
 
@@ -352,7 +370,8 @@ import corral.adapters.gone
 ```
 
 Names: `corral.adapters.sb3.RemoteVecEnv.from_url`, `corral.adapters.mcp.McpSessions.to_moon`,
-`corral.envs.wordle:WordleEnv`, `corral.envs.wordle:Nope`, `corral.yaml`.
+`corral.envs.wordle:WordleEnv`, `corral.envs.wordle:Nope`, `corral.yaml`; the checks
+`corral.snapshot` and `corral.snapshots`.
 """
 
 
@@ -376,6 +395,8 @@ Names: `corral.adapters.sb3.RemoteVecEnv.from_url`, `corral.adapters.mcp.McpSess
         ("`corral.envs.wordle:Nope` does not exist", True),
         ("`corral.envs.wordle:WordleEnv` does not exist", False),
         ("corral.yaml", False),
+        ("`corral.snapshot` does not exist", False),  # a check of corral validate
+        ("`corral.snapshots` does not exist", True),
     ],
 )
 def test_the_checker_finds_what_is_missing(problem: str, found: bool) -> None:
