@@ -81,7 +81,7 @@ from corral.protocol.jsonrpc import (
     tool_error,
     tool_result,
 )
-from corral.protocol.session import Phase
+from corral.protocol.position import Phase
 from corral.server.openenv.links import LinkRegistry, LockstepLink
 from corral.server.service import EnvService
 
