@@ -123,7 +123,9 @@ INTERNAL_EXCEPTIONS = {
     "SocketClosed": "client/dialers/base.py: a dialer's socket tells its connection it is "
     "closed; the connection's caller sees ConnectionLost or a reconnect",
     "McpFailure": "adapters/openenv_env.py: becomes a JSON-RPC error answer",
-    "InflateTooLarge": "server/deflate.py: becomes a 1009 close of the connection",
+    "InflateTooLarge": "protocol/deflate.py: becomes a 1009 close of the connection",
+    "Refused": "protocol/inflow.py: a frame breaking a rule; becomes the connection's close "
+    "(a client's dialer: ConnectionLost)",
     "CheckFailed": "cli/validate/target.py: a failed check, reported as a row",
     "CheckSkipped": "cli/validate/target.py: a skipped check, reported as a row",
 }

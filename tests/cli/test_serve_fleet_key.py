@@ -62,7 +62,7 @@ async def test_servers_sharing_the_key_restore_each_others_snapshots(tmp_path: P
             assert moved["type"] == "restored", moved
             assert moved["observation"]["echoed_message"] == "hi"
             forged = copy.deepcopy(signed)
-            forged["snapshot"]["last"]["echoed_message"] = "bye"
+            forged["snapshot"]["message"] = "bye"
             refused = await b.request({"type": "restore", "snapshot": forged})
             assert refused["code"] == "BAD_SNAPSHOT"
         finally:
@@ -77,7 +77,8 @@ def test_a_short_or_unreadable_key_is_a_clear_error(tmp_path: Path) -> None:
         (short, "is 9 bytes long; use at least 32"),
         (tmp_path / "nope", "cannot read"),
     ):
-        result = CliRunner().invoke(
+        # Wide enough that the message, which names the temporary path, is on one line.
+        result = CliRunner(env={"COLUMNS": "300"}).invoke(
             app, ["serve", "corral.envs.echo:EchoEnv", "--fleet-key-file", str(path)]
         )
         assert result.exit_code == 2 and message in result.output, result.output

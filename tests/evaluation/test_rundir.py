@@ -17,7 +17,7 @@ from tests.support.flaky import FragileEnv
 from tests.support.servers import running
 
 from corral.evaluation import EvalError, evaluate
-from corral.evaluation.rundir import plan, run_file, write_run_file
+from corral.evaluation.rundir import plan, recorded, run_file, write_run_file
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,7 @@ async def test_links_in_the_run_directory_are_not_followed(tmp_path: Path, url: 
         await evaluate(url, out=out, episodes=4, seed=6, concurrency=2)
     assert outside.read_bytes() == kept  # nothing appended outside the run
     with pytest.raises(EvalError, match="is a symbolic link"):
-        plan(out / "episodes.jsonl", 4, 0)
+        recorded(out / "episodes.jsonl")
 
 
 def test_run_files_are_written_without_following_links(tmp_path: Path) -> None:
@@ -77,5 +77,5 @@ def test_run_files_are_written_without_following_links(tmp_path: Path) -> None:
 
 def test_an_empty_episode_file_plays_everything(tmp_path: Path) -> None:
     (tmp_path / "episodes.jsonl").touch()
-    todo = plan(tmp_path / "episodes.jsonl", 3, 0)
+    todo = plan(recorded(tmp_path / "episodes.jsonl"), 3, 0)
     assert todo.queue == [(0, 0), (1, 0), (2, 0)] and todo.finished == 0

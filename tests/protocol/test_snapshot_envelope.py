@@ -25,13 +25,7 @@ from corral.protocol.openenv import client_frame
 from corral.protocol.position import Phase, Position
 from corral.protocol.registry import SessionRegistry
 from corral.protocol.server import Greeting, OpenSession, RestoreSession, RunCall, ServerConnection
-from corral.protocol.session import (
-    LIFECYCLE,
-    Op,
-    ReplyCache,
-    SessionMachine,
-    SessionState,
-)
+from corral.protocol.session import LIFECYCLE, Op, ReplyCache, SessionMachine, SessionState
 from corral.protocol.snapshot import FORMAT, SessionSnapshot, SnapshotSeal, signature
 
 KEY = b"fleet-key-of-at-least-32-bytes-long!"

@@ -1,10 +1,9 @@
-"""Where a session is: its lifecycle :class:`Phase`, and the :class:`Position` a
-snapshot carries.
+"""Where a session is in its lifecycle: its phase, and the counts a snapshot carries.
 
-Below both the session's lifecycle table (:mod:`corral.protocol.session`, which moves a
-session between phases) and the snapshot envelope (:mod:`corral.protocol.snapshot`,
-which carries a position across servers), so that neither imports the other: the
-message table imports the envelope, and the session names the messages' reply types.
+The lifecycle table (:mod:`corral.protocol.session`) moves a session between phases; the
+snapshot envelope (:mod:`corral.protocol.snapshot`) carries a :class:`Position` so that a
+restored session continues exactly where the snapshotted one was. Both read it from here,
+below them both, so that neither imports the other.
 """
 
 from __future__ import annotations

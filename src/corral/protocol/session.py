@@ -48,8 +48,8 @@ from corral.protocol.codecs import MsgpackCodec
 from corral.protocol.position import Phase, Position
 
 if TYPE_CHECKING:
-    # Only for annotations: replies are the messages' table's, which imports this
-    # module's lower neighbour (Position, through the snapshot envelope), not this one.
+    # Only for annotations: the reply types are what a session remembers, and the
+    # server's connection (not this module) builds and sends them.
     from corral.protocol.batch import BatchItemReply
     from corral.protocol.messages import Reply
 
