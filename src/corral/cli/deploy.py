@@ -274,21 +274,37 @@ def k8s_gc(
         str | None,
         typer.Option(help="Sweep this owner's objects even if its Lease is live."),
     ] = None,
+    agent_sandbox: Annotated[
+        bool,
+        typer.Option(
+            "--agent-sandbox",
+            help="Also sweep SandboxClaims of owners whose Lease is gone (those of an "
+            "expired agent-sandbox Lease are swept anyway).",
+        ),
+    ] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="List what would be deleted; delete nothing.")
     ] = False,
 ) -> None:
-    """Delete the Pods, SandboxClaims, Secrets and Leases of providers that died."""
+    """Delete the Pods, SandboxClaims, Secrets and Leases of providers that died.
+
+    Only the kinds the dead owners' modes created are listed, so the Role of those
+    providers (corral k8s role) is enough; a kind this Role may not touch is reported
+    and the rest is swept (exit code 1).
+    """
     try:
-        from corral.providers.kubernetes.api import KubeError, connect
-        from corral.providers.kubernetes.gc import sweep
+        from corral.providers.kubernetes.api import KubeError, claims, connect
+        from corral.providers.kubernetes.gc import kinds_of, sweep
     except ImportError as exc:
         raise _fail(str(exc)) from None
 
     async def run() -> Any:
         api = await connect(namespace=namespace, kubeconfig=kubeconfig, context=context)
+        kinds = None
+        if agent_sandbox:
+            kinds = [*kinds_of("pods"), claims()]
         try:
-            return api.namespace, await sweep(api, owner=owner, dry_run=dry_run)
+            return api.namespace, await sweep(api, owner=owner, kinds=kinds, dry_run=dry_run)
         finally:
             await api.close()
 
@@ -300,12 +316,48 @@ def k8s_gc(
     verb = "would delete" if dry_run else "deleted"
     if not swept.total:
         console.print(f"nothing to sweep in namespace {where}")
-        return
-    table = Table(title=f"{verb} in namespace {where}")
-    table.add_column("kind")
-    table.add_column("name")
-    for kind, names in swept.objects.items():
-        for name in names:
-            table.add_row(kind, name)
-    console.print(table)
-    console.print(f"{verb} {swept.total} objects of {len(swept.owners)} dead owners")
+    else:
+        table = Table(title=f"{verb} in namespace {where}")
+        table.add_column("kind")
+        table.add_column("name")
+        for kind, names in swept.objects.items():
+            for name in names:
+                table.add_row(kind, name)
+        console.print(table)
+        console.print(f"{verb} {swept.total} objects of {len(swept.owners)} dead owners")
+    if swept.refused:
+        for plural, message in swept.refused.items():
+            _fail(f"cannot sweep {plural}: {message}", code=1)
+        raise typer.Exit(1)
+
+
+@k8s_app.command("role")
+def k8s_role(
+    mode: Annotated[
+        str,
+        typer.Option(
+            help="pods (KubernetesProvider), agent-sandbox (AgentSandboxProvider), fleet "
+            "(EndpointSliceFleet) or server (a fleet's servers keeping their deletion cost)."
+        ),
+    ] = "pods",
+    namespace: Annotated[str | None, typer.Option(help="Set on every object.")] = None,
+    name: Annotated[str, typer.Option(help="The Role's name.")] = "corral-provider",
+    service_account: Annotated[
+        str | None, typer.Option(help="Bind the Role to this service account.")
+    ] = None,
+    user: Annotated[str | None, typer.Option(help="Bind the Role to this user.")] = None,
+) -> None:
+    """Print the least-privilege Role (and a RoleBinding) of a corral mode, as YAML."""
+    from corral.providers.kubernetes import rbac
+
+    if mode not in rbac.MODES:
+        raise _fail(f"--mode must be one of {', '.join(rbac.MODES)}, not {mode!r}")
+    objects = [rbac.role(name, mode, namespace=namespace)]
+    subjects = []
+    if service_account is not None:
+        subjects.append(rbac.service_account_subject(service_account, namespace))
+    if user is not None:
+        subjects.append({"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"})
+    if subjects:
+        objects.append(rbac.role_binding(name, name, subjects, namespace=namespace))
+    sys.stdout.write("".join(f"---\n{_dump(obj)}" for obj in objects))

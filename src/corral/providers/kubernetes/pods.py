@@ -40,6 +40,10 @@ OWNER_LABEL = f"{DOMAIN}/owner"
 """Marks what a provider created with the provider's owner id (swept by ``corral k8s gc``)."""
 ROLE_LABEL = f"{DOMAIN}/role"
 """``owner`` on a provider's Lease (its liveness)."""
+MODE_LABEL = f"{DOMAIN}/provider"
+"""On a provider's Lease: its mode (``pods``, ``agent-sandbox``), so a sweep of a dead
+owner lists the kinds that owner created and no other (see
+:mod:`corral.providers.kubernetes.rbac`)."""
 ENV_LABEL = f"{DOMAIN}/env"
 CONTRACT_LABEL = f"{DOMAIN}/contract"
 MANAGED_BY = "app.kubernetes.io/managed-by"
