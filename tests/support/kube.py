@@ -28,13 +28,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import os
 import random
 import signal
 import sys
 import tempfile
 from collections import deque
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,9 +44,10 @@ import aiohttp.web
 import httpx
 import kmock
 from kubernetes_asyncio import client as k8s
+from tests.support.kube_rbac import RBAC_RESOURCES, Authorizer, attributes, forbidden
 
 from corral.providers.docker import _pid_alive
-from corral.providers.kubernetes.api import PODS, SECRETS, KubeAPI, KubeError, connect
+from corral.providers.kubernetes.api import PODS, SECRETS, Kind, KubeAPI, KubeError, connect
 from corral.providers.kubernetes.pods import PROBE_HOST_ENV
 
 RESOURCES = ("v1/pods", "v1/secrets", "coordination.k8s.io/v1/leases")
@@ -101,11 +103,42 @@ class RunningPod:
 
 class Emulator(kmock.KubernetesEmulator):
     """kmock's emulator with ``pods/log`` and ``pods/portforward`` (see the module docstring),
-    and the core group's discovery document as a real API server writes it."""
+    the core group's discovery document as a real API server writes it, and RBAC for
+    requests with a bearer token (:mod:`tests.support.kube_rbac`)."""
 
     kubelet: FakeKubelet | None = None
+    authorizer: Authorizer | None = None
+
+    def stored(self) -> Iterator[tuple[str, str, dict[str, Any]]]:
+        """``(group/version/plural, namespace, object)`` of every live stored object."""
+        for (resource, namespace, _), obj in list(self.objects.items()):
+            if not obj.deleted:
+                path = "/".join(p for p in (resource.group, resource.version, resource.plural) if p)
+                yield path, namespace or "", obj.raw
+
+    def _authorise(self, request: aiohttp.web.BaseRequest) -> aiohttp.web.Response | None:
+        """None when the request may proceed, else the API server's 401 or 403."""
+        header = request.headers.get("Authorization", "")
+        if self.authorizer is None or not header:
+            return None
+        subject = self.authorizer.subject(header.removeprefix("Bearer ").strip())
+        if subject is None:
+            return aiohttp.web.json_response(
+                {"kind": "Status", "code": 401, "reason": "Unauthorized", "message": "bad token"},
+                status=401,
+            )
+        upgrade = request.headers.get("Upgrade", "").lower() == "websocket"
+        wanted = attributes(request.method, request.path, request.query, upgrade)
+        if wanted is None or self.authorizer.decide(self.stored(), subject, wanted):
+            return None
+        return aiohttp.web.json_response(
+            forbidden(self.authorizer.describe(subject), wanted), status=403
+        )
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        refusal = self._authorise(raw_request)
+        if refusal is not None:
+            return refusal
         if raw_request.path == "/api/v1":
             return self._core_resources()
         parts = raw_request.path.strip("/").split("/")
@@ -559,16 +592,63 @@ class Cluster:
             if resource.plural == plural and not obj.deleted
         ]
 
+    @property
+    def authorizer(self) -> Authorizer:
+        """The RBAC of a ``cluster(rbac=True)``."""
+        assert self.emulator.authorizer is not None, "start the cluster with rbac=True"
+        return self.emulator.authorizer
+
+    async def apply(self, *objects: Mapping[str, Any]) -> None:
+        """Create objects (Roles, RoleBindings, ...) as the cluster's admin."""
+        for obj in objects:
+            group, _, version = str(obj["apiVersion"]).rpartition("/")
+            plural = f"{str(obj['kind']).lower()}s"
+            await self.api.create(Kind(group, version, plural), obj)
+
+    def user(self, name: str) -> str:
+        """A bearer token authenticating user ``name`` (with no rights until bound)."""
+        token = f"user-{name}-{random.getrandbits(48):012x}"
+        self.authorizer.register(token, "User", name)
+        return token
+
+    def kubeconfig(self, path: str | os.PathLike[str], token: str | None = None) -> str:
+        """Write a kubeconfig pointing at the emulator (with ``token``); return its path."""
+        user: dict[str, Any] = {"token": token} if token is not None else {}
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "emu", "cluster": {"server": self.url}}],
+            "users": [{"name": "me", "user": user}],
+            "contexts": [
+                {
+                    "name": "emu",
+                    "context": {"cluster": "emu", "user": "me", "namespace": self.namespace},
+                }
+            ],
+            "current-context": "emu",
+        }
+        with open(path, "w") as out:
+            json.dump(config, out)
+        return str(path)
+
 
 @contextlib.asynccontextmanager
 async def cluster(
     images: Mapping[str, Sequence[str]] | None = None,
     resources: Sequence[str] = RESOURCES,
+    *,
+    rbac: bool = False,
 ) -> AsyncIterator[Cluster]:
-    """An emulated cluster with a fake kubelet, for the duration of the block."""
+    """An emulated cluster with a fake kubelet, for the duration of the block.
+
+    With ``rbac``, requests carrying a bearer token are authorised by the Roles bound to
+    its subject (:mod:`tests.support.kube_rbac`); the harness's own calls carry none.
+    """
     async with Emulator() as emulator, kmock.Server(emulator) as server:
-        for resource in resources:
+        for resource in (*resources, *(RBAC_RESOURCES if rbac else ())):
             emulator.resources[resource] = {}
+        if rbac:
+            emulator.authorizer = Authorizer()
         url = str(server.url).rstrip("/")
         api = await connect(namespace=NAMESPACE, configuration=k8s.Configuration(host=url))
         kubelet = FakeKubelet(api, images)
