@@ -66,9 +66,12 @@ js: $(NODE_STAMP)
 
 test: lint typecheck js pytest
 
-# The fault-injection and fuzz suites at full size; figures go to fault-report.json.
+# The fault-injection and fuzz suites at full size; figures go to fault-report.json. With
+# $$CORRAL_OPENENV_SRC naming a checkout of OpenEnv's repository, also OpenEnv's own
+# environments under every form of corral serve (tests/conformance/test_catalog.py), which
+# records its outcome for docs/openenv.md's table.
 test-long: $(STAMP)
-	$(PYTEST) tests/faults --long --fault-report fault-report.json
+	$(PYTEST) tests/faults tests/conformance/test_catalog.py --long --fault-report fault-report.json
 
 # The suite under coverage (pyproject.toml's [tool.coverage]): the workers and every Python
 # server they start write a data file each; the report combines them.

@@ -45,6 +45,7 @@ async def per_item(
         progress=False,
         health_interval=None,
         sessions_per_connection=sessions,
+        gc_control=True,
     ) as pool:
         await pool.reset()
         actions = [EchoAction(message=MESSAGE)] * sessions

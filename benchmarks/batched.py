@@ -34,7 +34,7 @@ MODES = ("typed", "numpy", "pipelined")
 
 
 def _pool(url: str, n: int) -> EnvPool[Any, Any, Any]:
-    return EnvPool(n, url, env=EchoEnv, progress=False, health_interval=None)
+    return EnvPool(n, url, env=EchoEnv, progress=False, health_interval=None, gc_control=True)
 
 
 async def pool_rate(url: str, n: int, seconds: float, mode: str) -> float:

@@ -1,4 +1,5 @@
-"""The environments every contender serves: echo (sync and async) and an 84x84x3 image.
+"""The environments every contender serves: echo (sync and async), an 84x84x3 image, and a
+sleeping environment whose step awaits a fixed delay (the slow-sessions section).
 
 The corral and openenv-core versions do the same work per step: validate a ~100-byte
 action, build the observation, return it. The image environments return one fixed
@@ -8,7 +9,9 @@ random 84x84x3 uint8 frame per step, in each framework's natural field type (cor
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import os
 import uuid
 from typing import Any
 
@@ -36,6 +39,33 @@ class AsyncEchoEnv(EchoEnv):
         return EchoEnv.reset(self, seed, **options)
 
     async def step(self, action: EchoAction) -> EchoObservation:  # type: ignore[override]
+        return EchoEnv.step(self, action)
+
+
+SLEEP_DELAY_S = 1.0
+"""The sleeping environment's default delay."""
+DELAY_VARIABLE = "CORRAL_BENCH_DELAY"
+"""The environment variable that sets it in a server process (both frameworks')."""
+
+
+class SleepEnv(EchoEnv):
+    """Each step awaits ``delay`` seconds, then echoes: a session that is slow for reasons
+    outside the server (a simulator, a tool, a remote service), as in OpenEnv's scaling
+    experiment. Reset answers at once."""
+
+    name = "sleep"
+
+    def __init__(self, delay: float | None = None) -> None:
+        super().__init__()
+        self.delay = float(
+            os.environ.get(DELAY_VARIABLE, SLEEP_DELAY_S) if delay is None else delay
+        )
+
+    async def reset(self, seed: int | None = None, **options: Any) -> EchoObservation:  # type: ignore[override]
+        return EchoEnv.reset(self, seed, **options)
+
+    async def step(self, action: EchoAction) -> EchoObservation:  # type: ignore[override]
+        await asyncio.sleep(self.delay)
         return EchoEnv.step(self, action)
 
 
@@ -134,6 +164,24 @@ def openenv_models() -> dict[str, Any]:
         ) -> Any:
             return self.step(action, timeout_s, **kwargs)
 
+    class OESleepEnv(OEEchoEnv):
+        """The sleeping environment: each step awaits the delay in ``$CORRAL_BENCH_DELAY``."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.delay = float(os.environ.get(DELAY_VARIABLE, SLEEP_DELAY_S))
+
+        async def reset_async(
+            self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any
+        ) -> Any:
+            return self.reset(seed, episode_id, **kwargs)
+
+        async def step_async(
+            self, action: Any, timeout_s: float | None = None, **kwargs: Any
+        ) -> Any:
+            await asyncio.sleep(self.delay)
+            return self.step(action, timeout_s, **kwargs)
+
     class OETickAction(OEAction):  # type: ignore[misc]
         tick: int = 1
 
@@ -187,6 +235,7 @@ def openenv_models() -> dict[str, Any]:
     return {
         "echo": (OEEchoEnv, OEEchoAction, OEEchoObservation),
         "async-echo": (OEAsyncEchoEnv, OEEchoAction, OEEchoObservation),
+        "sleep": (OESleepEnv, OEEchoAction, OEEchoObservation),
         "image": (OEImageEnv, OETickAction, OEImageObservation),
         "EchoAction": OEEchoAction,
         "TickAction": OETickAction,

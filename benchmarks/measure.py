@@ -53,6 +53,31 @@ class Settings:
     startup_repeats: int = 5
     ppo_steps: int = 8 * 256 * 8
     ppo_repeats: int = 3
+    sandbox_episodes: int = 200
+    """In-process coding episodes timed (warm; a quarter of them cold)."""
+    sandbox_warmup: int = 10
+    sandbox_sessions: int = 32
+    sandbox_seconds: float = 20.0
+    sandbox_runs: int = 30
+    """Steps timed per bare-process contender (python -c, docker exec, OpenEnv)."""
+    sandbox_docker_runs: int = 8
+    """``docker run --rm`` steps timed (each starts a container)."""
+    slow_cases: list[tuple[int, float]] = field(
+        default_factory=lambda: [(10_000, 1.0), (100_000, 10.0)]
+    )
+    """(sessions, delay in s) of the slow-sessions section."""
+    slow_warmup: float = 2.0
+    """Delays before the slow section's timed window opens."""
+    slow_window: float = 3.0
+    """Delays the timed window lasts (at least ``slow_min_window`` seconds)."""
+    slow_min_window: float = 10.0
+    slow_rounds: int = 3
+    slow_openenv_ladder: list[int] = field(
+        default_factory=lambda: [100, 250, 500, 1000, 2000, 4000, 8000, 16_000]
+    )
+    slow_openenv_budget_s: float = 300.0
+    density_sessions: int = 100_000
+    density_steps: int = 2000
     openenv: bool = True
 
     @classmethod
@@ -77,6 +102,19 @@ class Settings:
             startup_repeats=1,
             ppo_steps=8 * 32 * 2,
             ppo_repeats=1,
+            sandbox_episodes=6,
+            sandbox_warmup=2,
+            sandbox_sessions=4,
+            sandbox_seconds=1.0,
+            sandbox_runs=3,
+            sandbox_docker_runs=1,
+            slow_cases=[(20, 0.05)],
+            slow_min_window=0.3,
+            slow_rounds=1,
+            slow_openenv_ladder=[10],
+            slow_openenv_budget_s=60.0,
+            density_sessions=300,
+            density_steps=50,
             openenv=openenv,
         )
 
@@ -432,6 +470,7 @@ async def _corral_scale(s: Settings, log: Log) -> dict[str, Any]:
             progress=False,
             health_interval=None,
             timeout=600,
+            gc_control=True,
         )
         await pool.start()
         await pool.reset()
@@ -679,7 +718,10 @@ def _vec_step_us(env: Any, steps: int) -> float:
 PPO_LOCAL = "local DummyVecEnv"
 PPO_REMOTE = "corral RemoteVecEnv"
 PPO_BOUND = "local + one bare round trip per step (bound)"
-"""The PPO contenders; the bound is :class:`benchmarks.bare_remote.BareRoundTrips`."""
+PPO_SUBPROC = "SB3 SubprocVecEnv (8 processes)"
+PPO_ASYNC = "Gymnasium AsyncVectorEnv (8 processes, as an SB3 VecEnv)"
+"""The PPO contenders; the bound is :class:`benchmarks.bare_remote.BareRoundTrips`, the
+Gymnasium one :class:`benchmarks.gym_vec.GymnasiumVecEnv`."""
 PPO_ROUND_TRIP_BYTES = 720
 """The bound's bytes each way: about what corral's columnar reply to a step of 8
 CartPole sessions weighs on the wire (its request is a little smaller)."""
@@ -687,10 +729,14 @@ CartPole sessions weighs on the wire (its request is a little smaller)."""
 
 def _ppo_compare(steps: int, repeats: int, log: Log) -> dict[str, dict[str, float]]:
     import gymnasium
-    from stable_baselines3.common.vec_env import DummyVecEnv
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
     from benchmarks.bare_remote import BareRoundTrips
+    from benchmarks.gym_vec import GymnasiumVecEnv
     from corral.adapters.sb3 import RemoteVecEnv
+
+    def cartpole() -> Any:
+        return gymnasium.make("CartPole-v1")
 
     def cartpoles() -> DummyVecEnv:
         return DummyVecEnv([lambda: gymnasium.make("CartPole-v1") for _ in range(8)])
@@ -701,6 +747,8 @@ def _ppo_compare(steps: int, repeats: int, log: Log) -> dict[str, dict[str, floa
         envs[PPO_LOCAL] = cartpoles()
         envs[PPO_REMOTE] = RemoteVecEnv.from_env("gym:CartPole-v1", 8)
         envs[PPO_BOUND] = BareRoundTrips(cartpoles(), echo.url, PPO_ROUND_TRIP_BYTES)
+        envs[PPO_SUBPROC] = SubprocVecEnv([cartpole] * 8, start_method="forkserver")
+        envs[PPO_ASYNC] = GymnasiumVecEnv([cartpole] * 8)
         fps: dict[str, list[float]] = {name: [] for name in envs}
         step_us: dict[str, list[float]] = {name: [] for name in envs}
         vec_steps = max(64, steps // 8)
@@ -710,8 +758,9 @@ def _ppo_compare(steps: int, repeats: int, log: Log) -> dict[str, dict[str, floa
                 step_us[name].append(_vec_step_us(env, vec_steps))
             log(
                 f"  repeat {repeat + 1}/{repeats}: env-steps/s local {fps[PPO_LOCAL][-1]:.0f}, "
-                f"remote {fps[PPO_REMOTE][-1]:.0f}, bound {fps[PPO_BOUND][-1]:.0f}; a vec "
-                f"step alone: local {step_us[PPO_LOCAL][-1]:.0f} µs, remote "
+                f"remote {fps[PPO_REMOTE][-1]:.0f}, bound {fps[PPO_BOUND][-1]:.0f}, subproc "
+                f"{fps[PPO_SUBPROC][-1]:.0f}, async {fps[PPO_ASYNC][-1]:.0f}; a vec step "
+                f"alone: local {step_us[PPO_LOCAL][-1]:.0f} µs, remote "
                 f"{step_us[PPO_REMOTE][-1]:.0f} µs, bound {step_us[PPO_BOUND][-1]:.0f} µs"
             )
     finally:

@@ -68,21 +68,29 @@ async def corral_server(target: str, *args: str, env: dict[str, str] | None = No
 
 
 class _Child:
-    """A benchmark helper server: ``python -m <module> ... --port-file F``."""
+    """A benchmark helper server: ``python -m <module> ... --port-file F`` (``python``:
+    this interpreter unless given)."""
 
-    def __init__(self, module: str, *args: str) -> None:
+    def __init__(
+        self,
+        module: str,
+        *args: str,
+        python: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="corral-bench-")
         self.port_file = Path(self._tmp.name) / "url"
         self.log = Path(self._tmp.name) / "log"
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", module, *args, "--port-file", str(self.port_file)],
+                [python or sys.executable, "-m", module, *args, "--port-file", str(self.port_file)],
                 cwd=ROOT,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                env=None if env is None else {**os.environ, **env},
             )
 
     async def wait(self, health: bool, timeout: float = 120.0) -> str:
@@ -114,9 +122,12 @@ class _Child:
         self._tmp.cleanup()
 
 
-async def openenv_server(kind: str, max_sessions: int = 1024) -> Served:
-    """An openenv-core server (its ``create_app`` under uvicorn) for ``kind``."""
-    child = _Child("benchmarks.openenv_server", kind, "--max-sessions", str(max_sessions))
+async def openenv_server(
+    kind: str, max_sessions: int = 1024, env: dict[str, str] | None = None
+) -> Served:
+    """An openenv-core server (its ``create_app`` under uvicorn) for ``kind`` (``env``:
+    extra environment variables)."""
+    child = _Child("benchmarks.openenv_server", kind, "--max-sessions", str(max_sessions), env=env)
     try:
         url = await child.wait(health=True)
     except BaseException:
@@ -134,6 +145,12 @@ async def floor_server(kind: str = "websockets") -> Served:
         await child.stop()
         raise
     return Served(f"{kind} floor", url, child.process.pid, child.stop)
+
+
+def launch_module(python: str, module: str, *args: str) -> _Child:
+    """Start ``python -m module`` (a helper server run by another interpreter, e.g. a
+    peer's own virtualenv) without waiting."""
+    return _Child(module, *args, python=python)
 
 
 def launch_openenv(kind: str) -> _Child:

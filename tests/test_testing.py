@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import pytest
 from tests.support.envs import CountAction, CounterEnv, CountObservation, CountState
+from tests.support.pools import step_until_replaced
 
-from corral.client import ReconnectPolicy
+from corral.client import EnvPool, ReconnectPolicy
 from corral.errors import (
     CapacityReached,
     ClientClosed,
@@ -16,7 +18,7 @@ from corral.errors import (
     RequestTimeout,
     SessionLost,
 )
-from corral.testing import InProcessServer
+from corral.testing import InProcessNetwork, InProcessServer
 
 FAST = ReconnectPolicy(initial_delay_s=0.001, max_delay_s=0.01, give_up_after_s=5)
 
@@ -78,8 +80,9 @@ async def test_timeouts_capacity_and_lost_sessions():
             await env.step(CountAction())
         await env.close()
     async with InProcessServer(CounterEnv) as server:
-        env = server.client(timeout=0.1)
+        env = server.client(timeout=30)
         await env.reset(limit=1000)
+        env.timeout = 0.1
         with pytest.raises(RequestTimeout):
             await env.step(CountAction(amount=100, sleep=0.4))
         env.timeout = 5.0
@@ -103,3 +106,90 @@ def test_settings_are_a_config_or_keywords():
 
     with pytest.raises(TypeError, match="not both"):
         InProcessServer(CounterEnv, ServerConfig(), max_sessions=2)
+
+
+async def test_a_pool_over_the_in_process_server_and_its_twin():
+    async with InProcessServer(CounterEnv, max_batch=3) as server:
+        async with server.pool(5, sessions_per_connection=2) as pool:
+            first = await pool.reset(seed=10, options={"limit": 100})
+            assert [info["seed"] for info in first.infos] == list(range(10, 15))
+            batch = await pool.step([CountAction(amount=k) for k in range(5)])
+            assert batch.obs["total"].tolist() == [0, 1, 2, 3, 4]
+            assert len(pool.fleet.servers[0].links) == 3  # 5 sessions, 2 per connection
+            assert server.service.manager.active == 5
+        assert server.service.manager.active == 0
+    with InProcessServer(CounterEnv) as server, server.pool(2).sync() as twin:
+        twin.reset(options={"limit": 5})
+        assert twin.step([CountAction(amount=2)] * 2).obs["total"].tolist() == [2, 2]
+
+
+async def test_the_servers_http_routes_in_process():
+    server = InProcessServer(CounterEnv)
+    async with server, server.dialer.http(base_url=server.url) as http:
+        assert (await http.get("/health")).status_code == 200
+        schema = (await http.get("/schema")).json()
+        assert schema["action"]["title"] == "CountAction"
+        server.go_away()
+        with pytest.raises(httpx.ConnectError):
+            await http.get("/health")
+        server.come_back()
+        assert (await http.get("/metadata")).json()["name"]
+
+
+async def test_a_server_that_goes_away_and_comes_back_keeps_its_episodes():
+    async with InProcessNetwork() as network:
+        a, b = network.serve(CounterEnv), network.serve(CounterEnv)
+        assert {a.url, b.url} == {
+            "http://server-1.in-process.invalid",
+            "http://server-2.in-process.invalid",
+        }
+        pool = EnvPool(4, [a.url, b.url], env=CounterEnv, dialer=network, progress=False)
+        async with pool:
+            await pool.reset(options={"limit": 100})
+            await pool.step([CountAction(amount=1)] * 4)
+            assert a.go_away() == 1  # its one connection is cut; dials fail meanwhile
+            step = asyncio.ensure_future(pool.step([CountAction(amount=1)] * 4))
+            await asyncio.sleep(0.2)
+            assert not step.done()  # a's sessions wait for their server
+            a.come_back()
+            batch = await step
+            assert batch.obs["total"].tolist() == [2, 2, 2, 2]  # episodes intact
+            assert pool.fleet.servers[0].links[0].connection.reconnects == 1
+
+
+async def test_a_killed_server_is_replaced_by_the_fleet():
+    async with InProcessNetwork() as network:
+        pool = EnvPool(
+            4,
+            network.launcher(CounterEnv),
+            env=CounterEnv,
+            servers=2,
+            dialer=network,
+            progress=False,
+            health_interval=0.05,
+            on_error="return",
+        )
+        async with pool:
+            await pool.reset(options={"limit": 100})
+            await pool.step([CountAction(amount=1)] * 4)
+            victim, old = network.servers[0], pool.server_urls[0]
+            await victim.kill()
+            await step_until_replaced(pool, 0, old, CountAction(amount=1))
+            assert pool.server_urls[0] not in (old, pool.server_urls[1])
+            assert [url for url, *_ in pool.fleet.deaths] == [old]
+            # The replacement's sessions start afresh: the next step reset them.
+            assert (await pool.state([0, 1]))[0].total <= 1
+        assert network.servers == []  # the pool stopped the servers it started
+
+
+async def test_a_restarted_server_loses_its_sessions():
+    async with InProcessServer(CounterEnv) as server:
+        env = server.client(reconnect=FAST)
+        await env.reset(limit=100)
+        await env.step(CountAction(amount=2))
+        await server.restart()
+        with pytest.raises(SessionLost, match="restarted"):
+            await env.step(CountAction(amount=1))
+        await env.close()
+        async with server.client() as again:  # the new instance serves new sessions
+            assert (await again.reset()).observation.total == 0

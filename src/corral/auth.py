@@ -1,4 +1,5 @@
-"""Bearer tokens shared by the server (which requires one) and the client (which sends it).
+"""Bearer tokens shared by the server (which requires one) and the client (which sends it),
+and the fleet key servers sign what clients carry between them with.
 
 A server started with a token refuses every HTTP route and the WebSocket handshake
 unless the request carries ``Authorization: Bearer <token>``. Both sides find the token
@@ -144,3 +145,67 @@ def cookie_matches(value: str | None, token: str, *, now: float | None = None) -
     if int(expires) < (time.time() if now is None else now):
         return False
     return secrets.compare_digest(mac.encode(), _cookie_mac(token, payload).encode())
+
+
+# -- the fleet key ----------------------------------------------------------------
+# One secret shared by every server of a fleet: it signs what a client carries from
+# one server to another (session snapshots; the fleet's session ids), so that no client
+# can forge or alter it. Each use signs with its own key derived from it
+# (:func:`fleet_subkey`), so a value signed for one purpose never verifies for another.
+
+FLEET_KEY_ENV = "CORRAL_FLEET_KEY"
+"""Environment variable holding the fleet key itself."""
+
+FLEET_KEY_MIN_BYTES = 32
+"""The shortest fleet key accepted (an HMAC-SHA256 key as long as its hash)."""
+
+
+def check_fleet_key(key: bytes, source: str) -> bytes:
+    """Return ``key`` stripped of surrounding whitespace, or raise if it is too short.
+
+    Raises:
+        ValueError: fewer than :data:`FLEET_KEY_MIN_BYTES` bytes; ``source`` names where
+            it came from, and the message says how to make one.
+    """
+    value = key.strip()
+    if len(value) < FLEET_KEY_MIN_BYTES:
+        raise ValueError(
+            f"the fleet key from {source} is {len(value)} bytes long; use at least "
+            f"{FLEET_KEY_MIN_BYTES}, the same on every server of the fleet (e.g. "
+            "python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        )
+    return value
+
+
+def read_fleet_key_file(path: str | Path) -> bytes:
+    """Read the fleet key from ``path`` (surrounding whitespace and newlines ignored).
+
+    Raises:
+        ValueError: the file cannot be read or holds too short a key.
+    """
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot read the fleet key file {str(path)!r}: {exc}") from None
+    return check_fleet_key(raw, f"file {str(path)!r}")
+
+
+def resolve_fleet_key(key: bytes | None = None) -> bytes | None:
+    """The fleet key to use: ``key`` if given, else ``$CORRAL_FLEET_KEY``; None when
+    neither is set.
+
+    Raises:
+        ValueError: the key found is too short (see :func:`check_fleet_key`).
+    """
+    if key is not None:
+        return check_fleet_key(key, "the fleet_key argument")
+    env_key = os.environ.get(FLEET_KEY_ENV)
+    if env_key:
+        return check_fleet_key(env_key.encode(), f"${FLEET_KEY_ENV}")
+    return None
+
+
+def fleet_subkey(key: bytes, purpose: str) -> bytes:
+    """The key signing values of ``purpose`` (``"snapshot"``...), derived from the fleet
+    key."""
+    return hmac.new(key, b"corral-fleet\0" + purpose.encode(), hashlib.sha256).digest()

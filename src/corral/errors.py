@@ -31,9 +31,14 @@ to the classes)::
     │   ├── TooManyConnections    TOO_MANY_CONNECTIONS
     │   ├── UnknownSession        UNKNOWN_SESSION
     │   ├── SessionLost           SESSION_LOST
+    │   ├── SessionElsewhere      SESSION_ELSEWHERE
     │   ├── ResetRequired         RESET_REQUIRED
     │   ├── EpisodeEnded          EPISODE_ENDED
     │   └── SessionBusy           SESSION_BUSY
+    ├── SnapshotError             a session's snapshot cannot be taken or restored
+    │   ├── SnapshotUnsupported   SNAPSHOT_UNSUPPORTED
+    │   ├── SnapshotTooLarge      SNAPSHOT_TOO_LARGE
+    │   └── BadSnapshot           BAD_SNAPSHOT
     ├── EnvFailure                raised by or about the environment's own code
     │   ├── InvalidAction         INVALID_ACTION
     │   ├── InvalidArgument       INVALID_ARGUMENT (also a ValueError)
@@ -106,12 +111,27 @@ class ErrorCode(StrEnum):
     """No session with that id exists on this connection."""
     SESSION_LOST = "SESSION_LOST"
     """The session existed but is gone (reaped, timed out, server restarted)."""
+    SESSION_ELSEWHERE = "SESSION_ELSEWHERE"
+    """The session lives on another server of the fleet: ``details["server"]`` is that
+    server's id (reach it through the front door with the ``corral-server`` header, or at
+    its own address) and attach there. Only said of a session id a server of the same
+    fleet minted (see :mod:`corral.protocol.identity`); it reveals nothing of the session."""
     RESET_REQUIRED = "RESET_REQUIRED"
     """``step`` or ``state`` before the first ``reset`` of the session."""
     EPISODE_ENDED = "EPISODE_ENDED"
     """``step`` after the episode ended; call ``reset`` (or enable auto-reset)."""
     SESSION_BUSY = "SESSION_BUSY"
     """Another request of this session is still running (e.g. reset during a step)."""
+
+    # Snapshots of sessions.
+    SNAPSHOT_UNSUPPORTED = "SNAPSHOT_UNSUPPORTED"
+    """The environment declares no snapshot (or the link carries none); the message says
+    how to declare one."""
+    SNAPSHOT_TOO_LARGE = "SNAPSHOT_TOO_LARGE"
+    """The snapshot is larger than the server's ``max_snapshot_bytes``."""
+    BAD_SNAPSHOT = "BAD_SNAPSHOT"
+    """A snapshot to restore is malformed, of another environment, fails the snapshot
+    model, or its signature is missing or wrong."""
 
     # The environment.
     INVALID_ACTION = "INVALID_ACTION"
@@ -248,6 +268,10 @@ class SessionLost(SessionError):
     code = ErrorCode.SESSION_LOST
 
 
+class SessionElsewhere(SessionError):
+    code = ErrorCode.SESSION_ELSEWHERE
+
+
 class ResetRequired(SessionError):
     code = ErrorCode.RESET_REQUIRED
 
@@ -258,6 +282,22 @@ class EpisodeEnded(SessionError):
 
 class SessionBusy(SessionError):
     code = ErrorCode.SESSION_BUSY
+
+
+class SnapshotError(CorralError):
+    """A session's snapshot cannot be taken or restored."""
+
+
+class SnapshotUnsupported(SnapshotError):
+    code = ErrorCode.SNAPSHOT_UNSUPPORTED
+
+
+class SnapshotTooLarge(SnapshotError):
+    code = ErrorCode.SNAPSHOT_TOO_LARGE
+
+
+class BadSnapshot(SnapshotError):
+    code = ErrorCode.BAD_SNAPSHOT
 
 
 class EnvFailure(CorralError):

@@ -29,6 +29,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from corral.client import AsyncEnvClient
+from corral.client.dialers import Dialer
 from corral.contract import Environment
 from corral.episodes import (
     SESSION_ENDING_CODES,
@@ -138,6 +139,7 @@ async def replay(
     token: str | None = None,
     timeout: float | None = 60.0,
     out: str | Path | None = None,
+    dialer: Dialer | None = None,
 ) -> ReplayReport:
     """Replay recorded episodes against the server at ``url`` (see the module docstring).
 
@@ -153,6 +155,8 @@ async def replay(
         token: bearer token for the server.
         timeout: seconds to wait for each reply.
         out: also write the replayed episodes to this episode file.
+        dialer: what reaches the server (default: the network's; :mod:`corral.testing`'s
+            in-process servers give theirs).
 
     Raises:
         EpisodeFormatError: the file is malformed.
@@ -173,7 +177,7 @@ async def replay(
 
     async def worker() -> None:
         client: AsyncEnvClient[Any, Any, Any] = AsyncEnvClient(
-            url, env=env, codec=codec, token=token, timeout=timeout
+            url, env=env, codec=codec, token=token, timeout=timeout, dialer=dialer
         )
         async with client:
             served.update(client.server_info.get("env") or {})

@@ -8,10 +8,11 @@
   them over and over (a third of a batched step's CPU in measurements); corral's own
   processes freeze what start-up created and collect the young generation less often.
   ``CORRAL_GC=default`` keeps CPython's settings.
-* In a trainer's process (a loop and a GC corral does not own), :class:`GcPause` keeps
-  the collector out of one batch's hot section and :func:`freeze_survivors` moves what a
-  start-up or reset wave created out of its scans; ``EnvPool(gc_control=False)`` (or
-  ``CORRAL_GC=default``) leaves the collector alone.
+* In a trainer's process (a loop and a GC corral does not own) nothing is changed unless
+  the trainer opts in with ``EnvPool(gc_control=True)``: then :class:`GcPause` keeps the
+  collector out of each batch and :func:`freeze_survivors` moves what a start-up or reset
+  wave created out of its scans. Both act on the whole process, which is why they are
+  the trainer's choice, not the pool's; ``CORRAL_GC=default`` turns them off anyway.
 * :func:`wait_event`: an event waited for with a bound, where Python 3.11's ``wait_for``
   drops a cancellation that comes in the loop turn the event is set (the waiting loops
   then went on to their deadline).

@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tests.support.servers import running
 
 # SB3 (and torch, ~8 s of CPU) is imported by the tests that run, not at collection: every
 # pytest-xdist worker collects every module. And the tests run on one worker, which pays
@@ -18,6 +17,7 @@ if importlib.util.find_spec("stable_baselines3") is None:
     pytest.skip("needs the sb3 extra", allow_module_level=True)
 
 from corral.adapters.gymnasium import GymEnvironment, RemoteEnv
+from corral.testing import InProcessServer
 
 pytestmark = pytest.mark.xdist_group("sb3")
 
@@ -26,8 +26,8 @@ EVAL_SEEDS = range(1000, 1005)
 
 @pytest.fixture
 def cartpole() -> Iterator[RemoteEnv]:
-    with running(GymEnvironment.for_id("CartPole-v1")) as server:
-        env = RemoteEnv.from_url(server.url)
+    with InProcessServer(GymEnvironment.for_id("CartPole-v1")) as server:
+        env = RemoteEnv.from_url(server.url, dialer=server.dialer)
         yield env
         env.close()
 
@@ -86,18 +86,20 @@ def test_ppo_learns_on_a_served_cartpole(cartpole: RemoteEnv) -> None:
 
 
 @pytest.fixture(scope="module")
-def cartpole_url() -> Iterator[str]:
-    with running(GymEnvironment.for_id("CartPole-v1")) as server:
-        yield server.url
+def cartpole_server() -> Iterator[InProcessServer]:
+    with InProcessServer(GymEnvironment.for_id("CartPole-v1")) as server:
+        yield server
 
 
-def test_remote_vec_env_matches_dummy_vec_env_step_for_step(cartpole_url: str) -> None:
+def test_remote_vec_env_matches_dummy_vec_env_step_for_step(
+    cartpole_server: InProcessServer,
+) -> None:
     import gymnasium
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     from corral.adapters.sb3 import RemoteVecEnv
 
-    remote = RemoteVecEnv.from_url(cartpole_url, 4)
+    remote = RemoteVecEnv.from_url(cartpole_server.url, 4, dialer=cartpole_server.dialer)
     local = DummyVecEnv([lambda: gymnasium.make("CartPole-v1") for _ in range(4)])
     try:
         assert remote.observation_space == local.observation_space
@@ -130,21 +132,23 @@ def test_remote_vec_env_matches_dummy_vec_env_step_for_step(cartpole_url: str) -
         local.close()
 
 
-def test_remote_vec_env_needs_same_step_resets(cartpole_url: str) -> None:
+def test_remote_vec_env_needs_same_step_resets(cartpole_server: InProcessServer) -> None:
     from corral.adapters.sb3 import RemoteVecEnv
     from corral.client import EnvPool
 
-    pool = EnvPool(2, cartpole_url, autoreset_mode="next_step")
+    pool = EnvPool(
+        2, cartpole_server.url, autoreset_mode="next_step", dialer=cartpole_server.dialer
+    )
     with pytest.raises(ValueError, match="autoreset_mode='same_step'"):
         RemoteVecEnv(pool)
 
 
-def test_ppo_trains_on_eight_batched_sessions(cartpole_url: str) -> None:
+def test_ppo_trains_on_eight_batched_sessions(cartpole_server: InProcessServer) -> None:
     from stable_baselines3 import PPO
 
     from corral.adapters.sb3 import RemoteVecEnv
 
-    envs = RemoteVecEnv.from_url(cartpole_url, 8)
+    envs = RemoteVecEnv.from_url(cartpole_server.url, 8, dialer=cartpole_server.dialer)
     try:
         model = PPO("MlpPolicy", envs, n_steps=32, batch_size=64, n_epochs=1, seed=0)
         model.learn(total_timesteps=8 * 32 * 2)
@@ -183,12 +187,12 @@ def _same_steps(first: Any, second: Any, action_space: Any, steps: int) -> int:
 
 
 def test_remote_vec_env_columns_give_what_the_per_session_conversion_gives(
-    cartpole_url: str,
+    cartpole_server: InProcessServer,
 ) -> None:
     from corral.adapters.sb3 import RemoteVecEnv
 
-    columns = RemoteVecEnv.from_url(cartpole_url, 4)
-    per_session = RemoteVecEnv.from_url(cartpole_url, 4)
+    columns = RemoteVecEnv.from_url(cartpole_server.url, 4, dialer=cartpole_server.dialer)
+    per_session = RemoteVecEnv.from_url(cartpole_server.url, 4, dialer=cartpole_server.dialer)
     per_session._obs_column = None  # the general path: one conversion per observation
     per_session._action_field = None
     try:
@@ -199,7 +203,9 @@ def test_remote_vec_env_columns_give_what_the_per_session_conversion_gives(
         per_session.close()
 
 
-def test_remote_vec_env_hands_sb3_a_writable_observation_batch(cartpole_url: str) -> None:
+def test_remote_vec_env_hands_sb3_a_writable_observation_batch(
+    cartpole_server: InProcessServer,
+) -> None:
     from corral.adapters.sb3 import RemoteVecEnv
 
     class Stacked:  # a batch whose column is read-only, as one read from a reply's bytes
@@ -209,7 +215,7 @@ def test_remote_vec_env_hands_sb3_a_writable_observation_batch(cartpole_url: str
         def __len__(self) -> int:
             return 2
 
-    envs = RemoteVecEnv.from_url(cartpole_url, 2)
+    envs = RemoteVecEnv.from_url(cartpole_server.url, 2, dialer=cartpole_server.dialer)
     try:
         column = np.frombuffer(np.arange(8, dtype=np.float32).tobytes(), np.float32)
         observations = envs._stack_column(Stacked(column.reshape(2, 4)))  # type: ignore[arg-type]
@@ -226,8 +232,8 @@ def test_remote_vec_env_matches_dummy_vec_env_on_integer_observations() -> None:
     from corral.adapters.sb3 import RemoteVecEnv
 
     # FrozenLake: Discrete observations (an integer column) and slippery, seeded moves.
-    with running(GymEnvironment.for_id("FrozenLake-v1")) as server:
-        remote = RemoteVecEnv.from_url(server.url, 3)
+    with InProcessServer(GymEnvironment.for_id("FrozenLake-v1")) as server:
+        remote = RemoteVecEnv.from_url(server.url, 3, dialer=server.dialer)
         local = DummyVecEnv([lambda: gymnasium.make("FrozenLake-v1") for _ in range(3)])
         try:
             assert remote._obs_column is not None

@@ -17,6 +17,9 @@ SECTIONS = [
     "## 4. 84x84x3 uint8 observation",
     "## 5. Start-up",
     "## 6. PPO on 8 CartPole environments",
+    "## 7. Sandboxed code execution",
+    "## 8. Many slow sessions",
+    "## 9. Density",
     "## Targets",
 ]
 
@@ -72,7 +75,7 @@ def test_smoke_run_writes_every_table(tmp_path):
     assert [row[0] for row in batched] == ["1", "16"]
     assert all(_number(cell) > 0 for row in batched for cell in row[1:4])  # three modes
     assert "Soak:" in report and "client RSS" in report
-    assert report.count("Load average (1 min) during this section") == 7
+    assert report.count("Load average (1 min) during this section") == 10
     scale = {row[0]: row for row in _rows(report, SECTIONS[3])}
     assert _number(scale["corral"][1]) == 200 and _number(scale["corral"][3]) > 0
     payload = {row[0]: row for row in _rows(report, SECTIONS[4])}
@@ -88,13 +91,37 @@ def test_smoke_run_writes_every_table(tmp_path):
     assert _number(ppo["local DummyVecEnv"][1]) > 0
     assert _number(ppo["corral RemoteVecEnv"][1]) > 0
     assert _number(ppo["local + one bare round trip per step (bound)"][1]) > 0
+    assert _number(ppo["SB3 SubprocVecEnv (8 processes)"][1]) > 0
+    assert _number(ppo["Gymnasium AsyncVectorEnv (8 processes, as an SB3 VecEnv)"][1]) > 0
     assert "For 0.8x a remote vec step may cost at most" in report
     assert "The bound's vec step costs" in report
-    targets = _rows(report, SECTIONS[7])
+    sandbox = {row[0]: row for row in _rows(report, SECTIONS[7])}
+    warm = sandbox["corral, warm sandboxes (in process)"]
+    assert _number(warm[1]) > 0 and 0 < _number(warm[2]) <= _number(warm[3])  # reset, step
+    assert _number(sandbox["corral, served, 4 sessions"][4]) > 0  # sandboxed steps/s
+    assert _number(sandbox["bare `python -c` per step"][2]) > 0
+    if "docker: not measured here" not in report:
+        assert _number(sandbox["`docker exec` into a running container"][2]) > 0
+        assert _number(sandbox["`docker run --rm` per step"][2]) > 0
+    slow = [row for row in _rows(report, SECTIONS[8]) if row[0].startswith("corral")]
+    assert [row[0] for row in slow] == ["corral, own loops", "corral, lockstep rounds"]
+    assert all(_number(row[1]) == 20 and _number(row[4]) >= 50 for row in slow)  # ≥ D
+    if importlib.util.find_spec("openenv") is not None:
+        assert "openenv-core at D = 0.05 s: the largest N" in report
+    density = {row[0]: row for row in _rows(report, SECTIONS[9])}
+    assert _number(density["sessions opened (`EnvPool.start()`), s"][1]) > 0
+    assert _number(density["server RSS per session after the reset, KB"][1]) > 0
+    assert _number(density["one more session in lockstep, step p99 µs"][1]) > 0
+    targets = _rows(report, SECTIONS[10])
     assert any(row[0].startswith("lockstep p50 within 1.3x") for row in targets)
     assert any(row[0].startswith("stretch: pipelined") for row in targets)
     ppo_target = next(row for row in targets if row[0].startswith("PPO on 8 remote"))
     assert "(bound " in ppo_target[1]
+    assert any(row[0].startswith("PPO: corral RemoteVecEnv ≥ 1.6x SB3") for row in targets)
+    assert any(row[0].startswith("PPO: corral RemoteVecEnv ≥ 0.85x") for row in targets)
+    for start in ("sandboxed step", "sandboxed reset", "≥ 150 sandboxed steps/s", "N = 20 slow"):
+        assert any(row[0].startswith(start) for row in targets), start
+    assert any(row[0].startswith("300 open echo sessions at ≤ 4 KB") for row in targets)
     flat = next(row for row in targets if row[0].startswith("flat from 256"))
     assert "(a bare loop touching 16 / 32 records per session: " in flat[1]
     assert all(row[2] in ("yes", "no", "—") for row in targets)

@@ -8,25 +8,26 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from corral.cli.main import app
-from corral.cli.serve import parse_serve_target
+from corral.cli.target import TargetKind, read_target
 
 runner = CliRunner(env={"COLUMNS": "200"})
 
 
 def test_a_directory_gives_the_manifest_and_its_root(echo_env: Path) -> None:
-    chosen = parse_serve_target(str(echo_env))
+    chosen = read_target(str(echo_env))
+    assert chosen.kind is TargetKind.DIRECTORY
     assert chosen.reference == "corral.envs.echo:EchoEnv"
-    assert chosen.search_path == echo_env.resolve()
+    assert chosen.root == echo_env.resolve()
     assert chosen.manifest is not None and chosen.manifest.concurrency.max_sessions == 8
-    by_file = parse_serve_target(str(echo_env / "corral.yaml"))
+    by_file = read_target(str(echo_env / "corral.yaml"))
     assert by_file.manifest is not None and by_file.reference == chosen.reference
-    reference = parse_serve_target("corral.envs.echo:EchoEnv")
-    assert reference.manifest is None and reference.search_path == Path.cwd()
+    reference = read_target("corral.envs.echo:EchoEnv")
+    assert reference.manifest is None and reference.root == Path.cwd().resolve()
 
 
 def test_errors_name_the_problem(tmp_path: Path, echo_env: Path) -> None:
     result = runner.invoke(app, ["serve", str(tmp_path / "nowhere")])
-    assert result.exit_code == 2 and "neither a directory" in result.output
+    assert result.exit_code == 2 and "is not a directory, a file or an entry point" in result.output
     (tmp_path / "corral.yaml").write_text(
         "name: echo\nentry_point: corral.envs.echo:EchoEnv\nprot: 1\n"
     )

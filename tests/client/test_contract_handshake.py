@@ -1,5 +1,6 @@
 """A typed client whose models differ from the server's: the handshake diffs the two
-contracts and refuses breaking differences, through a real server."""
+contracts and refuses breaking differences (in process; what a raw peer sends, through a
+real server)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from tests.support.servers import running
 from corral.client import AsyncEnvClient
 from corral.contract import Action, Environment, Observation, State
 from corral.errors import ContractMismatch, ErrorCode
+from corral.testing import InProcessServer
 
 
 class Move(Action):
@@ -74,8 +76,8 @@ class WiderEnv(Environment[WideMove, Seen, State]):
 
 
 async def test_a_breaking_difference_is_refused_at_connect_naming_it():
-    with running(BrokenEnv) as server:
-        client = AsyncEnvClient(server.url, env=OldEnv)
+    async with InProcessServer(BrokenEnv) as server:
+        client = AsyncEnvClient(server.url, env=OldEnv, dialer=server.dialer)
         with pytest.raises(ContractMismatch) as info:
             await client.connect()
         await client.close()
@@ -85,10 +87,10 @@ async def test_a_breaking_difference_is_refused_at_connect_naming_it():
 
 
 async def test_a_compatible_difference_passes():
-    with running(WiderEnv) as server:
-        async with AsyncEnvClient(server.url, env=OldEnv) as client:
-            await client.reset()
-            result = await client.step(Move(n=5))
+    server = InProcessServer(WiderEnv)
+    async with server, AsyncEnvClient(server.url, env=OldEnv, dialer=server.dialer) as client:
+        await client.reset()
+        result = await client.step(Move(n=5))
     assert result.observation.value == 5
 
 

@@ -159,3 +159,20 @@ async def test_requests_without_an_openenv_form(url):
     await connection.close()
     with pytest.raises(ClientClosed):
         await connection.request(m.GetState(connection.next_id(), "s"), timeout=5)
+
+
+async def test_snapshots_are_refused_client_side_over_the_openenv_envelope(url):
+    from corral.errors import SnapshotUnsupported
+    from corral.protocol.session import Phase, Position
+    from corral.protocol.snapshot import SessionSnapshot
+
+    saved = SessionSnapshot("count", "1.0.0", "sha256:0", Position(Phase.NEW, 0, 0, 0), {}, 0.0)
+    async with AsyncEnvClient(url, **TYPES) as env:
+        await env.reset()
+        with pytest.raises(SnapshotUnsupported, match="not available over the OpenEnv envelope"):
+            await env.snapshot()
+        with pytest.raises(SnapshotUnsupported, match="not available over the OpenEnv envelope"):
+            await env.restore(saved)
+        with pytest.raises(SnapshotUnsupported, match="cannot fork this session"):
+            await env.fork(2)
+        assert (await env.step(CountAction(amount=2))).observation.total == 2  # still usable

@@ -1,4 +1,9 @@
-"""EnvPool against real servers: batching, stacking, autoreset modes, send/recv, recovery."""
+"""EnvPool: batching, stacking, autoreset modes, send/recv, recovery.
+
+The pool's own behaviour runs against in-process servers (:mod:`corral.testing`: the same
+client code, no socket); what is about processes (servers the pool starts, a killed one
+replaced) runs against real ones.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,6 @@ import numpy as np
 import pytest
 from rich.console import Console
 from tests.support.envs import CountAction, CounterEnv, CountObservation, CountState
-from tests.support.servers import running
 
 from corral.client import AutoresetMode, EnvPool, PoolError
 from corral.contract import Environment, Observation
@@ -26,6 +30,7 @@ from corral.errors import (
     InvalidAction,
     SessionLost,
 )
+from corral.testing import InProcessServer
 
 
 class ShortEcho(EchoEnv):
@@ -58,16 +63,21 @@ class ImageEnv(Environment[CountAction, Frame, CountState]):
         return CountState(step_count=self.steps)
 
 
-@pytest.fixture(scope="module")
-def counter():
-    with running(CounterEnv, max_batch=4, step_timeout_s=10) as srv:
+@pytest.fixture
+async def counter():
+    async with InProcessServer(CounterEnv, max_batch=4, step_timeout_s=10) as srv:
+        yield srv
+
+
+@pytest.fixture
+def counter_twin():
+    """The server of the blocking twins' tests (closed on corral's background loop)."""
+    with InProcessServer(CounterEnv, max_batch=4, step_timeout_s=10) as srv:
         yield srv
 
 
 async def test_reset_and_step_are_batched_and_stacked(counter):
-    async with EnvPool(
-        10, counter.url, env=CounterEnv, sessions_per_connection=3, progress=False
-    ) as pool:
+    async with counter.pool(10, sessions_per_connection=3) as pool:
         assert pool.num_envs == len(pool) == 10
         first = await pool.reset(seed=100, options={"limit": 50})
         assert first.ids.tolist() == list(range(10))
@@ -99,19 +109,18 @@ async def test_reset_and_step_are_batched_and_stacked(counter):
 
 @pytest.mark.parametrize("codec", ["msgpack", "json"])
 async def test_array_observations_stack_into_arrays(codec):
-    with running(ImageEnv) as srv:
-        async with EnvPool(6, srv.url, env=ImageEnv, codec=codec, progress=False) as pool:
-            first = await pool.reset(seed=7)
-            assert first.obs["pixels"].shape == (6, 4, 5, 3)
-            assert first.obs["pixels"].dtype == np.uint8
-            assert first.obs["pixels"][:, 0, 0, 0].tolist() == list(range(7, 13))
-            batch = await pool.step([CountAction(amount=i) for i in range(6)])
-            assert batch.obs["pixels"][:, 3, 4, 2].tolist() == list(range(6))
-            assert batch.obs["score"].tolist() == [0.5] * 6
+    async with InProcessServer(ImageEnv) as srv, srv.pool(6, codec=codec) as pool:
+        first = await pool.reset(seed=7)
+        assert first.obs["pixels"].shape == (6, 4, 5, 3)
+        assert first.obs["pixels"].dtype == np.uint8
+        assert first.obs["pixels"][:, 0, 0, 0].tolist() == list(range(7, 13))
+        batch = await pool.step([CountAction(amount=i) for i in range(6)])
+        assert batch.obs["pixels"][:, 3, 4, 2].tolist() == list(range(6))
+        assert batch.obs["score"].tolist() == [0.5] * 6
 
 
 async def test_models_from_the_servers_schema(counter):
-    async with EnvPool(2, counter.url, progress=False) as pool:
+    async with counter.pool(2, env=None) as pool:
         await pool.reset()
         batch = await pool.step([{"amount": 3}, {"amount": 4}])
         assert type(batch.observations[0]).__name__ == "CountObservation"
@@ -119,7 +128,7 @@ async def test_models_from_the_servers_schema(counter):
 
 
 async def test_failed_sessions_raise_or_return(counter):
-    async with EnvPool(4, counter.url, env=CounterEnv, progress=False) as pool:
+    async with counter.pool(4) as pool:
         await pool.reset(options={"limit": 100})
         actions = [
             CountAction(amount=1),
@@ -134,7 +143,7 @@ async def test_failed_sessions_raise_or_return(counter):
         assert err.value.code == ErrorCode.ENV_ERROR
         assert err.value.batch.ids.tolist() == [0, 2, 3]
         assert "1 of 4 sessions failed" in err.value.message
-    async with EnvPool(4, counter.url, env=CounterEnv, on_error="return", progress=False) as pool:
+    async with counter.pool(4, on_error="return") as pool:
         await pool.reset(options={"limit": 100})
         batch = await pool.step(actions)
         assert batch.ids.tolist() == [0, 2, 3] and list(batch.errors) == [1]
@@ -144,73 +153,68 @@ async def test_failed_sessions_raise_or_return(counter):
 
 
 async def test_next_step_autoreset():
-    with running(ShortEcho) as srv:
-        async with EnvPool(2, srv.url, env=ShortEcho, progress=False) as pool:
-            assert pool.autoreset_mode is AutoresetMode.NEXT_STEP
-            await pool.reset()
-            act = [EchoAction(message="abc")] * 2
-            one = await pool.step(act)
-            assert not one.dones.any()
-            two = await pool.step(act)
-            assert two.truncated.all() and not two.terminated.any()
-            assert two.obs["echoed_message"] == ["abc", "abc"]
-            three = await pool.step(act)  # resets instead of stepping
-            assert three.obs["echoed_message"] == ["ready", "ready"]
-            assert three.rewards.tolist() == [0.0, 0.0] and not three.dones.any()
-            four = await pool.step(act)
-            assert four.obs["echoed_message"] == ["abc", "abc"]
-            assert four.rewards.tolist() == pytest.approx([0.3, 0.3])
+    async with InProcessServer(ShortEcho) as srv, srv.pool(2) as pool:
+        assert pool.autoreset_mode is AutoresetMode.NEXT_STEP
+        await pool.reset()
+        act = [EchoAction(message="abc")] * 2
+        one = await pool.step(act)
+        assert not one.dones.any()
+        two = await pool.step(act)
+        assert two.truncated.all() and not two.terminated.any()
+        assert two.obs["echoed_message"] == ["abc", "abc"]
+        three = await pool.step(act)  # resets instead of stepping
+        assert three.obs["echoed_message"] == ["ready", "ready"]
+        assert three.rewards.tolist() == [0.0, 0.0] and not three.dones.any()
+        four = await pool.step(act)
+        assert four.obs["echoed_message"] == ["abc", "abc"]
+        assert four.rewards.tolist() == pytest.approx([0.3, 0.3])
 
 
 async def test_same_step_autoreset():
-    with running(CounterEnv) as srv:
-        async with EnvPool(
-            3, srv.url, env=CounterEnv, autoreset_mode="SameStep", progress=False
-        ) as pool:
-            assert pool.autoreset_mode is AutoresetMode.SAME_STEP
-            await pool.reset(seed=5, options={"limit": 2})
-            first = await pool.step([CountAction(amount=1), CountAction(amount=2), CountAction()])
-            assert first.terminated.tolist() == [False, True, False]
-            assert first.rewards.tolist() == [1.0, 2.0, 1.0]
-            ended = first.infos[1]
-            assert ended["final_obs"].total == 2 and ended["final_obs"].done
-            assert ended["final_info"] == {}
-            assert ended["seed"] is None  # the reset's info: an autoreset has no seed
-            assert first.observations[1].total == 0  # already the new episode
-            assert "final_obs" not in first.infos[0]
-            second = await pool.step([CountAction(amount=1)] * 3)
-            # 0 and 2 reach their limit and restart at once; 1's new episode (default
-            # limit 10) goes on.
-            assert second.terminated.tolist() == [True, False, True]
-            assert second.obs["total"].tolist() == [0, 1, 0]
-            assert [i["final_obs"].total for i in (second.infos[0], second.infos[2])] == [2, 2]
+    srv = InProcessServer(CounterEnv)
+    async with srv, srv.pool(3, autoreset_mode="SameStep") as pool:
+        assert pool.autoreset_mode is AutoresetMode.SAME_STEP
+        await pool.reset(seed=5, options={"limit": 2})
+        first = await pool.step([CountAction(amount=1), CountAction(amount=2), CountAction()])
+        assert first.terminated.tolist() == [False, True, False]
+        assert first.rewards.tolist() == [1.0, 2.0, 1.0]
+        ended = first.infos[1]
+        assert ended["final_obs"].total == 2 and ended["final_obs"].done
+        assert ended["final_info"] == {}
+        assert ended["seed"] is None  # the reset's info: an autoreset has no seed
+        assert first.observations[1].total == 0  # already the new episode
+        assert "final_obs" not in first.infos[0]
+        second = await pool.step([CountAction(amount=1)] * 3)
+        # 0 and 2 reach their limit and restart at once; 1's new episode (default
+        # limit 10) goes on.
+        assert second.terminated.tolist() == [True, False, True]
+        assert second.obs["total"].tolist() == [0, 1, 0]
+        assert [i["final_obs"].total for i in (second.infos[0], second.infos[2])] == [2, 2]
 
 
 async def test_disabled_autoreset_needs_masked_resets():
-    with running(CounterEnv) as srv:
-        async with EnvPool(
-            3, srv.url, env=CounterEnv, autoreset_mode=AutoresetMode.DISABLED, progress=False
-        ) as pool:
-            await pool.reset(options={"limit": 1})
-            ended = await pool.step([CountAction()] * 3)
-            assert ended.terminated.all()
-            with pytest.raises(PoolError) as err:
-                await pool.step([CountAction()] * 3)
-            assert all(isinstance(e, EpisodeEnded) for e in err.value.errors.values())
-            fresh = await pool.reset(mask=np.array([True, False, True]), options={"limit": 5})
-            assert fresh.ids.tolist() == [0, 2]
-            partial = await pool.reset(ids=[1], options={"limit": 5})  # ids work as well
-            assert partial.ids.tolist() == [1]
-            batch = await pool.step([CountAction()] * 3)
-            assert batch.obs["total"].tolist() == [1, 1, 1]
-            with pytest.raises(ValueError, match="mask must hold 3"):
-                await pool.reset(mask=[True])
-            with pytest.raises(ValueError, match="not both"):
-                await pool.reset(ids=[0], mask=[True, True, True])
+    srv = InProcessServer(CounterEnv)
+    async with srv, srv.pool(3, autoreset_mode=AutoresetMode.DISABLED) as pool:
+        await pool.reset(options={"limit": 1})
+        ended = await pool.step([CountAction()] * 3)
+        assert ended.terminated.all()
+        with pytest.raises(PoolError) as err:
+            await pool.step([CountAction()] * 3)
+        assert all(isinstance(e, EpisodeEnded) for e in err.value.errors.values())
+        fresh = await pool.reset(mask=np.array([True, False, True]), options={"limit": 5})
+        assert fresh.ids.tolist() == [0, 2]
+        partial = await pool.reset(ids=[1], options={"limit": 5})  # ids work as well
+        assert partial.ids.tolist() == [1]
+        batch = await pool.step([CountAction()] * 3)
+        assert batch.obs["total"].tolist() == [1, 1, 1]
+        with pytest.raises(ValueError, match="mask must hold 3"):
+            await pool.reset(mask=[True])
+        with pytest.raises(ValueError, match="not both"):
+            await pool.reset(ids=[0], mask=[True, True, True])
 
 
 async def test_recv_returns_whichever_finished_first(counter):
-    async with EnvPool(4, counter.url, env=CounterEnv, progress=False) as pool:
+    async with counter.pool(4) as pool:
         await pool.reset(options={"limit": 100})
         for sid, pause in [(0, 1.2), (1, 0.0), (2, 0.6)]:
             await pool.send([CountAction(amount=sid + 1, sleep=pause)], session_ids=[sid])
@@ -235,7 +239,7 @@ async def test_recv_returns_whichever_finished_first(counter):
 
 
 async def test_send_waits_for_back_pressure(counter):
-    async with EnvPool(2, counter.url, env=CounterEnv, max_in_flight=1, progress=False) as pool:
+    async with counter.pool(2, max_in_flight=1) as pool:
         await pool.reset(options={"limit": 100})
         await pool.send([CountAction(sleep=0.5)], session_ids=[0])
         blocked = asyncio.ensure_future(pool.send([CountAction()], session_ids=[1]))
@@ -249,9 +253,8 @@ async def test_send_waits_for_back_pressure(counter):
 
 
 async def test_batches_are_split_to_the_servers_limit(counter):
-    async with EnvPool(
-        10, counter.url, env=CounterEnv, sessions_per_connection=10, progress=False
-    ) as pool:  # the server takes 4 items per batch
+    # The server takes 4 items per batch.
+    async with counter.pool(10, sessions_per_connection=10) as pool:
         await pool.reset(options={"limit": 100})
         batch = await pool.step([CountAction(amount=2)] * 10)
         assert batch.obs["total"].tolist() == [2] * 10
@@ -314,27 +317,27 @@ async def test_a_dead_server_is_replaced_and_its_sessions_reset():
 
 
 async def test_a_dropped_connection_resumes_with_the_episode_intact(counter):
-    async with EnvPool(2, counter.url, env=CounterEnv, health_interval=0.1, progress=False) as pool:
+    async with counter.pool(2, health_interval=0.1) as pool:
         await pool.reset(options={"limit": 100})
         await pool.step([CountAction(amount=3)] * 2)
         connection = pool.fleet.servers[0].links[0].connection
-        connection._ws.transport.abort()
+        connection._ws.abort()
         batch = await pool.step([CountAction(amount=1)] * 2)  # re-sent once reconnected
         assert batch.obs["total"].tolist() == [4, 4]  # the episodes survived
         assert connection.reconnects >= 1
 
 
 async def test_a_connection_that_gave_up_is_re_established_by_the_fleet(counter):
-    pool = EnvPool(2, counter.url, env=CounterEnv, health_interval=None, progress=False)
+    pool = counter.pool(2, health_interval=None)
     async with pool:
         await pool.reset(options={"limit": 100})
         await pool.step([CountAction(amount=3)] * 2)
         sessions = [s.session for s in pool.fleet.slots]
         connection = pool.fleet.servers[0].links[0].connection
         connection.protocol.policy = None  # this drop fails the connection for good
-        connection._ws.transport.abort()
+        connection._ws.abort()
         for _ in range(200):
-            if connection.protocol.failed is not None:
+            if connection.protocol.failure is not None:
                 break
             await asyncio.sleep(0.01)
         with pytest.raises(PoolError) as err:  # the step in the way fails, and is reported
@@ -349,8 +352,8 @@ async def test_a_connection_that_gave_up_is_re_established_by_the_fleet(counter)
         assert (await pool.step([CountAction(amount=2)] * 2)).obs["total"].tolist() == [2, 2]
 
 
-def test_sync_twin(counter):
-    with EnvPool(3, counter.url, env=CounterEnv, progress=False).sync() as pool:
+def test_sync_twin(counter_twin):
+    with counter_twin.pool(3).sync() as pool:
         assert pool.num_envs == 3 and pool.autoreset_mode is AutoresetMode.NEXT_STEP
         pool.reset(options={"limit": 100})
         assert pool.step([CountAction(amount=2)] * 3).obs["total"].tolist() == [2, 2, 2]
@@ -360,8 +363,8 @@ def test_sync_twin(counter):
         assert [s.total for s in pool.state()] == [2, 3, 2]
 
 
-def test_a_blocking_send_returns_with_its_messages_written(counter):
-    with EnvPool(2, counter.url, env=CounterEnv, progress=False).sync() as pool:
+def test_a_blocking_send_returns_with_its_messages_written(counter_twin):
+    with counter_twin.pool(2).sync() as pool:
         pool.reset(options={"limit": 100})
         pool.send([CountAction(sleep=1.0)] * 2)
         # Nothing runs the loop now (the caller computes, as a pipelining trainer does),
@@ -386,7 +389,7 @@ def test_bad_arguments_are_clear():
 
 
 async def test_unstarted_and_closed_pools(counter):
-    pool = EnvPool(1, counter.url, env=CounterEnv, progress=False)
+    pool = counter.pool(1)
     with pytest.raises(RuntimeError, match="start the pool first"):
         await pool.step([CountAction()])
     await pool.start()

@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 from tests.support.envs import CountAction, CounterEnv, CountObservation
-from tests.support.servers import running
 
-from corral.client import EnvPool, PoolError
+from corral.client import PoolError
 from corral.client.batch import PoolBatch, ResultTable, scalar_dtypes
 from corral.errors import InvalidAction, SessionLost
 from corral.protocol.batch import ABSENT
+from corral.testing import InProcessServer
 
 
 def _table() -> ResultTable:
@@ -138,15 +138,15 @@ def test_rows_with_different_fields_make_one_table():
     assert table.row(0) == {"a": 1} and table.column("b") == [None, 3]
 
 
-@pytest.fixture(scope="module")
-def counter():
-    with running(CounterEnv, max_batch=64) as srv:
+@pytest.fixture
+async def counter():
+    async with InProcessServer(CounterEnv, max_batch=64) as srv:
         yield srv
 
 
 @pytest.mark.parametrize("codec", ["msgpack", "json"])
 async def test_the_pool_reads_either_reply_form_alike(counter, codec):
-    async with EnvPool(6, counter.url, env=CounterEnv, codec=codec, progress=False) as pool:
+    async with counter.pool(6, codec=codec) as pool:
         first = await pool.reset(seed=1, options={"limit": 3, "label": "L"})
         assert first.obs["total"].tolist() == [0] * 6
         assert [o.label for o in first.observations] == ["L"] * 6
@@ -162,7 +162,7 @@ async def test_the_pool_reads_either_reply_form_alike(counter, codec):
 
 
 async def test_a_batch_larger_than_the_server_limit_is_split_and_ordered(counter):
-    async with EnvPool(150, counter.url, env=CounterEnv, progress=False) as pool:
+    async with counter.pool(150) as pool:
         await pool.reset(options={"limit": 1000})
         batch = await pool.step([CountAction(amount=k) for k in range(150)])
         assert batch.ids.tolist() == list(range(150))
@@ -170,7 +170,7 @@ async def test_a_batch_larger_than_the_server_limit_is_split_and_ordered(counter
 
 
 async def test_failed_items_are_named_never_dropped(counter):
-    async with EnvPool(4, counter.url, env=CounterEnv, progress=False) as pool:
+    async with counter.pool(4) as pool:
         await pool.reset(options={"limit": 100})
         with pytest.raises(PoolError) as err:
             await pool.step([CountAction(), CountAction(fail=True), CountAction(), CountAction()])
@@ -182,7 +182,7 @@ async def test_failed_items_are_named_never_dropped(counter):
 async def test_pipelined_halves_come_back_whole_and_every_step_counts(counter):
     n = 8
     halves = [list(range(n // 2)), list(range(n // 2, n))]
-    async with EnvPool(n, counter.url, env=CounterEnv, progress=False, max_in_flight=2) as pool:
+    async with counter.pool(n, max_in_flight=2) as pool:
         await pool.reset(options={"limit": 10_000})
         sent = np.zeros(n, dtype=np.int64)
         seen = np.zeros(n, dtype=np.int64)
@@ -202,7 +202,7 @@ async def test_pipelined_halves_come_back_whole_and_every_step_counts(counter):
 
 
 async def test_pipelined_failures_come_back_as_errors(counter):
-    async with EnvPool(4, counter.url, env=CounterEnv, progress=False, on_error="return") as pool:
+    async with counter.pool(4, on_error="return") as pool:
         await pool.reset(options={"limit": 100})
         await pool.send([CountAction(fail=True), CountAction()], session_ids=[0, 1])
         await pool.send([CountAction(), CountAction(fail=True)], session_ids=[2, 3])
@@ -217,7 +217,7 @@ async def test_pipelined_failures_come_back_as_errors(counter):
 
 
 async def test_recv_split_keeps_the_rest_ready(counter):
-    async with EnvPool(6, counter.url, env=CounterEnv, progress=False) as pool:
+    async with counter.pool(6) as pool:
         await pool.reset(options={"limit": 100})
         await pool.send([CountAction()] * 6)
         await asyncio.sleep(0)
@@ -228,7 +228,7 @@ async def test_recv_split_keeps_the_rest_ready(counter):
 
 
 async def test_the_pool_keeps_no_earlier_batch_alive(counter):
-    async with EnvPool(8, counter.url, env=CounterEnv, progress=False) as pool:
+    async with counter.pool(8) as pool:
         await pool.reset(options={"limit": 100})
         batch = await pool.step([CountAction()] * 8)
         probes = [weakref.ref(batch), weakref.ref(batch.observations[0])]
@@ -238,13 +238,15 @@ async def test_the_pool_keeps_no_earlier_batch_alive(counter):
         assert [probe() for probe in probes] == [None, None]
 
 
-@pytest.mark.parametrize("control", [True, False])
+@pytest.mark.parametrize("control", [True, False, None])
 async def test_no_collection_inside_a_batch_and_waves_are_frozen(counter, control):
+    """Only a pool asked to (``gc_control=True``) touches the collector; by default the
+    trainer's is left alone."""
     gc.unfreeze()
+    chosen = {} if control is None else {"gc_control": control}
+    control = control is True
     try:
-        async with EnvPool(
-            64, counter.url, env=CounterEnv, progress=False, gc_control=control
-        ) as pool:
+        async with counter.pool(64, **chosen) as pool:
             assert (gc.get_freeze_count() > 0) is control  # start-up state frozen
             frozen = gc.get_freeze_count()
             await pool.reset(options={"limit": 100})

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 from tests.support.envs import CountAction, CounterEnv
-from tests.support.servers import ThreadServer, running
 
 from corral.client import EnvPool, PoolError
 from corral.client.connection import Connection
 from corral.envs.echo import EchoAction, EchoEnv
 from corral.episodes import read
 from corral.errors import EnvError
+from corral.testing import InProcessServer
 
 
 class SeedOnlyEnv(CounterEnv):
@@ -43,7 +43,7 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     return counts
 
 
-def ignore_the_flag(server: ThreadServer) -> None:
+def ignore_the_flag(server: InProcessServer) -> None:
     """Make ``server`` answer as one that does not know ``autoreset``."""
     batches = server.service.batches
     submit = batches.submit
@@ -115,12 +115,10 @@ EXPECTED = [
 async def test_same_step_batches_are_the_same_on_either_path(
     sent: Counter[str], codec: str, old_server: bool
 ) -> None:
-    with running(CounterEnv) as srv:
+    async with InProcessServer(CounterEnv) as srv:
         if old_server:
             ignore_the_flag(srv)
-        async with EnvPool(
-            3, srv.url, env=CounterEnv, autoreset_mode="SameStep", codec=codec, progress=False
-        ) as pool:
+        async with srv.pool(3, autoreset_mode="SameStep", codec=codec) as pool:
             sent.clear()
             assert await play(pool) == EXPECTED
         assert sent["step_batch"] == 3
@@ -131,12 +129,10 @@ async def test_same_step_batches_are_the_same_on_either_path(
 
 @pytest.mark.parametrize("old_server", [False, True], ids=["autoreset", "ignored"])
 async def test_a_failed_same_step_reset_is_the_sessions_error(old_server: bool) -> None:
-    with running(SeedOnlyEnv) as srv:
+    async with InProcessServer(SeedOnlyEnv) as srv:
         if old_server:
             ignore_the_flag(srv)
-        async with EnvPool(
-            2, srv.url, env=SeedOnlyEnv, autoreset_mode="SameStep", progress=False
-        ) as pool:
+        async with srv.pool(2, autoreset_mode="SameStep") as pool:
             await pool.reset(seed=1, options={"limit": 1})
             with pytest.raises(PoolError) as failed:
                 await pool.step([CountAction(amount=1), CountAction(amount=0)])
@@ -154,10 +150,8 @@ async def test_a_failed_same_step_reset_is_the_sessions_error(old_server: bool) 
 
 
 async def test_same_step_resets_are_recorded_as_resets(tmp_path: Path) -> None:
-    with running(EchoEnv) as srv:
-        pool: EnvPool[Any, Any, Any] = EnvPool(
-            2, srv.url, env=EchoEnv, autoreset_mode="SameStep", record=tmp_path, progress=False
-        )
+    async with InProcessServer(EchoEnv) as srv:
+        pool: EnvPool[Any, Any, Any] = srv.pool(2, autoreset_mode="SameStep", record=tmp_path)
         async with pool:
             await pool.reset(seed=10)
             batch = await pool.step([EchoAction(message="bye"), EchoAction(message="hi")])

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.support.servers import running
 
 from corral.client import AsyncEnvClient, EnvPool
 from corral.contract.tasks import TaskRef
@@ -15,6 +14,7 @@ from corral.envs.wordle import SimplePolicy, WordleEnv
 from corral.episodes import read
 from corral.errors import InvalidAction, InvalidArgument
 from corral.replay import replay
+from corral.testing import InProcessServer
 
 
 def only_file(directory: Path) -> Path:
@@ -23,8 +23,10 @@ def only_file(directory: Path) -> Path:
 
 
 async def test_a_recorded_client_session_reads_back_and_replays(tmp_path: Path) -> None:
-    with running(WordleEnv) as srv:
-        client: AsyncEnvClient = AsyncEnvClient(srv.url, env=WordleEnv, record=tmp_path)
+    async with InProcessServer(WordleEnv) as srv:
+        client: AsyncEnvClient = AsyncEnvClient(
+            srv.url, dialer=srv.dialer, env=WordleEnv, record=tmp_path
+        )
         async with client:
             policy = SimplePolicy(seed=1)
             result = await client.reset(seed=3, task=("test", 2))
@@ -50,13 +52,15 @@ async def test_a_recorded_client_session_reads_back_and_replays(tmp_path: Path) 
         assert second.summary.outcome == "abandoned"  # closed mid-episode
         assert second.records[-1].error is not None
         assert second.records[-1].error.code == "INVALID_ACTION"
-        report = await replay(path, srv.url, env=WordleEnv)
+        report = await replay(path, srv.url, dialer=srv.dialer, env=WordleEnv)
         assert report.ok, [(r.status, r.divergence) for r in report.results]
 
 
 async def test_a_recorded_pool_writes_one_episode_per_session(tmp_path: Path) -> None:
-    with running(EchoEnv) as srv:
-        pool: EnvPool = EnvPool(4, srv.url, env=EchoEnv, record=tmp_path, progress=False)
+    async with InProcessServer(EchoEnv) as srv:
+        pool: EnvPool = EnvPool(
+            4, srv.url, dialer=srv.dialer, env=EchoEnv, record=tmp_path, progress=False
+        )
         async with pool:
             await pool.reset(seed=10)
             for k in range(3):
@@ -74,13 +78,13 @@ async def test_a_recorded_pool_writes_one_episode_per_session(tmp_path: Path) ->
             {"message": "xxxx"},
             {"message": "xxxxx"},
         ]
-        report = await replay(only_file(tmp_path), srv.url, env=EchoEnv)
+        report = await replay(only_file(tmp_path), srv.url, env=EchoEnv, dialer=srv.dialer)
         assert report.ok, report.results
 
 
 async def test_the_server_checks_a_task_against_the_tasks_face() -> None:
-    with running(WordleEnv) as srv, running(EchoEnv) as echo:
-        async with AsyncEnvClient(srv.url, env=WordleEnv) as client:
+    async with InProcessServer(WordleEnv) as srv, InProcessServer(EchoEnv) as echo:
+        async with AsyncEnvClient(srv.url, dialer=srv.dialer, env=WordleEnv) as client:
             count = WordleEnv().num_tasks("test")
             result = await client.reset(task=TaskRef(split="test", index=count - 1))
             assert not result.done
@@ -92,7 +96,7 @@ async def test_the_server_checks_a_task_against_the_tasks_face() -> None:
             assert beyond.value.details["reason"] == "index_out_of_range"
             with pytest.raises(InvalidArgument):  # two different tasks named
                 await client.reset(task=("test", 0), split="test", index=1)
-        async with AsyncEnvClient(echo.url, env=EchoEnv) as plain:
+        async with AsyncEnvClient(echo.url, dialer=echo.dialer, env=EchoEnv) as plain:
             with pytest.raises(InvalidArgument) as none:
                 await plain.reset(task=("train", 0))
             assert none.value.details["reason"] == "no_tasks"
@@ -100,9 +104,15 @@ async def test_the_server_checks_a_task_against_the_tasks_face() -> None:
 
 async def test_the_pool_spreads_tasks_over_its_sessions(tmp_path: Path) -> None:
     words = WordleEnv()
-    with running(WordleEnv) as srv:
+    async with InProcessServer(WordleEnv) as srv:
         pool: EnvPool = EnvPool(
-            3, srv.url, env=WordleEnv, record=tmp_path, on_error="return", progress=False
+            3,
+            srv.url,
+            dialer=srv.dialer,
+            env=WordleEnv,
+            record=tmp_path,
+            on_error="return",
+            progress=False,
         )
         async with pool:
             await pool.reset(tasks="test")

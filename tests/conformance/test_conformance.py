@@ -175,6 +175,40 @@ def run(python: Path, spec: dict[str, Any], tmp: Path) -> dict[str, Any]:
     return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
+MODELS = ("action", "observation", "state", "reset_observation")
+MCP_MODELS = frozenset(
+    {"Action", "Observation", "CallToolAction", "ListToolsAction"}
+    | {"CallToolObservation", "ListToolsObservation"}
+)
+"""OpenEnv's tool models: an MCPEnvironment's contract is corral's ``McpAction`` /
+``McpObservation``, which carry both of its tool actions and observations (see
+docs/openenv.md), so its /schema describes those instead."""
+
+
+def schema_covers(openenv: Any, corral: Any) -> bool:
+    """``GET /schema``: corral publishes the one contract its handshake gives (issue 33.4),
+    OpenEnv's models' schemas with corral's own fields added (``truncated``,
+    ``reward_components``) and its version and fingerprint; every property OpenEnv's
+    server describes must be there, described alike."""
+    if not isinstance(openenv, dict) or set(openenv) - set(corral):
+        return False
+    for model in MODELS:
+        if model not in openenv or openenv[model].get("title") in MCP_MODELS:
+            continue
+        theirs, ours = openenv[model], corral[model]
+        for name, spec in theirs.get("properties", {}).items():
+            if ours.get("properties", {}).get(name) != spec:
+                return False
+        if theirs.get("title") != ours.get("title"):
+            return False
+    return "fingerprint" in corral and "contract_version" in corral
+
+
+def is_schema_reply(reply: Any) -> bool:
+    body = reply.get("body") if isinstance(reply, dict) else None
+    return isinstance(body, dict) and {"action", "observation", "state"} <= set(body)
+
+
 def differences(record: dict[str, Any]) -> tuple[int, list[str]]:
     """Frames compared, and a line for each that differs."""
     a, b = record["openenv"], record["corral"]
@@ -185,6 +219,10 @@ def differences(record: dict[str, Any]) -> tuple[int, list[str]]:
             diffs.append(f"{key}: {len(left)} replies from OpenEnv, {len(right)} from corral")
         for i, (x, y) in enumerate(zip(left, right, strict=False)):
             compared += 1
+            if is_schema_reply(x) and is_schema_reply(y) and x["status"] == y["status"]:
+                if not schema_covers(x["body"], y["body"]):
+                    diffs.append(f"{key}[{i}]: /schema does not cover OpenEnv's")
+                continue
             if x != y:
                 diffs.append(
                     f"{key}[{i}]:\n  openenv: {json.dumps(x)[:600]}\n"

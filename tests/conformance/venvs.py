@@ -43,34 +43,39 @@ def corral_requirements() -> list[str]:
     return list(data["project"]["dependencies"])
 
 
-def requirements(peer: str) -> list[str]:
-    """Everything a peer virtualenv holds for the requirement ``peer``."""
-    return [peer, *EXTRA, *corral_requirements()]
+def requirements(peer: str, extra: tuple[str, ...] = ()) -> list[str]:
+    """Everything a peer virtualenv holds for the requirement ``peer`` (and ``extra``:
+    the dependencies of the OpenEnv environments of the catalogue suite)."""
+    return [peer, *EXTRA, *extra, *corral_requirements()]
 
 
-def venv_path(peer: str) -> Path:
-    """The cached virtualenv for ``peer`` (e.g. ``openenv==0.10.0``)."""
-    reqs = requirements(peer)
+def venv_path(peer: str, extra: tuple[str, ...] = ()) -> Path:
+    """The cached virtualenv for ``peer`` (e.g. ``openenv==0.10.0``), with ``extra``."""
+    reqs = requirements(peer, extra)
     key = hashlib.sha256("\n".join([sys.version, *reqs]).encode()).hexdigest()[:12]
     name = peer.replace("==", "-").replace("[", "_").replace("]", "")
+    name += "-catalog" if extra else ""
     return cache_root() / f"{name}-py{sys.version_info[0]}{sys.version_info[1]}-{key}"
 
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "w") as lock:
+    # Named after the whole directory name: with_suffix() would cut it at its version's
+    # last dot, and every venv of one release would share (and wait on) one lock.
+    with open(path.with_name(f"{path.name}.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two test sessions never build the same venv
         yield
 
 
-def ensure(peer: str) -> Path:
-    """Build the virtualenv for ``peer`` unless it is cached; return its python.
+def ensure(peer: str, extra: tuple[str, ...] = ()) -> Path:
+    """Build the virtualenv for ``peer`` (with ``extra``) unless it is cached; return its
+    python.
 
     Raises:
         RuntimeError: pip failed (its output's tail is in the message).
     """
-    path = venv_path(peer)
+    path = venv_path(peer, extra)
     python = path / "bin" / "python"
     stamp = path / ".complete"
     with _locked(path):
@@ -87,7 +92,7 @@ def ensure(peer: str) -> Path:
                 "install",
                 "-q",
                 "--disable-pip-version-check",
-                *requirements(peer),
+                *requirements(peer, extra),
             ],
             capture_output=True,
             text=True,
@@ -95,17 +100,19 @@ def ensure(peer: str) -> Path:
         )
         if run.returncode != 0:
             raise RuntimeError(f"pip install {peer} failed:\n{(run.stdout + run.stderr)[-3000:]}")
-        stamp.write_text("\n".join(requirements(peer)))
+        stamp.write_text("\n".join(requirements(peer, extra)))
     return python
 
 
-def peer_env(python: Path) -> dict[str, str]:
+def peer_env(python: Path, *, gradio: bool = False) -> dict[str, str]:
     """The environment for a child process of a peer venv: corral's source on the path,
-    OpenEnv's web interface off (and gradio, which only it uses, left out)."""
+    OpenEnv's web interface off (and gradio, which only it uses, left out unless
+    ``gradio``: some of OpenEnv's own environments import the web interface's helpers)."""
     env = dict(os.environ)
-    paths = [str(WITHOUT_GRADIO), str(REPO / "src"), str(REPO)]
-    if env.get("PYTHONPATH"):
-        paths.append(env["PYTHONPATH"])
+    paths = [] if gradio else [str(WITHOUT_GRADIO)]
+    paths += [str(REPO / "src"), str(REPO)]
+    inherited = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    paths += [p for p in inherited if not (gradio and p == str(WITHOUT_GRADIO))]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env["PATH"] = os.pathsep.join([str(python.parent), env.get("PATH", "")])
     env.pop("ENABLE_WEB_INTERFACE", None)
@@ -113,4 +120,4 @@ def peer_env(python: Path) -> dict[str, str]:
 
 
 if __name__ == "__main__":
-    print(ensure(sys.argv[1]))
+    print(ensure(sys.argv[1], tuple(sys.argv[2:])))

@@ -28,7 +28,7 @@ from corral.contract.schema import (
     model_schemas,
     parse_semver,
 )
-from corral.envs.echo import EchoAction, EchoEnv, EchoObservation, EchoState
+from corral.envs.echo import EchoAction, EchoEnv, EchoObservation, EchoSnapshot, EchoState
 
 # The same contract, defined in a fresh interpreter (and in this one, below).
 CONTRACT_SOURCE = textwrap.dedent(
@@ -85,7 +85,8 @@ def test_fingerprint_is_the_same_in_separate_processes() -> None:
 
 def test_fingerprint_of_a_real_contract_is_stable_across_calls() -> None:
     contract = EchoEnv.contract()
-    again = fingerprint(model_schemas(EchoAction, EchoObservation, EchoState))
+    schemas = model_schemas(EchoAction, EchoObservation, EchoState)
+    again = fingerprint({**schemas, "snapshot": EchoSnapshot.model_json_schema()})
     assert contract.fingerprint == again == EchoEnv.contract().fingerprint
 
 

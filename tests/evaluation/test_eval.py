@@ -1,4 +1,5 @@
-"""corral eval: real local servers through EnvPool, recorded, resumed, summarized."""
+"""corral eval: through EnvPool (the command on real local servers, the API on in-process
+ones), recorded, resumed, summarized."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -22,22 +23,24 @@ from corral.envs.wordle import WordleEnv
 from corral.episodes import read
 from corral.evaluation import EvalError, evaluate
 from corral.evaluation.report import final_attempts, parse_episode_id
+from corral.testing import InProcessServer
 
 WORDLE = "corral.envs.wordle:WordleEnv"
 FRAGILE = "tests.support.flaky:FragileEnv"
 
 
-@pytest.fixture(scope="module")
-def fragile_url() -> Iterator[str]:
-    """A FragileEnv server shared by tests that avoid its once-breaking seeds."""
-    with running(FragileEnv, max_sessions=64) as srv:
-        yield srv.url
+@pytest.fixture
+async def fragile() -> AsyncIterator[InProcessServer]:
+    """A FragileEnv server for tests that avoid its once-breaking seeds (which it
+    remembers process-wide)."""
+    async with InProcessServer(FragileEnv, max_sessions=64) as srv:
+        yield srv
 
 
-@pytest.fixture(scope="module")
-def wordle_url() -> Iterator[str]:
-    with running(WordleEnv, max_sessions=64) as srv:
-        yield srv.url
+@pytest.fixture
+async def wordle() -> AsyncIterator[InProcessServer]:
+    async with InProcessServer(WordleEnv, max_sessions=64) as srv:
+        yield srv
 
 
 def test_wordle_scripted_on_the_test_split(tmp_path: Path) -> None:
@@ -154,7 +157,7 @@ def test_a_killed_run_resumes_where_it_stopped(tmp_path: Path) -> None:
     assert sorted(k for k, a in runs.items() if a[-1].summary.outcome == "failed") == failing
 
 
-def test_an_llm_policy_against_a_stand_in_endpoint(tmp_path: Path, wordle_url: str) -> None:
+def test_an_llm_policy_against_a_stand_in_endpoint(tmp_path: Path) -> None:
     app, seen = standin_app()
     with AppThread(app) as llm_url, running(WordleEnv, max_sessions=8) as srv:
         out = tmp_path / "run"
@@ -194,7 +197,7 @@ def test_an_llm_policy_against_a_stand_in_endpoint(tmp_path: Path, wordle_url: s
     assert episode.records[1].action == {"guess": "toolong"}
 
 
-async def test_policies_from_files_and_modules(tmp_path: Path, fragile_url: str) -> None:
+async def test_policies_from_files_and_modules(tmp_path: Path, fragile: InProcessServer) -> None:
     agents = tmp_path / "agents.py"
     agents.write_text(
         "class Counting:\n"
@@ -207,41 +210,69 @@ async def test_policies_from_files_and_modules(tmp_path: Path, fragile_url: str)
         "    raise ValueError('no idea')\n"
     )
     out = tmp_path / "counting"
-    await evaluate(fragile_url, out=out, policy=f"{agents}:Counting", episodes=3, concurrency=3)
+    await evaluate(
+        fragile.url,
+        dialer=fragile.dialer,
+        out=out,
+        policy=f"{agents}:Counting",
+        episodes=3,
+        concurrency=3,
+    )
     first = read(out / "episodes.jsonl")[0]
     assert [r.action for r in first.steps] == [{"n": 1}, {"n": 2}, {"n": 3}]
 
     out = tmp_path / "broken"
-    summary = await evaluate(fragile_url, out=out, policy=f"{agents}:broken", episodes=2, retries=1)
+    summary = await evaluate(
+        fragile.url,
+        dialer=fragile.dialer,
+        out=out,
+        policy=f"{agents}:broken",
+        episodes=2,
+        retries=1,
+    )
     assert summary.outcomes == {"failed": 2} and summary.errors == {"POLICY_ERROR": 4}
     error = read(out / "episodes.jsonl")[0].end.error
     assert error.code == "POLICY_ERROR" and "ValueError: no idea" in error.message
 
     with pytest.raises(EvalError, match="no scripted policy"):
-        await evaluate(fragile_url, out=tmp_path / "y", policy="scripted", env=FragileEnv)
+        await evaluate(
+            fragile.url,
+            dialer=fragile.dialer,
+            out=tmp_path / "y",
+            policy="scripted",
+            env=FragileEnv,
+        )
     # A policy that cannot be loaded fails before any server is started.
     bad = corral("eval", FRAGILE, "--policy", "nowhere:nothing", "--out", str(tmp_path / "x"))
     assert bad.returncode == 2 and "cannot load policy" in bad.stderr
     assert not (tmp_path / "x").exists()
 
 
-async def test_resuming_with_other_settings_is_refused(tmp_path: Path, fragile_url: str) -> None:
+async def test_resuming_with_other_settings_is_refused(
+    tmp_path: Path, fragile: InProcessServer
+) -> None:
     out = tmp_path / "run"  # seeds 6..9: none of FragileEnv's breaking ones
-    await evaluate(fragile_url, out=out, episodes=2, seed=6)
+    await evaluate(fragile.url, dialer=fragile.dialer, out=out, episodes=2, seed=6)
     with pytest.raises(EvalError, match="seed: 6 before, 7 now"):
-        await evaluate(fragile_url, out=out, episodes=2, seed=7)
+        await evaluate(fragile.url, dialer=fragile.dialer, out=out, episodes=2, seed=7)
     with pytest.raises(EvalError, match="already holds a run"):
-        await evaluate(fragile_url, out=out, episodes=2, seed=6, resume=False)
-    more = await evaluate(fragile_url, out=out, episodes=4, seed=6)  # extends the run
+        await evaluate(
+            fragile.url, dialer=fragile.dialer, out=out, episodes=2, seed=6, resume=False
+        )
+    more = await evaluate(
+        fragile.url, dialer=fragile.dialer, out=out, episodes=4, seed=6
+    )  # extends the run
     assert more.episodes == 4 and more.steps == 2 * 3
 
 
 async def test_bad_splits_and_options_are_clear(
-    tmp_path: Path, wordle_url: str, fragile_url: str
+    tmp_path: Path, wordle: InProcessServer, fragile: InProcessServer
 ) -> None:
     with pytest.raises(EvalError, match="unknown split 'dev'"):
-        await evaluate(wordle_url, out=tmp_path / "a", split="dev")
+        await evaluate(wordle.url, dialer=wordle.dialer, out=tmp_path / "a", split="dev")
     with pytest.raises(EvalError, match="publishes no tasks"):
-        await evaluate(fragile_url, out=tmp_path / "b", split="test")
+        await evaluate(fragile.url, dialer=fragile.dialer, out=tmp_path / "b", split="test")
     with pytest.raises(EvalError, match="refused the reset options"):
-        await evaluate(wordle_url, out=tmp_path / "c", episodes=1, options={"colour": 1})
+        await evaluate(
+            wordle.url, dialer=wordle.dialer, out=tmp_path / "c", episodes=1, options={"colour": 1}
+        )

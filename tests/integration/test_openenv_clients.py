@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from pydantic import BaseModel
 from tests.support.peers import corral_server
 from websockets.exceptions import ConnectionClosed
 
@@ -151,6 +152,38 @@ async def test_openenv_mcp_client_over_http():
             assert await client.call_tool("search", word="x") == []
             with pytest.raises(RuntimeError, match="Unknown tool"):
                 await client.call_tool("nope")
+        finally:
+            await client.close()
+
+
+class _Note(BaseModel):
+    """A plain action: MCPToolClient sends its ``model_dump()`` as the step's data."""
+
+    text: str
+
+
+async def test_openenv_mcp_client_tool_actions_over_ws():
+    """openenv-core 0.3's MCPToolClient lists and calls tools as step actions on /ws;
+    a corral environment with @tool methods answers them as OpenEnv's MCPEnvironment."""
+    from openenv.core.mcp_client import MCPToolClient
+
+    with corral_server("tests.support.tool_env:NotesEnv") as url:
+        client = MCPToolClient(base_url=url)
+        try:
+            tools = await client.list_tools()
+            assert sorted(t.name for t in tools) == ["count", "search"]
+            search = next(t for t in tools if t.name == "search")
+            assert search.input_schema["properties"]["word"]["type"] == "string"
+            await client.reset()
+            assert await client.call_tool("count") == 0
+            # The session's own instance: a note stepped in is what the tools see.
+            await client.step(_Note(text="a fox"))
+            assert await client.call_tool("count") == 1
+            assert await client.call_tool("search", word="fox") == ["a fox"]
+            with pytest.raises(RuntimeError, match="tool_not_found"):
+                await client.call_tool("nope")
+            with pytest.raises(RuntimeError, match="invalid_args"):
+                await client.call_tool("search", limit="many")
         finally:
             await client.close()
 

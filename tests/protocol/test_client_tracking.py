@@ -19,16 +19,17 @@ from corral.errors import (
     FrameTooLarge,
     RequestTimeout,
     SessionLost,
+    Unauthorized,
 )
 from corral.protocol.batch import BatchReply, ItemResult, StepBatch, StepItem
 from corral.protocol.client import (
-    AfterLoss,
-    Answer,
+    Actions,
     ClientProtocol,
+    ConnState,
     ReconnectPolicy,
-    RequestTracker,
-    SessionBook,
 )
+from corral.protocol.client_requests import RequestTracker
+from corral.protocol.client_sessions import SessionBook
 from corral.protocol.codecs import MsgpackCodec
 from corral.protocol.messages import (
     Attached,
@@ -116,19 +117,16 @@ DEFAULT = ReconnectPolicy()
 
 def connected(policy: ReconnectPolicy | None = DEFAULT, **limits) -> ClientProtocol:
     """A protocol object through its first handshake."""
-    proto = ClientProtocol(CODEC, reconnect=policy, client="test/1", seed=1)
+    proto = ClientProtocol(CODEC, url="ws://h/ws", reconnect=policy, client="test/1", seed=1)
     with pytest.raises(ConnectionLost, match="not connected"):
         proto.send(Open(proto.next_id()))
-    generation = proto.socket_opened()
-    hello, out = proto.hello(ContractRef("1.0.0", "fp"), want_schemas=True)
-    sent = CODEC.decode(out)
-    assert sent["client"] == "test/1"
+    generation = proto.connect(ContractRef("1.0.0", "fp"), want_schemas=True)
+    sent = CODEC.decode(proto.opened(generation))
+    assert sent["client"] == "test/1" and sent["schemas"] is True
     assert sent["contract"] == {"version": "1.0.0", "fingerprint": "fp"}
-    answer = proto.receive(frame(welcome(hello.id, **limits)))
-    assert isinstance(answer, Answer) and answer.error is None
-    assert proto.welcomed(answer.reply) == []  # nothing to re-attach yet
-    assert proto.resend() == []
-    proto.established(generation)
+    ready = proto.receive(frame(welcome(sent["id"], **limits)))
+    assert isinstance(ready, Actions) and ready.settled and ready.error is None
+    assert ready.write == [] and ready.fail == []  # nothing to re-attach or re-send yet
     assert proto.connected and proto.reconnects == 0
     return proto
 
@@ -224,6 +222,13 @@ def test_frames_over_the_servers_limit_never_go_out():
     assert proto.tracker.outstanding() == {}
 
 
+def resume(proto: ClientProtocol, now: float) -> dict:
+    """Back off, dial again: the new socket's hello."""
+    generation = proto.timer_fired(now)
+    assert generation is not None and proto.state is ConnState.REDIALING
+    return CODEC.decode(proto.opened(generation))
+
+
 def test_the_reconnect_plan():
     proto = connected()
     for sid in ("a", "b", "c"):
@@ -231,40 +236,36 @@ def test_the_reconnect_plan():
     a = Step(proto.next_id(), "a", {"n": 1})
     b = Step(proto.next_id(), "b", {"n": 2})
     a_frame, b_frame = proto.send(a), proto.send(b)
-    loss = proto.lost(proto.generation, "cut", now=100.0)
-    assert loss.then is AfterLoss.RECONNECT and loss.failed == []
-    assert proto.lost(proto.generation, "again", now=100.0) is None  # reported once
-    assert proto.resuming and not proto.connected
+    loss = proto.lost(proto.generation, ConnectionLost("cut"), now=100.0)
+    assert loss is not None and loss.redial_after is not None and loss.drop
+    assert loss.fail == [] and loss.fail_all is None and not loss.settled
+    assert proto.lost(proto.generation, ConnectionLost("again"), 100.0) is None  # once
+    assert proto.resuming and not proto.connected and proto.state is ConnState.WAITING
     # Sent while resuming: waits for the resume instead of going out now.
     c = GetState(proto.next_id(), "c")
     assert proto.send(c) is None
-    assert proto.retry_delay(100.0) is not None
-    generation = proto.socket_opened()
     assert proto.resume_ids() == ["a", "b", "c"]
-    hello, _ = proto.hello(None, want_schemas=False)
-    answer = proto.receive(frame(Welcome(hello.id, {"instance": "i1"}, {}, {}, "unchecked")))
-    assert proto.welcome.schemas is None
-    attaches = proto.welcomed(answer.reply)
-    assert [a.session for a, _ in attaches] == ["a", "b", "c"]
-    assert CODEC.decode(attaches[0][1])["token"] == "token-a"
+    hello = resume(proto, 100.1)
+    assert hello["schemas"] is False  # the schemas were adopted the first time
+    welcomed = proto.receive(frame(Welcome(hello["id"], {"instance": "i1"}, {}, {}, "unchecked")))
+    assert proto.welcome.schemas is None and proto.state is ConnState.REATTACHING
+    assert isinstance(welcomed, Actions) and not welcomed.settled
+    attaches = [CODEC.decode(out) for out in welcomed.write]
+    assert [m["session"] for m in attaches] == ["a", "b", "c"]
+    assert attaches[0]["token"] == "token-a"
     # b is gone on the server; a and c come back.
-    results = [
-        proto.receive(frame(Attached(attaches[0][0].id, "a", "token-a"))).reply,
-        proto.receive(
-            frame(ErrorReply(attaches[1][0].id, ErrorCode.UNKNOWN_SESSION, "no such session"))
-        ).error,
-        proto.receive(frame(Attached(attaches[2][0].id, "c", "token-c"))).reply,
-    ]
-    proto.attached([attach for attach, _ in attaches], results)
+    assert proto.receive(frame(Attached(attaches[0]["id"], "a", "token-a"))) is None
+    gone = ErrorReply(attaches[1]["id"], ErrorCode.UNKNOWN_SESSION, "no such session")
+    assert proto.receive(frame(gone)) is None
+    ready = proto.receive(frame(Attached(attaches[2]["id"], "c", "token-c")))
+    assert isinstance(ready, Actions) and ready.settled and ready.error is None
     assert set(proto.sessions.live) == {"a", "c"} and "b" in proto.sessions.lost
-    failed = proto.fail_lost()
-    assert [(rid, type(e)) for rid, e in failed] == [(b.id, SessionLost)]
-    assert "does not have it any more" in failed[0][1].message
-    resent = proto.resend()
-    assert [e.request.id for e in resent] == [a.id, c.id]  # original ids, oldest first
-    assert resent[0].frame == a_frame and b_frame is not None
-    assert proto.resend() == [] and proto.resent == 1  # c was never sent before
-    proto.established(generation)
+    assert [(rid, type(e)) for rid, e in ready.fail] == [(b.id, SessionLost)]
+    assert "does not have it any more" in ready.fail[0][1].message
+    # The unanswered requests, with their original ids, oldest first; b's never.
+    assert [CODEC.decode(out)["id"] for out in ready.write] == [a.id, c.id]
+    assert ready.write[0] == a_frame and b_frame is not None
+    assert proto.resent == 1  # c was never sent before
     assert proto.connected and proto.reconnects == 1 and not proto.resuming
     with pytest.raises(SessionLost, match="does not have it"):
         proto.send(Step(proto.next_id(), "b", {}))
@@ -275,55 +276,72 @@ def test_a_restarted_server_loses_every_session_and_their_requests():
     open_session(proto, "a")
     pending = Step(proto.next_id(), "a", {})
     proto.send(pending)
-    proto.lost(proto.generation, "cut", now=0.0)
-    generation = proto.socket_opened()
-    hello, _ = proto.hello(None, want_schemas=False)
-    answer = proto.receive(frame(welcome(hello.id, instance="i2")))
-    assert proto.welcomed(answer.reply) == []  # nothing left to re-attach
+    proto.lost(proto.generation, ConnectionLost("cut"), now=0.0)
+    hello = resume(proto, 1.0)
+    ready = proto.receive(frame(welcome(hello["id"], instance="i2")))
+    assert isinstance(ready, Actions) and ready.settled and ready.write == []  # none left
     assert proto.welcome.schemas is None
-    [(rid, error)] = proto.fail_lost()
+    [(rid, error)] = ready.fail
     assert rid == pending.id and "restarted" in error.message
-    assert proto.resend() == []
-    proto.established(generation)
 
 
 def test_socket_bound_requests_die_with_their_socket():
     proto = ClientProtocol(CODEC, reconnect=ReconnectPolicy())
-    generation = proto.socket_opened()
-    hello, _ = proto.hello(None, want_schemas=False)
-    loss = proto.lost(generation, "refused", now=0.0)
-    assert loss.then is AfterLoss.NOTHING and loss.failed == [hello.id]
-    with pytest.raises(ConnectionLost, match="dropped while it was being resumed"):
-        proto.established(generation)
+    generation = proto.connect(None, want_schemas=False)
+    hello = CODEC.decode(proto.opened(generation))
+    failed = proto.lost(generation, ConnectionLost("refused"), now=0.0)
+    assert failed is not None and failed.settled and isinstance(failed.error, ConnectionLost)
+    assert proto.state is ConnState.IDLE and proto.tracker.outstanding() == {}
+    late = welcome(hello["id"])
+    assert proto.receive(frame(late)) is None and proto.tracker.stale == 1
+
+
+def test_a_handshake_refused_by_the_server_fails_the_attempt():
+    proto = ClientProtocol(CODEC, reconnect=ReconnectPolicy())
+    hello = CODEC.decode(proto.opened(proto.connect(None, want_schemas=False)))
+    refused = ErrorReply(hello["id"], ErrorCode.CONTRACT_MISMATCH, "major version differs")
+    failed = proto.receive(frame(refused))
+    assert isinstance(failed, Actions) and failed.drop and failed.settled
+    assert failed.error is not None and failed.error.code == ErrorCode.CONTRACT_MISMATCH
+    assert proto.state is ConnState.IDLE
 
 
 def test_without_a_policy_a_drop_fails_everything():
     proto = connected(policy=None)
     open_session(proto, "a")
     proto.send(Step(proto.next_id(), "a", {}))
-    loss = proto.lost(proto.generation, "cut", now=0.0)
-    assert loss.then is AfterLoss.FAIL and proto.failed is loss.error
-    assert proto.tracker.outstanding() == {}
+    loss = proto.lost(proto.generation, ConnectionLost("cut"), now=0.0)
+    assert loss is not None and loss.fail_all is not None and proto.failure is loss.fail_all
+    assert proto.state is ConnState.FAILED and proto.tracker.outstanding() == {}
     with pytest.raises(ConnectionLost, match="cut") as err:
         proto.send(GetState(proto.next_id(), "a"))
     assert err.value.request_id is not None
-    proto.connecting()  # a new connect() starts afresh
-    assert proto.failed is None
+    proto.connect(None, want_schemas=False)  # a new connect() starts afresh
+    assert proto.failure is None and proto.state is ConnState.DIALING
 
 
 def test_the_backoff_gives_up_by_attempts_and_by_time():
     proto = connected(ReconnectPolicy(initial_delay_s=1.0, max_delay_s=1.0, max_attempts=2))
-    proto.lost(proto.generation, "cut", now=10.0)
-    assert proto.retry_delay(10.0) is not None and proto.retry_delay(11.0) is not None
-    assert proto.retry_delay(12.0) is None
-    error = proto.exhausted("ws://h/ws", "cut", now=12.5)
-    assert error.details == {"attempts": 2, "elapsed_s": 2.5, "cause": "cut"}
-    assert proto.give_up(error) == []
+    assert proto.lost(proto.generation, ConnectionLost("cut"), now=10.0).redial_after
+    resume(proto, 11.0)
+    assert proto.lost(proto.generation, ConnectionLost("cut"), now=11.0).redial_after
+    resume(proto, 12.0)
+    out = proto.lost(proto.generation, ConnectionLost("cut"), now=12.5)
+    assert out.fail_all is not None and proto.state is ConnState.FAILED
+    assert out.fail_all.details == {"attempts": 2, "elapsed_s": 2.5, "cause": "cut"}
     timed = connected(ReconnectPolicy(initial_delay_s=1.0, max_delay_s=1.0, give_up_after_s=5))
-    timed.lost(timed.generation, "cut", now=0.0)
-    assert timed.retry_delay(3.0) is not None
-    assert timed.retry_delay(4.5) is None  # the next wait would overrun the budget
-    assert timed.retryable(ConnectionLost("x")) and not timed.retryable(SessionLost("x"))
+    timed.lost(timed.generation, ConnectionLost("cut"), now=0.0)
+    resume(timed, 1.0)
+    assert timed.lost(timed.generation, ConnectionLost("cut"), now=3.0).redial_after
+    resume(timed, 4.0)
+    out = timed.lost(timed.generation, ConnectionLost("cut"), now=4.5)
+    assert out.fail_all is not None  # the next wait would overrun the budget
+    # A refusal for good ends the resume at once, whatever the budget.
+    final = connected()
+    final.lost(final.generation, ConnectionLost("cut"), now=0.0)
+    resume(final, 1.0)
+    out = final.lost(final.generation, Unauthorized("wrong token"), now=1.0)
+    assert isinstance(out.fail_all, Unauthorized) and final.state is ConnState.FAILED
 
 
 def test_closed_is_final():
@@ -334,8 +352,9 @@ def test_closed_is_final():
     with pytest.raises(ClientClosed):
         proto.send(GetState(proto.next_id(), "a"))
     with pytest.raises(ClientClosed):
-        proto.connecting()
-    assert proto.lost(proto.generation, "late", now=0.0) is None
+        proto.connect(None, want_schemas=False)
+    assert proto.lost(proto.generation, ConnectionLost("late"), now=0.0) is None
+    assert proto.timer_fired(1.0) is None and proto.close() == []
 
 
 def test_backoff_is_seeded():

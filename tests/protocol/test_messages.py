@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from corral.contract.tasks import TaskRef
@@ -10,6 +12,8 @@ from corral.protocol import batch as b
 from corral.protocol import fields as f
 from corral.protocol import messages as m
 from corral.protocol.codecs import JsonCodec, MsgpackCodec
+from corral.protocol.session import Phase, Position
+from corral.protocol.snapshot import SessionSnapshot
 
 
 def test_each_request_type_parses():
@@ -112,16 +116,28 @@ def test_peeks_and_replies():
 
 def test_the_table_is_static_and_complete():
     assert set(m.REQUESTS) == {
-        "hello", "open", "attach", "reset", "step", "state", "close", "reset_batch", "step_batch"
+        "hello", "open", "attach", "reset", "step", "state", "close", "snapshot", "restore",
+        "reset_batch", "step_batch",
     }  # fmt: skip
     assert set(m.REPLIES) == {
-        "welcome", "opened", "attached", "result", "state", "closed", "batch", "error"
+        "welcome", "opened", "attached", "result", "state", "closed", "snapshot", "restored",
+        "batch", "error", "going_away",
     }  # fmt: skip
     assert m.REQUESTS["step_batch"] is b.StepBatch and m.REPLIES["batch"] is b.BatchReply
     with pytest.raises(TypeError):
         m.REQUESTS["fly"] = m.Open  # type: ignore[index]
     assert not hasattr(m, "register_request") and not hasattr(b, "register_request")
 
+
+SNAPSHOT = SessionSnapshot(
+    "echo",
+    "1.0.0",
+    "sha256:0123456789abcdef",
+    Position(Phase.READY, 1, 3, 3),
+    {"total": 3, "last": {"done": False, "x": [1.5, 2]}},
+    1767225600.25,
+)
+SIGNED = dataclasses.replace(SNAPSHOT, sig="hmac-sha256:00ff")
 
 EXAMPLES = [
     m.Hello(1),
@@ -137,6 +153,9 @@ EXAMPLES = [
     m.Step(6, "s", None),
     m.GetState(7, "s"),
     m.Close(8, "s"),
+    m.TakeSnapshot(8, "s"),
+    m.Restore(8, SNAPSHOT),
+    m.Restore(8, SIGNED),
     b.ResetBatch(9, (b.ResetItem("a", 1, {"k": 1}), b.ResetItem("b"))),
     b.StepBatch(10, (b.StepItem("a", {"n": 1}), b.StepItem("b", [1]))),
     b.ResetBatch(9, (b.ResetItem("a"),), columns=True, acked=True),
@@ -165,10 +184,14 @@ REPLY_EXAMPLES = [
     m.Result(4, "s", {"done": False, "blob": b"\x00"}),
     m.StateReply(5, "s", {"step_count": 1}),
     m.Closed(6, "s"),
+    m.SnapshotReply(6, "s", SIGNED),
+    m.Restored(6, "s2", "t2", {"done": False}),
     b.BatchReply(7, [b.ItemResult("a", {"done": True}), b.ItemError("b", "ENV_ERROR", "boom")]),
     b.BatchReply(7, [b.ItemError(None, "BAD_MESSAGE", "item 0 must be a map", {"item": 0})]),
     m.ErrorReply(8, "RESET_REQUIRED", "reset first", {"x": 1}, session="s"),
     m.ErrorReply(None, "BAD_FRAME", "garbage"),
+    m.GoingAway(12.5, "draining", "srv-1"),
+    m.GoingAway(0.0, "", "srv-1"),
 ]
 
 
@@ -197,6 +220,13 @@ def test_every_reply_round_trips(reply):
         ({"type": "error", "id": 1}, "code"),
         ({"type": "error", "id": 1, "code": "X", "details": []}, "details"),
         ({"type": "batch", "id": 1}, "results"),
+        ({"type": "snapshot", "id": 1, "session": "s"}, "snapshot"),
+        ({"type": "restored", "id": 1, "session": "s", "observation": {}}, "token"),
+        ({"type": "going_away", "id": None, "deadline_s": 1.0}, "server"),
+        ({"type": "going_away", "id": None, "deadline_s": -1, "server": "a"}, "deadline_s"),
+        ({"type": "going_away", "id": None, "deadline_s": True, "server": "a"}, "deadline_s"),
+        ({"type": "going_away", "id": None, "deadline_s": "1", "server": "a"}, "deadline_s"),
+        ({"type": "going_away", "deadline_s": float("nan"), "server": "a"}, "deadline_s"),
     ],
 )
 def test_malformed_replies_are_named(message, field):
@@ -237,3 +267,12 @@ def test_a_reset_without_a_task_has_no_task_key() -> None:
     assert "task" not in m.Reset(5, "s").to_wire()
     wire = m.Reset(5, "s", task=TaskRef(split="train", index=2)).to_wire()
     assert wire["task"] == {"split": "train", "index": 2}
+
+
+def test_hello_asks_for_notices_only_when_it_reads_them():
+    """An older client's hello has no ``notices`` and so never gets a ``going_away``."""
+    assert "notices" not in m.Hello(1).to_wire()
+    assert m.parse_request(m.Hello(1, notices=True).to_wire()) == m.Hello(1, notices=True)
+    assert m.parse_request({"type": "hello", "id": 1, "protocol": "corral/1"}).notices is False
+    with pytest.raises(BadMessage):
+        m.parse_request({"type": "hello", "id": 1, "protocol": "corral/1", "notices": 1})

@@ -335,3 +335,56 @@ def test_client_error_replies(kind, data, error):
     for key in ("errors", "active_sessions", "max_sessions", "factory_name"):
         if key in data:
             assert exc.details[key] == data[key]
+
+
+def test_tool_actions_become_tool_steps_only_when_asked():
+    """OpenEnv 0.3's MCPToolClient sends list_tools/call_tool as step actions; a translator
+    for an environment with tools (and no ``type`` in its action) reads them as such."""
+    from corral.protocol.openenv import ServerTranslator, ToolStep
+
+    def translator(tool_actions: bool) -> ServerTranslator:
+        return ServerTranslator(
+            "s1",
+            reset_options=None,
+            action_fields=frozenset({"text"}),
+            max_frame_bytes=1 << 20,
+            tool_actions=tool_actions,
+        )
+
+    frame = (
+        '{"type": "step", "data": {"type": "call_tool", "tool_name": "add", "arguments": {"a": 1}}}'
+    )
+    step = translator(True).read(frame)
+    assert isinstance(step, ToolStep) and step.tool_name == "add"
+    assert step.rpc["params"] == {"name": "add", "arguments": {"a": 1}}
+    listed = translator(True).read('{"type": "step", "data": {"type": "list_tools"}}')
+    assert isinstance(listed, ToolStep) and listed.rpc["method"] == "tools/list"
+    assert not isinstance(translator(False).read(frame), ToolStep)
+    assert not isinstance(
+        translator(True).read('{"type": "step", "data": {"text": "x"}}'), ToolStep
+    )
+
+
+def test_tool_step_observations_have_openenvs_shapes():
+    from corral.protocol.openenv import tool_step, tool_step_observation
+
+    listing = tool_step({"type": "list_tools"})
+    assert listing is not None
+    tools = {"tools": [{"name": "add", "description": "Adds.", "inputSchema": {"type": "object"}}]}
+    observed = tool_step_observation(listing, {"jsonrpc": "2.0", "id": 0, "result": tools})
+    assert observed["tools"] == [
+        {"name": "add", "description": "Adds.", "input_schema": {"type": "object"}}
+    ]
+    call = tool_step({"type": "call_tool", "tool_name": "add", "arguments": {}})
+    assert call is not None
+    ok = tool_step_observation(call, {"result": {"data": 3, "isError": False}})
+    assert ok["tool_name"] == "add" and ok["result"]["data"] == 3 and ok["error"] is None
+    unknown = {"error": {"code": -32602, "message": "Unknown tool: 'add'"}}
+    assert tool_step_observation(call, unknown)["error"]["error_type"] == "tool_not_found"
+    bad = {"error": {"code": -32602, "message": "invalid arguments for tool 'add'"}}
+    assert tool_step_observation(call, bad)["error"]["error_type"] == "invalid_args"
+    raised = {"result": {"content": [{"type": "text", "text": "boom"}], "isError": True}}
+    assert tool_step_observation(call, raised)["error"] == {
+        "error_type": "execution_error",
+        "message": "boom",
+    }

@@ -196,12 +196,17 @@ def test_corral_yaml_wins_over_openenv_yaml(tmp_path: Path) -> None:
 
 
 def test_openenv_errors_name_the_corral_key(tmp_path: Path) -> None:
-    write(tmp_path, "openenv.yaml", "spec_version: 1\nname: x\nport: 8000\n")
+    write(tmp_path, "openenv.yaml", "spec_version: 1\nname: x\nport: 8000\napp: nonsense\n")
     with pytest.raises(ManifestError) as info:
         load_manifest(tmp_path)
-    assert info.value.problems == [
-        "entry_point: required key is missing; add it, e.g. 'entry_point: ...'"
-    ]
+    assert len(info.value.problems) == 1
+    assert info.value.problems[0].startswith("entry_point: 'nonsense' is not an entry point")
+
+
+def test_an_openenv_yaml_without_app_is_openenvs_default(tmp_path: Path) -> None:
+    """The older format names no app: OpenEnv serves server/app.py's ``app``."""
+    write(tmp_path, "openenv.yaml", "name: x\nversion: 0.1.0\naction: A\nobservation: O\n")
+    assert load_manifest(tmp_path).entry_point == "server.app:app"
 
 
 @pytest.mark.parametrize(

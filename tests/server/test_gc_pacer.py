@@ -1,4 +1,5 @@
-"""The server's garbage-collection pacer: collections at ticks, freezes after reset waves."""
+"""The server's garbage-collection pacer: collections at ticks, freezes after waves of
+resets and opens (and during long ones)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from corral.server.gc_pacer import GcPacer
 @dataclass
 class Counters:
     resets: int = 0
+    opened: int = 0
 
 
 class Node:
@@ -24,7 +26,7 @@ class Node:
 @pytest.fixture
 def pacer():
     stats = Counters()
-    pacer = GcPacer(stats, gen0=100, tick_s=3600, wave=8)
+    pacer = GcPacer(stats, gen0=100, tick_s=3600, wave=8, long_wave=1000)
     yield pacer
     pacer.stop()
     gc.unfreeze()
@@ -82,3 +84,25 @@ async def test_stop_gives_collection_back(pacer):
     pacer.start()
     pacer.stop()
     assert gc.isenabled()
+
+
+async def test_a_wave_of_opens_is_frozen_like_one_of_resets(pacer):
+    pacer.start()
+    pacer.stats.opened += 20
+    pacer.tick()
+    assert pacer.freezes == 0
+    pacer.tick()
+    assert pacer.freezes == 1
+
+
+async def test_a_long_wave_is_frozen_while_it_goes_on(pacer):
+    """A pool opening 100,000 sessions never pauses for a tick: what it built so far is
+    frozen every ``long_wave`` opens, so later passes do not scan it again."""
+    pacer.start()
+    for _ in range(5):
+        pacer.stats.opened += 300
+        pacer.tick()
+    assert pacer.freezes == 1  # 1,500 opens: one freeze past 1,000, none while short
+    pacer.stats.opened += 300
+    pacer.tick()
+    assert pacer.freezes == 1

@@ -11,7 +11,7 @@ from tests.support.servers import running, wait_until
 
 from corral.contract.tools import tool
 from corral.envs.echo import EchoEnv
-from corral.server.openenv_http import SESSION_HEADER
+from corral.server.openenv import SESSION_HEADER
 
 
 async def test_stateless_reset_step_state_like_openenv():

@@ -11,12 +11,16 @@ from corral.envs.echo import EchoAction
 from corral.errors import ConnectionLost, SessionLost
 
 
-async def step_until_replaced(pool: EnvPool[Any, Any, Any], victim: int, old_url: str) -> None:
-    """Step until the dead server's sessions answer again; only they may fail meanwhile."""
+async def step_until_replaced(
+    pool: EnvPool[Any, Any, Any], victim: int, old_url: str, action: Any = None
+) -> None:
+    """Step until the dead server's sessions answer again; only they may fail meanwhile
+    (with ``action``, an echo by default)."""
+    action = EchoAction(message="hi") if action is None else action
     ids = {s.index for s in pool.fleet.slots if s.server.index == victim}
     deadline = time.monotonic() + 180  # a new server (a container, an actor) on a busy machine
     while time.monotonic() < deadline:
-        batch = await pool.step([EchoAction(message="hi")] * pool.n)
+        batch = await pool.step([action] * pool.n)
         if not batch.errors and pool.server_urls[victim] != old_url:
             break  # (a killed server may still answer a moment: wait for its successor)
         assert set(batch.errors) <= ids, batch.errors

@@ -9,7 +9,7 @@
     Env = from_openenv(MyEnvironment, action_type=MyAction, observation_type=MyObservation)
 
 An OpenEnv environment subclasses ``openenv.core.env_server.interfaces.Environment``.
-:func:`load_openenv` finds what OpenEnv's own server would serve: the arguments of the
+:func:`openenv_target` finds what OpenEnv's own server would serve: the arguments of the
 ``create_app(env, ActionCls, ObservationCls, ...)`` call that builds the app named by
 ``openenv.yaml`` (``app: server.app:app``), read back from the built app, so a factory
 with constructor arguments, the declared models and ``max_concurrent_envs`` all carry
@@ -49,11 +49,9 @@ import contextlib
 import importlib
 import importlib.util
 import inspect
-import sys
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal, cast
 
 from pydantic import BaseModel, Field, create_model
@@ -99,6 +97,8 @@ class OpenEnvApp:
         state_cls: OpenEnv 0.10's state model (else None: OpenEnv's base State).
         env_name: the name given to ``create_app`` (the Task API's name).
         max_concurrent_envs: the app's session limit.
+        routes: the app's own routes, added by the environment's code beside OpenEnv's
+            (a custom ``/web`` page, a ``/config``): served by corral too.
     """
 
     factory: Callable[[], Any]
@@ -109,6 +109,22 @@ class OpenEnvApp:
     state_cls: type[BaseModel] | None
     env_name: str
     max_concurrent_envs: int
+    routes: tuple[Any, ...] = ()
+
+
+_FRAMEWORK_MODULES = ("openenv.", "openenv_core.", "fastapi.", "starlette.", "gradio.")
+"""Where OpenEnv's own routes, FastAPI's docs and OpenEnv's web interface come from."""
+
+
+def own_routes(app: Any) -> tuple[Any, ...]:
+    """The routes of an OpenEnv app that the environment's code added itself."""
+    found = []
+    for route in getattr(app, "routes", ()):
+        endpoint = getattr(route, "endpoint", None) or getattr(route, "app", None)
+        module = getattr(endpoint, "__module__", None) or type(endpoint).__module__
+        if not f"{module}.".startswith(_FRAMEWORK_MODULES):
+            found.append(route)
+    return tuple(found)
 
 
 def _http_server_of(app: Any) -> Any:
@@ -155,75 +171,70 @@ def spec_from_app(app: Any) -> OpenEnvApp:
         state_cls=getattr(server, "state_cls", None),
         env_name=str(getattr(server, "env_name", None) or env_class.__name__),
         max_concurrent_envs=int(getattr(server, "_max_concurrent_envs", 1)),
+        routes=own_routes(app),
     )
 
 
-def _openenv_manifest_app(directory: Path) -> str | None:
-    manifest = directory / "openenv.yaml"
-    if not manifest.is_file():
+def _ancestor_modules(module: str, leaf: str) -> list[str]:
+    """``<package>.<leaf>`` and ``<package>.server.<leaf>`` for each package above
+    ``module``, nearest first (where an environment package keeps its app or models)."""
+    parts = module.split(".")
+    found: list[str] = []
+    for depth in range(len(parts) - 1, 0, -1):
+        prefix = ".".join(parts[:depth])
+        for name in (f"{prefix}.{leaf}", f"{prefix}.server.{leaf}"):
+            if name not in found and name != module:
+                found.append(name)
+    return found
+
+
+def _import_if_present(name: str) -> Any:
+    """The module ``name`` if it exists (None otherwise, or when importing it fails)."""
+    try:
+        if importlib.util.find_spec(name) is None:
+            return None
+        return importlib.import_module(name)
+    except Exception:  # an app that cannot be built here is not the one to read
         return None
-    import yaml
-
-    data = yaml.safe_load(manifest.read_text()) or {}
-    app = data.get("app") if isinstance(data, dict) else None
-    return app if isinstance(app, str) and ":" in app else "server.app:app"
 
 
-def import_app_module(reference: str, search_path: Path) -> Any:
-    """Import ``module:attr`` from an OpenEnv environment directory, as its server does.
+def app_spec_for(env_class: type) -> OpenEnvApp | None:
+    """What the OpenEnv app beside ``env_class`` gives ``create_app`` for it, if any.
 
-    OpenEnv environments import their models both as a package (``from ..models``) and
-    from the directory (``from models``): the directory and its parent go on the path,
-    and the module is imported as ``<dirname>.<module>`` when the directory is a package.
+    OpenEnv environments keep their app in ``<package>.server.app`` (``openenv.yaml``'s
+    default); when that app serves ``env_class``, its arguments (the models, a factory
+    with constructor arguments, ``max_concurrent_envs``) are what OpenEnv serves, so the
+    class form serves the same.
     """
-    from corral.server.target import load_target
-
-    root = search_path.resolve()
-    for path in (str(root), str(root.parent)):
-        if path not in sys.path:
-            sys.path.insert(0, path)
-    module, _, attr = reference.partition(":")
-    if (root / "__init__.py").is_file() and root.name.isidentifier():
-        with contextlib.suppress(ImportError):
-            return load_target(f"{root.name}.{module}:{attr}")
-    return load_target(reference, search_path=root)
-
-
-def load_openenv(target: str, *, search_path: Path | None = None) -> OpenEnvApp | None:
-    """Find an OpenEnv environment named by ``target``, the ways OpenEnv finds one.
-
-    ``target`` is a directory with ``openenv.yaml`` (its ``app:`` entry, default
-    ``server.app:app``), a ``module:attr`` naming OpenEnv's app, or the name of an
-    installed OpenEnv environment package (``<pkg>.server.app:app``). None when it names
-    none of these (e.g. a corral environment).
-
-    Raises:
-        TypeError / ImportError: it looks like an OpenEnv environment but cannot be loaded.
-    """
-    where = search_path or Path.cwd()
-    path = Path(target)
-    if path.is_dir():
-        reference = _openenv_manifest_app(path)
-        if reference is None:
-            return None
-        app = import_app_module(reference, path)
-        return spec_from_app(app)
-    if ":" in target:
-        from corral.server.target import load_target
-
-        obj = load_target(target, search_path=where)
-        return spec_from_app(obj) if is_openenv_app(obj) else None
-    if target.isidentifier():
-        try:
-            spec = importlib.util.find_spec(f"{target}.server.app")
-        except ModuleNotFoundError:
-            return None
-        if spec is None:
-            return None
-        module = importlib.import_module(f"{target}.server.app")
+    for name in _ancestor_modules(env_class.__module__, "app"):
+        module = _import_if_present(name)
         app = getattr(module, "app", None)
-        return spec_from_app(app) if is_openenv_app(app) else None
+        if app is None or not is_openenv_app(app):
+            continue
+        spec = spec_from_app(app)
+        if isinstance(spec.env_class, type) and issubclass(spec.env_class, env_class):
+            return spec
     return None
+
+
+def _declared_models(env_class: type, base: type) -> list[type]:
+    """The subclasses of ``base`` defined in the ``models`` module of ``env_class``'s
+    package (OpenEnv's layout: ``<package>/models.py``)."""
+    for name in _ancestor_modules(env_class.__module__, "models"):
+        module = _import_if_present(name)
+        if module is None:
+            continue
+        found = [
+            obj
+            for obj in vars(module).values()
+            if isinstance(obj, type)
+            and issubclass(obj, base)
+            and obj is not base
+            and obj.__module__ == module.__name__
+        ]
+        if found:
+            return found
+    return []
 
 
 # -- OpenEnv's own semantics, computed by the installed release ----------------------------
@@ -268,6 +279,7 @@ class OpenEnvRuntime:
         }
         self.reset_request = types.ResetRequest
         self.step_request = types.StepRequest
+        self.own_routes = list(spec.routes)
 
     # wire helpers (pure)
     def serialize(self, observation: Any) -> dict[str, Any]:
@@ -321,18 +333,17 @@ class OpenEnvRuntime:
         }
         return cast(type[BaseModel], models[name])
 
-    def schema(self) -> dict[str, Any]:
-        """OpenEnv's ``GET /schema`` body for this environment."""
-        state_cls = self.spec.state_cls or self.types.State
-        body: dict[str, Any] = {
-            "action": self.spec.action_cls.model_json_schema(),
-            "observation": self.spec.observation_cls.model_json_schema(),
-            "state": state_cls.model_json_schema(),
-        }
-        if "reset_observation" in self.types.SchemaResponse.model_fields:
-            reset_cls = self.spec.reset_observation_cls or self.spec.observation_cls
-            body["reset_observation"] = reset_cls.model_json_schema()
-        return body
+    @property
+    def publishes_reset_observation(self) -> bool:
+        """The installed release's ``/schema`` has a ``reset_observation`` (0.10)."""
+        return "reset_observation" in self.types.SchemaResponse.model_fields
+
+    def reset_observation_schema(self) -> dict[str, Any] | None:
+        """The reset observation model's schema when the app declares one of its own."""
+        cls = self.spec.reset_observation_cls
+        if not self.publishes_reset_observation or cls is None:
+            return None
+        return cls.model_json_schema()
 
     def metadata(self) -> dict[str, Any]:
         """OpenEnv's ``GET /metadata`` body (a fresh instance's ``get_metadata()``)."""
@@ -449,6 +460,7 @@ def from_openenv(
     name: str | None = None,
     description: str | None = None,
     contract_version: str = "1.0.0",
+    forms: str | None = None,
 ) -> type[Environment[Any, Any, Any]]:
     """A corral :class:`Environment` class serving the OpenEnv environment ``env``.
 
@@ -462,16 +474,25 @@ def from_openenv(
         env_name: the name OpenEnv's Task API answers to (default: the class name).
         name / description: override what ``get_metadata()`` (or the class name) gives.
         contract_version: the corral contract version to publish.
+        forms: the targets naming this environment's app, named in a refusal.
+
+    The models come from the arguments, else ``Environment[MyAction, MyObservation,
+    MyState]``, else the annotations of ``step`` and of the ``state`` property, else the
+    one subclass of each defined in the package's ``models`` module; OpenEnv's base
+    ``Action``/``Observation`` never count (they describe no real model).
 
     Raises:
-        TypeError: ``env`` is not an OpenEnv environment, or a model cannot be found or
-            is not an OpenEnv/pydantic model.
+        TypeError: ``env`` is not an OpenEnv environment, a model cannot be found or is
+            not an OpenEnv/pydantic model, or the class cannot be built without the
+            arguments its app gives; the message names the forms that work.
     """
     server = _openenv()
     from openenv.core.env_server import interfaces, types
 
+    routes: tuple[Any, ...] = ()
     if isinstance(env, OpenEnvApp):
         found = env
+        routes = found.routes
         env = found.env_class
         factory = factory or found.factory
         action_type = action_type or found.action_cls
@@ -485,21 +506,35 @@ def from_openenv(
             f"from_openenv() needs a subclass of openenv's Environment, got {env!r}; "
             "corral environments are served directly"
         )
+    mcp = server.MCPEnvironment if hasattr(server, "MCPEnvironment") else None
+    mcp_env = mcp is not None and issubclass(env, mcp)
     given = [action_type, observation_type, state_type]
     generic = _models_from_generics(env, base)
     annotated = _models_from_annotations(env)
-    chosen = [g or gen or ann for g, gen, ann in zip(given, generic, annotated, strict=True)]
-    if chosen[2] is None:
-        chosen[2] = types.State
     roles = ("action_type", "observation_type", "state_type")
     expected = (types.Action, types.Observation, types.State)
+    chosen: list[Any] = []
+    for role, want, *candidates in zip(roles, expected, given, generic, annotated, strict=True):
+        # OpenEnv's base classes say nothing of the real model (an env annotating
+        # step(action: Action)): never serve one as the contract.
+        model = next((m for m in candidates if m is not None and m is not want), None)
+        if model is None and role != "state_type" and not mcp_env:
+            declared = _declared_models(env, want)
+            model = declared[0] if len(declared) == 1 else None
+        chosen.append(model)
+    if chosen[2] is None:
+        chosen[2] = types.State
+    if mcp_env:
+        chosen[0] = chosen[0] or types.Action
+        chosen[1] = chosen[1] or types.Observation
+    where = f"serve {forms}, " if forms else ""
     for role, model, want in zip(roles, chosen, expected, strict=True):
         if model is None:
             raise TypeError(
-                f"cannot tell the {role.removesuffix('_type')} model of {env.__name__}: "
-                f"declare Environment[MyAction, MyObservation, MyState], annotate step(), "
-                f"build the app with create_app(Env, MyAction, MyObservation) and serve "
-                f"that, or pass {role}=... to from_openenv()"
+                f"cannot tell the {role.removesuffix('_type')} model of {env.__name__} "
+                f"(its step() names none, or only OpenEnv's base {want.__name__}): {where}"
+                f"declare Environment[MyAction, MyObservation, MyState], annotate step() "
+                f"with the real models, or pass {role}=... to from_openenv()"
             )
         if not (isinstance(model, type) and issubclass(model, want)):
             raise TypeError(
@@ -515,11 +550,10 @@ def from_openenv(
         state_cls=state_type,
         env_name=env_name or env.__name__,
         max_concurrent_envs=1,
+        routes=routes,
     )
     runtime = OpenEnvRuntime(spec)
-    mcp = server.MCPEnvironment if hasattr(server, "MCPEnvironment") else None
-    is_mcp = (mcp is not None and issubclass(env, mcp)) or chosen[0] in runtime.mcp_actions
-    if is_mcp or chosen[0] is types.Action:
+    if mcp_env or chosen[0] in runtime.mcp_actions or chosen[0] is types.Action:
         act: type[Action] = McpAction
         obs: type[Observation] = McpObservation
     else:
@@ -528,7 +562,13 @@ def from_openenv(
     st = cast(type[State], _twin(chosen[2], State))
     meta_name, meta_description = name, description
     if meta_name is None or meta_description is None:
-        probe = make()
+        try:
+            probe = make()
+        except TypeError as exc:  # constructor arguments only the app gives
+            raise TypeError(
+                f"{env.__name__}() cannot be built without arguments ({exc}): {where}or "
+                "pass factory=... to from_openenv()"
+            ) from None
         try:
             meta = probe.get_metadata()
         finally:
@@ -872,12 +912,26 @@ async def _openenv_mcp(
         raise McpFailure(internal, str(exc)) from exc
 
 
-def openenv_target(env: Any) -> Any:
-    """``env`` ready for ``create_app``: OpenEnv environments and apps adapted, else as is."""
-    if isinstance(env, OpenEnvApp) or is_openenv_environment(env):
+def openenv_target(env: Any, *, forms: str | None = None) -> Any:
+    """``env`` ready for ``create_app``: OpenEnv environments and apps adapted, else as is.
+
+    An OpenEnv environment class served by an app beside it (``<package>.server.app``) is
+    served with that app's ``create_app`` arguments, as OpenEnv serves it.
+
+    Args:
+        env: the loaded target.
+        forms: the targets naming the environment's app, for a refusal's message.
+
+    Raises:
+        TypeError / ImportError: an OpenEnv environment that cannot be adapted.
+    """
+    if isinstance(env, OpenEnvApp):
         return from_openenv(env)
     if is_openenv_app(env):
         return from_openenv(spec_from_app(env))
+    if is_openenv_environment(env):
+        spec = app_spec_for(env)
+        return from_openenv(spec if spec is not None else env, forms=forms)
     return env
 
 
@@ -887,10 +941,10 @@ __all__ = [
     "McpObservation",
     "OpenEnvApp",
     "OpenEnvRuntime",
+    "app_spec_for",
     "from_openenv",
     "is_openenv_app",
     "is_openenv_environment",
-    "load_openenv",
     "openenv_target",
     "spec_from_app",
 ]

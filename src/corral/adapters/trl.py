@@ -54,11 +54,12 @@ from corral.client import AsyncEnvClient, SyncEnvClient
 from corral.client.connection import http_url
 from corral.client.local_server import LocalServer
 from corral.contract import Environment, Observation, StepResult
+from corral.contract.refs import RefError, SchemaReader
 from corral.contract.tools import tools_of
 from corral.errors import ConnectionLost, CorralError, error_from_wire, validation_message
 from corral.protocol.jsonrpc import rpc_request, tools_list_result
 from corral.protocol.openenv import unflatten_observation
-from corral.server.openenv_http import SESSION_HEADER
+from corral.server.openenv import SESSION_HEADER
 
 RESERVED = frozenset({"reset", "get_reward", "state", "close"})
 """Names the generated tool may not take (TRL's and corral's own)."""
@@ -581,12 +582,12 @@ def _typed_method(
 
 
 def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
-    seen = 0
-    while "$ref" in node and seen < 32:
-        ref = str(node["$ref"]).rpartition("/")[2]
-        node = {**defs.get(ref, {}), **{k: v for k, v in node.items() if k != "$ref"}}
-        seen += 1
-    return node
+    """``node`` with its references followed (one rule: :mod:`corral.contract.refs`);
+    one that does not resolve, or a cycle, leaves the node's other keywords alone."""
+    try:
+        return dict(SchemaReader.of_defs(defs).deref(node))
+    except RefError:
+        return {k: v for k, v in node.items() if k != "$ref"}
 
 
 _SCALARS: dict[str, Any] = {"string": str, "integer": int, "number": float, "boolean": bool}

@@ -28,7 +28,8 @@ def eval_command(
     target: Annotated[
         str,
         typer.Argument(
-            help="module:Class (started in local servers), a URL, or URLs separated by commas."
+            help="An environment directory, module:Class or gym:ID (started in local "
+            "servers), a URL, or URLs separated by commas."
         ),
     ],
     episodes: Annotated[
@@ -85,15 +86,7 @@ def eval_command(
 
     console = Console(highlight=False, soft_wrap=True)
     errors = Console(stderr=True, highlight=False, soft_wrap=True)
-    where: Any = target.split(",") if "," in target else target
-    env_class = None
-    if env is not None:
-        from corral.server.target import TargetError, load_target
-
-        try:
-            env_class = load_target(env, search_path=Path.cwd())
-        except (TargetError, ImportError) as exc:
-            raise typer.BadParameter(str(exc), param_hint="--env") from None
+    where, env_class = _eval_target(target, env)
     run_dir = out or Path("runs") / f"{_slug(target)}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
     try:
         summary = asyncio.run(
@@ -126,6 +119,33 @@ def eval_command(
         raise typer.Exit(2) from None
     console.print(summary_table(summary))
     console.print(f"episodes, settings and summary in {escape(str(run_dir))}/")
+
+
+def _eval_target(target: str, env: str | None) -> tuple[Any, Any]:
+    """What the pool is given for TARGET (read by :mod:`corral.cli.target`'s rule), and
+    the environment class for typed models (``--env``'s, else TARGET's when it names one).
+
+    Raises:
+        typer.BadParameter: TARGET or ``--env`` fits no form or cannot be loaded.
+    """
+    from corral.cli.target import TargetKind, read_target
+    from corral.server.target import TargetError
+
+    try:
+        chosen = read_target(target, urls=True)
+    except TargetError as exc:
+        raise typer.BadParameter(str(exc), param_hint="TARGET") from None
+    hint = "--env" if env is not None else "TARGET"
+    try:
+        # Imported here, from TARGET's directory: typed models, and a typo found before
+        # any server starts.
+        env_class = read_target(env).env_class() if env is not None else chosen.env_class()
+    except TargetError as exc:
+        raise typer.BadParameter(str(exc), param_hint=hint) from None
+    if chosen.kind is TargetKind.URL:
+        urls = chosen.urls
+        return (urls if len(urls) > 1 else urls[0]), env_class
+    return chosen.server_target, env_class
 
 
 def _slug(target: str) -> str:

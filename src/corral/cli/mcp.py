@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from corral import runtime
-from corral.cli.serve import parse_serve_target, resolve_serve_target
+from corral.cli.serve import resolve_serve_target
 from corral.server.config import ServerConfig
 from corral.server.service import EnvService
 
@@ -35,8 +35,7 @@ def mcp_command(
     """Serve an environment's tools to an MCP client over stdin/stdout."""
     from corral.adapters.mcp import parse_options, run_stdio
 
-    chosen = parse_serve_target(target)
-    env = resolve_serve_target(chosen.reference, search_path=chosen.search_path)
+    env = resolve_serve_target(target)
     try:
         reset_options = parse_options(options) if options else {}
     except ValueError as exc:

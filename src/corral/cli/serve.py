@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 
-from corral.adapters.openenv_env import load_openenv, openenv_target
-from corral.auth import read_token_file
+from corral.auth import read_fleet_key_file, read_token_file
+from corral.cli.target import Target, read_target
 from corral.protocol.identity import SERVER_ID
-from corral.providers.manifest import Manifest, ManifestError, load_manifest
+from corral.providers.manifest import Manifest
 from corral.server.config import TRANSPORTS, ServerConfig
 from corral.server.logs import FORMATS
 from corral.server.serve import inherited_socket, serve
-from corral.server.target import TargetError, load_target
+from corral.server.target import TargetError
+
+T = TypeVar("T")
 
 
 def parse_make_kwargs(pairs: list[str]) -> dict[str, Any]:
@@ -39,100 +41,45 @@ def parse_make_kwargs(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def resolve_serve_target(
-    target: str, *, search_path: Path | None = None, make_kwargs: dict[str, Any] | None = None
-) -> Any:
-    """Turn ``corral serve``'s TARGET (``module:Class`` or ``gym:ENV_ID``) into what
-    ``create_app`` takes.
-
-    An OpenEnv environment class or app (``create_app(...)``'s result) is wrapped by
-    :func:`corral.adapters.openenv_env.from_openenv`, with what the app was built with;
-    ``gym:ENV_ID`` serves a registered Gymnasium environment
-    (:func:`corral.adapters.gymnasium.serve_target`).
-
-    Args:
-        target: the reference.
-        search_path: put first on ``sys.path`` (default: the working directory).
-        make_kwargs: ``gymnasium.make`` keyword arguments of a ``gym:ENV_ID`` target.
-    """
-    where = search_path or Path.cwd()
-    if make_kwargs and not target.startswith("gym:"):
-        raise typer.BadParameter(
-            "--kwarg passes gymnasium.make keyword arguments: only a 'gym:ENV_ID' target "
-            "takes them",
-            param_hint="--kwarg",
-        )
-    try:
-        if target.startswith("gym:"):
-            from corral.adapters.gymnasium import serve_target
-
-            return serve_target(target, search_path=where, make_kwargs=make_kwargs)
-        obj = load_target(target, search_path=where)
-    except (TargetError, ValueError, ImportError) as exc:
-        raise typer.BadParameter(str(exc), param_hint="TARGET") from None
-    try:
-        return openenv_target(obj)
-    except (TypeError, ImportError) as exc:
-        raise typer.BadParameter(str(exc), param_hint="TARGET") from None
-
-
-@dataclass(frozen=True)
-class ServeTarget:
-    """What ``corral serve TARGET`` serves and the defaults its manifest gives.
-
-    Attributes:
-        reference: the entry point (``module:Class``, ``module:factory`` or ``gym:ID``).
-        search_path: the directory its modules are imported from.
-        manifest: the environment's manifest, when TARGET named a directory or file.
-    """
-
-    reference: str
-    search_path: Path
-    manifest: Manifest | None = None
-
-
-def is_manifest_path(target: str) -> bool:
-    """TARGET names an environment directory or manifest file rather than a reference."""
-    path = Path(target)
-    return path.is_dir() or (path.suffix in (".yaml", ".yml") and path.is_file())
-
-
-def parse_serve_target(target: str) -> ServeTarget:
-    """Interpret TARGET: an environment directory / manifest file, or a reference.
+def read_serve_target(target: str) -> Target:
+    """``corral serve``'s TARGET, read by the one rule of :mod:`corral.cli.target`.
 
     Raises:
-        typer.BadParameter: the manifest is invalid, or TARGET is neither a path nor a
-            reference; the message says how to fix it.
+        typer.BadParameter: TARGET fits no form (the message says which forms work).
     """
-    if is_manifest_path(target):
-        try:
-            manifest = load_manifest(target)
-        except ManifestError as exc:
-            raise typer.BadParameter(str(exc), param_hint="TARGET") from None
-        return ServeTarget(manifest.entry_point, manifest.root, manifest)
-    if ":" not in target and target.isidentifier():
-        try:
-            found = load_openenv(target)
-        except (TypeError, ImportError) as exc:
-            raise typer.BadParameter(str(exc), param_hint="TARGET") from None
-        if found is not None:  # an installed OpenEnv environment package
-            return ServeTarget(f"{target}.server.app:app", Path.cwd())
-    if ":" not in target:
-        raise typer.BadParameter(
-            f"{target!r} is neither a directory with corral.yaml / openenv.yaml nor an "
-            "entry point; pass the environment's directory, 'package.module:ClassName' "
-            "or 'gym:CartPole-v1'",
-            param_hint="TARGET",
-        )
-    return ServeTarget(target, Path.cwd())
+    try:
+        return read_target(target)
+    except TargetError as exc:
+        raise typer.BadParameter(str(exc), param_hint="TARGET") from None
+
+
+def load_serve_target(chosen: Target, *, make_kwargs: dict[str, Any] | None = None) -> Any:
+    """What ``create_app`` serves for ``chosen``.
+
+    Raises:
+        typer.BadParameter: it cannot be loaded or adapted, or ``--kwarg`` was given for a
+            target other than ``gym:ID``; the message says how to fix it.
+    """
+    try:
+        return chosen.load(make_kwargs=make_kwargs)
+    except TargetError as exc:
+        hint = "--kwarg" if "--kwarg" in str(exc) else "TARGET"
+        raise typer.BadParameter(str(exc), param_hint=hint) from None
+
+
+def resolve_serve_target(target: str, *, make_kwargs: dict[str, Any] | None = None) -> Any:
+    """What ``corral serve TARGET`` serves (:func:`read_serve_target`, then
+    :func:`load_serve_target`)."""
+    return load_serve_target(read_serve_target(target), make_kwargs=make_kwargs)
 
 
 def serve_command(
     target: Annotated[
         str,
         typer.Argument(
-            help="The environment: a directory with corral.yaml (default: the current one), "
-            "'package.module:ClassName' or 'gym:CartPole-v1'."
+            help="The environment: a directory with corral.yaml or openenv.yaml (default: "
+            "the current one), 'package.module:ClassName', 'package.server.app:app' (an "
+            "OpenEnv app), 'gym:CartPole-v1' or an installed OpenEnv environment package."
         ),
     ] = ".",
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
@@ -192,6 +139,14 @@ def serve_command(
             "(default: $CORRAL_TOKEN or $CORRAL_TOKEN_FILE if set)."
         ),
     ] = None,
+    fleet_key_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="The fleet key, shared by every server of a fleet, in this file: session "
+            "snapshots are signed with it and only signed ones restored (default: "
+            "$CORRAL_FLEET_KEY if set)."
+        ),
+    ] = None,
     workers: Annotated[
         int,
         typer.Option(help="Worker processes holding the environments (0: in the server)."),
@@ -214,8 +169,11 @@ def serve_command(
         bool,
         typer.Option(
             "--web/--no-web",
+            # OpenEnv's switch of its web interface turns on corral's.
+            envvar="ENABLE_WEB_INTERFACE",
             help="Serve the web UI at /web (/ redirects there); with a token, browsers "
-            "exchange it once for a short-lived cookie.",
+            "exchange it once for a short-lived cookie. Default: $ENABLE_WEB_INTERFACE "
+            "(OpenEnv's switch), else off.",
         ),
     ] = False,
     kwarg: Annotated[
@@ -278,12 +236,8 @@ def serve_command(
             f"{log_format!r} is not a log format; use {' or '.join(FORMATS)}",
             param_hint="--log-format",
         )
-    chosen = parse_serve_target(target)
-    env = resolve_serve_target(
-        chosen.reference,
-        search_path=chosen.search_path,
-        make_kwargs=parse_make_kwargs(kwarg or []),
-    )
+    chosen = read_serve_target(target)
+    env = load_serve_target(chosen, make_kwargs=parse_make_kwargs(kwarg or []))
     manifest = chosen.manifest
     if manifest is not None:
         warn_if_unlocked(manifest)
@@ -293,12 +247,8 @@ def serve_command(
         idle_timeout = manifest.concurrency.idle_timeout_s if manifest else 600.0
     if port is None:
         port = manifest.port if manifest else 8000
-    token = None
-    if token_file is not None:
-        try:
-            token = read_token_file(token_file)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--token-file") from None
+    token = _secret(read_token_file, token_file, "--token-file")
+    fleet_key = _secret(read_fleet_key_file, fleet_key_file, "--fleet-key-file")
     if transport not in TRANSPORTS:
         raise typer.BadParameter(f"choose one of {sorted(TRANSPORTS)}", param_hint="--transport")
     if server_id is not None and not SERVER_ID.fullmatch(server_id):
@@ -324,6 +274,7 @@ def serve_command(
         max_hung_calls=max_hung_calls,
         inline_step_s=inline_step,
         debug=debug,
+        fleet_key=fleet_key,
         server_id=server_id,
     )
     sock = None
@@ -343,6 +294,20 @@ def serve_command(
         log_format=log_format,
         customize=_mount_mcp if mcp else None,
     )
+
+
+def _secret(read: Callable[[Path], T], path: Path | None, option: str) -> T | None:
+    """The secret ``read`` finds in the file ``option`` names (None without the option).
+
+    Raises:
+        typer.BadParameter: the file cannot be read or holds no usable secret.
+    """
+    if path is None:
+        return None
+    try:
+        return read(path)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=option) from None
 
 
 def warn_if_unlocked(manifest: Manifest) -> None:

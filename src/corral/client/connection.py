@@ -1,9 +1,10 @@
 """One WebSocket connection to a corral server, carrying any number of sessions.
 
 This is the I/O face of :class:`~corral.protocol.client.ClientProtocol`, which makes
-every decision: it writes the frames the protocol object returns, feeds it every frame
-that arrives, reports a dropped socket, and fires the timers (request timeouts, the
-reconnect backoff, keepalive pings). What that gives a caller:
+every decision (its state table says where the connection goes next): this module only
+opens the sockets it is told to, feeds the protocol object every frame that arrives and
+every loss, writes the frames it returns, and fires the timers (request timeouts, the
+handshake's deadline, the reconnect backoff, keepalive pings). What that gives a caller:
 
 ``request`` sends a message and waits for the reply with its id; replies are matched by
 id, so many requests (of many sessions) can be in flight at once, and a reply that
@@ -21,15 +22,14 @@ A keepalive ping every ``ping_interval`` seconds detects a server or network tha
 stopped answering (a half-open socket) within ``ping_interval + ping_timeout`` and
 treats it as a drop.
 
-The socket comes from a dialer: the native one (:mod:`corral.client.picows_socket`) and
-the asyncio one (:mod:`corral.client.asyncio_socket`, for a loop that moves between
-threads) call back with each frame, which goes to the protocol object in that callback
-(no reader task); a ``websockets`` socket (or :mod:`corral.testing`'s in-process one) is
-read by a reader task. ``transport=`` chooses (see :func:`default_dialer`).
+The socket comes from a :class:`~corral.client.dialers.Dialer`, chosen once (``dialer=``,
+else the ``transport=``'s, see :func:`~corral.client.dialers.dialer_for`); every socket
+calls back with each frame, which goes to the protocol object in that callback (no
+reader task, no queue), and takes writes at once.
 
-Over 600 lines because it is the whole I/O face of one connection (socket seam, request
-writing, the establish/resume sequence, reader, keepalive, shutdown) and nothing else:
-every decision in it is a call into the protocol object.
+Over 500 lines because it is the whole I/O face of one connection (request writing and
+deadlines, dialing, the socket's callbacks, timers, keepalive, shutdown) and nothing
+else: every decision in it is a call into the protocol object.
 """
 
 from __future__ import annotations
@@ -39,32 +39,23 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
-
-from websockets.asyncio.client import connect
-from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
 from corral import __version__
 from corral.auth import bearer_header, resolve_token
-from corral.blocking import moves_between_threads
-from corral.client.asyncio_socket import asyncio_dialer
-from corral.client.refusal import refusal
-from corral.errors import (
-    ClientClosed,
-    ConnectionLost,
-    CorralError,
-    UnsupportedProtocol,
-)
+from corral.client.dialers import Dialer, Socket, SocketClosed, dialer_for, keep_alive
+from corral.errors import ClientClosed, ConnectionLost, CorralError, RequestTimeout
 from corral.protocol.client import (
-    AfterLoss,
+    Actions,
+    Answer,
     ClientProtocol,
     ReconnectPolicy,
-    RequestTracker,
-    SessionBook,
     copy_error,
 )
+from corral.protocol.client_requests import RequestTracker
+from corral.protocol.client_sessions import SessionBook
 from corral.protocol.codecs import Codec, Frame, get_codec
 from corral.protocol.handshake import RESUME_HEADER
 from corral.protocol.messages import ContractRef, ErrorReply, Reply, Request
@@ -93,171 +84,13 @@ def http_url(url: str) -> str:
     return urlunsplit((scheme, parts.netloc, path, "", ""))
 
 
-class Transport(Protocol):
-    """The part of a socket's transport a connection uses: dropping it at once."""
-
-    def abort(self) -> None:
-        """Close now, without a closing handshake."""
-        ...
-
-
-class Socket(Protocol):
-    """What a :class:`Connection` needs of its socket; a websockets ``ClientConnection``
-    is one, :mod:`corral.testing`'s in-process socket another."""
-
-    @property
-    def subprotocol(self) -> str | None:
-        """The subprotocol the server accepted."""
-        ...
-
-    @property
-    def close_code(self) -> int | None:
-        """The close code, once closed."""
-        ...
-
-    @property
-    def close_reason(self) -> str | None:
-        """The close reason, once closed."""
-        ...
-
-    @property
-    def transport(self) -> Transport:
-        """The transport underneath (to abort it)."""
-        ...
-
-    async def send(self, message: Frame) -> None:
-        """Write one frame; raises ``ConnectionClosed`` once closed."""
-        ...
-
-    async def ping(self) -> Awaitable[float]:
-        """Send a ping; the result resolves when the pong arrives."""
-        ...
-
-    async def close(self) -> None:
-        """Close with a closing handshake."""
-        ...
-
-    def __aiter__(self) -> AsyncIterator[Frame]:
-        """The frames that arrive, until the socket closes (a socket with ``listen``
-        delivers them by callback instead; see :class:`Listening`)."""
-        ...
-
-
-class Listening(Protocol):
-    """A socket that calls back with each frame (no reader task): the picows and the
-    asyncio ones."""
-
-    def listen(self, on_frame: Callable[[Frame], None], on_closed: Callable[[str], None]) -> None:
-        """Hand every frame to ``on_frame``; call ``on_closed`` with why, once, at the end."""
-        ...
-
-    def write(self, message: Frame) -> None:
-        """Write one frame now; raises ``ConnectionClosed`` once closed."""
-        ...
-
-
-TRANSPORTS = ("auto", "picows", "asyncio", "websockets")
-"""The client transports: ``auto`` is ``picows`` when it is importable and the loop stays
-on one thread, else ``asyncio``."""
-
-
-def picows_available() -> bool:
-    """True when the native transport (``picows``) can be imported."""
-    try:
-        import picows  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def default_dialer(transport: str = "auto", *, one_thread: bool = True) -> Dialer:
-    """The dialer of ``transport`` (see :data:`TRANSPORTS`).
-
-    ``one_thread=False`` says the connection's loop moves between threads (the loop of
-    the blocking twins, :mod:`corral.blocking`): picows checks that its sockets are used
-    from the thread that opened them, so ``auto`` takes the asyncio transport there
-    (asyncio's transports belong to a loop, whichever thread runs it).
-
-    Raises:
-        ValueError: an unknown transport, ``picows`` asked for but not installed, or
-            asked for on a loop that moves between threads.
-    """
-    if transport not in TRANSPORTS:
-        raise ValueError(f"unknown transport {transport!r}; use one of {', '.join(TRANSPORTS)}")
-    if transport == "picows" and not one_thread:
-        raise ValueError(
-            "transport='picows' cannot serve a blocking twin (.sync()): its loop moves "
-            "between threads and picows sockets stay on one; use 'auto' or 'asyncio'"
-        )
-    if transport == "websockets":
-        return websocket_dialer
-    if transport == "asyncio" or (transport == "auto" and not (one_thread and picows_available())):
-        return asyncio_dialer
-    try:
-        from corral.client.picows_socket import picows_dialer
-    except ImportError as exc:
-        raise ValueError("transport='picows' needs the picows package: pip install picows") from exc
-    return picows_dialer
-
-
-class Dialer(Protocol):
-    """Opens a connection's socket (see :func:`websocket_dialer`)."""
-
-    async def __call__(
-        self, url: str, subprotocol: str, headers: dict[str, str], timeout: float, max_size: int
-    ) -> Socket:
-        """A socket to ``url`` speaking ``subprotocol``; raises the refusal as a CorralError."""
-        ...
-
-
-async def websocket_dialer(
-    url: str, subprotocol: str, headers: dict[str, str], timeout: float, max_size: int
-) -> Socket:
-    """A WebSocket to ``url`` on the ``websockets`` library (``transport="websockets"``).
-
-    Raises:
-        CapacityReached / TooManyConnections / Unauthorized: the server refused it.
-        ConnectionLost: the server could not be reached.
-        UnsupportedProtocol: the server did not accept ``subprotocol``.
-    """
-    try:
-        ws = await connect(
-            url,
-            subprotocols=[subprotocol],  # type: ignore[list-item]
-            open_timeout=timeout,
-            # Keepalive is the connection's (see Connection._keep_alive): it drops a dead
-            # socket at once instead of waiting out a close handshake nobody answers.
-            ping_interval=None,
-            ping_timeout=None,
-            close_timeout=2.0,
-            max_size=max_size,
-            additional_headers=headers,
-            compression=None,
-            user_agent_header=f"corral/{__version__}",
-        )
-    except InvalidStatus as exc:
-        response = exc.response
-        raise refusal(
-            response.status_code, bytes(response.body or b""), response.headers.get("Retry-After")
-        ) from None
-    except (OSError, TimeoutError, WebSocketException) as exc:
-        raise ConnectionLost(f"cannot connect to {url}: {exc}") from None
-    if ws.subprotocol != subprotocol:
-        await ws.close()
-        raise UnsupportedProtocol(
-            f"{url} did not accept subprotocol {subprotocol}",
-            details={"accepted": ws.subprotocol},
-        )
-    return ws
-
-
 class Connection:
     """A ``corral/1`` connection: handshake, request/reply matching, resume, shutdown.
 
     Args:
         url: the server (``http://host:port`` or ``ws://host:port/ws``).
         codec: ``"msgpack"`` or ``"json"``.
-        connect_timeout: seconds for the socket, the handshake and each re-attach.
+        connect_timeout: seconds for the socket, and for its handshake and re-attaches.
         ping_interval: seconds between keepalive pings (None: no keepalive).
         ping_timeout: seconds a pong may take before the socket counts as dead.
         max_frame_bytes: largest frame accepted from the server.
@@ -269,9 +102,9 @@ class Connection:
         seed: seeds the backoff jitter (tests).
         transport: ``"auto"`` (default: the native ``picows`` transport when it is
             installed and the loop stays on one thread, else ``asyncio``), ``"picows"``,
-            ``"asyncio"`` or ``"websockets"``.
-        dialer: opens the socket (default: the ``transport``'s); the seam of
-            :mod:`corral.testing`'s in-process transport.
+            ``"asyncio"`` or ``"websockets"``; ignored with ``dialer``.
+        dialer: what opens the sockets (default: the ``transport``'s); the seam of
+            :mod:`corral.testing`'s in-process servers.
     """
 
     def __init__(
@@ -302,29 +135,30 @@ class Connection:
         self.max_frame_bytes = max_frame_bytes
         self.headers = headers or {}
         self.token = resolve_token(token)
-        default_dialer(transport)  # an unknown transport fails here, not at connect time
-        self.transport = transport
-        self._dialer = dialer
+        self.dialer: Dialer = dialer if dialer is not None else dialer_for(transport)
+        """What opens this connection's sockets, chosen once."""
         self.protocol = ClientProtocol(
             self.codec,
+            url=self.url,
             reconnect=ReconnectPolicy() if reconnect is True else (reconnect or None),
             client=f"corral/{__version__}",
             seed=seed,
             accept_frame_bytes=max_frame_bytes,
         )
-        self._contract: ContractRef | None = None
         self._ws: Socket | None = None
-        self._write_now: Callable[[Frame], None] | None = None
-        """The socket's synchronous write, when it has one (the native transport)."""
+        """The socket of the protocol's current generation, once it is open."""
         self._waiters: dict[int, asyncio.Future[Reply]] = {}
         self._deadlines: dict[int, tuple[float, asyncio.Future[Reply]]] = {}
         """The requests with a timeout: when (the loop's time) each fails, and its future."""
         self._sweeper: asyncio.TimerHandle | None = None
         self._sweep_at = math.inf
         self._sweeper_loop: asyncio.AbstractEventLoop | None = None
-        self._reader: asyncio.Task[None] | None = None
+        self._settled: asyncio.Future[BaseException | None] | None = None
+        """Resolved when the attempt in progress ends: None (open) or why it failed."""
+        self._handshake_timer: asyncio.TimerHandle | None = None
+        self._backoff: asyncio.TimerHandle | None = None
+        self._dialing: asyncio.Task[None] | None = None
         self._keepalive: asyncio.Task[None] | None = None
-        self._reconnector: asyncio.Task[None] | None = None
 
     # -- what the protocol object knows ------------------------------------------------
 
@@ -336,7 +170,7 @@ class Connection:
     @property
     def reconnecting(self) -> bool:
         """True while a dropped connection is being re-established."""
-        return self._reconnector is not None and not self._reconnector.done()
+        return self.protocol.resuming
 
     @property
     def welcome(self) -> dict[str, Any]:
@@ -375,8 +209,9 @@ class Connection:
     ) -> dict[str, Any]:
         """Open the socket and complete the handshake; return the ``welcome``.
 
-        After the connection gave up reconnecting, calling this again starts afresh and
-        re-attaches the sessions it still carries.
+        While the connection is re-establishing itself this waits for that; after it gave
+        up, calling this again starts afresh and re-attaches the sessions it still
+        carries.
 
         Raises:
             CapacityReached: the server refused the connection because it is full.
@@ -387,25 +222,30 @@ class Connection:
         """
         if self.protocol.closed:
             raise ClientClosed("this connection was closed")
-        if self.reconnecting:
-            assert self._reconnector is not None
-            await asyncio.shield(self._reconnector)
+        if self.reconnecting and self._settled is not None:
+            await asyncio.shield(self._settled)
         if self.connected:
             return self.welcome
-        self._contract = contract
-        self.protocol.connecting()
-        await self._establish(want_schemas=want_schemas)
+        generation = self.protocol.connect(contract, want_schemas)
+        settled = self._settled = asyncio.get_running_loop().create_future()
+        try:
+            await self._dial(generation)
+            error = await asyncio.shield(settled)
+        except BaseException as exc:  # cancelled: this attempt is abandoned
+            if not settled.done():
+                self._on_lost(generation, ConnectionLost(f"the connect was abandoned: {exc!r}"))
+            raise
+        if error is not None:
+            raise error
         return self.welcome
 
-    async def request(
-        self, request: Request, timeout: float | None, *, replay: bool = True
-    ) -> Reply:
+    async def request(self, request: Request, timeout: float | None) -> Reply:
         """Send ``request`` (built with :meth:`next_id`) and return its reply.
 
-        With ``replay`` (the default), a drop of the connection before the reply does not
-        fail the request: it is re-sent with the same id once the connection is back. A
-        request made while the connection is being re-established waits and goes out once
-        the sessions are re-attached.
+        A drop of the connection before the reply does not fail the request: it is
+        re-sent with the same id once the connection is back. A request made while the
+        connection is being re-established waits and goes out once the sessions are
+        re-attached.
 
         Raises:
             CorralError: the server's error reply, as its exception class.
@@ -413,23 +253,20 @@ class Connection:
             RequestTimeout: no reply within ``timeout`` (a late reply is then dropped).
             ConnectionLost: the connection failed and could not be re-established.
         """
-        frame = self.protocol.send(request, replay=replay)
+        frame = self.protocol.send(request)
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._waiters[request.id] = future
         if frame is not None:
-            write = self._write_now
-            if write is None:
-                await self._write(request.id, frame)
-            else:  # the callback-style sockets write at once: no coroutine for it
-                try:
-                    write(frame)
-                except ConnectionClosed as exc:
-                    self._write_failed(request.id, str(exc))
-        return await self._reply(request, future, timeout)
-
-    async def _reply(
-        self, request: Request, future: asyncio.Future[Reply], timeout: float | None
-    ) -> Reply:
+            ws = self._ws
+            try:
+                if ws is None:
+                    raise SocketClosed("not connected")
+                ws.write(frame)
+            except SocketClosed as exc:
+                error = self.protocol.write_failed(request.id, str(exc))
+                if error is not None:  # else still outstanding: the reconnect re-sends it
+                    self._waiters.pop(request.id, None)
+                    raise error from None
         if timeout is not None:
             self._expect(request.id, future, timeout)
         try:
@@ -482,28 +319,6 @@ class Connection:
         if later != math.inf and loop is not None and not loop.is_closed():
             self._arm_sweep(loop, later)
 
-    async def _write(self, request_id: int, frame: Frame) -> None:
-        ws = self._ws
-        if ws is not None:
-            try:
-                write = self._write_now
-                if write is not None:
-                    write(frame)
-                else:
-                    await ws.send(frame)
-                return
-            except ConnectionClosed as exc:
-                reason = str(exc)
-        else:
-            reason = "not connected"
-        self._write_failed(request_id, reason)
-
-    def _write_failed(self, request_id: int, reason: str) -> None:
-        error = self.protocol.write_failed(request_id, reason)
-        if error is not None:  # else still outstanding: the reconnect re-sends it
-            self._waiters.pop(request_id, None)
-            raise error
-
     def forget(self, request_id: int) -> None:
         """Stop waiting for ``request_id``; its reply, if it comes, is dropped."""
         self.protocol.forget(request_id)
@@ -511,183 +326,152 @@ class Connection:
         if future is not None and not future.done():
             future.cancel()
 
-    # -- establishing and re-establishing ---------------------------------------------
+    # -- sockets ------------------------------------------------------------------------
 
-    async def _open_socket(self) -> Socket:
+    async def _dial(self, generation: int) -> None:
+        """Open the socket of ``generation`` and write its ``hello``; the rest of the
+        handshake comes in by frames (a failure goes to the protocol object)."""
         headers = dict(self.headers)
         if self.token is not None:
             headers.update(bearer_header(self.token))
         resume = self.protocol.resume_ids()
         if resume:
             headers[RESUME_HEADER] = ",".join(resume)
-        return await self.dialer(
-            self.url, self.codec.subprotocol, headers, self.connect_timeout, self.max_frame_bytes
-        )
-
-    @property
-    def dialer(self) -> Dialer:
-        """What opens this connection's sockets: the one given, else the transport's for
-        the running loop (see :func:`default_dialer`)."""
-        if self._dialer is not None:
-            return self._dialer
-        loop = asyncio.get_running_loop()
-        return default_dialer(self.transport, one_thread=not moves_between_threads(loop))
-
-    async def _establish(self, *, want_schemas: bool = False) -> None:
-        """Socket, handshake, then the protocol's resume plan: re-attach, fail, re-send."""
-        ws = await self._open_socket()
-        generation = self.protocol.socket_opened()
-        self._ws = ws
-        listen = getattr(ws, "listen", None)
-        if listen is not None:  # the native socket calls back: no reader task
-            self._write_now = ws.write  # type: ignore[attr-defined]
-            listen(self._dispatch, lambda reason: self._on_lost(generation, reason))
-        else:
-            self._write_now = None
-            self._reader = asyncio.create_task(
-                self._read(ws, generation), name="corral-client-reader"
+        try:
+            ws = await self.dialer.open(
+                self.url,
+                self.codec.subprotocol,
+                headers,
+                self.connect_timeout,
+                self.max_frame_bytes,
             )
+        except Exception as exc:  # refused, unreachable, or a dialer that cannot serve
+            if not isinstance(exc, CorralError):
+                log.warning("opening a socket to %s failed: %r", self.url, exc)
+            self._on_lost(generation, exc)
+            return
+        hello = self.protocol.opened(generation)
+        if hello is None:  # closed or superseded meanwhile
+            ws.abort()
+            return
+        self._ws = ws
+        loop = asyncio.get_running_loop()
+        self._handshake_timer = loop.call_later(
+            self.connect_timeout, self._handshake_overran, generation
+        )
         if self.ping_interval is not None:
-            self._keepalive = asyncio.create_task(
+            self._keepalive = loop.create_task(
                 self._keep_alive(ws, generation), name="corral-client-keepalive"
             )
-        try:
-            hello, frame = self.protocol.hello(self._contract, want_schemas)
-            welcome = await self._exchange(hello, frame)
-            attaches = self.protocol.welcomed(welcome)
-            if attaches:
-                results = await asyncio.gather(
-                    *(self._exchange(attach, frame) for attach, frame in attaches),
-                    return_exceptions=True,
-                )
-                self.protocol.attached([attach for attach, _ in attaches], results)
-            for request_id, error in self.protocol.fail_lost():
-                self._fail(request_id, error)
-            while batch := self.protocol.resend():
-                for entry in batch:
-                    try:
-                        await ws.send(entry.frame)
-                    except ConnectionClosed:
-                        raise ConnectionLost("the connection dropped while re-sending") from None
-            self.protocol.established(generation)
-        except BaseException:
-            self._ws = None
-            self._write_now = None
-            with contextlib.suppress(Exception):
-                ws.transport.abort()
-            raise
+        self._write([hello])
+        # Last: a socket that already ended reports it here, and is dropped with the rest.
+        ws.listen(self._dispatch, _reporter(self, generation))
 
-    async def _exchange(self, request: Request, frame: Frame) -> Reply:
-        """Write a socket-bound request's ``frame`` and wait for its reply."""
-        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        self._waiters[request.id] = future
-        await self._write(request.id, frame)
-        return await self._reply(request, future, self.connect_timeout)
+    def _handshake_overran(self, generation: int) -> None:
+        self._on_lost(
+            generation,
+            RequestTimeout(
+                f"no handshake from {self.url} within {self.connect_timeout:g} s",
+                details={"timeout_s": self.connect_timeout},
+            ),
+        )
 
-    async def _reconnect_loop(self, cause: str) -> None:
-        protocol = self.protocol
-        while not protocol.closed:
-            now = time.monotonic()
-            wait = protocol.retry_delay(now)
-            if wait is None:
-                self._fail_all(protocol.exhausted(self.url, cause, now))
-                return
-            await asyncio.sleep(wait)
-            try:
-                await self._establish()
-            except CorralError as exc:
-                if protocol.retryable(exc):
-                    cause = exc.message
-                    log.info("reconnect attempt to %s failed: %s", self.url, exc)
-                    continue
-                self._fail_all(exc)  # refused for good: wrong token, contract, protocol
-                return
-            except Exception as exc:  # a waiter must never hang on a crashed reconnect
-                log.exception("reconnecting to %s failed unexpectedly", self.url)
-                self._fail_all(ConnectionLost(f"reconnecting failed: {exc!r}"))
-                return
-            log.info("reconnected to %s", self.url)
-            return
-
-    # -- the socket's tasks ----------------------------------------------------------
-
-    async def _read(self, ws: Socket, generation: int) -> None:
-        try:
-            async for frame in ws:
-                self._dispatch(frame)
-            reason = f"closed by the server (code {ws.close_code} {ws.close_reason or ''})"
-        except ConnectionClosed as exc:
-            reason = f"connection lost: {exc}"
-        except Exception as exc:  # the reader must report the loss, whatever happened
-            reason = f"connection failed: {exc!r}"
-        self._on_lost(generation, reason.strip())
+    def _redial(self) -> None:
+        """The backoff elapsed: dial the next socket, if the protocol still wants one."""
+        self._backoff = None
+        generation = self.protocol.timer_fired(time.monotonic())
+        if generation is not None:
+            self._dialing = asyncio.get_running_loop().create_task(
+                self._dial(generation), name="corral-client-reconnect"
+            )
 
     def _dispatch(self, frame: Frame) -> None:
+        """One frame from the server: resolve its waiter, or do the handshake's actions."""
         try:
-            answer = self.protocol.receive(frame)
+            out = self.protocol.receive(frame)
         except CorralError as exc:
             log.warning("dropping an unreadable frame from the server: %s", exc)
             return
-        if answer is None:
+        if out is None:
             return
-        if isinstance(answer, ErrorReply):
-            log.warning("server reported: %s", answer.message)
-            return
-        future = self._waiters.pop(answer.request_id, None)
-        if future is not None and not future.done():
-            if answer.error is not None:
-                future.set_exception(answer.error)
-            else:
-                future.set_result(answer.reply)  # type: ignore[arg-type]
+        if type(out) is Answer:
+            future = self._waiters.pop(out.request_id, None)
+            if future is not None and not future.done():
+                if out.error is not None:
+                    future.set_exception(out.error)
+                else:
+                    future.set_result(out.reply)  # type: ignore[arg-type]
+        elif isinstance(out, Actions):
+            self._act(out)
+        elif isinstance(out, ErrorReply):
+            log.warning("server reported: %s", out.message)
 
     async def _keep_alive(self, ws: Socket, generation: int) -> None:
         assert self.ping_interval is not None
-        while True:
-            await asyncio.sleep(self.ping_interval)
-            try:
-                async with asyncio.timeout(self.ping_timeout):
-                    pong = await ws.ping()
-                    await pong
-            except TimeoutError:
-                reason = (
-                    f"no keepalive pong within {self.ping_timeout:g} s "
-                    "(the server or the network stopped answering)"
-                )
-                log.warning("%s: %s", self.url, reason)
-                self._on_lost(generation, reason)
-                ws.transport.abort()
-                return
-            except ConnectionClosed:
-                return
+        reason = await keep_alive(ws, self.ping_interval, self.ping_timeout)
+        if reason is not None:
+            log.warning("%s: %s", self.url, reason)
+            self._on_lost(generation, ConnectionLost(reason))
 
-    def _on_lost(self, generation: int, reason: str) -> None:
-        """The socket of ``generation`` is gone: do what the protocol object says."""
-        loss = self.protocol.lost(generation, reason, time.monotonic())
-        if loss is None:
+    def _on_lost(self, generation: int, error: BaseException) -> None:
+        """Socket ``generation`` is gone (or could not be opened): do what the protocol
+        object says."""
+        actions = self.protocol.lost(generation, error, time.monotonic())
+        if actions is not None:
+            if isinstance(error, ConnectionLost) and actions.redial_after is not None:
+                log.info("connection to %s lost (%s); reconnecting", self.url, error.message)
+            self._act(actions)
+
+    def _act(self, actions: Actions) -> None:
+        """Do what the protocol object returned, in order."""
+        self._write(actions.write)
+        for request_id, error in actions.fail:
+            self._fail(request_id, error)
+        if actions.fail_all is not None:
+            self._fail_waiters(actions.fail_all)
+        if actions.drop:
+            self._drop()
+        if actions.redial_after is not None:
+            loop = asyncio.get_running_loop()
+            self._backoff = loop.call_later(actions.redial_after, self._redial)
+            if self._settled is None or self._settled.done():
+                self._settled = loop.create_future()  # what a connect() meanwhile waits for
+        if actions.settled:
+            self._cancel_handshake_timer()
+            settled = self._settled
+            if settled is not None and not settled.done():
+                settled.set_result(actions.error)
+
+    def _write(self, frames: list[Frame]) -> None:
+        ws = self._ws
+        if ws is None:
             return
-        self._ws = None
-        self._write_now = None
-        keepalive = self._keepalive
+        try:
+            for frame in frames:
+                ws.write(frame)
+        except SocketClosed:
+            pass  # the socket's end is reported by its own callback
+
+    def _drop(self) -> None:
+        """Drop the current socket and what serves it."""
+        ws, self._ws = self._ws, None
+        self._cancel_handshake_timer()
+        keepalive, self._keepalive = self._keepalive, None
         if keepalive is not None and keepalive is not asyncio.current_task():
             keepalive.cancel()
-        for request_id in loss.failed:
-            self._fail(request_id, copy_error(loss.error, request_id))
-        if loss.then is AfterLoss.FAIL:
-            self._fail_waiters(loss.error)
-        elif loss.then is AfterLoss.RECONNECT:
-            log.info("connection to %s lost (%s); reconnecting", self.url, reason)
-            self._reconnector = asyncio.create_task(
-                self._reconnect_loop(reason), name="corral-client-reconnect"
-            )
+        if ws is not None:
+            with contextlib.suppress(Exception):
+                ws.abort()
+
+    def _cancel_handshake_timer(self) -> None:
+        if self._handshake_timer is not None:
+            self._handshake_timer.cancel()
+            self._handshake_timer = None
 
     def _fail(self, request_id: int, error: CorralError) -> None:
         future = self._waiters.pop(request_id, None)
         if future is not None and not future.done():
             future.set_exception(error)
-
-    def _fail_all(self, error: CorralError) -> None:
-        self.protocol.give_up(error)
-        self._fail_waiters(error)
 
     def _fail_waiters(self, error: CorralError) -> None:
         waiters, self._waiters = self._waiters, {}
@@ -703,19 +487,33 @@ class Connection:
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper, self._sweep_at, self._sweeper_loop = None, math.inf, None
-        tasks = [t for t in (self._reconnector, self._keepalive) if t is not None]
+        if self._backoff is not None:
+            self._backoff.cancel()
+        self._cancel_handshake_timer()
+        tasks = [t for t in (self._dialing, self._keepalive) if t is not None]
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        ws = self._ws
+        ws, self._ws = self._ws, None
         if ws is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(ws.close(), 2.0)
-            ws.transport.abort()
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._reader
-        self._fail_waiters(ClientClosed("the client was closed"))
+            ws.abort()
+        error = ClientClosed("the client was closed")
+        self._fail_waiters(error)
+        if self._settled is not None and not self._settled.done():
+            self._settled.set_result(error)
+
+
+def _reporter(connection: Connection, generation: int) -> Callable[[str], None]:
+    """The socket's ``on_closed``: its loss, reported for its generation."""
+
+    def report(reason: str) -> None:
+        connection._on_lost(generation, ConnectionLost(reason))
+
+    return report
+
+
+__all__ = ["Connection", "http_url", "ws_url"]

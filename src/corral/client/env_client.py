@@ -13,6 +13,16 @@ noticing (see :mod:`corral.client.connection`); a session the server no longer h
 raises :class:`~corral.errors.SessionLost` with the reason, and is never silently
 replaced by a new one.
 
+An environment that declares a snapshot (:mod:`corral.contract.snapshot`) can be
+snapshotted (:meth:`AsyncEnvClient.snapshot`), restored into a new session
+(:meth:`AsyncEnvClient.restore`) and forked into independent sessions
+(:meth:`AsyncEnvClient.fork`)::
+
+    saved = await env.snapshot()          # a SessionSnapshot: the env's whole state
+    await env.step(action)
+    result = await env.restore(saved)     # back to where it was, in a new session
+    branches = await env.fork(8)          # 8 clients, each at this session's state
+
 :meth:`AsyncEnvClient.sync` (or :class:`SyncEnvClient` directly) gives the blocking twin:
 same methods, same names, same exceptions; each call runs the async implementation on
 corral's private background loop (:mod:`corral.blocking`), so it works in scripts and
@@ -21,6 +31,7 @@ inside Jupyter alike.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Mapping
@@ -30,14 +41,21 @@ from typing import TYPE_CHECKING, Any, Generic, Self
 from pydantic import BaseModel
 
 from corral.blocking import BlockingTwin, run_blocking
-from corral.client.connection import Connection, Dialer, http_url
+from corral.client.connection import Connection, http_url
+from corral.client.dialers import Dialer
 from corral.client.openenv_connection import OpenEnvConnection, is_openenv_refusal
 from corral.client.recording import Recording, RecordTarget, as_task, now
 from corral.client.typed import ActT, ObsT, StateT, TypedFace, TypedModels
 from corral.contract import Environment, StepResult
 from corral.contract.tasks import TaskRef
 from corral.episodes import EpisodeRecorder
-from corral.errors import ClientClosed, CorralError, InvalidAction, UnsupportedProtocol
+from corral.errors import (
+    ClientClosed,
+    CorralError,
+    InvalidAction,
+    SnapshotUnsupported,
+    UnsupportedProtocol,
+)
 from corral.protocol.client import ReconnectPolicy
 from corral.protocol.messages import (
     Close,
@@ -46,10 +64,15 @@ from corral.protocol.messages import (
     Opened,
     Reply,
     Reset,
+    Restore,
+    Restored,
     Result,
+    SnapshotReply,
     StateReply,
     Step,
+    TakeSnapshot,
 )
+from corral.protocol.snapshot import SessionSnapshot
 
 if TYPE_CHECKING:
     from corral.client.local_server import LocalServer
@@ -83,8 +106,8 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
         transport: the client transport, ``"auto"`` (``picows`` when installed, else
             ``asyncio``; ``asyncio`` for a blocking twin), ``"picows"``, ``"asyncio"`` or
             ``"websockets"``.
-        dialer: opens the socket (default: the ``transport``'s); :mod:`corral.testing` passes an
-            in-process one.
+        dialer: opens the sockets and reaches the server over HTTP (default: the
+            ``transport``'s); :mod:`corral.testing`'s in-process servers give theirs.
         max_frame_bytes: the largest reply frame taken (announced to the server, which
             answers a larger reply with ``REPLY_TOO_LARGE`` instead).
         record: a directory to record every reset and step of this session into, as an
@@ -116,6 +139,23 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
     ) -> None:
         self.url = http_url(url)
         self.timeout = timeout
+        self._settings: dict[str, Any] = {
+            "env": env,
+            "codec": codec,
+            "timeout": timeout,
+            "connect_timeout": connect_timeout,
+            "check_contract": check_contract,
+            "ping_interval": ping_interval,
+            "ping_timeout": ping_timeout,
+            "headers": headers,
+            "openenv_fallback": openenv_fallback,
+            "token": token,
+            "reconnect": reconnect,
+            "transport": transport,
+            "dialer": dialer,
+            "max_frame_bytes": max_frame_bytes,
+        }
+        """What this client was built with (but ``record``), for :meth:`fork`."""
         self.typed: TypedModels[ActT, ObsT, StateT] = TypedModels(
             env, action_type, observation_type, state_type, check_contract=check_contract
         )
@@ -191,6 +231,18 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
             raise ClientClosed("this client was closed")
         if self.session_id is not None:
             return self
+        await self._link()
+        connection = self.connection
+        opened = await connection.request(Open(connection.next_id()), timeout=self.timeout)
+        assert isinstance(opened, Opened)
+        self.session_id = opened.session
+        self.resume_token = opened.token
+        return self
+
+    async def _link(self) -> None:
+        """Connect and handshake (falling back to OpenEnv's envelope), unless connected."""
+        if self.connection.connected:
+            return
         need_schemas = self.typed.incomplete
         try:
             welcome = await self.connection.connect(
@@ -207,12 +259,11 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
             welcome = await self.connection.connect(want_schemas=need_schemas)
         if need_schemas:
             self.typed.adopt_schemas(welcome.get("schemas") or {})
-        connection = self.connection
-        opened = await connection.request(Open(connection.next_id()), timeout=self.timeout)
-        assert isinstance(opened, Opened)
-        self.session_id = opened.session
-        self.resume_token = opened.token
-        return self
+
+    @property
+    def dialer(self) -> Dialer:
+        """What reaches the server (sockets and HTTP)."""
+        return self.connection.dialer
 
     @property
     def server_info(self) -> dict[str, Any]:
@@ -315,6 +366,95 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
         assert isinstance(reply, StateReply)
         return self.typed.state(reply.state, connection.codec)
 
+    # -- snapshots --------------------------------------------------------------------
+
+    async def snapshot(self) -> SessionSnapshot:
+        """A snapshot of this session, which carries on unchanged.
+
+        It holds the environment's whole state (hidden parts included, e.g. a Wordle
+        secret): keep it away from the policy. A server with a fleet key signs it, so it
+        cannot be altered before it is restored.
+
+        Raises:
+            SnapshotUnsupported: the environment declares no snapshot (the message says
+                how to declare one), or this is an OpenEnv connection.
+            SnapshotTooLarge: the snapshot exceeds the server's ``max_snapshot_bytes``.
+            ReplyTooLarge: it exceeds this client's ``max_frame_bytes``.
+        """
+        session = await self._session()
+        connection = self.connection
+        reply = await connection.request(
+            TakeSnapshot(connection.next_id(), session), timeout=self.timeout
+        )
+        assert isinstance(reply, SnapshotReply)
+        return reply.snapshot
+
+    async def restore(self, snapshot: SessionSnapshot) -> StepResult[ObsT]:
+        """Switch this client to a new session in the state ``snapshot`` captured (on this
+        server, or any server of the same environment); the old session is closed.
+
+        Returns the observation of the restored state, as the last ``reset``/``step``
+        before the snapshot returned it. The new session continues where the snapshotted
+        one was (an episode that had ended still needs a ``reset``).
+
+        Raises:
+            SnapshotUnsupported: the environment declares no snapshot.
+            BadSnapshot: the snapshot is of another environment, fails the snapshot
+                model, or is unsigned or altered (on a server with a fleet key).
+            ContractMismatch: it was taken under an incompatible contract.
+            CapacityReached / TooManySessions: no slot for the new session.
+        """
+        if self._closed:
+            raise ClientClosed("this client was closed")
+        await self._link()
+        connection = self.connection
+        reply = await connection.request(
+            Restore(connection.next_id(), snapshot), timeout=self.timeout
+        )
+        assert isinstance(reply, Restored)
+        old, self.session_id, self.resume_token = self.session_id, reply.session, reply.token
+        if old is not None:
+            with contextlib.suppress(CorralError):  # already gone is as good as closed
+                await connection.request(Close(connection.next_id(), old), timeout=self.timeout)
+        return StepResult.of(self.typed.observation(reply.observation, connection.codec))
+
+    async def fork(self, n: int) -> list[AsyncEnvClient[ActT, ObsT, StateT]]:
+        """``n`` new clients, each with its own session in this session's current state;
+        they (and this one) then evolve independently. Close them when done.
+
+        Each has its own connection to the same server, with this client's settings
+        (recording aside). Built from one snapshot of this session.
+
+        Raises:
+            ValueError: ``n`` is below 1.
+            SnapshotUnsupported: the environment can be neither snapshotted nor
+                replayed, so it cannot be forked (the message says why).
+        """
+        if n < 1:
+            raise ValueError(f"fork(n) needs n >= 1, got {n}")
+        try:
+            saved = await self.snapshot()
+        except SnapshotUnsupported as exc:
+            raise SnapshotUnsupported(
+                f"cannot fork this session: {exc.message}", details=exc.details
+            ) from exc
+        forks = [
+            type(self)(
+                self.url,
+                action_type=self.action_type,
+                observation_type=self.observation_type,
+                state_type=self.state_type,
+                **self._settings,
+            )
+            for _ in range(n)
+        ]
+        try:
+            await asyncio.gather(*(child.restore(saved) for child in forks))
+        except BaseException:
+            await asyncio.gather(*(child.close() for child in forks), return_exceptions=True)
+            raise
+        return forks
+
     async def close(self) -> None:
         """Close the session, the connection and any server this client started."""
         if self._closed:
@@ -393,6 +533,11 @@ class SyncEnvClient(BlockingTwin[AsyncEnvClient[ActT, ObsT, StateT]], Generic[Ac
         return self._async.session_id
 
     @property
+    def dialer(self) -> Dialer:
+        """What reaches the server (sockets and HTTP)."""
+        return self._async.dialer
+
+    @property
     def server_info(self) -> dict[str, Any]:
         """The server's ``welcome``."""
         return self._async.server_info
@@ -426,6 +571,20 @@ class SyncEnvClient(BlockingTwin[AsyncEnvClient[ActT, ObsT, StateT]], Generic[Ac
     def state(self) -> StateT:
         """The current state; see :meth:`AsyncEnvClient.state`."""
         return self._call(self._async.state())
+
+    def snapshot(self) -> SessionSnapshot:
+        """A snapshot of this session; see :meth:`AsyncEnvClient.snapshot`."""
+        return self._call(self._async.snapshot())
+
+    def restore(self, snapshot: SessionSnapshot) -> StepResult[ObsT]:
+        """Switch to a new session restored from ``snapshot``; see
+        :meth:`AsyncEnvClient.restore`."""
+        return self._call(self._async.restore(snapshot))
+
+    def fork(self, n: int) -> list[SyncEnvClient[ActT, ObsT, StateT]]:
+        """``n`` independent clients at this session's state; see
+        :meth:`AsyncEnvClient.fork`."""
+        return [SyncEnvClient(child) for child in self._call(self._async.fork(n))]
 
     def close(self) -> None:
         """Close the session, connection and any server the client started."""

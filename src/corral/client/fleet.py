@@ -57,11 +57,13 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from corral.auth import bearer_header, resolve_token
 from corral.client.connection import Connection, http_url
-from corral.client.health import answers, probe_client
+from corral.client.dialers import Dialer, dialer_for
+from corral.client.health import answers
 from corral.client.typed import TypedModels
 from corral.errors import SessionLost
 from corral.protocol.client import ReconnectPolicy
@@ -159,7 +161,7 @@ def server_source(
             raise ValueError("provider= starts servers: give it a spec, not URLs")
         return (lambda: ProviderServer(provider, target)), servers or 1
     if isinstance(target, str) and "://" not in target:
-        if ":" not in target:
+        if ":" not in target and not Path(target).exists():  # an environment directory
             raise ValueError(
                 f"target {target!r} is neither a URL nor an environment reference "
                 "'package.module:Class'"
@@ -244,6 +246,8 @@ class Fleet:
         probe_interval: seconds between probes of a server being recovered.
         progress / console: the progress bar while starting (None: when stderr is a
             terminal and the fleet is large).
+        transport / dialer: what opens every connection and reaches the servers over
+            HTTP (the health checks): ``dialer``, else the ``transport``'s.
     """
 
     def __init__(
@@ -267,6 +271,7 @@ class Fleet:
         dead_after: float | None = None,
         probe_interval: float = 0.5,
         transport: str = "auto",
+        dialer: Dialer | None = None,
     ) -> None:
         if dead_after is not None and dead_after <= 0:
             raise ValueError(f"dead_after must be > 0 or None, got {dead_after}")
@@ -277,7 +282,7 @@ class Fleet:
         self.num_servers = num_servers
         self.typed = typed
         self.codec = codec
-        self.transport = transport
+        self.dialer = dialer if dialer is not None else dialer_for(transport)
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.sessions_per_connection = sessions_per_connection
@@ -404,7 +409,7 @@ class Fleet:
             headers=self.headers,
             token=self.token,
             reconnect=self._reconnect_policy(),
-            transport=self.transport,
+            dialer=self.dialer,
         )
         await self._handshake(connection)
         return connection
@@ -492,7 +497,7 @@ class Fleet:
 
     async def _monitor_forever(self) -> None:
         assert self.health_interval is not None
-        async with probe_client(self._http_headers()) as http:
+        async with self._http() as http:
             while True:
                 await asyncio.sleep(self.health_interval)
                 for server in self.servers:
@@ -505,34 +510,41 @@ class Fleet:
             return False
         if any(_failed(link.connection) for link in server.links):
             return False  # gave up reconnecting (a reconnect in progress is left to finish)
-        return await answers(server.url, http=http, headers=self._http_headers())
+        return await answers(server.url, http=http)
 
-    def _http_headers(self) -> dict[str, str]:
-        """Headers of the health checks: the pool's, plus the bearer token if any."""
-        return {**self.headers, **(bearer_header(self.token) if self.token else {})}
+    def _http(self) -> httpx.AsyncClient:
+        """A client for the health checks, through the dialer: the pool's headers, plus
+        the bearer token if any."""
+        headers = {**self.headers, **(bearer_header(self.token) if self.token else {})}
+        return self.dialer.http(headers=headers)
 
     async def _recover(self, server: FleetServer) -> None:
         """Probe ``server`` until it answers (re-attach), its process is gone, or it stayed
         unreachable past :attr:`dead_after` (dead: replace it or lose its sessions)."""
         since = time.monotonic()
         try:
-            while True:
-                if server.handle is not None and not await server.handle.alive():
-                    await self._dead(server, "the server process exited", since)
-                    return
-                if await answers(server.url, headers=self._http_headers()):
-                    await self._reattach(server)
-                    return
-                if time.monotonic() - since >= self.dead_after:
-                    reason = f"the server did not answer for {self.dead_after:g} s"
-                    await self._dead(server, reason, since)
-                    return
-                await asyncio.sleep(self.probe_interval)
+            async with self._http() as http:
+                await self._probe(server, http, since)
         except Exception as exc:
             server.dead = f"recovery failed: {exc}"
             log.warning("could not recover server %s: %s", server.url, exc)
         finally:
             server.recovering = None
+
+    async def _probe(self, server: FleetServer, http: httpx.AsyncClient, since: float) -> None:
+        """Probe until the server answers, its process is gone, or :attr:`dead_after`."""
+        while True:
+            if server.handle is not None and not await server.handle.alive():
+                await self._dead(server, "the server process exited", since)
+                return
+            if await answers(server.url, http=http):
+                await self._reattach(server)
+                return
+            if time.monotonic() - since >= self.dead_after:
+                reason = f"the server did not answer for {self.dead_after:g} s"
+                await self._dead(server, reason, since)
+                return
+            await asyncio.sleep(self.probe_interval)
 
     async def _dead(self, server: FleetServer, reason: str, since: float) -> None:
         """``server`` is gone: replace it if the fleet may, else lose its sessions.

@@ -14,6 +14,10 @@ Limits of the OpenEnv envelope, by its design:
 * no resume after a dropped connection, no batching, no multiplexing;
 * no contract negotiation: nothing checks at connect time that the client's models
   match the server's; a mismatch shows up as ``BadObservation`` / ``InvalidAction``.
+
+The socket comes from the same :class:`~corral.client.dialers.Dialer` as the corral
+connection it replaces (offering no subprotocol), and ``GET /schema`` goes through its
+HTTP face.
 """
 
 from __future__ import annotations
@@ -23,15 +27,14 @@ import contextlib
 import logging
 import time
 import uuid
+from collections import deque
 from typing import Any
 
 import httpx
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
-from corral import __version__
 from corral.auth import bearer_header
 from corral.client.connection import Connection, http_url, ws_url
+from corral.client.dialers import Dialer, Socket, SocketClosed, dialer_for, keep_alive
 from corral.errors import (
     CapacityReached,
     ClientClosed,
@@ -41,7 +44,7 @@ from corral.errors import (
     UnsupportedProtocol,
 )
 from corral.protocol import messages as m
-from corral.protocol.codecs import JsonCodec
+from corral.protocol.codecs import Frame, JsonCodec
 from corral.protocol.messages import ContractRef
 from corral.protocol.openenv import (
     FATAL_CODES,
@@ -61,6 +64,45 @@ def is_openenv_refusal(exc: UnsupportedProtocol) -> bool:
     return "accepted" in exc.details and exc.details["accepted"] is None
 
 
+class _Mailbox:
+    """The frames of an OpenEnv socket, read one at a time (its envelope has no ids)."""
+
+    def __init__(self) -> None:
+        self._frames: deque[Frame] = deque()
+        self._ended: str | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, frame: Frame) -> None:
+        self._frames.append(frame)
+        self._wake()
+
+    def end(self, why: str) -> None:
+        self._ended = why
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def next(self, timeout: float | None) -> Frame:
+        """The next frame (one that came before the end too).
+
+        Raises:
+            TimeoutError: none within ``timeout``.
+            SocketClosed: the socket ended, nothing left to read.
+        """
+        async with asyncio.timeout(timeout):
+            while not self._frames:
+                if self._ended is not None:
+                    raise SocketClosed(self._ended)
+                self._waiter = asyncio.get_running_loop().create_future()
+                try:
+                    await self._waiter
+                finally:
+                    self._waiter = None
+            return self._frames.popleft()
+
+
 class OpenEnvConnection:
     """One OpenEnv session over one WebSocket (see the module docstring for its limits).
 
@@ -73,6 +115,7 @@ class OpenEnvConnection:
         settle_s: how long to keep retrying while the server reports
             ``CAPACITY_REACHED`` at connect; used right after a probe connection, whose
             slot the server frees only once it has seen that socket close.
+        dialer: what opens the socket and reads ``/schema`` (default: ``auto``'s).
     """
 
     def __init__(
@@ -85,6 +128,7 @@ class OpenEnvConnection:
         max_frame_bytes: int = 64 * 1024 * 1024,
         headers: dict[str, str] | None = None,
         settle_s: float = 0.0,
+        dialer: Dialer | None = None,
     ) -> None:
         self.url = ws_url(url)
         self.http_url = http_url(url)
@@ -95,10 +139,13 @@ class OpenEnvConnection:
         self.max_frame_bytes = max_frame_bytes
         self.headers = headers or {}
         self.settle_s = settle_s
+        self.dialer = dialer if dialer is not None else dialer_for("auto")
         self.welcome: dict[str, Any] = {}
         self.session = f"openenv-{uuid.uuid4().hex[:12]}"
         """A local name for the one session (OpenEnv never tells its id)."""
-        self._ws: ClientConnection | None = None
+        self._ws: Socket | None = None
+        self._inbox = _Mailbox()
+        self._keepalive: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._ids = 0
         self._closed = False
@@ -119,6 +166,7 @@ class OpenEnvConnection:
                 **(bearer_header(connection.token) if connection.token is not None else {}),
             },
             settle_s=2.0,
+            dialer=connection.dialer,
         )
 
     @property
@@ -160,39 +208,34 @@ class OpenEnvConnection:
         return self.welcome
 
     async def _open_socket(self) -> None:
-        try:
-            ws = await connect(
-                self.url,
-                open_timeout=self.connect_timeout,
-                ping_interval=self.ping_interval,
-                ping_timeout=self.ping_timeout,
-                max_size=self.max_frame_bytes,
-                additional_headers=self.headers,
-                compression=None,
-                user_agent_header=f"corral/{__version__}",
-            )
-        except InvalidStatus as exc:
-            raise ConnectionLost(
-                f"{self.url} refused the WebSocket handshake with HTTP {exc.response.status_code}",
-                details={"status": exc.response.status_code},
-            ) from None
-        except (OSError, TimeoutError, WebSocketException) as exc:
-            raise ConnectionLost(f"cannot connect to {self.url}: {exc}") from None
+        ws = await self.dialer.open(
+            self.url, None, self.headers, self.connect_timeout, self.max_frame_bytes
+        )
+        inbox = self._inbox = _Mailbox()
+        ws.listen(inbox.put, inbox.end)
         self._ws = ws
         self._lost = None
+        if self.ping_interval is not None:
+            self._keepalive = asyncio.get_running_loop().create_task(
+                self._keep_alive(ws, self.ping_interval), name="corral-openenv-keepalive"
+            )
         try:
             await self.request(m.GetState(self.next_id(), self.session), self.connect_timeout)
         except CorralError:
             self._ws = None
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(ws.close(), 2.0)
+            await self._drop(ws)
             raise
+
+    async def _keep_alive(self, ws: Socket, interval: float) -> None:
+        reason = await keep_alive(ws, interval, self.ping_timeout)
+        if reason is not None and ws is self._ws:
+            log.warning("%s: %s", self.url, reason)
+            self._lost = ConnectionLost(reason)
+            ws.abort()
 
     async def _schemas(self) -> dict[str, Any]:
         try:
-            async with httpx.AsyncClient(
-                timeout=self.connect_timeout, headers=self.headers, trust_env=False
-            ) as http:
+            async with self.dialer.http(headers=self.headers, timeout=self.connect_timeout) as http:
                 response = await http.get(f"{self.http_url}/schema")
                 response.raise_for_status()
                 body = response.json()
@@ -229,15 +272,15 @@ class OpenEnvConnection:
             ws = self._socket()
             try:
                 try:
-                    await ws.send(self.codec.encode(frame))
-                except ConnectionClosed:
+                    ws.write(self.codec.encode(frame))
+                except SocketClosed:
                     if kind == "close":
                         return m.Closed(request_id, self.session)
                     # The server may have closed right after an error frame (OpenEnv does
-                    # after CAPACITY_REACHED): recv() still returns it, else raises.
+                    # after CAPACITY_REACHED): it is still read below, else the end is.
                 if kind == "close":
                     return m.Closed(request_id, self.session)
-                raw = await asyncio.wait_for(ws.recv(), timeout)
+                raw = await self._inbox.next(timeout)
             except TimeoutError:
                 self._lost = ConnectionLost(
                     f"an earlier {kind!r} timed out; the OpenEnv connection has no request "
@@ -249,8 +292,8 @@ class OpenEnvConnection:
                     details={"timeout_s": timeout},
                     request_id=request_id,
                 ) from None
-            except ConnectionClosed as exc:
-                self._lost = ConnectionLost(f"connection closed: {exc}")
+            except SocketClosed as exc:
+                self._lost = self._lost or ConnectionLost(f"connection closed: {exc}")
                 raise ConnectionLost(self._lost.message, request_id=request_id) from None
             try:
                 reply = client_reply(kind, raw, request_id=request_id, session=self.session)
@@ -261,16 +304,20 @@ class OpenEnvConnection:
                     self._lost = ConnectionLost(f"the server ended the session: {exc.message}")
                 raise
 
-    def _socket(self) -> ClientConnection:
+    def _socket(self) -> Socket:
         if self._closed:
             raise ClientClosed("this connection was closed")
         if self._lost is not None or self._ws is None:
             raise self._lost or ConnectionLost("not connected")
         return self._ws
 
-    async def _drop(self, ws: ClientConnection) -> None:
+    async def _drop(self, ws: Socket) -> None:
+        keepalive, self._keepalive = self._keepalive, None
+        if keepalive is not None and keepalive is not asyncio.current_task():
+            keepalive.cancel()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(ws.close(), 2.0)
+        ws.abort()
 
     async def close(self) -> None:
         """Close the socket (idempotent)."""

@@ -63,11 +63,17 @@ returned. A group sent in one call comes back whole, so with equal groups each
 Results come from the reply columns (see :mod:`corral.client.batch`): a trainer that
 reads ``batch.obs`` and the reward/flag arrays never builds a model per session.
 
-**Garbage collection.** With ``gc_control`` (the default), the collector is paused while a
-batch is encoded, in flight and decoded (no full pass lands in the middle of a step of
-1,024 sessions), and what ``start()`` and a full ``reset()`` leave alive (connections,
-sessions, schemas) is frozen out of later passes (``gc.freeze``). The pool keeps no
-reference to a batch it returned, so memory is bounded by the batches the caller holds.
+**Garbage collection.** The pool leaves the trainer's collector alone unless asked:
+``gc.disable()`` and ``gc.freeze()`` act on the whole process (every thread of the
+trainer, every other task on its loop), and a batch is in flight most of the time in a
+pipelined loop, so a library must not switch them on its own. With ``gc_control=True``
+the collector is paused while a batch is encoded, in flight and decoded (no full pass
+lands in the middle of a step of 1,024 sessions; it comes back, if it was on, when the
+last batch leaves), and what ``start()`` and a full ``reset()`` leave alive (connections,
+sessions, schemas, and whatever else the process holds then) is frozen out of later
+passes (``gc.freeze``): for a process that mostly runs the pool, it cuts a large batch's
+CPU (see docs/performance.md). The pool keeps no reference to a batch it returned, so
+memory is bounded by the batches the caller holds.
 
 **Failures.** A session whose server died is replaced with its server when
 ``replace_dead_servers`` is true (see the fleet): the request in flight fails with
@@ -111,6 +117,7 @@ from corral.client.batch import (
     scalar_dtypes,
     stack_observations,
 )
+from corral.client.dialers import Dialer
 from corral.client.fleet import Fleet, Link, ServerHandle, ServerProvider, Slot, server_source
 from corral.client.recording import Recording, RecordTarget, as_task
 from corral.client.typed import ActT, ObsT, StateT, TypedFace, TypedModels
@@ -193,8 +200,11 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         transport: the client transport, ``"auto"`` (``picows`` when installed, else
             ``asyncio``; ``asyncio`` for a blocking twin), ``"picows"``, ``"asyncio"`` or
             ``"websockets"``.
-        gc_control: keep Python's garbage collector out of each batch and freeze what
-            start-up and full resets create (see "Garbage collection" above); False (or
+        dialer: what opens the connections and reaches the servers over HTTP (default:
+            the ``transport``'s); :mod:`corral.testing`'s in-process servers give theirs.
+        gc_control: opt in to keeping Python's garbage collector out of each batch and
+            freezing what start-up and full resets leave alive (process-wide; see
+            "Garbage collection" above). False (the default, and whatever it says under
             ``CORRAL_GC=default``) leaves the collector alone.
         provider: start the ``servers`` through this provider (a
             :class:`~corral.providers.Provider`: local process, Docker, Kubernetes, Ray);
@@ -232,7 +242,8 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         headers: Mapping[str, str] | None = None,
         token: str | None = None,
         transport: str = "auto",
-        gc_control: bool = True,
+        dialer: Dialer | None = None,
+        gc_control: bool = False,
         provider: ServerProvider | None = None,
         record: RecordTarget | None = None,
     ) -> None:
@@ -271,6 +282,7 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             progress=progress,
             console=console,
             transport=transport,
+            dialer=dialer,
         )
         self._ready: deque[ResultTable] = deque()
         """Results of ``send`` groups, in the order they completed (``recv`` takes them)."""
@@ -591,6 +603,9 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         """Step ``slots`` (auto-resetting per the mode); the results in slot order."""
         mode = self.autoreset_mode
         order = [s.index for s in slots]
+        # A server being recovered may come back replaced, its sessions to be reset: what
+        # each session needs is decided once it is back, not before.
+        await self._recovered(slots)
         if mode is AutoresetMode.DISABLED or not any(s.needs_reset for s in slots):
             resets: list[Slot] = []
             steps = list(zip(slots, payloads, strict=True))
@@ -692,10 +707,7 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         Waits out the recovery of a server first; a session that cannot be reached is
         an error for that session only.
         """
-        ready = all(server.ready.is_set() for server in self.fleet.servers)
-        if not ready:
-            recovering = {s.server.index: s.server for s, _ in items if not s.server.ready.is_set()}
-            await asyncio.gather(*(self.fleet.wait_ready(server) for server in recovering.values()))
+        ready = await self._recovered([slot for slot, _ in items])
         unusable = ResultTable()
         groups: dict[int, tuple[Link, list[tuple[Slot, Any]]]] = {}
         last: Link | None = None
@@ -724,6 +736,15 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         if unusable.errors:
             parts.append(unusable)
         return ResultTable.concat(parts, [s.index for s, _ in items] if order is None else order)
+
+    async def _recovered(self, slots: list[Slot]) -> bool:
+        """Wait out the recovery of the servers of ``slots``; True when every server of
+        the fleet was ready from the start (nothing to check per session)."""
+        if all(server.ready.is_set() for server in self.fleet.servers):
+            return True
+        recovering = {s.server.index: s.server for s in slots if not s.server.ready.is_set()}
+        await asyncio.gather(*(self.fleet.wait_ready(server) for server in recovering.values()))
+        return False
 
     async def _request(self, link: Link, kind: str, chunk: list[tuple[Slot, Any]]) -> ResultTable:
         connection = link.connection

@@ -6,18 +6,21 @@ cross the wire) and the error a model that cannot cross it raises. The machinery
 its own modules: :mod:`~corral.contract.schema` (contracts, schemas, fingerprints,
 versions), :mod:`~corral.contract.dynamic` (models built from schemas),
 :mod:`~corral.contract.wiresafe` (the wire-safety check), :mod:`~corral.contract.arrays`
-(numpy array fields), :mod:`~corral.contract.lock`, :mod:`~corral.contract.options` and
-:mod:`~corral.contract.tools`.
+(numpy array fields), :mod:`~corral.contract.lock`, :mod:`~corral.contract.options`,
+:mod:`~corral.contract.snapshot` (the optional typed snapshot of an environment's state)
+and :mod:`~corral.contract.tools`.
 """
 
 from corral.contract.environment import Environment
 from corral.contract.models import Action, Observation, State, StepResult, WireModel
+from corral.contract.snapshot import Snapshot
 from corral.contract.wiresafe import WireSafetyError
 
 __all__ = [
     "Action",
     "Environment",
     "Observation",
+    "Snapshot",
     "State",
     "StepResult",
     "WireModel",

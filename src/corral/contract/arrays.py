@@ -8,8 +8,13 @@ On the binary (msgpack) codec an array crosses as dtype + shape + raw bytes and 
 decoded without a copy (the array is then read-only: ``.copy()`` it to write). On the
 JSON codec it crosses as ``{"dtype", "shape", "data": <base64>}``. Never as lists of
 floats. A dimension of ``None`` in ``shape`` accepts any length; ``dtype=None`` any dtype.
-Validation accepts an ndarray, the wire dict, or nested lists (converted with the dtype).
+Validation accepts an ndarray, the wire dict, or nested lists (converted with the dtype),
+defaults included (``default_factory=lambda: [[0, 0], [0, 0]]`` becomes an array).
 Object and structured dtypes are refused: they cannot cross the wire without pickle.
+
+Models with array fields compare equal when their arrays have the same dtype, shape and
+values (:func:`values_equal`; ``==`` on arrays alone is element-wise and has no truth
+value).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from collections.abc import Sequence
 from typing import Annotated, Any
 
 import numpy as np
-from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic import BaseModel, GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
@@ -37,6 +42,10 @@ def check_dtype(dtype: np.dtype[Any]) -> None:
 
 class ArraySpec:
     """The pydantic schema of an array field with an optional dtype and shape."""
+
+    validates_default = True
+    """Read by :func:`~corral.contract.wiresafe.make_wire_safe`: a default of an array
+    field (nested lists, often) is validated into an array like any value."""
 
     def __init__(self, dtype: str | None = None, shape: Sequence[int | None] | None = None):
         self.dtype = np.dtype(dtype) if dtype is not None else None
@@ -160,6 +169,53 @@ def _from_wire_dict(value: dict[str, Any]) -> np.ndarray[Any, Any]:
     if len(raw) != expected:
         raise ValueError(f"array data has {len(raw)} bytes, shape {shape} needs {expected}")
     return np.frombuffer(raw, dtype=dtype).reshape(shape)
+
+
+def values_equal(a: Any, b: Any) -> bool:
+    """Deep equality of two field values where arrays compare by dtype, shape and values
+    (NaN unequal to itself, as for a float field) and models field by field."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and a.dtype == b.dtype
+            and a.shape == b.shape
+            and bool(np.array_equal(a, b))
+        )
+    if isinstance(a, BaseModel):
+        return isinstance(b, BaseModel) and models_equal(a, b)
+    if isinstance(a, dict):
+        return (
+            isinstance(b, dict)
+            and a.keys() == b.keys()
+            and all(values_equal(v, b[k]) for k, v in a.items())
+        )
+    if isinstance(a, list | tuple):
+        return (
+            type(a) is type(b)
+            and len(a) == len(b)
+            and all(values_equal(x, y) for x, y in zip(a, b, strict=True))
+        )
+    try:
+        return bool(a == b)
+    except ValueError:  # another element-wise type (a pandas object, say)
+        return False
+
+
+def models_equal(a: BaseModel, b: BaseModel) -> bool:
+    """pydantic's model equality (same class, fields, extra and private attributes), with
+    array fields compared by :func:`values_equal`."""
+    if type(a) is not type(b):
+        return False
+    fields = type(a).model_fields
+    return (
+        all(values_equal(a.__dict__.get(name), b.__dict__.get(name)) for name in fields)
+        and values_equal(a.__pydantic_extra__ or {}, b.__pydantic_extra__ or {})
+        and values_equal(
+            getattr(a, "__pydantic_private__", None) or {},
+            getattr(b, "__pydantic_private__", None) or {},
+        )
+    )
 
 
 def Array(dtype: str | None = None, shape: Sequence[int | None] | None = None) -> Any:

@@ -31,12 +31,13 @@ from dataclasses import dataclass
 from enum import Enum, StrEnum
 from typing import Any
 
+from corral.contract.refs import RefError, SchemaReader
 from corral.contract.schema import canonical_schema
 
 MODELS = ("action", "observation", "state")
 """The three models of a contract, in the order diffs and locks list them."""
 
-OPTIONAL_MODELS = ("reset_options",)
+OPTIONAL_MODELS = ("reset_options", "snapshot")
 """Models a contract has when the environment defines them (after the three in diffs)."""
 
 
@@ -52,7 +53,16 @@ DIRECTIONS: dict[str, Direction] = {
     "observation": Direction.SERVER_TO_CLIENT,
     "state": Direction.SERVER_TO_CLIENT,
     "reset_options": Direction.CLIENT_TO_SERVER,
+    # A snapshot taken under the locked contract (by a server being drained, say) is
+    # restored by a server running the current one: it must accept every old snapshot.
+    "snapshot": Direction.CLIENT_TO_SERVER,
 }
+
+_SENT: dict[str, str] = {
+    "snapshot": "snapshots taken under the locked contract",
+    "reset_options": "reset options that old clients send",
+}
+"""What travels client→server, by model, where it is not an action (for messages)."""
 
 
 class Severity(StrEnum):
@@ -145,28 +155,17 @@ class _Root:
     """One side's schema, able to resolve its ``$ref`` pointers."""
 
     def __init__(self, schema: Mapping[str, Any]) -> None:
-        self.schema = schema
-        self.defs: Mapping[str, Any] = schema.get("$defs", schema.get("definitions", {}))
+        self.reader = SchemaReader(schema)
 
     def resolve(self, node: Mapping[str, Any]) -> tuple[Mapping[str, Any], str | None]:
-        """Follow ``$ref`` chains; returns the target and the last ref name."""
-        name: str | None = None
-        seen: set[str] = set()
-        while "$ref" in node:
-            ref = str(node["$ref"])
-            if ref in seen:
-                break
-            seen.add(ref)
-            if ref == "#":
-                target: Any = self.schema
-            else:
-                name = ref.rsplit("/", 1)[-1]
-                target = self.defs.get(name)
-            if not isinstance(target, Mapping):
-                break
-            siblings = {k: v for k, v in node.items() if k != "$ref"}
-            node = {**target, **siblings} if siblings else target
-        return node, name
+        """Follow ``$ref`` chains; returns the target and the last ref name. A reference
+        that does not resolve (or a cycle) leaves the node as it is: it is compared as
+        the schema it says, and differs from anything else."""
+        try:
+            resolved = self.reader.resolve(node)
+        except RefError:
+            return node, None
+        return resolved.node, resolved.name
 
 
 _TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
@@ -511,12 +510,18 @@ def _divides(small: Any, big: Any) -> bool:
 
 
 def _severity(
-    kind: ChangeKind, direction: Direction, *, old_closed: bool, tolerant_readers: bool
+    kind: ChangeKind,
+    direction: Direction,
+    *,
+    old_closed: bool,
+    tolerant_readers: bool,
+    model: str = "action",
 ) -> tuple[Severity, str | None, str]:
-    """Severity, failing side and the consequence sentence of ``kind`` in ``direction``."""
+    """Severity, failing side and the consequence sentence of ``kind`` in ``direction``
+    (for values of ``model``)."""
     to_server = direction is Direction.CLIENT_TO_SERVER
     rejects = (
-        "the server rejects actions that old clients send"
+        f"the server rejects {_SENT.get(model, 'actions that old clients send')}"
         if to_server
         else "old clients cannot decode what the server sends"
     )
@@ -579,9 +584,10 @@ def diff_schemas(
     """Classify every difference between two sets of contract schemas.
 
     Args:
-        old: the locked schemas, keyed ``action``/``observation``/``state`` and
-            ``reset_options`` (client→server) when present (other keys are compared as
-            server→client models).
+        old: the locked schemas, keyed ``action``/``observation``/``state`` and, when
+            present, ``reset_options`` and ``snapshot`` (both client→server: the current
+            server must restore every snapshot taken under the locked contract); other
+            keys are compared as server→client models.
         new: the current schemas, same keys.
         tolerant_readers: clients ignore object keys they do not know. When False (the
             safe default: a client validating with the locked models rejects unknown keys
@@ -609,7 +615,11 @@ def diff_schemas(
             findings = differ.findings
         for f in findings:
             severity, side, why = _severity(
-                f.kind, direction, old_closed=f.closed, tolerant_readers=tolerant_readers
+                f.kind,
+                direction,
+                old_closed=f.closed,
+                tolerant_readers=tolerant_readers,
+                model=model,
             )
             changes.append(
                 Change(

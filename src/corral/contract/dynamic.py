@@ -67,7 +67,6 @@ import re
 import uuid
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, Optional, TypeVar, Union, cast, overload
-from urllib.parse import unquote
 
 import pydantic
 from pydantic import (
@@ -83,6 +82,7 @@ from pydantic import (
 from pydantic_core import SchemaError, SchemaValidator, core_schema
 
 from corral.contract.models import OMIT_EMPTY, Action, Observation, State, omitted_when_empty
+from corral.contract.refs import RefError, SchemaReader, pointer_parts
 from corral.contract.schema import canonical_schema
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -418,14 +418,6 @@ def _python_name(prop: str, taken: set[str]) -> str:
     return candidate
 
 
-def _pointer_parts(ref: str) -> list[str] | None:
-    if ref == "#":
-        return []
-    if not ref.startswith("#/"):
-        return None
-    return [unquote(p).replace("~1", "/").replace("~0", "~") for p in ref[2:].split("/")]
-
-
 def _qualname(text: str) -> str:
     # Pydantic names $defs entries after the class's __qualname__, so using the original
     # definition key keeps the regenerated schema (and its fingerprint) identical.
@@ -440,6 +432,7 @@ class _Translator:
 
     def __init__(self, document: dict[str, Any]) -> None:
         self.document = document
+        self.reader = SchemaReader(document)
         self.types: dict[str, Any] = {}
         self.refnames: dict[str, str] = {}
         self.building: set[str] = set()
@@ -453,18 +446,13 @@ class _Translator:
     # references
 
     def resolve(self, ref: str) -> dict[str, Any] | None:
-        parts = _pointer_parts(ref)
-        if parts is None:
+        # One reference at a time: a chain is followed by translating each target, whose
+        # cycles the ``building`` set turns into forward references (recursive models).
+        try:
+            target = self.reader.target(ref)
+        except RefError:
             return None
-        node: Any = self.document
-        for part in parts:
-            if isinstance(node, dict) and part in node:
-                node = node[part]
-            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
-            else:
-                return None
-        return node if isinstance(node, dict) else None
+        return target if isinstance(target, dict) else None
 
     def ref(self, ref: str) -> Any:
         if ref in self.types:
@@ -476,7 +464,7 @@ class _Translator:
         target = self.resolve(ref)
         if target is None:
             return Any
-        parts = _pointer_parts(ref) or []
+        parts = pointer_parts(ref) or []
         key = parts[-1] if parts else str(target.get("title") or "Model")
         self.building.add(ref)
         try:

@@ -6,7 +6,9 @@
         def state(self): ...
 
 The generic parameters declare the contract; ``reset``, ``step`` and ``state`` may be
-plain methods (run off the server's event loop) or ``async def`` (awaited on it).
+plain methods (run off the server's event loop) or ``async def`` (awaited on it). An
+environment may also declare a typed snapshot of its state, ``snapshot`` and ``restore``
+(see :mod:`corral.contract.snapshot`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pydantic import BaseModel
 from corral.contract.models import Action, Observation, State
 from corral.contract.options import reset_options_model
 from corral.contract.schema import Contract, parse_semver
+from corral.contract.snapshot import Snapshot, snapshot_model
 from corral.contract.tasks import Task
 from corral.contract.wiresafe import make_wire_safe
 
@@ -54,6 +57,9 @@ class Environment(Generic[ActT, ObsT, StateT]):
         reset_options_type: the reset options' model, published in ``/schema`` and
             checked by the server (default: inferred from the ``reset`` signature; see
             :mod:`corral.contract.options`).
+        snapshot_type: the :class:`~corral.contract.snapshot.Snapshot` model
+            :meth:`snapshot` returns and :meth:`restore` takes (default: inferred from
+            ``snapshot()``'s return annotation; None: the environment has no snapshots).
 
     The optional *tasks face* (:meth:`splits`, :meth:`num_tasks`, :meth:`task`) publishes
     a dataset of tasks; an environment that has one accepts ``reset(split=..., index=...)``
@@ -72,6 +78,7 @@ class Environment(Generic[ActT, ObsT, StateT]):
     action_migrations: ClassVar[dict[int, ActionMigration]] = {}
     task_type: ClassVar[type[Task]] = Task
     reset_options_type: ClassVar[type[BaseModel] | None] = None
+    snapshot_type: ClassVar[type[Snapshot] | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -90,6 +97,7 @@ class Environment(Generic[ActT, ObsT, StateT]):
                 f"{cls.__name__}.task_type must be a subclass of corral.contract.tasks.Task, "
                 f"got {cls.task_type!r}"
             )
+        cls.snapshot_type = snapshot_model(cls, Environment.snapshot, Environment.restore)
 
     def reset(self, seed: int | None = None, **options: Any) -> ObsT:
         """Start a new episode and return its first observation."""
@@ -105,6 +113,25 @@ class Environment(Generic[ActT, ObsT, StateT]):
 
     def close(self) -> None:
         """Release the environment's resources; called once when its session ends."""
+
+    # The optional snapshot face (see corral.contract.snapshot): override both or neither.
+
+    def snapshot(self) -> Snapshot:
+        """The environment's whole state as its :attr:`snapshot_type` model.
+
+        May be called in any phase of a session, before the first ``reset`` included.
+        """
+        raise NotImplementedError(f"{type(self).__name__} declares no snapshots")
+
+    def restore(self, snapshot: Any) -> ObsT:
+        """Rebuild the state ``snapshot`` captured, on a fresh instance, and return the
+        observation of that state (as if the last ``reset``/``step`` had returned it)."""
+        raise NotImplementedError(f"{type(self).__name__} declares no snapshots")
+
+    @classmethod
+    def has_snapshots(cls) -> bool:
+        """True when the environment declares a snapshot model."""
+        return cls.snapshot_type is not None
 
     # Optional web-UI hooks (OpenEnv's ``render_web`` / ``web_actions`` map onto them).
     # The server calls them on a short-lived instance of its own, not on a session's: they
@@ -175,6 +202,7 @@ class Environment(Generic[ActT, ObsT, StateT]):
             reset_options=reset_options_model(
                 cls.reset, cls.reset_options_type, cls.name or cls.__name__
             ),
+            snapshot=cls.snapshot_type,
         )
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from corral.contract.refs import RefError, SchemaReader
+
 
 def schema_validator(schema: dict[str, Any]) -> Any:
     """A JSON Schema (2020-12) validator of ``schema``.
@@ -41,20 +43,21 @@ def schema_problem(schema: dict[str, Any], instance: Any) -> str | None:
 
 
 def _resolve(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
-    ref = node.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#/"):
-        target: Any = schema
-        for part in ref[2:].split("/"):
-            target = target.get(part, {}) if isinstance(target, dict) else {}
-        return _resolve(schema, target) if isinstance(target, dict) else {}
-    return node
+    """``node`` with its references followed.
+
+    Raises:
+        RefError: a reference does not resolve or is a cycle (a ``ValueError``).
+    """
+    return dict(SchemaReader(schema).deref(node))
 
 
 def example_for(schema: dict[str, Any], node: dict[str, Any] | None = None, depth: int = 0) -> Any:
     """A small instance of ``node`` (default: the whole ``schema``), or raise ValueError.
 
     Uses ``examples``/``default``/``const``/``enum`` where the schema gives them, else
-    the smallest value its constraints allow. The caller validates the result.
+    the smallest value its constraints allow. The caller validates the result. A
+    reference that does not resolve, or a cycle of references, is a ``ValueError``
+    (:class:`~corral.contract.refs.RefError`), never a ``RecursionError``.
     """
     node = _resolve(schema, schema if node is None else node)
     if depth > 12:
@@ -109,7 +112,10 @@ def invalid_action_for(schema: dict[str, Any], valid: dict[str, Any]) -> dict[st
     if schema.get("additionalProperties") is False:
         candidates.append({**valid, "__corral_validate_unknown__": 1})
     for name, prop in schema.get("properties", {}).items():
-        kind = _resolve(schema, prop).get("type")
+        try:
+            kind = _resolve(schema, prop).get("type")
+        except RefError:
+            continue
         wrong = {"string": 12345, "integer": "x", "number": "x", "boolean": "x"}.get(str(kind))
         if wrong is not None:
             candidates.append({**valid, name: wrong})

@@ -34,7 +34,7 @@ class SchemaLock:
         contract_version: the contract's semantic version when locked.
         fingerprint: the fingerprint of ``schemas``.
         schemas: the JSON Schemas keyed ``action``, ``observation``, ``state`` (and
-            ``reset_options`` when the environment has that model).
+            ``reset_options`` and ``snapshot`` when the environment has those models).
     """
 
     name: str

@@ -35,7 +35,12 @@ def omitted_when_empty(value: Any) -> bool:
 
 
 class WireModel(BaseModel):
-    """Base of the contract models: checked for wire safety when subclassed."""
+    """Base of the contract models: checked for wire safety when subclassed.
+
+    Equality is pydantic's, except that models holding numpy arrays compare them by
+    dtype, shape and values (pydantic's ``==`` raises numpy's "truth value of an array
+    is ambiguous" for them; see :func:`corral.contract.arrays.values_equal`).
+    """
 
     model_config = _BASE_CONFIG
 
@@ -43,6 +48,17 @@ class WireModel(BaseModel):
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
         super().__pydantic_init_subclass__(**kwargs)
         make_wire_safe(cls)
+
+    def __eq__(self, other: object) -> bool:
+        try:
+            return super().__eq__(other)
+        except ValueError:  # an array field: element-wise ``==`` has no truth value
+            if not isinstance(other, BaseModel):
+                return NotImplemented
+            # Only reached with arrays in the model, so numpy is installed.
+            from corral.contract.arrays import models_equal
+
+            return models_equal(self, other)
 
 
 class Action(WireModel):

@@ -1,7 +1,8 @@
 """Schema export, fingerprints and contract versions.
 
 The fingerprint is a SHA-256 over the canonical JSON Schemas of Action, Observation and
-State with annotation-only keywords (titles, descriptions, examples) removed: renaming a
+State (and of the reset options and snapshot models, for environments that have them)
+with annotation-only keywords (titles, descriptions, examples) removed: renaming a
 docstring does not change it, adding, removing or retyping a field does.
 """
 
@@ -114,14 +115,19 @@ class Contract:
     state: type[BaseModel]
     reset_options: type[BaseModel] | None = None
     """The reset options' model (see :mod:`corral.contract.options`), if it has one."""
+    snapshot: type[BaseModel] | None = None
+    """The snapshot model (see :mod:`corral.contract.snapshot`), if it declares one."""
 
     @cached_property
     def schemas(self) -> dict[str, dict[str, Any]]:
-        """The JSON Schemas of action, observation and state, and ``reset_options``
-        when the environment has a model for them."""
+        """The JSON Schemas of action, observation and state, and ``reset_options`` and
+        ``snapshot`` when the environment has those models (only then: the fingerprint
+        of a contract without them is the same as before they existed)."""
         schemas = model_schemas(self.action, self.observation, self.state)
         if self.reset_options is not None:
             schemas["reset_options"] = self.reset_options.model_json_schema()
+        if self.snapshot is not None:
+            schemas["snapshot"] = self.snapshot.model_json_schema()
         return schemas
 
     @cached_property

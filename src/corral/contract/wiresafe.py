@@ -440,8 +440,36 @@ def check_model(model: type[BaseModel]) -> dict[str, Any]:
     return rewrites
 
 
+def _validates_default(tp: Any) -> bool:
+    """True when ``tp`` holds metadata asking for its defaults to be validated (an array
+    field: its default, nested lists, must become an array like any value)."""
+    if get_origin(tp) is Annotated:
+        base, *meta = get_args(tp)
+        return any(getattr(m, "validates_default", False) is True for m in meta) or (
+            _validates_default(base)
+        )
+    return any(_validates_default(arg) for arg in get_args(tp) if arg is not Ellipsis)
+
+
+def _unvalidated_defaults(model: type[BaseModel]) -> list[str]:
+    """The fields with a default that must be validated but is not yet."""
+    names = []
+    for name, info in model.model_fields.items():
+        if info.validate_default or (info.default_factory is None and info.default is None):
+            continue
+        if info.is_required():
+            continue
+        annotation = (
+            Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+        )
+        if _validates_default(annotation):
+            names.append(name)
+    return names
+
+
 def make_wire_safe(model: type[BaseModel]) -> None:
-    """Check ``model`` and wire its ``to_json``/``from_json`` fields into pydantic.
+    """Check ``model`` and wire its ``to_json``/``from_json`` fields into pydantic; make
+    the defaults of its array fields validated (so a list default becomes an array).
 
     Called for every subclass of corral's contract models when the class is defined;
     call it yourself for other pydantic models you serve.
@@ -450,8 +478,11 @@ def make_wire_safe(model: type[BaseModel]) -> None:
         WireSafetyError: naming each field that cannot cross the wire.
     """
     rewrites = check_model(model)
-    if not rewrites:
+    defaults = _unvalidated_defaults(model)
+    if not rewrites and not defaults:
         return
     for name, annotation in rewrites.items():
         model.model_fields[name].annotation = annotation
+    for name in defaults:
+        model.model_fields[name].validate_default = True
     model.model_rebuild(force=True)

@@ -2,7 +2,8 @@
 
 Used by the benchmarks and tests, and as the reference for wire compatibility (it has
 the same shape as OpenEnv's echo env). The reward is ``0.1 * len(message)``; the episode
-ends after ``max_steps`` steps (a truncation) or when the message is ``"bye"``.
+ends after ``max_steps`` steps (a truncation) or when the message is ``"bye"``. Its
+sessions can be snapshotted and restored (:class:`EchoSnapshot`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 from pydantic import Field
 
-from corral.contract import Action, Environment, Observation, State
+from corral.contract import Action, Environment, Observation, Snapshot, State
 
 
 class EchoAction(Action):
@@ -34,6 +35,15 @@ class EchoState(State):
     total_length: int = 0
 
 
+class EchoSnapshot(Snapshot):
+    """An echo session: its state, and what its last observation is made of (the seed
+    its reset said, the message its last step echoed)."""
+
+    state: EchoState
+    seed: int | None = None
+    message: str | None = None
+
+
 class EchoEnv(Environment[EchoAction, EchoObservation, EchoState]):
     """Echo each message; ``"bye"`` terminates, ``max_steps`` truncates."""
 
@@ -48,25 +58,53 @@ class EchoEnv(Environment[EchoAction, EchoObservation, EchoState]):
         # assignment costs a quarter of this env's step (OpenEnv's echo env, which the
         # benchmarks compare against, keeps it outside its state the same way).
         self._total_length = 0
+        # What the last observation was made of, for a snapshot: two references, not
+        # the observation (sessions are kept small; it is rebuilt on restore).
+        self._seed: int | None = None
+        self._message: str | None = None
 
     def reset(self, seed: int | None = None, **options: Any) -> EchoObservation:
         episode_id = options.get("episode_id")
         self._state = EchoState(episode_id=str(episode_id or uuid.uuid4()))
         self._total_length = 0
-        return EchoObservation(echoed_message="ready", metadata={"seed": seed})
+        self._seed, self._message = seed, None
+        return self._ready(seed)
 
     def step(self, action: EchoAction) -> EchoObservation:
-        state = self._state
-        state.step_count += 1
+        self._state.step_count += 1
         self._total_length += len(action.message)
+        self._message = action.message
+        return self._echo(action.message)
+
+    @staticmethod
+    def _ready(seed: int | None) -> EchoObservation:
+        """The observation of a reset with ``seed``."""
+        return EchoObservation(echoed_message="ready", metadata={"seed": seed})
+
+    def _echo(self, message: str) -> EchoObservation:
+        """The observation of a step that echoed ``message`` (the step counted)."""
+        ended = self._state.step_count >= self.max_steps
         return EchoObservation(
-            echoed_message=action.message,
-            message_length=len(action.message),
-            reward=0.1 * len(action.message),
-            done=action.message == "bye" or state.step_count >= self.max_steps,
-            truncated=action.message != "bye" and state.step_count >= self.max_steps,
+            echoed_message=message,
+            message_length=len(message),
+            reward=0.1 * len(message),
+            done=message == "bye" or ended,
+            truncated=message != "bye" and ended,
         )
 
     def state(self) -> EchoState:
         self._state.total_length = self._total_length
         return self._state
+
+    def snapshot(self) -> EchoSnapshot:
+        return EchoSnapshot(state=self.state().model_copy(), seed=self._seed, message=self._message)
+
+    def restore(self, snapshot: EchoSnapshot) -> EchoObservation:
+        self._state = snapshot.state.model_copy()
+        self._total_length = self._state.total_length
+        self._seed, self._message = snapshot.seed, snapshot.message
+        if snapshot.message is not None:
+            return self._echo(snapshot.message)
+        if self._state.episode_id is None:  # never reset
+            return EchoObservation()
+        return self._ready(snapshot.seed)

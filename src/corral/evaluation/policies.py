@@ -32,6 +32,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from corral.contract import Environment
+from corral.contract.refs import RefError, SchemaReader
 from corral.contract.tasks import TaskRef
 from corral.server.target import TargetError, load_target
 
@@ -196,7 +197,7 @@ class SchemaSampler:
         if not isinstance(node, Mapping) or depth > 8:
             return None
         if "$ref" in node:
-            return self._value(self._resolve(node["$ref"]), rng, depth + 1)
+            return self._value(self._resolve(node), rng, depth + 1)
         if "const" in node:
             return node["const"]
         if isinstance(node.get("enum"), list) and node["enum"]:
@@ -235,11 +236,13 @@ class SchemaSampler:
             }
         return None
 
-    def _resolve(self, ref: str) -> Any:
-        node: Any = self.schema
-        for part in ref.lstrip("#/").split("/"):
-            node = node.get(part, {}) if isinstance(node, Mapping) else {}
-        return node
+    def _resolve(self, node: Mapping[str, Any]) -> Any:
+        """``node`` with its references followed (one rule: :mod:`corral.contract.refs`);
+        None, drawing nothing, for one that does not resolve or a cycle."""
+        try:
+            return SchemaReader(self.schema).deref(node)
+        except RefError:
+            return None
 
     @staticmethod
     def _number(node: Mapping[str, Any], rng: random.Random, *, integer: bool) -> float | int:

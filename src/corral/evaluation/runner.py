@@ -36,11 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
 
 from corral.auth import bearer_header, resolve_token
+from corral.client.dialers import Dialer
 from corral.client.pool import AutoresetMode, EnvPool, ServerHandle
 from corral.contract import Environment, Observation
 from corral.contract.tasks import TaskRef
@@ -119,6 +119,7 @@ async def evaluate(
     token: str | None = None,
     parquet: bool = False,
     dataset: bool = False,
+    dialer: Dialer | None = None,
 ) -> EvalSummary:
     """Evaluate a policy (see the module docstring); returns the run's summary.
 
@@ -145,6 +146,8 @@ async def evaluate(
         codec / token: the pool's codec and bearer token.
         parquet / dataset: also export ``episodes.parquet`` / ``dataset/`` (needs the
             ``datasets`` extra).
+        dialer: what reaches the servers, sockets and HTTP (default: the network's;
+            :mod:`corral.testing`'s in-process servers give theirs).
 
     Raises:
         EvalError: bad settings, a run in ``out`` with other settings, an unknown
@@ -170,6 +173,7 @@ async def evaluate(
         console=console or Console(stderr=True),
         codec=codec,
         token=token,
+        dialer=dialer,
     )
     summary = await run.run()
     if parquet:
@@ -201,6 +205,7 @@ class _Evaluation:
         console: Console,
         codec: str,
         token: str | None,
+        dialer: Dialer | None = None,
     ) -> None:
         if (
             concurrency < 1
@@ -228,6 +233,7 @@ class _Evaluation:
         self.console = console
         self.codec = codec
         self.token = resolve_token(token)
+        self.dialer = dialer
         self.queue: deque[tuple[int, int]] = deque()
         self.running: dict[int, _Running] = {}
         self.failures: dict[int, int] = {}
@@ -253,9 +259,10 @@ class _Evaluation:
             on_error="return",
             progress=False,
             max_in_flight=max(4, self.concurrency),
+            dialer=self.dialer,
         )
         async with pool:
-            info, tasks = await self._describe(pool.server_urls[0])
+            info, tasks = await self._describe(pool.server_urls[0], pool.fleet.dialer)
             planned = self.wanted or (tasks if tasks is not None else 10)
             policy, closer = early or self._policy(pool.action_type, info)
             started = time.perf_counter()
@@ -309,12 +316,10 @@ class _Evaluation:
         self.finished, self.successes = todo.finished, todo.successes
         return settings
 
-    async def _describe(self, url: str) -> tuple[EnvInfo, int | None]:
+    async def _describe(self, url: str, dialer: Dialer) -> tuple[EnvInfo, int | None]:
         """The served environment (name, contract, schemas) and the split's task count."""
         headers = bearer_header(self.token) if self.token else {}
-        async with httpx.AsyncClient(
-            base_url=url, headers=headers, timeout=30, trust_env=False
-        ) as http:
+        async with dialer.http(base_url=url, headers=headers, timeout=30) as http:
             schema = (await http.get("/schema")).json()
             metadata = (await http.get("/metadata")).json()
             info = EnvInfo(

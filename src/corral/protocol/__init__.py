@@ -6,11 +6,15 @@ client and any third-party transport all drive these pure functions and classes:
 :mod:`~corral.protocol.server` (a server connection: frames in, events and frames out),
 :mod:`~corral.protocol.session` (one session's lifecycle table, reply cache and
 ``admit``), :mod:`~corral.protocol.registry` (the server's sessions) and
-:mod:`~corral.protocol.client` (the client's request tracking and session book).
+:mod:`~corral.protocol.client` (a client connection's state table, with its request
+tracker, :mod:`~corral.protocol.client_requests`, and session book,
+:mod:`~corral.protocol.client_sessions`).
 """
 
 from corral.protocol.batch import BatchRequest, ResetBatch, StepBatch
-from corral.protocol.client import ClientProtocol, RequestTracker, SessionBook
+from corral.protocol.client import ClientProtocol
+from corral.protocol.client_requests import RequestTracker
+from corral.protocol.client_sessions import SessionBook
 from corral.protocol.codecs import PROTOCOL, Codec, JsonCodec, MsgpackCodec, get_codec
 from corral.protocol.handshake import Compat, negotiate
 from corral.protocol.messages import REPLIES, REQUESTS, parse_reply, parse_request

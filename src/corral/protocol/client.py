@@ -1,45 +1,71 @@
-"""The client side of one ``corral/1`` connection, sans I/O.
+"""The client side of one ``corral/1`` connection, sans I/O: a state table and its feeders.
+
+    IDLE --connect--> DIALING --opened--> GREETING --welcomed--> ATTACHING --ready--> OPEN
+                                                   --ready------------------------->
+    OPEN --dropped--> WAITING --timer--> REDIALING --opened--> REGREETING ... --ready--> OPEN
+    a first connect that fails --> IDLE;  a resume that cannot go on --> FAILED --connect-->
+    any --close--> CLOSED
 
 :class:`ClientProtocol` makes every decision of a client connection; the socket code
-around it (:mod:`corral.client.connection`, or any other transport) only writes the
-frames it returns, feeds it the frames that arrive, and tells it when the socket opened
-or dropped. It keeps:
+around it (:class:`corral.client.connection.Connection`, or any other transport) only
+feeds it what happened and does what it returns. From the socket side there are three
+entry points: :meth:`~ClientProtocol.opened` (a socket is up: the ``hello`` to write),
+:meth:`~ClientProtocol.receive` (a frame arrived) and :meth:`~ClientProtocol.lost` (the
+socket dropped, could not be opened, or its handshake failed or overran); from the
+caller's side :meth:`~ClientProtocol.connect`, :meth:`~ClientProtocol.send` (a request
+out) and :meth:`~ClientProtocol.close`; and from the clock
+:meth:`~ClientProtocol.timer_fired` (the reconnect backoff elapsed) and
+:meth:`~ClientProtocol.timed_out` (a request's deadline passed). What the transport must
+do next comes back as an :class:`Actions` (frames to write, waiters to fail, a socket to
+drop, a backoff to wait, an attempt settled), a reply as an :class:`Answer`.
 
-* **request tracking** (:class:`RequestTracker`): each request gets a fresh id; a reply
-  is matched by id, so replies may arrive in any order. A request the caller gave up on
-  (timeout, cancellation) is *forgotten*: its reply, if it ever arrives, is counted as
-  stale and dropped, never taken as the answer to the next call. Ids are never reused.
-* **the session book** (:class:`SessionBook`): the live sessions with their resume
-  tokens, the server instance they live on, and the sessions known to be gone (a request
-  for one fails at once with :class:`~corral.errors.SessionLost` and the reason).
-* **the reconnect plan.** When an open connection drops, requests bound to that socket
-  (``hello``, ``attach``) fail; the others stay outstanding. On the next socket,
-  after ``hello``/``welcome``: a new server instance loses every session (its episodes
-  are gone); each live session is re-attached with its token (one the server no longer
-  has is lost); the requests of lost sessions fail with ``SessionLost``; and every
-  request still unanswered is re-sent *with its original id*, so the server's reply
-  cache answers one it already ran (at most once) and runs one it never saw (never
-  lost). Requests sent while the connection is being re-established wait for that
-  re-send. The backoff between attempts (:class:`ReconnectPolicy`) and when to give up
-  are decided here too.
+:data:`TRANSITIONS` is the one place that decides where the connection goes next (the
+h11 ``_state.py`` school, like :data:`corral.protocol.session.LIFECYCLE`), and
+:data:`ADMISSION` what a new request meets in each state: written now (``OPEN``), held
+for the resume (``WAITING`` and the ``RE``-states), or refused (not connected, failed,
+closed). The handshake is part of the table: the protocol object sends ``hello`` and the
+re-attaches itself and reads their replies from the frames, so the transport never
+sequences it. The rules it keeps:
+
+* **request ids** (:class:`~corral.protocol.client_requests.RequestTracker`): fresh,
+  never reused; replies matched by id in any order; a reply to a request its caller gave
+  up on is stale and dropped, never taken as the answer to the next call.
+* **sessions** (:class:`~corral.protocol.client_sessions.SessionBook`, a table of its
+  own): live ones with their resume tokens, lost ones with the reason; a request for a
+  lost session fails at once with :class:`~corral.errors.SessionLost`.
+* **the reconnect plan.** When an open connection drops, the requests bound to that
+  socket (``hello``, ``attach``) are forgotten; the others stay outstanding. After the
+  next ``welcome``: a new server instance loses every session (its episodes are gone);
+  each live session is re-attached with its token (one the server no longer has is
+  lost); the requests of lost sessions fail with ``SessionLost``; and every request still
+  unanswered is re-sent *with its original id*, so the server's reply cache answers one
+  it already ran (at most once) and runs one it never saw (never lost). Requests sent
+  while the connection is being re-established wait for that re-send. The backoff
+  between attempts (:class:`ReconnectPolicy`) and when to give up are decided here.
+
+Where the fleet's decisions go: a server's drain notice (``going away by T``) is an
+unsolicited message, a new event of this table from ``OPEN`` (a ``DRAINING`` state that
+refuses new sessions while the open ones move); what happens to one session (it lives
+elsewhere, it is lost and restored or replayed) is the session book's table.
 
 The object never blocks and never reads a clock: a transport passes ``now`` where time
 matters and fires the delays it is given. Frames are encoded and decoded with the
 connection's codec; replies come out typed (:mod:`corral.protocol.messages`), an error
 reply already turned into its exception.
 
-The tracker, the session book and the backoff policy are in this module with the object
-because they are its state and are never used without it (~680 lines in all).
+Over 600 lines because the tables, their states and events, the backoff policy and the
+one object they drive are read together; the request tracker and the session book,
+which the object only consults, have modules of their own.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import random
-from collections.abc import Collection
-from dataclasses import dataclass
-from enum import Enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
 
 from corral.errors import (
     BadMessage,
@@ -47,8 +73,8 @@ from corral.errors import (
     ClientClosed,
     ConnectionLost,
     CorralError,
-    ErrorCode,
     FrameTooLarge,
+    InternalError,
     RequestTimeout,
     SessionLost,
     TooManyConnections,
@@ -56,6 +82,8 @@ from corral.errors import (
     UnknownSession,
 )
 from corral.protocol.batch import BatchReply, ResetBatch, StepBatch
+from corral.protocol.client_requests import BATCHES, RequestTracker, sessions_of
+from corral.protocol.client_sessions import SessionBook
 from corral.protocol.codecs import PROTOCOL, Codec, Frame
 from corral.protocol.handshake import MAX_RESUME_IDS
 from corral.protocol.messages import (
@@ -72,28 +100,161 @@ from corral.protocol.messages import (
     Reply,
     Request,
     Reset,
+    Restore,
+    Restored,
     Result,
+    SnapshotReply,
     StateReply,
     Step,
+    TakeSnapshot,
     Welcome,
     parse_reply,
 )
 
 _ANSWERS: dict[str, tuple[type[Reply], ...]] = {
-    Hello.type: (Welcome,),
     Open.type: (Opened,),
-    Attach.type: (Attached,),
     Reset.type: (Result,),
     Step.type: (Result,),
     GetState.type: (StateReply,),
     Close.type: (Closed,),
+    TakeSnapshot.type: (SnapshotReply,),
+    Restore.type: (Restored,),
     ResetBatch.type: (BatchReply,),
     StepBatch.type: (BatchReply,),
 }
-"""The reply type that answers each request type (besides ``error``)."""
+"""The reply type that answers each request type a caller sends (besides ``error``)."""
+
+_ACKING = (Reset, Step)
+"""The single-session requests that carry ``acked`` (a ``state`` changes nothing worth
+re-sending; ``attach``/``close`` are not steps of an episode)."""
 
 _RETRYABLE = (ConnectionLost, RequestTimeout, CapacityReached, TooManyConnections)
 """Failures of a reconnect attempt worth another attempt; anything else is final."""
+
+_NOT_ATTACHABLE = (SessionLost, UnknownSession, Unauthorized)
+"""Refusals of an ``attach`` that lose that session (any other failure fails the attempt)."""
+
+
+class ConnState(StrEnum):
+    """Where a connection is (see the module docstring's diagram)."""
+
+    IDLE = "idle"
+    """No socket: never connected, or a connect attempt failed (``connect()`` again)."""
+    DIALING = "dialing"
+    """``connect()``: the socket is being opened."""
+    GREETING = "greeting"
+    """``connect()``: the socket is up, ``hello`` sent."""
+    ATTACHING = "attaching"
+    """``connect()``: welcomed, the sessions this connection still carries re-attaching."""
+    OPEN = "open"
+    """Established: requests go out at once."""
+    WAITING = "waiting"
+    """The socket dropped: waiting out the backoff before the next attempt."""
+    REDIALING = "redialing"
+    """Resuming: the socket is being opened."""
+    REGREETING = "regreeting"
+    """Resuming: the socket is up, ``hello`` sent."""
+    REATTACHING = "reattaching"
+    """Resuming: welcomed, the live sessions re-attaching."""
+    FAILED = "failed"
+    """Gave up (no reconnects, out of budget, or refused for good): requests fail with
+    the reason until ``connect()`` again."""
+    CLOSED = "closed"
+    """Closed by this side; final."""
+
+
+class ConnEvent(StrEnum):
+    """What moves a connection (the entry point that decides it, in brackets)."""
+
+    CONNECT = "connect"
+    """The caller asks for a connection [connect]."""
+    OPENED = "opened"
+    """The socket is up; ``hello`` goes out [opened]."""
+    WELCOMED = "welcomed"
+    """``welcome`` came, with sessions to re-attach [receive]."""
+    READY = "ready"
+    """Nothing (more) to re-attach: established [receive]."""
+    DROPPED = "dropped"
+    """The attempt or the socket failed in a way worth another attempt [lost]."""
+    REFUSED = "refused"
+    """The attempt failed for good: a wrong token, contract or protocol [lost, receive]."""
+    EXHAUSTED = "exhausted"
+    """No reconnect policy, or its attempts or time ran out [lost]."""
+    TIMER = "timer"
+    """The backoff elapsed: dial again [timer_fired]."""
+    CLOSE = "close"
+    """Closed by this side [close]."""
+
+
+_S, _E = ConnState, ConnEvent
+_FIRST = (_S.DIALING, _S.GREETING, _S.ATTACHING)
+_RESUMING = (_S.REDIALING, _S.REGREETING, _S.REATTACHING)
+
+TRANSITIONS: Mapping[tuple[ConnState, ConnEvent], ConnState] = MappingProxyType(
+    {
+        (_S.IDLE, _E.CONNECT): _S.DIALING,
+        (_S.FAILED, _E.CONNECT): _S.DIALING,
+        # A first connect: its caller waits, and sees any failure at once.
+        (_S.DIALING, _E.OPENED): _S.GREETING,
+        (_S.GREETING, _E.WELCOMED): _S.ATTACHING,
+        (_S.GREETING, _E.READY): _S.OPEN,
+        (_S.ATTACHING, _E.READY): _S.OPEN,
+        **{(state, event): _S.IDLE for state in _FIRST for event in (_E.DROPPED, _E.REFUSED)},
+        # A drop of an open connection: back off, then the same steps again; requests wait.
+        (_S.OPEN, _E.DROPPED): _S.WAITING,
+        (_S.OPEN, _E.EXHAUSTED): _S.FAILED,
+        (_S.WAITING, _E.TIMER): _S.REDIALING,
+        (_S.REDIALING, _E.OPENED): _S.REGREETING,
+        (_S.REGREETING, _E.WELCOMED): _S.REATTACHING,
+        (_S.REGREETING, _E.READY): _S.OPEN,
+        (_S.REATTACHING, _E.READY): _S.OPEN,
+        **{(state, _E.DROPPED): _S.WAITING for state in _RESUMING},
+        **{(state, _E.REFUSED): _S.FAILED for state in _RESUMING},
+        **{(state, _E.EXHAUSTED): _S.FAILED for state in _RESUMING},
+        **{(state, _E.CLOSE): _S.CLOSED for state in _S if state is not _S.CLOSED},
+    }
+)
+"""(state, event) → the next state. A pair missing here is a transport bug (an event the
+state cannot take), reported as :class:`~corral.errors.InternalError`."""
+
+
+class Admit(StrEnum):
+    """What a new request meets (:data:`ADMISSION`)."""
+
+    SEND = "send"
+    """Written now."""
+    HOLD = "hold"
+    """Kept until the connection is back, then written with the re-sent ones."""
+    NOT_CONNECTED = "not_connected"
+    """``ConnectionLost``: connect first (or wait for the connect in progress)."""
+    FAILED = "failed"
+    """The connection's failure, for this request."""
+    CLOSED = "closed"
+    """``ClientClosed``."""
+
+
+ADMISSION: Mapping[ConnState, Admit] = MappingProxyType(
+    {
+        _S.IDLE: Admit.NOT_CONNECTED,
+        _S.DIALING: Admit.NOT_CONNECTED,
+        _S.GREETING: Admit.NOT_CONNECTED,
+        _S.ATTACHING: Admit.NOT_CONNECTED,
+        _S.OPEN: Admit.SEND,
+        _S.WAITING: Admit.HOLD,
+        _S.REDIALING: Admit.HOLD,
+        _S.REGREETING: Admit.HOLD,
+        _S.REATTACHING: Admit.HOLD,
+        _S.FAILED: Admit.FAILED,
+        _S.CLOSED: Admit.CLOSED,
+    }
+)
+"""State → what a new request meets there."""
+
+RESUMING: frozenset[ConnState] = frozenset({_S.WAITING, *_RESUMING})
+"""The states of a connection re-establishing itself after a drop."""
+
+WITH_SOCKET: frozenset[ConnState] = frozenset({*_FIRST, *_RESUMING, _S.OPEN})
+"""The states with a socket of the current generation, being opened or in use."""
 
 
 @dataclass(frozen=True)
@@ -150,245 +311,6 @@ class ReconnectPolicy:
 
 
 @dataclass(slots=True)
-class Outstanding:
-    """A request waiting for its reply.
-
-    Attributes:
-        request: the request as built (with its id).
-        frame: its encoded frame, kept for re-sending.
-        replay: re-send it after a reconnect; False for requests bound to one socket
-            (``hello``, ``attach``), which a reconnect issues afresh.
-        sent: the socket generation it was last sent on (-1: not sent yet).
-    """
-
-    request: Request
-    frame: Frame
-    replay: bool = True
-    sent: int = -1
-
-    @property
-    def session(self) -> str | None:
-        """The session the request addresses, if it names one (batches name none)."""
-        session = getattr(self.request, "session", None)
-        return session if isinstance(session, str) else None
-
-
-_BATCHES = (ResetBatch, StepBatch)
-_ACKING = (Reset, Step)
-"""The single-session requests that carry ``acked`` (a ``state`` changes nothing worth
-re-sending; ``attach``/``close`` are not steps of an episode)."""
-
-
-def sessions_of(batch: ResetBatch | StepBatch) -> frozenset[str]:
-    """The sessions a batch names."""
-    return frozenset([item.session for item in batch.items if item.session is not None])
-
-
-class RequestTracker:
-    """Assigns request ids and matches replies to outstanding requests, and knows which
-    sessions have one outstanding (for the ``acked`` flag, :meth:`holds_replies`)."""
-
-    def __init__(self, start: int = 1) -> None:
-        self._ids = itertools.count(start)
-        self._pending: dict[int, Outstanding] = {}
-        # Sessions with outstanding requests: single-session requests counted by session,
-        # batches by their sets (a connection has a few batches out, and a batch's set is
-        # checked and built in C, not item by item).
-        self._singles: dict[str, int] = {}
-        self._batches: dict[int, frozenset[str]] = {}
-        self.stale = 0
-        """How many replies arrived for requests no longer waited for."""
-
-    def next_id(self) -> int:
-        """A fresh request id (never reused)."""
-        return next(self._ids)
-
-    def holds_replies(self, sessions: Collection[str]) -> bool:
-        """True when no request of ``sessions`` is outstanding: this side holds the reply
-        of every request it sent them (a new request may say so, ``acked``)."""
-        if not self._singles.keys().isdisjoint(sessions):
-            return False
-        return all(pending.isdisjoint(sessions) for pending in self._batches.values())
-
-    def add(
-        self,
-        request: Request,
-        frame: Frame,
-        *,
-        replay: bool = True,
-        batch_sessions: frozenset[str] | None = None,
-    ) -> Outstanding:
-        """Mark ``request`` outstanding until its reply (or :meth:`forget`);
-        ``batch_sessions``: a batch's sessions, when the caller has them already."""
-        entry = Outstanding(request, frame, replay)
-        rid = request.id
-        self._pending[rid] = entry
-        if isinstance(request, _BATCHES):
-            self._batches[rid] = sessions_of(request) if batch_sessions is None else batch_sessions
-        else:
-            session = entry.session
-            if session is not None:
-                self._singles[session] = self._singles.get(session, 0) + 1
-        return entry
-
-    def _drop(self, entry: Outstanding) -> None:
-        if self._batches.pop(entry.request.id, None) is not None:
-            return
-        session = entry.session
-        if session is not None:
-            left = self._singles.get(session, 0) - 1
-            if left > 0:
-                self._singles[session] = left
-            else:
-                self._singles.pop(session, None)
-
-    def get(self, request_id: int) -> Outstanding | None:
-        """The outstanding request ``request_id``, if it still waits."""
-        return self._pending.get(request_id)
-
-    def forget(self, request_id: int) -> None:
-        """Stop waiting for ``request_id`` (e.g. after a timeout)."""
-        entry = self._pending.pop(request_id, None)
-        if entry is not None:
-            self._drop(entry)
-
-    def forget_all(self) -> list[int]:
-        """Stop waiting for everything; return the ids that were outstanding."""
-        ids = list(self._pending)
-        self._pending.clear()
-        self._singles.clear()
-        self._batches.clear()
-        return ids
-
-    def outstanding(self) -> dict[int, str]:
-        """The ids (and request types) still waiting for a reply."""
-        return {rid: entry.request.type for rid, entry in self._pending.items()}
-
-    def unsent(self, generation: int) -> list[Outstanding]:
-        """Replayable requests not yet sent on socket ``generation``, oldest first."""
-        return [
-            entry
-            for _, entry in sorted(self._pending.items())
-            if entry.replay and entry.sent != generation
-        ]
-
-    def bound_to_socket(self) -> list[int]:
-        """Ids of outstanding requests that die with their socket (not replayable)."""
-        return [rid for rid, entry in self._pending.items() if not entry.replay]
-
-    def of_sessions(self, sessions: set[str] | dict[str, str]) -> list[int]:
-        """Ids of outstanding requests addressing any of ``sessions``."""
-        return [rid for rid, entry in self._pending.items() if entry.session in sessions]
-
-    def match(self, reply: Reply) -> Outstanding | None:
-        """The request ``reply`` answers (no longer outstanding), or None: unsolicited
-        (an error without id) or stale (counted)."""
-        if reply.id is None:
-            return None
-        entry = self._pending.pop(reply.id, None)
-        if entry is None:
-            self.stale += 1
-        else:
-            self._drop(entry)
-        return entry
-
-
-class SessionBook:
-    """The sessions one connection carries: live ones (with tokens) and lost ones.
-
-    Fed with every matched reply (:meth:`observe`), it learns sessions from ``opened``
-    and ``attached`` replies, drops them on ``closed``, and marks them lost when the
-    server says they are gone. A reconnect re-attaches :attr:`live`; a request for a
-    lost session fails at once with :class:`SessionLost` and its reason.
-    """
-
-    def __init__(self) -> None:
-        self.live: dict[str, str] = {}
-        """Live session id → resume token."""
-        self.lost: dict[str, str] = {}
-        """Lost session id → why it is gone."""
-        self.instance: str | None = None
-        """The server instance the live sessions belong to."""
-
-    def observe(self, reply: Reply) -> None:
-        """Learn from one matched reply."""
-        if isinstance(reply, (Opened, Attached)):
-            self.live[reply.session] = reply.token
-            self.lost.pop(reply.session, None)
-        elif isinstance(reply, Closed):
-            self.live.pop(reply.session, None)
-        elif isinstance(reply, ErrorReply) and reply.session is not None:
-            if reply.code == ErrorCode.SESSION_LOST:
-                self.lose(reply.session, str(reply.details.get("reason") or reply.message))
-            elif reply.code == ErrorCode.STEP_TIMEOUT:
-                self.lose(reply.session, "a call overran the server's step timeout")
-
-    def lose(self, session: str, reason: str) -> None:
-        """Mark ``session`` as gone for ``reason``."""
-        self.live.pop(session, None)
-        self.lost[session] = reason
-
-    def forget(self, session: str) -> None:
-        """Stop tracking ``session`` (closed by this side)."""
-        self.live.pop(session, None)
-        self.lost.pop(session, None)
-
-    def reason(self, session: str) -> str | None:
-        """Why ``session`` is gone, or None if it is not known to be."""
-        return self.lost.get(session)
-
-    def lost_error(self, session: str, request_id: int | None = None) -> SessionLost:
-        """The :class:`SessionLost` to raise for a request of lost ``session``."""
-        reason = self.lost.get(session, "unknown")
-        return SessionLost(
-            f"session {session} is gone: {reason}",
-            details={"reason": reason, "session": session},
-            request_id=request_id,
-        )
-
-    def welcome(self, instance: str | None) -> list[str]:
-        """Record the server ``instance`` of a new handshake.
-
-        Returns the sessions lost because the instance changed (the server restarted, so
-        every episode it held is gone); they are marked lost here.
-        """
-        if instance is None:
-            return []
-        previous, self.instance = self.instance, instance
-        if previous is None or previous == instance:
-            return []
-        gone = list(self.live)
-        for sid in gone:
-            self.lose(
-                sid,
-                f"the server restarted (instance {previous[:12]} is now {instance[:12]}); "
-                "its episodes are gone",
-            )
-        return gone
-
-
-class AfterLoss(Enum):
-    """What the transport does after a socket dropped (see :meth:`ClientProtocol.lost`)."""
-
-    NOTHING = "nothing"
-    """The socket was not open yet: the connect attempt in progress sees the failure."""
-    RECONNECT = "reconnect"
-    """Start re-establishing (backoff from :meth:`ClientProtocol.retry_delay`)."""
-    FAIL = "fail"
-    """No reconnects: fail every waiting request with the loss."""
-
-
-@dataclass(slots=True)
-class Loss:
-    """A dropped socket: the requests that died with it, and what to do next."""
-
-    error: ConnectionLost
-    failed: list[int]
-    """Ids of the socket-bound requests that fail with :attr:`error`."""
-    then: AfterLoss
-
-
-@dataclass(slots=True)
 class Answer:
     """A reply matched to its request: the typed reply, or the error it carries."""
 
@@ -397,11 +319,36 @@ class Answer:
     error: CorralError | None
 
 
+@dataclass(slots=True)
+class Actions:
+    """What the transport does after a handshake step, a loss, or a failed attempt, in
+    this order.
+
+    Attributes:
+        write: frames to write on the current socket.
+        fail: waiters to fail, each with its error.
+        fail_all: fail every waiter with (a copy of) this error.
+        drop: drop the current socket (a loss, or a handshake that failed).
+        redial_after: fire :meth:`ClientProtocol.timer_fired` after this many seconds.
+        settled: the attempt in progress is over (a ``connect()`` waiting on it returns).
+        error: how it ended, when it failed (what that ``connect()`` raises).
+    """
+
+    write: list[Frame] = field(default_factory=list)
+    fail: list[tuple[int, CorralError]] = field(default_factory=list)
+    fail_all: CorralError | None = None
+    drop: bool = False
+    redial_after: float | None = None
+    settled: bool = False
+    error: BaseException | None = None
+
+
 class ClientProtocol:
     """The state and decisions of one client connection, across its sockets.
 
     Args:
         codec: the connection's codec.
+        url: the server, for messages.
         reconnect: the backoff policy; None to fail every waiting request at the first
             drop instead.
         client: what the ``hello`` names as the client (``corral/VERSION``).
@@ -415,41 +362,69 @@ class ClientProtocol:
         self,
         codec: Codec,
         *,
+        url: str = "",
         reconnect: ReconnectPolicy | None = None,
         client: str = "",
         seed: int | None = None,
         accept_frame_bytes: int | None = None,
     ) -> None:
         self.codec = codec
+        self.url = url
         self.accept_frame_bytes = accept_frame_bytes
         self.policy = reconnect
         self.client = client
+        self.state = ConnState.IDLE
         self.tracker = RequestTracker()
         self.sessions = SessionBook()
         self.welcome: Welcome | None = None
         """The last ``welcome`` (schemas kept from an earlier one that had them)."""
         self.generation = 0
         """The current socket's number; each socket of this connection gets the next."""
-        self.open = False
-        """The socket is up, the handshake and the resume done."""
-        self.resuming = False
-        """A dropped connection is being re-established: new requests wait for it."""
-        self.failed: CorralError | None = None
-        """Why the connection gave up (requests fail with it until the next connect)."""
-        self.closed = False
+        self.failure: CorralError | None = None
+        """Why the connection failed (while :attr:`state` is ``FAILED``)."""
         self.reconnects = 0
         """Successful reconnects so far."""
         self.resent = 0
         """Requests re-sent with their original id after a reconnect."""
-        self._lost_generation = 0
+        self._contract: ContractRef | None = None
+        self._want_schemas = False
+        self._hello: int | None = None
+        """The id of the current socket's ``hello``, until its answer."""
+        self._attaching: dict[int, Attach] = {}
+        """The current socket's ``attach`` requests still unanswered, by id."""
         self._rng = random.Random(seed)
         self._attempt = 0
         self._resume_started = 0.0
+        self._now = 0.0
+        """The last clock reading a transport passed (see :meth:`_attempt_failed`)."""
+        self._cause = ""
+        """Why the connection is resuming (the last failure), for the give-up message."""
+
+    def _to(self, event: ConnEvent) -> ConnState:
+        """Take ``event`` by :data:`TRANSITIONS`; the only place the state changes."""
+        state = TRANSITIONS.get((self.state, event))
+        if state is None:
+            raise InternalError(
+                f"a client connection in state {self.state} cannot take {event!r}",
+                details={"state": str(self.state), "event": str(event)},
+            )
+        self.state = state
+        return state
 
     @property
     def connected(self) -> bool:
-        """Open, not failed, not closed."""
-        return self.open and self.failed is None and not self.closed
+        """Open: the handshake and the resume done."""
+        return self.state is ConnState.OPEN
+
+    @property
+    def resuming(self) -> bool:
+        """Re-establishing itself after a drop (requests wait for it)."""
+        return self.state in RESUMING
+
+    @property
+    def closed(self) -> bool:
+        """Closed by this side."""
+        return self.state is ConnState.CLOSED
 
     @property
     def max_frame_bytes(self) -> int | None:
@@ -463,28 +438,30 @@ class ClientProtocol:
         """The id for the next request this connection sends."""
         return self.tracker.next_id()
 
-    def send(self, request: Request, *, replay: bool = True) -> Frame | None:
+    def send(self, request: Request) -> Frame | None:
         """Track ``request``; return its frame to write now, or None while it waits for
         the connection to come back (the resume sends it).
 
-        ``replay=False`` binds the request to the current socket (handshake requests):
-        it is sent even before the connection is open, and fails if the socket drops.
-
         Raises:
-            ClientClosed / the connection's failure / SessionLost: it cannot go out.
+            ClientClosed / the connection's failure / ConnectionLost: it cannot go out
+                (see :data:`ADMISSION`).
+            SessionLost: its session is gone.
             FrameTooLarge: its frame exceeds the server's limit.
-            ConnectionLost: not connected and not reconnecting.
         """
         rid = request.id
-        if self.closed:
+        admit = ADMISSION[self.state]
+        if admit is Admit.CLOSED:
             raise ClientClosed("this connection was closed", request_id=rid)
-        if self.failed is not None:
-            raise copy_error(self.failed, rid)
+        if admit is Admit.FAILED:
+            assert self.failure is not None
+            raise copy_error(self.failure, rid)
+        if admit is Admit.NOT_CONNECTED:
+            raise ConnectionLost("not connected; call connect() first", request_id=rid)
         session = getattr(request, "session", None)
         if isinstance(session, str) and session in self.sessions.lost:
             raise self.sessions.lost_error(session, rid)
         batch_sessions = None
-        if isinstance(request, _BATCHES):
+        if isinstance(request, BATCHES):
             batch_sessions = sessions_of(request)
             request.acked = self.tracker.holds_replies(batch_sessions)
         elif isinstance(request, _ACKING) and isinstance(session, str):
@@ -498,18 +475,15 @@ class ClientProtocol:
                 details={"size": len(frame), "limit": limit},
                 request_id=rid,
             )
-        if self.open or not replay:
-            entry = self.tracker.add(request, frame, replay=replay, batch_sessions=batch_sessions)
-            entry.sent = self.generation
-            return frame
-        if self.resuming:
-            self.tracker.add(request, frame, batch_sessions=batch_sessions)
+        entry = self.tracker.add(request, frame, batch_sessions=batch_sessions)
+        if admit is Admit.HOLD:
             return None
-        raise ConnectionLost("not connected; call connect() first", request_id=rid)
+        entry.sent = self.generation
+        return frame
 
     def write_failed(self, request_id: int, reason: str) -> ConnectionLost | None:
-        """The socket refused ``request_id``'s frame: the error to raise, or None when a
-        reconnect re-sends it."""
+        """The socket refused ``request_id``'s frame (it is closing): the error to raise,
+        or None when a reconnect re-sends it."""
         entry = self.tracker.get(request_id)
         if entry is not None and entry.replay and self.policy is not None:
             return None
@@ -529,14 +503,69 @@ class ClientProtocol:
             request_id=request.id,
         )
 
-    # -- replies in -------------------------------------------------------------------
+    # -- the caller's side --------------------------------------------------------------
 
-    def receive(self, frame: Frame) -> Answer | ErrorReply | None:
+    def connect(self, contract: ContractRef | None, want_schemas: bool) -> int:
+        """A connect was asked for (from ``IDLE`` or ``FAILED``): the generation of the
+        socket to dial; ``contract`` and ``want_schemas`` go in its ``hello`` (a resume
+        sends the same contract, and asks for no schemas).
+
+        Raises:
+            ClientClosed: the connection was closed.
+        """
+        if self.closed:
+            raise ClientClosed("this connection was closed")
+        self._to(ConnEvent.CONNECT)
+        self.failure = None
+        self._contract, self._want_schemas = contract, want_schemas
+        self.generation += 1
+        return self.generation
+
+    def resume_ids(self) -> list[str]:
+        """Live sessions to name in a new socket's ``corral-resume`` header."""
+        return list(self.sessions.live)[:MAX_RESUME_IDS]
+
+    def close(self) -> list[int]:
+        """Closed by this side; return the ids of every waiting request."""
+        if self.closed:
+            return []
+        self._to(ConnEvent.CLOSE)
+        self._hello, self._attaching = None, {}
+        return self.tracker.forget_all()
+
+    # -- the socket's side --------------------------------------------------------------
+
+    def opened(self, generation: int) -> Frame | None:
+        """Socket ``generation`` is up: the ``hello`` to write on it; None when that
+        socket is not wanted any more (closed or superseded meanwhile: drop it)."""
+        if generation != self.generation or self.state not in (_S.DIALING, _S.REDIALING):
+            return None
+        self._to(ConnEvent.OPENED)
+        hello = Hello(
+            self.next_id(),
+            PROTOCOL,
+            self.client,
+            contract=self._contract,
+            want_schemas=self._want_schemas,
+            max_frame_bytes=self.accept_frame_bytes,
+        )
+        self._want_schemas = False  # a resume's hello asks for none: they were adopted
+        self._hello = hello.id
+        return self._bound(hello)
+
+    def _bound(self, request: Request) -> Frame:
+        """Track a request of the handshake: bound to this socket, never re-sent."""
+        frame = self.codec.encode(request.to_wire())
+        self.tracker.add(request, frame, replay=False).sent = self.generation
+        return frame
+
+    def receive(self, frame: Frame) -> Answer | ErrorReply | Actions | None:
         """Read one frame from the server.
 
-        Returns the :class:`Answer` to a request still waited for; a notice the server
-        sent without a request id (an :class:`ErrorReply` with ``id`` None); or None
-        for a stale reply (its caller gave up).
+        Returns the :class:`Answer` to a request still waited for; the :class:`Actions`
+        of a handshake step (a ``welcome``, an ``attached``); a notice the server sent
+        without a request id (an :class:`ErrorReply` with ``id`` None); or None for a
+        stale reply (its caller gave up).
 
         Raises:
             CorralError: the frame is unreadable or not a valid reply (drop it).
@@ -546,6 +575,8 @@ class ClientProtocol:
         if entry is None:
             return reply if isinstance(reply, ErrorReply) and reply.id is None else None
         request = entry.request
+        if not entry.replay:
+            return self._handshake(request, reply)
         if isinstance(reply, ErrorReply):
             self.sessions.observe(reply)
             return Answer(request.id, None, reply.exception())
@@ -559,139 +590,121 @@ class ClientProtocol:
         self.sessions.observe(reply)
         return Answer(request.id, reply, None)
 
-    # -- sockets ------------------------------------------------------------------------
+    def _handshake(self, request: Request, reply: Reply) -> Actions | None:
+        """The answer to this socket's ``hello`` or one of its ``attach`` requests."""
+        if request.id == self._hello:
+            self._hello = None
+            if isinstance(reply, ErrorReply):
+                return self._attempt_failed(reply.exception())
+            if not isinstance(reply, Welcome):
+                return self._attempt_failed(
+                    ConnectionLost(f"the server answered hello with {type(reply).__name__}")
+                )
+            return self._welcomed(reply)
+        attach = self._attaching.pop(request.id, None)
+        if attach is None:  # a handshake request of an earlier socket: never re-sent
+            return None
+        if isinstance(reply, ErrorReply):
+            error = reply.exception()
+            if not isinstance(error, _NOT_ATTACHABLE):
+                return self._attempt_failed(error)
+            reason = (
+                str(error.details.get("reason") or error.message)
+                if isinstance(error, SessionLost)
+                else f"the server does not have it any more ({error.message})"
+            )
+            self.sessions.lose(attach.session, reason)
+        elif isinstance(reply, Attached):
+            self.sessions.observe(reply)
+        else:
+            return self._attempt_failed(
+                ConnectionLost(f"the server answered attach with {type(reply).__name__}")
+            )
+        return None if self._attaching else self._ready()
 
-    def resume_ids(self) -> list[str]:
-        """Live sessions to name in a new socket's ``corral-resume`` header."""
-        return list(self.sessions.live)[:MAX_RESUME_IDS]
-
-    def connecting(self) -> None:
-        """A connect was asked for: forget an earlier failure."""
-        if self.closed:
-            raise ClientClosed("this connection was closed")
-        self.failed = None
-
-    def socket_opened(self) -> int:
-        """A new socket is up (before its handshake); return its generation."""
-        self.generation += 1
-        return self.generation
-
-    def hello(self, contract: ContractRef | None, want_schemas: bool) -> tuple[Hello, Frame]:
-        """The socket-bound ``hello`` of a new socket, and its frame."""
-        hello = Hello(
-            self.next_id(),
-            PROTOCOL,
-            self.client,
-            contract=contract,
-            want_schemas=want_schemas,
-            max_frame_bytes=self.accept_frame_bytes,
-        )
-        frame = self.send(hello, replay=False)
-        assert frame is not None
-        return hello, frame
-
-    def welcomed(self, welcome: Reply | None) -> list[tuple[Attach, Frame]]:
-        """Take the ``welcome``; return the ``attach`` requests of the sessions to resume.
-
-        A new server instance loses every live session here (its episodes are gone).
-
-        Raises:
-            CorralError: the reply to ``hello`` is not a ``welcome``.
-        """
-        if not isinstance(welcome, Welcome):
-            raise ConnectionLost(f"the server answered hello with {type(welcome).__name__}")
+    def _welcomed(self, welcome: Welcome) -> Actions:
+        """Adopt the ``welcome``; re-attach the live sessions (a new server instance
+        loses them all), or be ready at once."""
         if self.welcome is not None and welcome.schemas is None:
             welcome = dataclasses.replace(welcome, schemas=self.welcome.schemas)
         self.welcome = welcome
         instance = welcome.server.get("instance")
         self.sessions.welcome(instance if isinstance(instance, str) else None)
-        attaches = []
+        frames = []
         for sid, token in self.sessions.live.items():
             attach = Attach(self.next_id(), sid, token)
-            frame = self.send(attach, replay=False)
-            assert frame is not None
-            attaches.append((attach, frame))
-        return attaches
+            self._attaching[attach.id] = attach
+            frames.append(self._bound(attach))
+        if not frames:
+            return self._ready()
+        self._to(ConnEvent.WELCOMED)
+        return Actions(write=frames)
 
-    def attached(self, attaches: list[Attach], results: list[Reply | BaseException]) -> None:
-        """Take the outcome of each ``attach``: a session the server no longer has is lost.
-
-        Raises:
-            BaseException: the first other failure (the attempt is retried).
-        """
-        retry: BaseException | None = None
-        for attach, result in zip(attaches, results, strict=True):
-            if isinstance(result, SessionLost):
-                reason = str(result.details.get("reason") or result.message)
-                self.sessions.lose(attach.session, reason)
-            elif isinstance(result, (UnknownSession, Unauthorized)):
-                self.sessions.lose(
-                    attach.session, f"the server does not have it any more ({result.message})"
-                )
-            elif isinstance(result, BaseException):
-                retry = retry or result
-        if retry is not None:
-            raise retry
-
-    def fail_lost(self) -> list[tuple[int, SessionLost]]:
-        """Stop waiting for the requests of lost sessions; each with its error."""
-        failed = []
+    def _ready(self) -> Actions:
+        """The handshake is done: fail the requests of lost sessions, re-send the rest
+        (original ids, oldest first), and open."""
+        failed: list[tuple[int, CorralError]] = []
         for rid in self.tracker.of_sessions(self.sessions.lost):
             entry = self.tracker.get(rid)
             self.tracker.forget(rid)
             if entry is not None and entry.session is not None:
                 failed.append((rid, self.sessions.lost_error(entry.session, rid)))
-        return failed
-
-    def resend(self) -> list[Outstanding]:
-        """The requests to write on the new socket now, marked sent.
-
-        Call until it returns nothing: requests queued meanwhile go out too.
-        """
-        batch = self.tracker.unsent(self.generation)
-        for entry in batch:
+        frames = []
+        for entry in self.tracker.unsent(self.generation):
             if entry.sent >= 0:
                 self.resent += 1
             entry.sent = self.generation
-        return batch
-
-    def established(self, generation: int) -> None:
-        """The new socket's handshake and resume are done: the connection is open.
-
-        Raises:
-            ConnectionLost: that socket dropped meanwhile.
-        """
-        if self._lost_generation == generation:
-            raise ConnectionLost("the connection dropped while it was being resumed")
-        if self.resuming:
+            frames.append(entry.frame)
+        if self.state in RESUMING:
             self.reconnects += 1
-        self.open = True
-        self.resuming = False
+        self._to(ConnEvent.READY)
+        return Actions(write=frames, fail=failed, settled=True)
 
-    def lost(self, generation: int, reason: str, now: float) -> Loss | None:
-        """Socket ``generation`` dropped; None when that changes nothing (an old socket)."""
-        if self.closed or generation != self.generation or self._lost_generation == generation:
+    def lost(self, generation: int, error: BaseException, now: float) -> Actions | None:
+        """Socket ``generation`` is gone: it dropped (``ConnectionLost``), could not be
+        opened (the dialer's error), or its handshake overran (``RequestTimeout``).
+
+        None when that changes nothing (an earlier socket, or one already reported).
+        """
+        if generation != self.generation or self.state not in WITH_SOCKET:
             return None
-        self._lost_generation = generation
-        was_open, self.open = self.open, False
-        error = ConnectionLost(reason)
-        failed = self.tracker.bound_to_socket()
-        for rid in failed:
-            self.tracker.forget(rid)
-        if not was_open:
-            then = AfterLoss.NOTHING
-        elif self.policy is None:
-            self.give_up(error)
-            then = AfterLoss.FAIL
-        else:
-            self.resuming = True
-            self._attempt = 0
-            self._resume_started = now
-            then = AfterLoss.RECONNECT
-        return Loss(error, failed, then)
+        self._now = now
+        return self._attempt_failed(error)
 
-    def retry_delay(self, now: float) -> float | None:
-        """Seconds to wait before the next reconnect attempt; None: give up now."""
+    def _attempt_failed(self, error: BaseException) -> Actions:
+        """The current socket (or its handshake) failed with ``error``: drop it; a first
+        connect reports the failure, a resume backs off or gives up.
+
+        A handshake refused by a reply has no clock reading of its own: the last one
+        (the backoff timer's, at most a connect timeout ago) counts for the budget."""
+        now = self._now
+        for rid in self.tracker.bound_to_socket():
+            self.tracker.forget(rid)
+        self._hello, self._attaching = None, {}
+        retry = isinstance(error, _RETRYABLE)
+        if self.state in _FIRST:
+            self._to(ConnEvent.DROPPED if retry else ConnEvent.REFUSED)
+            return Actions(drop=True, settled=True, error=error)
+        cause = error.message if isinstance(error, CorralError) else repr(error)
+        if self.state is _S.OPEN:
+            self._attempt, self._resume_started = 0, now
+        elif not retry:
+            failure = (
+                error
+                if isinstance(error, CorralError)
+                else ConnectionLost(f"reconnecting failed: {error!r}")
+            )
+            return self._give_up(ConnEvent.REFUSED, failure)
+        self._cause = cause
+        wait = None if self.policy is None else self._next_delay(now)
+        if wait is None:
+            failure = ConnectionLost(cause) if self.policy is None else self._exhausted(now)
+            return self._give_up(ConnEvent.EXHAUSTED, failure)
+        self._to(ConnEvent.DROPPED)
+        return Actions(drop=True, redial_after=wait)
+
+    def _next_delay(self, now: float) -> float | None:
+        """Seconds before the next attempt; None: out of attempts or of time."""
         policy = self.policy
         assert policy is not None
         wait = policy.delay(self._attempt, self._rng)
@@ -701,32 +714,29 @@ class ClientProtocol:
         self._attempt += 1
         return wait
 
-    def retryable(self, error: CorralError) -> bool:
-        """A failed reconnect attempt is worth another one (else it is final)."""
-        return isinstance(error, _RETRYABLE)
-
-    def exhausted(self, url: str, cause: str, now: float) -> ConnectionLost:
-        """The error of a reconnect that gave up (pass it to :meth:`give_up`)."""
+    def _exhausted(self, now: float) -> ConnectionLost:
         elapsed = now - self._resume_started
         return ConnectionLost(
-            f"connection to {url} lost ({cause}) and not re-established after "
+            f"connection to {self.url} lost ({self._cause}) and not re-established after "
             f"{self._attempt} attempt(s) in {elapsed:.1f} s",
-            details={"attempts": self._attempt, "elapsed_s": elapsed, "cause": cause},
+            details={"attempts": self._attempt, "elapsed_s": elapsed, "cause": self._cause},
         )
 
-    def give_up(self, error: CorralError) -> list[int]:
-        """Fail the connection with ``error``; return the ids of every waiting request."""
-        self.failed = error
-        self.open = False
-        self.resuming = False
-        return self.tracker.forget_all()
+    def _give_up(self, event: ConnEvent, failure: CorralError) -> Actions:
+        self._to(event)
+        self.failure = failure
+        self.tracker.forget_all()
+        return Actions(drop=True, fail_all=failure, settled=True, error=failure)
 
-    def close(self) -> list[int]:
-        """Closed by this side; return the ids of every waiting request."""
-        self.closed = True
-        self.open = False
-        self.resuming = False
-        return self.tracker.forget_all()
+    def timer_fired(self, now: float) -> int | None:
+        """The backoff elapsed: the generation of the socket to dial now (None: the
+        connection no longer waits, it was closed meanwhile)."""
+        if self.state is not _S.WAITING:
+            return None
+        self._now = now
+        self._to(ConnEvent.TIMER)
+        self.generation += 1
+        return self.generation
 
 
 def copy_error(error: CorralError, request_id: int | None) -> CorralError:
@@ -738,13 +748,16 @@ def copy_error(error: CorralError, request_id: int | None) -> CorralError:
 
 
 __all__ = [
-    "AfterLoss",
+    "ADMISSION",
+    "RESUMING",
+    "TRANSITIONS",
+    "WITH_SOCKET",
+    "Actions",
+    "Admit",
     "Answer",
     "ClientProtocol",
-    "Loss",
-    "Outstanding",
+    "ConnEvent",
+    "ConnState",
     "ReconnectPolicy",
-    "RequestTracker",
-    "SessionBook",
     "copy_error",
 ]

@@ -5,7 +5,7 @@ everywhere:
 
 * OpenEnv's dialect: ``POST /mcp``, the ``/mcp`` WebSocket and ``mcp`` frames on
   ``/ws`` (``tools/list``, ``tools/call``, ``openenv/session/create|close``; no
-  ``initialize``), see :mod:`corral.server.openenv_http`;
+  ``initialize``), see :mod:`corral.server.openenv`;
 * the MCP specification's streamable HTTP transport (``corral serve --mcp``) and its
   stdio transport (``corral mcp TARGET``), see :mod:`corral.adapters.mcp`.
 

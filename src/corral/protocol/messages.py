@@ -14,6 +14,8 @@ request (client →)     class                       reply (← server)
 ``step``               :class:`Step`               ``result`` :class:`Result`
 ``state``              :class:`GetState`           ``state`` :class:`StateReply`
 ``close``              :class:`Close`              ``closed`` :class:`Closed`
+``snapshot``           :class:`TakeSnapshot`       ``snapshot`` :class:`SnapshotReply`
+``restore``            :class:`Restore`            ``restored`` :class:`Restored`
 ``reset_batch``        :class:`~.batch.ResetBatch` ``batch`` :class:`~.batch.BatchReply`
 ``step_batch``         :class:`~.batch.StepBatch`  ``batch`` :class:`~.batch.BatchReply`
 any                                                ``error`` :class:`ErrorReply`
@@ -29,7 +31,10 @@ replies at once instead of keeping a session's last few (see
 reward component) is a finite number on every codec, or the step is ``BAD_OBSERVATION``
 (JSON has no NaN or infinity). ``hello`` may carry the client's ``max_frame_bytes``; a
 reply larger than that is ``REPLY_TOO_LARGE`` instead. Error replies echo what they
-quote of a request bounded (:func:`corral.protocol.fields.echo`).
+quote of a request bounded (:func:`corral.protocol.fields.echo`). ``restore`` is not a
+request of a session: like ``open`` it opens one (and takes a slot), from a
+:class:`~corral.protocol.snapshot.SessionSnapshot`, answering with the new session's
+id, token and the observation of the restored state.
 
 Each type is a dataclass that the client builds and the server parses (and the other
 way round for replies), with one way out, ``to_wire()`` (the map a codec encodes), and
@@ -41,6 +46,9 @@ are read-only, so nothing joins them as a side effect of an import.
 The classes are plain ``slots`` dataclasses, not frozen ones and not pydantic models:
 they are built and read once per message on the hot path, where a frozen dataclass
 costs twice as much to build. Treat them as immutable.
+
+One module of ~700 lines because it is one table: each class is a row of it, read and
+written by the same field readers (:mod:`corral.protocol.fields`).
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ from corral.errors import BadMessage, CorralError, InvalidArgument, UnknownType,
 from corral.protocol import fields as f
 from corral.protocol.batch import BatchReply, ResetBatch, StepBatch
 from corral.protocol.codecs import PROTOCOL
+from corral.protocol.snapshot import SessionSnapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +154,9 @@ class Hello:
     contract: ContractRef | None = None
     want_schemas: bool = False
     max_frame_bytes: int | None = None
+    notices: bool = False
+    """The client reads the server's notices (``going_away``); a client that does not
+    say so never gets one (an older client would take it for a broken reply)."""
 
     def to_wire(self) -> dict[str, Any]:
         """The message's wire map (``contract`` only when there is one)."""
@@ -159,6 +171,8 @@ class Hello:
             msg["contract"] = self.contract.to_wire()
         if self.max_frame_bytes is not None:
             msg["max_frame_bytes"] = self.max_frame_bytes
+        if self.notices:
+            msg["notices"] = True
         return msg
 
     @classmethod
@@ -179,6 +193,7 @@ class Hello:
             contract=ref,
             want_schemas=bool(f.optional(msg, "schemas", bool)),
             max_frame_bytes=limit,
+            notices=bool(f.optional(msg, "notices", bool)),
         )
 
 
@@ -304,6 +319,34 @@ class Close(_SessionMessage):
     type: ClassVar[str] = "close"
 
 
+@dataclass(slots=True)
+class TakeSnapshot(_SessionMessage):
+    """Asks for a snapshot of the session (it is left as it was)."""
+
+    type: ClassVar[str] = "snapshot"
+
+
+@dataclass(slots=True)
+class Restore:
+    """Opens a new session in the state a snapshot captured (reserving a slot, as
+    ``open`` does)."""
+
+    type: ClassVar[str] = "restore"
+    id: int
+    snapshot: SessionSnapshot
+
+    def to_wire(self) -> dict[str, Any]:
+        """The message's wire map."""
+        return {"type": self.type, "id": self.id, "snapshot": self.snapshot.to_wire()}
+
+    @classmethod
+    def from_wire(cls, msg: dict[str, Any]) -> Restore:
+        """Read a ``restore``: a missing snapshot is ``BAD_MESSAGE``, a malformed one
+        ``BAD_SNAPSHOT``."""
+        rid = f.request_id(msg)
+        return cls(rid, SessionSnapshot.from_wire(f.present(msg, "snapshot")))
+
+
 # -- replies (server → client) -----------------------------------------------------
 
 
@@ -416,6 +459,112 @@ class Closed(_SessionMessage):
 
 
 @dataclass(slots=True)
+class SnapshotReply:
+    """The reply to ``snapshot``: the session's :class:`SessionSnapshot`."""
+
+    type: ClassVar[str] = "snapshot"
+    id: int
+    session: str
+    snapshot: SessionSnapshot
+
+    def to_wire(self) -> dict[str, Any]:
+        """The message's wire map."""
+        return {
+            "type": self.type,
+            "id": self.id,
+            "session": self.session,
+            "snapshot": self.snapshot.to_wire(),
+        }
+
+    @classmethod
+    def from_wire(cls, msg: dict[str, Any]) -> SnapshotReply:
+        """Read a ``snapshot`` reply (a malformed envelope is ``BAD_SNAPSHOT``)."""
+        snapshot = SessionSnapshot.from_wire(f.present(msg, "snapshot"))
+        return cls(f.request_id(msg), f.required(msg, "session", str), snapshot)
+
+
+@dataclass(slots=True)
+class Restored:
+    """The reply to ``restore``: the new session's id and resume token, and the
+    observation of the restored state."""
+
+    type: ClassVar[str] = "restored"
+    id: int
+    session: str
+    token: str
+    observation: Any
+
+    def to_wire(self) -> dict[str, Any]:
+        """The message's wire map."""
+        return {
+            "type": self.type,
+            "id": self.id,
+            "session": self.session,
+            "token": self.token,
+            "observation": self.observation,
+        }
+
+    @classmethod
+    def from_wire(cls, msg: dict[str, Any]) -> Restored:
+        """Read a ``restored`` reply."""
+        observation = f.present(msg, "observation")
+        return cls(
+            f.request_id(msg),
+            f.required(msg, "session", str),
+            f.required(msg, "token", str),
+            observation,
+        )
+
+
+@dataclass(slots=True)
+class GoingAway:
+    """A notice (answering no request, ``id`` null): the server drains and closes this
+    connection within ``deadline_s`` seconds.
+
+    Sent once per connection, only to a client whose ``hello`` asked for ``notices``.
+    Until the deadline the server keeps serving the sessions it holds — steps, and
+    ``snapshot`` so the client can move them — but opens and restores no new ones
+    (``NOT_READY``); what is still open at the deadline is lost.
+
+    Attributes:
+        deadline_s: seconds from when it was sent until the server closes (>= 0).
+        reason: why, for people (``"draining"``, ``"shutting down"``).
+        server: the draining server's id.
+    """
+
+    type: ClassVar[str] = "going_away"
+    deadline_s: float
+    reason: str
+    server: str
+    id: None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        """The message's wire map."""
+        return {
+            "type": self.type,
+            "id": None,
+            "deadline_s": self.deadline_s,
+            "reason": self.reason,
+            "server": self.server,
+        }
+
+    @classmethod
+    def from_wire(cls, msg: dict[str, Any]) -> GoingAway:
+        """Read a ``going_away`` notice (the deadline a number >= 0)."""
+        deadline = f.required(msg, "deadline_s", (int, float))
+        if isinstance(deadline, bool) or not 0 <= deadline < float("inf"):
+            raise BadMessage(
+                "field 'deadline_s' of 'going_away' must be a number >= 0",
+                details={"field": "deadline_s"},
+            )
+        return cls(
+            float(deadline),
+            f.optional(msg, "reason", str) or "",
+            f.required(msg, "server", str),
+        )
+
+
+@dataclass(slots=True)
 class ErrorReply:
     """An error, in reply to any request: ``{code, message, details}``.
 
@@ -475,9 +624,33 @@ class ErrorReply:
 
 # -- the table -----------------------------------------------------------------------
 
-Request = Hello | Open | Attach | Reset | Step | GetState | Close | ResetBatch | StepBatch
+Request = (
+    Hello
+    | Open
+    | Attach
+    | Reset
+    | Step
+    | GetState
+    | Close
+    | TakeSnapshot
+    | Restore
+    | ResetBatch
+    | StepBatch
+)
 """Any message a client sends."""
-Reply = Welcome | Opened | Attached | Result | StateReply | Closed | BatchReply | ErrorReply
+Reply = (
+    Welcome
+    | Opened
+    | Attached
+    | Result
+    | StateReply
+    | Closed
+    | SnapshotReply
+    | Restored
+    | BatchReply
+    | ErrorReply
+    | GoingAway
+)
 """Any message a server sends."""
 
 RequestType = (
@@ -488,6 +661,8 @@ RequestType = (
     | type[Step]
     | type[GetState]
     | type[Close]
+    | type[TakeSnapshot]
+    | type[Restore]
     | type[ResetBatch]
     | type[StepBatch]
 )
@@ -498,8 +673,11 @@ ReplyType = (
     | type[Result]
     | type[StateReply]
     | type[Closed]
+    | type[SnapshotReply]
+    | type[Restored]
     | type[BatchReply]
     | type[ErrorReply]
+    | type[GoingAway]
 )
 
 _REQUEST_CLASSES: tuple[RequestType, ...] = (
@@ -510,6 +688,8 @@ _REQUEST_CLASSES: tuple[RequestType, ...] = (
     Step,
     GetState,
     Close,
+    TakeSnapshot,
+    Restore,
     ResetBatch,
     StepBatch,
 )
@@ -520,8 +700,11 @@ _REPLY_CLASSES: tuple[ReplyType, ...] = (
     Result,
     StateReply,
     Closed,
+    SnapshotReply,
+    Restored,
     BatchReply,
     ErrorReply,
+    GoingAway,
 )
 
 REQUESTS: Mapping[str, RequestType] = MappingProxyType({c.type: c for c in _REQUEST_CLASSES})

@@ -35,9 +35,10 @@ BAD_FRAME                                          INVALID_JSON          kept
 UNKNOWN_TYPE                                       UNKNOWN_TYPE          kept
 BAD_MESSAGE, INVALID_ACTION, INVALID_ARGUMENT,     VALIDATION_ERROR      kept
 FRAME_TOO_LARGE, BATCH_TOO_LARGE,                  (+ ``errors``)
-REQUEST_ID_REUSED
+REQUEST_ID_REUSED, BAD_SNAPSHOT
 RESET_REQUIRED, EPISODE_ENDED, SESSION_BUSY,       EXECUTION_ERROR       kept
-ENV_ERROR, BAD_OBSERVATION, INTERNAL_ERROR, ...
+ENV_ERROR, BAD_OBSERVATION, INTERNAL_ERROR,
+SNAPSHOT_UNSUPPORTED, SNAPSHOT_TOO_LARGE, ...
 CAPACITY_REACHED, NOT_READY                        CAPACITY_REACHED      closed (1000)
                                                    (+ ``active_sessions``, ``max_sessions``)
 FACTORY_ERROR                                      FACTORY_ERROR         closed (1000)
@@ -71,6 +72,7 @@ from corral.errors import (
     InvalidAction,
     InvalidArgument,
     SessionLost,
+    SnapshotUnsupported,
     UnknownType,
     UnsupportedProtocol,
     error_from_wire,
@@ -123,6 +125,9 @@ OPENENV_CODES: dict[str, OpenEnvCode] = {
     _E.RESET_REQUIRED: _O.EXECUTION_ERROR,
     _E.EPISODE_ENDED: _O.EXECUTION_ERROR,
     _E.SESSION_BUSY: _O.EXECUTION_ERROR,
+    _E.SNAPSHOT_UNSUPPORTED: _O.EXECUTION_ERROR,
+    _E.SNAPSHOT_TOO_LARGE: _O.EXECUTION_ERROR,
+    _E.BAD_SNAPSHOT: _O.VALIDATION_ERROR,
     _E.INVALID_ACTION: _O.VALIDATION_ERROR,
     _E.INVALID_ARGUMENT: _O.VALIDATION_ERROR,
     _E.ENV_ERROR: _O.EXECUTION_ERROR,
@@ -192,6 +197,8 @@ class PeerRuntime(Protocol):
     ws_models: dict[str, type[BaseModel]]
     reset_request: type[BaseModel]
     step_request: type[BaseModel]
+    own_routes: list[Any]
+    """The app's own routes (a custom ``/web`` page...), served beside OpenEnv's."""
 
     def serialize(self, observation: Any) -> dict[str, Any]:
         """OpenEnv's flattened observation."""
@@ -219,8 +226,16 @@ class PeerRuntime(Protocol):
         """OpenEnv's JSON-RPC error response."""
         ...
 
-    def schema(self) -> dict[str, Any]:
-        """OpenEnv's ``GET /schema`` body."""
+    def reset_observation_schema(self) -> dict[str, Any] | None:
+        """``GET /schema``'s ``reset_observation`` under a release that publishes one
+        (0.10): the reset observation model's schema, or None when it is the observation
+        model (the contract's observation schema then stands for it) or the release
+        publishes none."""
+        ...
+
+    @property
+    def publishes_reset_observation(self) -> bool:
+        """The release's ``/schema`` has a ``reset_observation`` (0.10)."""
         ...
 
     def http_reply(self, kind: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -378,7 +393,82 @@ class McpMessage:
     payload: dict[str, Any]
 
 
-Inbound = Call | CloseSession | McpMessage
+@dataclass(frozen=True, slots=True)
+class ToolStep:
+    """A ``step`` carrying OpenEnv's ``ListToolsAction`` / ``CallToolAction`` to an
+    environment whose own action is no tool action: answered from its ``@tool`` methods.
+
+    OpenEnv 0.3's ``MCPToolClient`` lists and calls tools this way (as step actions),
+    which an OpenEnv ``MCPEnvironment`` answers; a corral environment with tools answers
+    the same, through the JSON-RPC request :attr:`rpc` stands for.
+    """
+
+    rpc: dict[str, Any]
+    tool_name: str | None
+    """The tool called, None for ``list_tools``."""
+
+
+Inbound = Call | CloseSession | McpMessage | ToolStep
+
+TOOL_ACTIONS = frozenset({"list_tools", "call_tool"})
+"""The ``type`` values of OpenEnv's MCP tool actions."""
+
+
+def tool_step(action: Mapping[str, Any]) -> ToolStep | None:
+    """The :class:`ToolStep` a step's action stands for, or None for any other action."""
+    kind = action.get("type")
+    if kind == "list_tools":
+        return ToolStep({"jsonrpc": "2.0", "id": 0, "method": "tools/list"}, None)
+    if kind != "call_tool":
+        return None
+    name = action.get("tool_name")
+    arguments = action.get("arguments", {})
+    params = {"name": name, "arguments": arguments}
+    return ToolStep(
+        {"jsonrpc": "2.0", "id": 0, "method": "tools/call", "params": params},
+        name if isinstance(name, str) else "",
+    )
+
+
+def tool_step_observation(step: ToolStep, response: Mapping[str, Any]) -> dict[str, Any]:
+    """The observation OpenEnv's ``MCPEnvironment`` gives for ``step``, from the JSON-RPC
+    ``response`` to :attr:`ToolStep.rpc`: ``ListToolsObservation`` (tools as ``name``,
+    ``description``, ``input_schema``) or ``CallToolObservation`` (``tool_name``,
+    ``result``, ``error`` with OpenEnv's ``error_type``)."""
+    base: dict[str, Any] = {"done": False, "reward": None, "metadata": {}}
+    error = response.get("error")
+    result = response.get("result")
+    if step.tool_name is None:
+        tools = result.get("tools", []) if isinstance(result, dict) else []
+        listed = [
+            {
+                "name": t.get("name", ""),
+                "description": t.get("description") or "",
+                "input_schema": t.get("inputSchema", {}),
+            }
+            for t in tools
+        ]
+        return {**base, "tools": listed}
+    if isinstance(error, dict):
+        message = str(error.get("message", ""))
+        kind = "tool_not_found" if message.startswith("Unknown tool") else "invalid_args"
+        if error.get("code") not in (-32602,):
+            kind = "execution_error"
+        return {
+            **base,
+            "tool_name": step.tool_name,
+            "result": None,
+            "error": {"error_type": kind, "message": message},
+        }
+    if isinstance(result, dict) and result.get("isError"):
+        content = result.get("content") or [{}]
+        return {
+            **base,
+            "tool_name": step.tool_name,
+            "result": None,
+            "error": {"error_type": "execution_error", "message": content[0].get("text", "")},
+        }
+    return {**base, "tool_name": step.tool_name, "result": result, "error": None}
 
 
 class ServerTranslator:
@@ -393,6 +483,8 @@ class ServerTranslator:
         action_fields: the Action model's field names. OpenEnv's Action base class has
             ``metadata={}``; an empty ``metadata`` is dropped when the model has none.
         max_frame_bytes: larger frames get VALIDATION_ERROR (the session lives on).
+        tool_actions: a step whose action is OpenEnv's ``list_tools`` / ``call_tool`` is a
+            :class:`ToolStep` (the environment has tools, and its action model no ``type``).
     """
 
     def __init__(
@@ -402,8 +494,10 @@ class ServerTranslator:
         reset_options: frozenset[str] | None,
         action_fields: frozenset[str],
         max_frame_bytes: int,
+        tool_actions: bool = False,
     ) -> None:
         self.session = session
+        self.tool_actions = tool_actions
         self.reset_options = reset_options
         self.action_fields = action_fields
         self.max_frame_bytes = max_frame_bytes
@@ -456,6 +550,10 @@ class ServerTranslator:
             return CloseSession()
         if isinstance(envelope, _McpFrame):
             return McpMessage(envelope.data)
+        if isinstance(envelope, _StepFrame) and self.tool_actions:
+            step = tool_step(envelope.data)
+            if step is not None:
+                return step
         return Call(m.parse_request(self._corral_message(envelope)))
 
     def _corral_message(self, envelope: _Envelope) -> dict[str, Any]:
@@ -476,6 +574,14 @@ class ServerTranslator:
                 del action["metadata"]
             return {"type": "step", **base, "action": action}
         return {"type": "state", **base}
+
+    def tool_reply(
+        self, step: ToolStep, response: Mapping[str, Any], *, nested_metadata: bool = False
+    ) -> dict[str, Any]:
+        """The OpenEnv frame for a :class:`ToolStep`, given its JSON-RPC ``response``."""
+        observation = tool_step_observation(step, response)
+        data = flatten_observation(observation, nested_metadata=nested_metadata)
+        return {"type": "observation", "data": data}
 
     def reply(self, message: Mapping[str, Any], *, nested_metadata: bool = False) -> dict[str, Any]:
         """The OpenEnv frame for corral's reply to a :class:`Call`.
@@ -505,6 +611,7 @@ def client_frame(message: Mapping[str, Any]) -> dict[str, Any]:
 
     Raises:
         UnsupportedProtocol: the request has no OpenEnv form (attach, batches, ...).
+        SnapshotUnsupported: a ``snapshot`` or ``restore`` (the envelope has none).
         BadMessage: a step's action is not an object.
     """
     kind = message.get("type")
@@ -526,6 +633,12 @@ def client_frame(message: Mapping[str, Any]) -> dict[str, Any]:
         return {"type": "step", "data": dict(action)}
     if kind in ("state", "close"):
         return {"type": kind}
+    if kind in ("snapshot", "restore"):
+        raise SnapshotUnsupported(
+            f"{kind!r} is not available over the OpenEnv envelope, which has no snapshots: "
+            "connect to a corral server with corral's protocol to snapshot and restore",
+            details={"protocol": PROTOCOL_NAME, "request": kind},
+        )
     raise UnsupportedProtocol(
         f"{kind!r} is not available over the OpenEnv envelope, which has one session per "
         "connection and no request ids, resume or batching",

@@ -15,8 +15,12 @@ the handshake (``hello``/``welcome`` and the contract negotiation; nothing else 
 it), and answers by itself whatever needs no environment: protocol errors, ``welcome``,
 ``attached``, replays of answered requests from a session's reply cache, and lifecycle
 refusals. What is left comes back as one event: :class:`OpenSession`,
-:class:`CloseSession`, :class:`RunCall` or :class:`RunBatch`; the session's lifecycle has
-admitted it already (:meth:`~corral.protocol.session.SessionState.admit`). Frames go out
+:class:`RestoreSession`, :class:`CloseSession`, :class:`RunCall` or :class:`RunBatch`; the
+session's lifecycle has admitted it already
+(:meth:`~corral.protocol.session.SessionState.admit`). A ``snapshot`` is a call of its
+session; a ``restore`` is checked here (signature, environment, contract, the snapshot
+model: :class:`~corral.protocol.snapshot.SnapshotSeal`) and reserves a slot like
+``open``. Frames go out
 through the ``write`` callback, in the order replies are sent; nothing here awaits.
 """
 
@@ -68,28 +72,41 @@ from corral.protocol.messages import (
     Reply,
     Request,
     Reset,
+    Restore,
+    Restored,
     Result,
     StateReply,
     Step,
+    TakeSnapshot,
     Welcome,
     parse_request,
 )
 from corral.protocol.registry import SessionRegistry
-from corral.protocol.session import Op, Remembered, ReplySink, RequestKey, SessionState, reused_id
+from corral.protocol.session import (
+    Op,
+    Position,
+    Remembered,
+    ReplySink,
+    RequestKey,
+    SessionState,
+    reused_id,
+)
+from corral.protocol.snapshot import SnapshotSeal, unsupported
 
 log = logging.getLogger("corral.server")
 
 S = TypeVar("S", bound=SessionState)
 
-CallRequest = Reset | Step | GetState
+CallRequest = Reset | Step | GetState | TakeSnapshot
 """A request that runs one environment call of one session."""
 
 # Unions for isinstance built once: ``A | B`` in a call would build one per message.
-_CALLS = (Reset, Step, GetState)
+_CALLS = (Reset, Step, GetState, TakeSnapshot)
 _BATCHES = (StepBatch, ResetBatch)
 _ITEMS = (ItemResult, ItemError)
 _STEPS = (Step, StepItem)
 _RESETS = (Reset, ResetItem)
+_ACKING = (Reset, Step)
 
 
 class Peer(ReplySink, Protocol):
@@ -112,6 +129,21 @@ class OpenSession:
     """
 
     request: Open
+
+
+@dataclass(slots=True)
+class RestoreSession:
+    """Build a session at ``position`` and restore ``snapshot`` (the environment's model,
+    validated) in it, for ``request``; its slot is reserved already.
+
+    Then add it to the registry, run the environment's ``restore`` and call
+    :meth:`ServerConnection.restored`; on failure, release the reservation (or close the
+    session) and answer with :meth:`ServerConnection.fail`.
+    """
+
+    request: Restore
+    position: Position
+    snapshot: Any
 
 
 @dataclass(slots=True)
@@ -156,13 +188,15 @@ class RunBatch(Generic[S]):
     joins: list[tuple[int, S]] = field(default_factory=list)
 
 
-Event = OpenSession | CloseSession[S] | RunCall[S] | RunBatch[S]
+Event = OpenSession | RestoreSession | CloseSession[S] | RunCall[S] | RunBatch[S]
 
 
 # -- admission of session requests, shared by every kind of connection -------------
 
 
-def request_key(kind: str, payload: Reset | Step | GetState | ResetItem | StepItem) -> RequestKey:
+def request_key(
+    kind: str, payload: Reset | Step | GetState | TakeSnapshot | ResetItem | StepItem
+) -> RequestKey:
     """The :data:`~corral.protocol.session.RequestKey` of a request or batch item."""
     if isinstance(payload, _STEPS):
         return kind, payload.action
@@ -187,7 +221,8 @@ def admit_call(
     """
     session = registry.get(request.session, owner)
     key = request_key(request.type, request)
-    acked = False if isinstance(request, GetState) else request.acked  # state never acks
+    # state and snapshot never ack
+    acked = request.acked if isinstance(request, _ACKING) else False
     outcome = session.admit(request.type, request.id, key, acked)
     if isinstance(outcome, Op):
         return RunCall(request, session, outcome)
@@ -303,6 +338,8 @@ class ServerConnection(Generic[S]):
         max_frame_bytes: larger frames are ``FRAME_TOO_LARGE`` (the connection lives on).
         max_batch: items in one batch message.
         count_error: told the code of every error this connection answers with.
+        snapshots: seals and opens the server's snapshots (None: the server takes
+            none; ``snapshot`` and ``restore`` are ``SNAPSHOT_UNSUPPORTED``).
 
     Attributes:
         compat: how the handshake treats the client's contract; None before ``hello``.
@@ -320,8 +357,10 @@ class ServerConnection(Generic[S]):
         max_frame_bytes: int,
         max_batch: int,
         count_error: Callable[[str], None] = lambda _: None,
+        snapshots: SnapshotSeal | None = None,
     ) -> None:
         self.codec = codec
+        self.snapshots = snapshots
         self.registry = registry
         self.greeting = greeting
         self.max_frame_bytes = max_frame_bytes
@@ -396,6 +435,8 @@ class ServerConnection(Generic[S]):
                     "send 'hello' (and get 'welcome') first", details={"type": request.type}
                 )
             if isinstance(request, _CALLS):
+                if request.type == "snapshot":
+                    self._snapshots()  # refused before the session is touched
                 outcome = admit_call(self.registry, self, request)
                 if outcome is None or isinstance(outcome, RunCall):
                     return outcome
@@ -406,6 +447,10 @@ class ServerConnection(Generic[S]):
             if isinstance(request, Open):
                 self.registry.reserve(self)
                 return OpenSession(request)
+            if isinstance(request, Restore):
+                position, snapshot = self._snapshots().open(request.snapshot)
+                self.registry.reserve(self)
+                return RestoreSession(request, position, snapshot)
             if isinstance(request, Close):
                 return CloseSession(request, self.registry.get(request.session, self))
             # What is left is ``attach``.
@@ -452,6 +497,28 @@ class ServerConnection(Generic[S]):
             return False
         self.send(Opened(request.id, session.id, session.token))
         return True
+
+    def restored(self, request: Restore, session: S, observation: Any) -> bool:
+        """The session of ``request`` is built and restored (``observation``, its wire
+        object, is what the environment's ``restore`` returned): answer it.
+
+        Returns False when the connection closed meanwhile (the caller closes it).
+        """
+        if self.closed:
+            return False
+        self.send(Restored(request.id, session.id, session.token, observation))
+        return True
+
+    def _snapshots(self) -> SnapshotSeal:
+        """The seal of an environment that declares snapshots.
+
+        Raises:
+            SnapshotUnsupported: it declares none (or the server takes none).
+        """
+        seal = self.snapshots
+        if seal is None or not seal.supported:
+            raise unsupported(str(self.greeting.env.get("name", "this environment")))
+        return seal
 
     def close(self) -> None:
         """The transport is gone (the caller then detaches or closes the sessions)."""

@@ -9,11 +9,12 @@ error that refuses it. ``step`` before the first ``reset`` is ``RESET_REQUIRED``
 ``step`` after the episode ended is ``EPISODE_ENDED`` unless the environment
 auto-resets (then the step runs ``reset``); ``autoreset``, the same-step reset a
 ``step_batch`` may ask for once an item's step ended its episode (see
-:mod:`corral.protocol.batch`), runs ``reset`` as a reset would; ``state`` is always
-allowed; any request
+:mod:`corral.protocol.batch`), runs ``reset`` as a reset would; ``state`` and
+``snapshot`` are always allowed and change nothing; any request
 while another of the same session runs is ``SESSION_BUSY``; anything after ``CLOSED`` is
 ``SESSION_LOST`` with the reason it closed. :data:`AFTER` says where a completed
-operation leaves the session.
+operation leaves the session. A session restored from a snapshot starts where the
+snapshotted one was (:class:`Position`, :meth:`SessionMachine.restored`).
 
 :meth:`SessionState.admit` is the one door of a request into a session, for single
 requests and batch items alike: a request already answered gets its remembered reply
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import islice
 from types import MappingProxyType, TracebackType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from corral.errors import (
     EpisodeEnded,
@@ -43,11 +44,15 @@ from corral.errors import (
     SessionError,
     SessionLost,
 )
-from corral.protocol.batch import BatchItemReply
 from corral.protocol.codecs import MsgpackCodec
-from corral.protocol.messages import Reply
 
-Remembered = Reply | BatchItemReply
+if TYPE_CHECKING:
+    # Only for annotations: the messages' table imports this module's Position (through
+    # the snapshot envelope), so it cannot be imported here at run time.
+    from corral.protocol.batch import BatchItemReply
+    from corral.protocol.messages import Reply
+
+Remembered: TypeAlias = "Reply | BatchItemReply"
 """What a session's reply cache holds: a reply, or one session's item of a batch reply."""
 
 
@@ -69,6 +74,11 @@ class Op(StrEnum):
     """A step after the episode ended on an auto-reset env, or the same-step reset of a
     ``step_batch`` with ``autoreset``: run ``reset`` with no seed and no options."""
     STATE = "state"
+    SNAPSHOT = "snapshot"
+    """Capture the environment's state (:mod:`corral.contract.snapshot`)."""
+    RESTORE = "restore"
+    """Rebuild a snapshot's state in a new session's environment (no lifecycle row: a
+    restore opens a session, it is not a request of one)."""
 
 
 Refusal = Callable[["SessionMachine"], SessionError]
@@ -93,18 +103,21 @@ LIFECYCLE: Mapping[Phase, Mapping[str, Op | Refusal]] = MappingProxyType(
             "step": _reset_required,
             "autoreset": Op.AUTO_RESET,
             "state": Op.STATE,
+            "snapshot": Op.SNAPSHOT,
         },
         Phase.READY: {
             "reset": Op.RESET,
             "step": Op.STEP,
             "autoreset": Op.AUTO_RESET,
             "state": Op.STATE,
+            "snapshot": Op.SNAPSHOT,
         },
         Phase.ENDED: {
             "reset": Op.RESET,
             "step": _episode_ended,
             "autoreset": Op.AUTO_RESET,
             "state": Op.STATE,
+            "snapshot": Op.SNAPSHOT,
         },
     }
 )
@@ -126,9 +139,43 @@ AFTER: Mapping[Op, tuple[Phase, Phase] | None] = MappingProxyType(
         Op.AUTO_RESET: (Phase.READY, Phase.ENDED),
         Op.STEP: (Phase.READY, Phase.ENDED),
         Op.STATE: None,
+        Op.SNAPSHOT: None,
+        Op.RESTORE: None,
     }
 )
 """Operation → the phase it leaves the session in, ``(not done, done)``; None: unchanged."""
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where a session is in its lifecycle, as a snapshot carries it: what a restored
+    session's machine needs to continue exactly where the snapshotted one was.
+
+    Attributes:
+        phase: new, ready or ended (a closed session has no snapshot).
+        episodes: episodes begun so far (resets, auto-resets included).
+        steps: steps taken in the session, all episodes.
+        episode_steps: steps taken in the current episode.
+    """
+
+    phase: Phase
+    episodes: int
+    steps: int
+    episode_steps: int
+
+    def problem(self) -> str | None:
+        """Why this position cannot be a live session's, or None when it can."""
+        if self.phase is Phase.CLOSED:
+            return "a closed session has no position to restore"
+        if min(self.episodes, self.steps, self.episode_steps) < 0:
+            return "counts must not be negative"
+        if self.episode_steps > self.steps:
+            return "the episode has more steps than the session"
+        if (self.phase is Phase.NEW) != (self.episodes == 0):
+            return "a session is new exactly when it has begun no episode"
+        if self.phase is Phase.NEW and self.steps:
+            return "a new session has taken no step"
+        return None
 
 
 class SessionMachine:
@@ -196,6 +243,21 @@ class SessionMachine:
         """Record that the running operation failed without changing the episode."""
         self.running = None
 
+    def position(self) -> Position:
+        """Where the session is (what a snapshot of it carries)."""
+        return Position(self.phase, self.episodes, self.steps, self.steps - self.episode_start)
+
+    @classmethod
+    def restored(cls, position: Position, *, auto_reset: bool = False) -> SessionMachine:
+        """The machine of a session restored at ``position`` (checked by the caller,
+        :meth:`Position.problem`)."""
+        machine = cls(auto_reset=auto_reset)
+        machine.phase = position.phase
+        machine.episodes = position.episodes
+        machine.steps = position.steps
+        machine.episode_start = position.steps - position.episode_steps
+        return machine
+
     def close(self, reason: str) -> None:
         """Close the session; later requests raise ``SessionLost`` with ``reason``."""
         if self.phase is not Phase.CLOSED:
@@ -261,10 +323,10 @@ class ReplyCache:
 
     def __init__(self, size: int = 8) -> None:
         self.size = size
-        self._replies: dict[int, tuple[RequestKey | None, Remembered]] = {}
-        self.lookup: Callable[[int], tuple[RequestKey | None, Remembered] | None] = (
-            self._replies.get
-        )
+        # Until its first reply a session shares one empty table (a server holds 100,000
+        # sessions; most of them hold one reply at a time, many none yet).
+        self._replies: dict[int, tuple[RequestKey | None, Remembered]] = _NO_REPLIES
+        self.lookup: Callable[[int], tuple[RequestKey | None, Remembered] | None] = _NO_REPLIES.get
         """The request key and reply remembered for a request id, if any: the dict's
         own ``get``, so the check every request and batch item makes costs no frame."""
 
@@ -277,7 +339,10 @@ class ReplyCache:
         """Remember ``reply`` (of the request ``key``, when known) as the newest entry;
         the oldest go past ``size`` (see the class docstring)."""
         replies = self._replies
-        if request_id in replies:  # a new id goes to the end by itself (the common case)
+        if replies is _NO_REPLIES:
+            replies = self._replies = {}
+            self.lookup = replies.get
+        elif request_id in replies:  # a new id goes to the end by itself (the common case)
             del replies[request_id]
         replies[request_id] = (key, reply)
         excess = len(replies) - self.size
@@ -306,6 +371,10 @@ class ReplyCache:
         return len(self._replies)
 
 
+_NO_REPLIES: dict[int, Any] = {}
+"""The reply table of every session that has remembered none yet (never written to)."""
+
+
 class ReplySink(Protocol):
     """Where a session's replies go: the connection it is attached to."""
 
@@ -314,7 +383,7 @@ class ReplySink(Protocol):
         ...
 
 
-@dataclass(eq=False, kw_only=True)
+@dataclass(eq=False, kw_only=True, slots=True)
 class SessionState:
     """One session as the protocol sees it: identity, lifecycle, replies, owner.
 

@@ -318,13 +318,18 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 _OPENENV_MAPPED = frozenset({"name", "version", "port", "app", "description"})
 
 
+OPENENV_DEFAULT_APP = "server.app:app"
+"""The entry point of an ``openenv.yaml`` that names no ``app:``, as OpenEnv defaults it."""
+
+
 def _from_openenv(data: dict[str, Any]) -> dict[str, Any]:
     """Translate an ``openenv.yaml`` mapping into corral manifest keys."""
     mapped: dict[str, Any] = {
         key: data[key] for key in ("name", "version", "port", "description") if key in data
     }
-    if "app" in data:
-        mapped["entry_point"] = data["app"]
+    # The older format (name, version, description, action, observation) has no app:
+    # OpenEnv's own default is the app in server/app.py.
+    mapped["entry_point"] = data.get("app", OPENENV_DEFAULT_APP)
     if isinstance(mapped.get("name"), str):
         # OpenEnv names are often snake_case identifiers; corral accepts those as they are,
         # but not uppercase letters, which image and Space names refuse.

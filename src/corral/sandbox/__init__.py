@@ -10,7 +10,11 @@ one). One noun per module:
 * :mod:`~corral.sandbox.workspace`: a private directory and the filesystem view;
 * :mod:`~corral.sandbox.quota`: the working directory's disk bound;
 * :mod:`~corral.sandbox.command`: the argv that starts a command in a sandbox;
-* :mod:`~corral.sandbox.process`: a sandboxed Python worker, its limits and I/O;
+* :mod:`~corral.sandbox.channel`: talking to a sandboxed Python worker (requests,
+  limits, verdicts);
+* :mod:`~corral.sandbox.process`: a cold worker, a sandbox of its own;
+* :mod:`~corral.sandbox.forkserver`: a warm sandbox whose fork server forks workers;
+* :mod:`~corral.sandbox.pool`: warm sandboxes ready before an episode asks, recycled;
 * :mod:`~corral.sandbox.limits` and :mod:`~corral.sandbox.outcomes`: what a worker may
   use, and what it reports.
 
@@ -88,12 +92,22 @@ Not guaranteed by any mode: total memory beyond ``max_processes * memory_bytes``
 the tmpfs working directory), and protection from kernel exploits (no seccomp
 filter is installed). In the persistent mode, processes the code starts in the
 background keep running between actions, within the same limits.
+
+Warm sandboxes (:mod:`~corral.sandbox.forkserver`, the namespace modes as root) keep
+every guarantee above for each worker and add a fork server in the sandbox; a sandbox
+reused for another episode is recycled first (every process killed, the directory
+emptied and reset, System V IPC objects and keyrings of its uid removed; POSIX message
+queues cannot be created, RLIMIT_MSGQUEUE is 0 for every worker). What a reused sandbox
+carries over are counters (the pid namespace's next pid, tmpfs inode numbers) and its
+leased uid.
 """
 
 from corral.sandbox._worker import canonical
 from corral.sandbox.command import sandbox_command
+from corral.sandbox.forkserver import ForkedWorker, WarmSandbox
 from corral.sandbox.limits import SandboxLimits
 from corral.sandbox.outcomes import CaseOutcome, ExecOutcome, KilledReason, TestsOutcome
+from corral.sandbox.pool import SandboxPool
 from corral.sandbox.probe import available_modes, resolve_profile
 from corral.sandbox.process import SandboxProcess
 from corral.sandbox.profile import SandboxError, SandboxMode, SandboxProfile, SandboxUnavailable
@@ -104,15 +118,18 @@ __all__ = [
     "DEFAULT_UID_RANGE",
     "CaseOutcome",
     "ExecOutcome",
+    "ForkedWorker",
     "KilledReason",
     "MountEntry",
     "SandboxError",
     "SandboxLimits",
     "SandboxMode",
+    "SandboxPool",
     "SandboxProcess",
     "SandboxProfile",
     "SandboxUnavailable",
     "TestsOutcome",
+    "WarmSandbox",
     "Workspace",
     "available_modes",
     "canonical",

@@ -162,9 +162,27 @@ def drop_capabilities() -> None:
     _check(_libc.capset(header, data), "capset")
 
 
-def become_sandbox_user(uid: int | None) -> None:
-    """Switch to the sandbox's unprivileged identity, irreversibly."""
-    if uid is not None:
+def keep_only_capabilities(keep: list[int]) -> None:
+    """Stay root but with the capabilities ``keep`` only (a fork server that drops its
+    children to the sandbox uid itself); none can be regained."""
+    with open("/proc/sys/kernel/cap_last_cap", encoding="ascii") as f:
+        last = int(f.read())
+    for cap in range(last + 1):
+        if cap not in keep:
+            _check(_libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"drop capability {cap}")
+    _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient caps")
+    mask = sum(1 << cap for cap in keep)  # every kept capability is below 32
+    header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)(mask, mask, 0, 0, 0, 0)  # effective, permitted, inheritable
+    _check(_libc.capset(header, data), "capset")
+
+
+def become_sandbox_user(uid: int | None, keep_caps: list[int]) -> None:
+    """Switch to the sandbox's unprivileged identity (or a root with ``keep_caps`` only),
+    irreversibly."""
+    if keep_caps:
+        keep_only_capabilities(keep_caps)
+    elif uid is not None:
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
@@ -185,7 +203,7 @@ def main(argv: list[str]) -> int:
     if worker == 0:
         try:
             os.setsid()
-            become_sandbox_user(config["uid"])
+            become_sandbox_user(config["uid"], config.get("keep_caps") or [])
             argv_ = config["argv"]
             os.execve(argv_[0], argv_, config["env"])
         except BaseException as exc:

@@ -25,6 +25,37 @@ own process group, so a crashed server leaves no sandbox behind.
 After a ``MemoryError`` (the address-space limit was hit) the worker reports it and exits
 with :data:`EXIT_AFTER_MEMORY_ERROR`, because an interpreter that ran out of memory midway
 through arbitrary code is not trustworthy any more.
+
+A request may carry ``"cpu_hard"``: the worker lowers its lifetime CPU limit to it before
+running anything (a warm worker is started before its episode's budget is known).
+
+**The fork server** (``config["zygote"]``). A warm sandbox runs this file as a
+:class:`Zygote` instead: a process that never runs the agent's code and forks a fresh
+worker for each one that is asked of it, so a worker costs a ``fork`` rather than a
+sandbox and an interpreter. It runs as root inside the sandbox's namespaces with three
+capabilities only (``CAP_SETUID``, ``CAP_SETGID``, ``CAP_KILL``); each worker it forks
+drops to the sandbox's unprivileged uid before it reads a request, so the agent's code
+can neither signal, trace nor read the zygote, and one ``kill(-1)`` from the zygote
+reaches every process of the agent (pid 1 of the namespace and the zygote aside). The
+zygote speaks to the parent over a ``SOCK_SEQPACKET`` socket (``config["control_fd"]``),
+one JSON object per packet, a new worker's pipes attached as ``SCM_RIGHTS``:
+
+* ``{"op": "spawn", "config", "uid"}`` + 4 descriptors (request, reply, stdout, stderr)
+  forks a worker → ``{"op": "spawned", "pid"}``;
+* ``{"op": "sweep"}`` kills every process of the agent and waits until none is left →
+  ``{"op": "swept", "exits": [[pid, status], ...], "problems": [...]}``;
+* ``{"op": "scrub", "uid"}`` also removes what the uid could leave in the kernel beyond
+  its processes (System V IPC objects, its keyrings) → ``{"op": "scrubbed", ...}``;
+* ``sweep`` and ``scrub`` may carry a ``spawn``'s ``config`` and descriptors: a fresh
+  worker is forked once the sweep is done (its ``"pid"`` is in the reply);
+* whenever a worker exits by itself: ``{"op": "exited", "pid", "status"}``.
+
+End-of-file on the socket (the parent is gone) kills every process of the agent and
+ends the zygote (and with it the sandbox).
+
+This file holds both the worker and the zygote because the sandbox runs it as one
+``-c`` source: the zygote forks workers that are already this interpreter, with the
+worker's code imported.
 """
 
 from __future__ import annotations
@@ -37,13 +68,16 @@ import linecache
 import math
 import os
 import resource
+import select
 import signal
+import socket
 import struct
 import sys
 import threading
+import time
 import traceback
 import types
-from typing import Any
+from typing import Any, NoReturn
 
 HEADER = struct.Struct(">I")
 """Frame header: the payload length as a 4-byte big-endian unsigned int."""
@@ -192,6 +226,9 @@ def apply_limits(config: dict[str, Any]) -> None:
     ):
         value = int(limits[key])
         resource.setrlimit(getattr(resource, name), (value, value))
+    # No POSIX message queue can be created: a queue outlives its processes, and a worker
+    # of a warm sandbox must leave nothing behind (System V IPC is scrubbed instead).
+    resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
     resource.setrlimit(resource.RLIMIT_CPU, (int(limits["cpu_seconds"]), int(limits["cpu_hard"])))
     niceness = int(limits["nice"])
     if niceness:
@@ -206,6 +243,16 @@ def set_cpu_budget(seconds: int) -> None:
     if hard != resource.RLIM_INFINITY:
         soft = min(soft, hard)
     resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def lower_cpu_hard(seconds: Any) -> None:
+    """Lower the lifetime CPU limit to ``seconds`` (a request's ``cpu_hard``), never raise it."""
+    if seconds is None:
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    wanted = int(seconds)
+    if hard == resource.RLIM_INFINITY or wanted < hard:
+        resource.setrlimit(resource.RLIMIT_CPU, (min(soft, wanted), wanted))
 
 
 def cpu_seconds_used() -> float:
@@ -365,8 +412,12 @@ class Worker:
         self.stdout = sys.stdout
         self.stderr = sys.stderr
 
-    def serve(self) -> None:
-        """Answer requests until the parent closes the request pipe."""
+    def serve(self, enter: Any = None) -> None:
+        """Answer requests until the parent closes the request pipe.
+
+        ``enter`` (a callable) runs once the first request has arrived, before it is
+        handled: a worker forked ahead of time becomes the sandbox uid only then.
+        """
         send(
             self.reply_fd,
             {
@@ -381,6 +432,9 @@ class Worker:
             request = receive(self.request_fd)
             if request is None:
                 return
+            if enter is not None:
+                enter()
+                enter = None
             if request["op"] == "exec":
                 self.execute(request)
             elif request["op"] == "tests":
@@ -403,6 +457,7 @@ class Worker:
         self._restore_streams()
         # Registering the source lets tracebacks show the agent's lines.
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        lower_cpu_hard(request.get("cpu_hard"))
         set_cpu_budget(int(request["cpu"]))
         started = cpu_seconds_used()
         exit_code, error, memory = 0, None, False
@@ -452,6 +507,7 @@ class Worker:
     def run_tests(self, request: dict[str, Any]) -> None:
         """Call the entry point once per case; stream each result back."""
         self._restore_streams()
+        lower_cpu_hard(request.get("cpu_hard"))
         set_cpu_budget(int(request["cpu"]))
         name = str(request["func"])
         func = self.namespace.get(name)
@@ -501,28 +557,356 @@ def _watch_lifeline(fd: int) -> None:
         os._exit(1)
 
 
-def main(argv: list[str]) -> int:
-    """Entry point inside the sandbox: ``argv[1]`` is the JSON config."""
-    config = json.loads(argv[1])
-    for key in ("request_fd", "reply_fd", "lifeline_fd"):
-        os.set_inheritable(int(config[key]), False)
-    threading.Thread(
-        target=_watch_lifeline, args=(int(config["lifeline_fd"]),), daemon=True
-    ).start()
-    apply_limits(config)
+def serve_worker(config: dict[str, Any], uid: int | None = None) -> None:
+    """Set up this process as a worker (limits applied already) and answer requests.
+
+    With ``uid`` (a worker forked by the zygote, still root with its capabilities), the
+    process becomes ``uid`` when its first request arrives, and only then enters the
+    working directory: until an action is asked of it, nothing runs as the sandbox uid.
+    """
     if config.get("no_new_privs"):
         set_no_new_privs()
     for stream in (sys.stdout, sys.stderr):
         # Line buffering, as on a terminal: what was printed before a kill is not lost.
         stream.reconfigure(errors="backslashreplace", line_buffering=True)  # type: ignore[union-attr]
     workdir = str(config["workdir"])
-    os.chdir(workdir)
-    sys.path.insert(0, workdir)
     worker = Worker(config)
-    guards = config.get("guards")
-    if guards:
-        install_guards(guards["read"], guards["write"], guards["deny"])
-    worker.serve()
+
+    def enter() -> None:
+        if uid is not None:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)  # every capability goes with root
+        os.chdir(workdir)
+        sys.path.insert(0, workdir)
+        guards = config.get("guards")
+        if guards:
+            install_guards(guards["read"], guards["write"], guards["deny"])
+
+    if uid is None:
+        enter()
+        worker.serve()
+    else:
+        worker.serve(enter)
+
+
+# -- the fork server --------------------------------------------------------------------
+
+ZYGOTE_MAX_PACKET = 1024 * 1024
+"""Largest control packet either side sends (a worker's configuration, a reply)."""
+ZYGOTE_SWEEP_SECONDS = 10.0
+"""How long a sweep may take before the zygote reports processes it could not kill."""
+_IPC_RMID = 0
+_KEYCTL_CLEAR = 7
+_KEYCTL_GET_PERSISTENT = 22
+_KEY_SPEC_PROCESS_KEYRING = -2
+_KEY_SPEC_USER_KEYRING = -4
+_KEY_SPEC_USER_SESSION_KEYRING = -5
+_KEYCTL_SYSCALL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 280, "s390x": 280}
+"""``keyctl(2)``'s system call number by machine (libc has no wrapper for it)."""
+
+
+def control_send(
+    sock: socket.socket, message: dict[str, Any], fds: list[int] | tuple[int, ...] = ()
+) -> None:
+    """Send one control packet (``message`` as JSON), with ``fds`` attached."""
+    payload = json.dumps(message, separators=(",", ":")).encode("utf-8")
+    ancillary = []
+    if fds:
+        fd_bytes = struct.pack(f"{len(fds)}i", *fds)
+        ancillary.append((socket.SOL_SOCKET, socket.SCM_RIGHTS, fd_bytes))
+    sock.sendmsg([payload], ancillary)
+
+
+def control_receive(sock: socket.socket, flags: int = 0) -> tuple[dict[str, Any] | None, list[int]]:
+    """Read one control packet: its message (None at end-of-file) and attached descriptors.
+
+    Raises:
+        ProtocolViolation: the packet was cut short or is not a JSON object with an ``op``
+            (any descriptors it carried are closed).
+        BlockingIOError: ``flags`` has ``MSG_DONTWAIT`` and no packet is waiting.
+    """
+    data, ancillary, msg_flags, _ = sock.recvmsg(
+        ZYGOTE_MAX_PACKET, socket.CMSG_SPACE(16 * struct.calcsize("i")), flags
+    )
+    fds: list[int] = []
+    for level, kind, blob in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            usable = len(blob) - len(blob) % struct.calcsize("i")
+            fds.extend(struct.unpack(f"{usable // struct.calcsize('i')}i", blob[:usable]))
+    for fd in fds:
+        os.set_inheritable(fd, False)
+    try:
+        if msg_flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+            raise ProtocolViolation("control packet cut short")
+        if not data:
+            return None, fds
+        return decode_payload(data), fds
+    except ProtocolViolation:
+        for fd in fds:
+            os.close(fd)
+        raise
+
+
+def exit_status(status: int) -> list[Any]:
+    """A wait status as ``["exit", code]`` or ``["signal", number]``."""
+    if os.WIFSIGNALED(status):
+        return ["signal", os.WTERMSIG(status)]
+    return ["exit", os.WEXITSTATUS(status)]
+
+
+class Zygote:
+    """The fork server of a warm sandbox (see the module docstring).
+
+    It never runs the agent's code, imports nothing after it starts, and keeps no state
+    that a worker could change: a worker is a copy of it made by ``fork``, which drops to
+    the sandbox uid and closes every descriptor of the zygote's before it reads a request.
+    """
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        if os.getppid() != 1:
+            # kill(-1) is only safe as the child of a pid namespace's first process.
+            raise SystemExit("corral zygote: not in a pid namespace of its own; refusing to run")
+        self.control = socket.socket(fileno=int(config["control_fd"]))
+        self.control.set_inheritable(False)
+        self.workers: set[int] = set()
+        self.wake_r, self.wake_w = os.pipe()
+        for fd in (self.wake_r, self.wake_w):
+            os.set_blocking(fd, False)
+        signal.signal(signal.SIGCHLD, lambda number, frame: None)
+        signal.set_wakeup_fd(self.wake_w)
+
+    def serve(self) -> None:
+        """Answer the parent until it goes away; then kill every process of the agent."""
+        control_send(
+            self.control,
+            {"op": "ready", "pid": os.getpid(), "prefix": sys.base_prefix, "python": sys.version},
+        )
+        while True:
+            control = self.control.fileno()
+            readable = select.select([control, self.wake_r], [], [])[0]
+            if self.wake_r in readable:
+                with contextlib.suppress(OSError):
+                    while os.read(self.wake_r, 4096):
+                        pass
+                self.reap()
+            if control not in readable:
+                continue
+            message, fds = control_receive(self.control)
+            if message is None:
+                self.kill_all()
+                return
+            self.handle(message, fds)
+
+    def handle(self, message: dict[str, Any], fds: list[int]) -> None:
+        """Carry out one request of the parent (the descriptors are consumed)."""
+        op = message["op"]
+        if op == "spawn":
+            control_send(self.control, {"op": "spawned", "pid": self.spawn(message, fds)})
+            return
+        if message.get("config") is None:
+            for fd in fds:  # descriptors belong to a spawn only
+                os.close(fd)
+        if op not in ("sweep", "scrub"):
+            raise ProtocolViolation(f"unknown control op {op!r}")
+        exits, problems = self.kill_all()
+        reply: dict[str, Any] = {"op": "swept", "exits": exits, "problems": problems}
+        if op == "scrub" and not problems:
+            reply["op"] = "scrubbed"
+            problems.extend(self.scrub(int(message["uid"])))
+        if message.get("config") is not None:
+            reply["pid"] = self.spawn(message, fds)
+        control_send(self.control, reply)
+
+    def spawn(self, message: dict[str, Any], fds: list[int]) -> int:
+        """Fork a worker that serves ``message["config"]`` on the 4 descriptors ``fds``."""
+        if len(fds) != 4:
+            for fd in fds:
+                os.close(fd)
+            raise ProtocolViolation(f"a spawn needs 4 descriptors, got {len(fds)}")
+        pid = os.fork()
+        if pid == 0:
+            self.become_worker(message["config"], int(message["uid"]), fds)
+        for fd in fds:
+            os.close(fd)
+        self.workers.add(pid)
+        return pid
+
+    def become_worker(self, config: dict[str, Any], uid: int, fds: list[int]) -> NoReturn:
+        """In the forked child: drop every trace of the zygote, become the uid, serve."""
+        try:
+            request_fd, reply_fd, out_fd, err_fd = fds
+            self.control.detach()  # the descriptor is closed below; the object must not
+            os.setsid()
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(out_fd, 1)
+            os.dup2(err_fd, 2)
+            keep = sorted({0, 1, 2, request_fd, reply_fd})
+            highest = max(resource.getrlimit(resource.RLIMIT_NOFILE)[0], 1024)
+            ends = [*keep[1:], highest]
+            for index, low in enumerate(keep):  # no zip(strict=): this runs on 3.8 too
+                os.closerange(low + 1, ends[index])
+            for fd in (request_fd, reply_fd):
+                os.set_inheritable(fd, False)
+            # New stream objects: the zygote's describe what fds 1 and 2 were before.
+            sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+            sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+            config = {**config, "request_fd": request_fd, "reply_fd": reply_fd}
+            apply_limits(config)
+            serve_worker(config, uid)
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                os.write(2, f"corral worker: {_describe(exc)}\n".encode())
+            os._exit(127)
+        os._exit(0)
+
+    def reap(self) -> None:
+        """Collect exited children; report each worker that ended by itself."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid in self.workers:
+                self.workers.discard(pid)
+                report = {"op": "exited", "pid": pid, "status": exit_status(status)}
+                control_send(self.control, report)
+
+    def kill_all(self) -> tuple[list[Any], list[str]]:
+        """Kill every process of the agent; wait until none is left.
+
+        Returns the workers' exit statuses and what could not be done.
+        """
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(-1, signal.SIGKILL)  # all but pid 1 and ourselves: the agent's
+        exits = []
+        for pid in sorted(self.workers):
+            with contextlib.suppress(ChildProcessError):
+                exits.append([pid, exit_status(os.waitpid(pid, 0)[1])])
+        self.workers.clear()
+        deadline = time.monotonic() + ZYGOTE_SWEEP_SECONDS
+        while True:
+            strays = self.strays()
+            if not strays:
+                return exits, []
+            if time.monotonic() > deadline:
+                return exits, [f"processes {strays} survived SIGKILL"]
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(-1, signal.SIGKILL)
+            self.reap()
+            time.sleep(0.0005)
+
+    @staticmethod
+    def strays() -> list[int]:
+        """Live processes of the sandbox other than pid 1 and the zygote (zombies are dead)."""
+        found = []
+        me = os.getpid()
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) in (1, me):
+                continue
+            try:
+                with open(f"/proc/{name}/stat", "rb") as stat:
+                    state = stat.read().rpartition(b")")[2].split()[0]
+            except (OSError, IndexError):
+                continue  # gone meanwhile
+            if state not in (b"Z", b"X"):
+                found.append(int(name))
+        return found
+
+    def scrub(self, uid: int) -> list[str]:
+        """Remove what ``uid`` left in the kernel beyond processes, as that uid.
+
+        A child becomes ``uid`` (which owns, or created, everything it could leave) and
+        removes the sandbox's System V IPC objects and clears the uid's keyrings; POSIX
+        message queues cannot be created at all (RLIMIT_MSGQUEUE is 0).
+        """
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read_end)
+            problems = ["the scrubber did not finish"]
+            try:
+                os.setgroups([])
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
+                problems = scrub_identity()
+            finally:
+                with contextlib.suppress(Exception):
+                    os.write(write_end, json.dumps(problems).encode())
+                os._exit(0)
+        os.close(write_end)
+        chunks = []
+        while True:
+            chunk = os.read(read_end, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(read_end)
+        os.waitpid(pid, 0)
+        try:
+            return [str(p) for p in json.loads(b"".join(chunks).decode())]
+        except ValueError:
+            return ["the scrubber died"]
+
+
+def scrub_identity() -> list[str]:
+    """As the sandbox uid: remove its System V IPC objects, clear its keyrings; say what failed."""
+    import ctypes  # only ever in this short-lived child, never in the zygote or a worker
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    problems = []
+    removers: dict[str, tuple[Any, tuple[Any, ...]]] = {
+        "shm": (libc.shmctl, (_IPC_RMID, None)),
+        "msg": (libc.msgctl, (_IPC_RMID, None)),
+        "sem": (libc.semctl, (0, _IPC_RMID)),
+    }
+    for kind, (remove, rest) in removers.items():
+        for ident in _ipc_ids(kind):
+            if remove(ident, *rest) != 0 and ctypes.get_errno() != errno.EINVAL:  # gone already
+                problems.append(f"cannot remove {kind} {ident}: {os.strerror(ctypes.get_errno())}")
+        left = _ipc_ids(kind)
+        if left:
+            problems.append(f"{kind} objects {left} remain")
+    number = _KEYCTL_SYSCALL.get(os.uname().machine)
+    if number is None:
+        problems.append(f"keyrings cannot be cleared on {os.uname().machine}")
+        return problems
+    keyctl = libc.syscall
+    keyctl.restype = ctypes.c_long
+    persistent = keyctl(number, _KEYCTL_GET_PERSISTENT, -1, _KEY_SPEC_PROCESS_KEYRING)
+    keyrings = [_KEY_SPEC_USER_KEYRING, _KEY_SPEC_USER_SESSION_KEYRING]
+    if persistent > 0:
+        keyrings.append(persistent)
+    for keyring in keyrings:
+        if keyctl(number, _KEYCTL_CLEAR, keyring) != 0:
+            problems.append(f"cannot clear keyring {keyring}: {os.strerror(ctypes.get_errno())}")
+    return problems
+
+
+def _ipc_ids(kind: str) -> list[int]:
+    """The ids of the System V IPC objects of ``kind`` in this IPC namespace."""
+    with open(f"/proc/sysvipc/{kind}", encoding="ascii") as table:
+        return [int(line.split()[1]) for line in table.read().splitlines()[1:] if line.strip()]
+
+
+def main(argv: list[str]) -> int:
+    """Entry point inside the sandbox: ``argv[1]`` is the JSON config."""
+    config = json.loads(argv[1])
+    if config.get("zygote"):
+        Zygote(config).serve()
+        return 0
+    for key in ("request_fd", "reply_fd", "lifeline_fd"):
+        os.set_inheritable(int(config[key]), False)
+    threading.Thread(
+        target=_watch_lifeline, args=(int(config["lifeline_fd"]),), daemon=True
+    ).start()
+    apply_limits(config)
+    serve_worker(config)
     return 0
 
 

@@ -22,6 +22,18 @@ SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 """``PATH`` inside every sandbox."""
 
 
+def sandbox_environment(workspace: Workspace) -> dict[str, str]:
+    """The whole environment of a sandbox's processes (nothing else is inherited)."""
+    home = workspace.inside_workdir
+    return {
+        "PATH": SANDBOX_PATH,
+        "HOME": home,
+        "TMPDIR": home,
+        "LANG": "C.UTF-8",
+        "USER": "sandbox",
+    }
+
+
 @functools.cache
 def _source(name: str) -> str:
     return resources.files("corral.sandbox").joinpath(name).read_text(encoding="utf-8")
@@ -48,6 +60,7 @@ def sandbox_command(
     cwd: str = SANDBOX_WORKDIR,
     drop_capabilities: bool = False,
     read_only_root: bool = False,
+    keep_capabilities: Sequence[str] = (),
 ) -> tuple[list[str], int | None]:
     """The argv that runs ``argv`` in a sandbox of ``profile``, and the uid to start it as.
 
@@ -70,12 +83,19 @@ def sandbox_command(
             keeps them when run as root; the ``unshare`` sandbox's init always drops them).
         read_only_root: make bwrap's root directory read-only too, as the ``unshare``
             sandbox's init always does (the mounts keep their own modes).
+        keep_capabilities: run ``argv`` as root inside with these capabilities only
+            (names such as ``"CAP_SETUID"``) instead of as the workspace's uid: a fork
+            server that drops each of its children to that uid itself
+            (:mod:`corral.sandbox.forkserver`). Only for the strategies that run as real
+            root (``privileged``, ``root``), which :func:`keeps_capabilities` names.
 
     Returns:
         ``(argv, uid)``: start the argv as ``uid`` (None: as corral itself). In rlimits
         mode the argv is ``argv`` unchanged.
     """
     uid = workspace.uid
+    if keep_capabilities and not keeps_capabilities(profile):
+        raise ValueError(f"a {profile.describe()} sandbox cannot keep capabilities")
     if profile.mode is SandboxMode.RLIMITS:
         return argv, uid
     view = list(mounts) if mounts is not None else workspace.mounts(extra_ro_paths)
@@ -104,6 +124,11 @@ def sandbox_command(
         command += ["--chdir", cwd, "--clearenv"]
         for key, value in environment.items():
             command += ["--setenv", key, value]
+        if keep_capabilities:
+            command += ["--cap-drop", "ALL"]
+            for name in keep_capabilities:
+                command += ["--cap-add", name]
+            return [*command, "--", *argv], None
         if not switch_uid:
             if drop_capabilities:
                 command += ["--cap-drop", "ALL"]
@@ -122,13 +147,25 @@ def sandbox_command(
         "empty_dir": str(workspace.root / "empty"),
         "empty_file": str(workspace.root / "empty-file"),
         "cwd": cwd,
-        "uid": uid,
+        "uid": None if keep_capabilities else uid,
+        "keep_caps": [CAPABILITIES[name] for name in keep_capabilities],
         "argv": argv,
         "env": environment,
         "close_fds": list(child_fds),
     }
     init = script_argv(profile, "_unshare_init.py", json.dumps(init_config))
     return [*command, "--", *init], None
+
+
+CAPABILITIES = {"CAP_KILL": 5, "CAP_SETGID": 6, "CAP_SETUID": 7}
+"""The capabilities a sandbox may keep (``keep_capabilities``), by number."""
+
+
+def keeps_capabilities(profile: SandboxProfile) -> bool:
+    """Whether sandboxes of ``profile`` can run a process as root with a few capabilities
+    while the agent's code runs as a leased uid (a fork server's requirement): the
+    namespace modes started by real root with a uid range."""
+    return profile.strategy in ("privileged", "root") and profile.uid_range is not None
 
 
 def _bwrap_mount(entry: MountEntry, workspace: Workspace) -> list[str]:

@@ -1,11 +1,11 @@
-"""One sandboxed worker process: start it, talk to it, kill it and everything it started.
+"""A cold sandboxed worker: a sandbox of its own, started for one worker and killed with it.
 
-A :class:`SandboxProcess` runs corral's worker (``_worker.py``, from source) in a
-:class:`~corral.sandbox.workspace.Workspace` under one profile, and speaks its framed
-protocol over pipes: ``exec`` runs code in the worker's namespace, ``tests`` calls one of
-its functions once per case. The parent enforces the wall clock and the output caps,
-reads the kernel's verdict (CPU time, signals) from the exit status, and reports each
-call as an :mod:`outcome <corral.sandbox.outcomes>`.
+A :class:`SandboxProcess` starts corral's worker (``_worker.py``, from source) as the
+main process of a fresh sandbox of one profile around a
+:class:`~corral.sandbox.workspace.Workspace`, and talks to it through
+:class:`~corral.sandbox.channel.WorkerChannel`. Killing it kills the sandbox's whole
+process group and, with a leased uid, every process of that uid. This is how every mode
+runs code without a warm sandbox (:mod:`corral.sandbox.forkserver` is the warm way).
 
 Thread safety: nothing here holds global mutable state. Every file descriptor is
 close-on-exec except the ones passed to a sandbox explicitly, so concurrently spawned
@@ -17,62 +17,22 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import selectors
 import signal
 import subprocess
-import threading
-import time
 from collections.abc import Sequence
-from typing import Any, Literal
 
-from corral.sandbox import _worker
-from corral.sandbox.command import SANDBOX_PATH, sandbox_command, script_argv
+from corral.sandbox.channel import Status, WorkerChannel
+from corral.sandbox.command import sandbox_command, sandbox_environment, script_argv
 from corral.sandbox.limits import SandboxLimits
-from corral.sandbox.outcomes import CaseOutcome, ExecOutcome, KilledReason, TestsOutcome
 from corral.sandbox.profile import SandboxError, SandboxMode, SandboxProfile
-from corral.sandbox.uids import kill_uid, processes_of
+from corral.sandbox.uids import kill_uid
 from corral.sandbox.workspace import Workspace
 
 _KILL_TIMEOUT = 30.0
 
 
-class _Capture:
-    """One phase's output: kept up to ``cap`` bytes per stream, or only counted."""
-
-    def __init__(self, cap: int, keep: bool) -> None:
-        self.cap = cap
-        self.keep = keep
-        self.data = {1: bytearray(), 2: bytearray()}
-        self.seen = {1: 0, 2: 0}
-
-    def feed(self, stream: int, chunk: bytes) -> bool:
-        """Record a chunk; True once the stream went over the cap."""
-        self.seen[stream] += len(chunk)
-        if self.keep:
-            room = self.cap - len(self.data[stream])
-            if room > 0:
-                self.data[stream] += chunk[:room]
-        return self.seen[stream] > self.cap
-
-    def truncated(self, stream: int) -> bool:
-        """More than ``cap`` bytes arrived on ``stream``."""
-        return self.seen[stream] > self.cap
-
-
-class _Ended(Exception):
-    """The worker ended (or was killed) while a reply was awaited."""
-
-    def __init__(self, reason: KilledReason) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class SandboxProcess:
+class SandboxProcess(WorkerChannel):
     """One sandboxed worker process, started (and awaited) by the constructor.
-
-    One thread at a time calls ``execute``/``run_tests``/``close`` (the owner); ``kill``
-    may be called from any thread at any moment and makes a running call return. File
-    descriptors are only closed by ``close``, never under a reader's feet.
 
     Raises:
         SandboxError: the sandbox did not start (the message carries its error output).
@@ -86,36 +46,22 @@ class SandboxProcess:
         cpu_hard: int,
         extra_ro_paths: Sequence[str] = (),
     ) -> None:
-        self.profile = profile
-        self.workspace = workspace
-        self.limits = limits
-        self.worker_pid: int | None = None
-        self._lock = threading.Lock()
-        self._killed_by: KilledReason | None = None
+        super().__init__(profile, workspace, limits)
         self._reaped = False
-        self._closed = False
-        self._cleared = False
-        self._next_disk_check = 0.0
-        self._pending = bytearray()
-        request_r, self._request_w = os.pipe()
-        self._reply_r, reply_w = os.pipe()
+        self._pidfd: int | None = None
+        self._lifeline_w = -1
+        request_r, request_w = os.pipe()
+        reply_r, reply_w = os.pipe()
         lifeline_r, self._lifeline_w = os.pipe()
-        self._out_r, out_w = os.pipe()
-        self._err_r, err_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        self._open(request_w, reply_r, out_r, err_r)
         child_fds = (request_r, reply_w, lifeline_r)
         config = {
+            **self.worker_config(cpu_hard),
             "request_fd": request_r,
             "reply_fd": reply_w,
             "lifeline_fd": lifeline_r,
-            "workdir": workspace.inside_workdir,
-            "limits": {
-                **limits.model_dump(),
-                "max_file_bytes": self._max_file_bytes(),
-                "cpu_hard": max(cpu_hard, limits.cpu_seconds + 1),
-                "nproc": self._nproc(),
-            },
-            "no_new_privs": profile.mode is SandboxMode.RLIMITS,
-            "guards": self._guards() if profile.mode is SandboxMode.RLIMITS else None,
         }
         worker_argv = script_argv(profile, "_worker.py", json.dumps(config))
         rlimits = profile.mode is SandboxMode.RLIMITS
@@ -130,7 +76,7 @@ class SandboxProcess:
                 close_fds=True,
                 start_new_session=True,
                 cwd=str(workspace.host_workdir if rlimits else workspace.root),
-                env=self._environment(),
+                env=sandbox_environment(workspace),
                 user=user,
                 group=user,
                 extra_groups=[] if user is not None else None,
@@ -144,9 +90,6 @@ class SandboxProcess:
         finally:
             for fd in (request_r, reply_w, lifeline_r, out_w, err_w):
                 os.close(fd)
-        for fd in (self._request_w, self._reply_r, self._out_r, self._err_r):
-            os.set_blocking(fd, False)
-        self._pidfd: int | None
         try:
             self._pidfd = os.pidfd_open(self._proc.pid)
         except OSError:
@@ -154,42 +97,6 @@ class SandboxProcess:
         self._await_ready()
 
     # -- construction helpers ---------------------------------------------------------
-
-    def _nproc(self) -> int:
-        """RLIMIT_NPROC for the worker.
-
-        A leased uid or a user namespace gives the sandbox its own process count. In the
-        rlimits mode without root the count is shared with every process of the user,
-        so the budget is added to what the user already runs (a weaker, racy bound).
-        """
-        budget = self.limits.max_processes
-        if self.profile.mode is SandboxMode.RLIMITS and self.workspace.uid is None:
-            return budget + len(processes_of(os.getuid()))
-        return budget
-
-    def _max_file_bytes(self) -> int:
-        """RLIMIT_FSIZE: no single file may be larger than the whole disk quota."""
-        quota = self.workspace.quota
-        cap = self.limits.max_file_bytes
-        return cap if quota is None else min(cap, quota.max_bytes)
-
-    def _guards(self) -> dict[str, list[str]]:
-        devices = [f"/dev/{name}" for name in ("null", "zero", "full", "random", "urandom")]
-        return {
-            "read": [*self.profile.python.path, *devices],
-            "write": [str(self.workspace.host_workdir), "/dev/null"],
-            "deny": list(self.workspace.hidden_paths),
-        }
-
-    def _environment(self) -> dict[str, str]:
-        home = self.workspace.inside_workdir
-        return {
-            "PATH": SANDBOX_PATH,
-            "HOME": home,
-            "TMPDIR": home,
-            "LANG": "C.UTF-8",
-            "USER": "sandbox",
-        }
 
     def _command(
         self, worker_argv: list[str], child_fds: Sequence[int], extra_ro_paths: Sequence[str]
@@ -199,54 +106,34 @@ class SandboxProcess:
             self.profile,
             self.workspace,
             worker_argv,
-            self._environment(),
+            sandbox_environment(self.workspace),
             child_fds=child_fds,
             extra_ro_paths=extra_ro_paths,
         )
 
-    def _await_ready(self) -> None:
-        capture = _Capture(self.limits.max_output_bytes, keep=True)
+    # -- how it ends --------------------------------------------------------------------
+
+    def _exit_fd(self) -> int | None:
+        return self._pidfd
+
+    def _raw_status(self) -> Status | None:
+        """Read without reaping the leader, so its pid (and group) stays reserved."""
+        if self._reaped:
+            code = self._proc.returncode
+            return ("signal", -code) if code < 0 else ("exit", code)
         try:
-            message = self._next_message(time.monotonic() + self.limits.start_timeout, capture)
-        except _Ended as ended:
-            status = self._status_text()
-            self.close()
-            detail = capture.data[2].decode("utf-8", "replace").strip()[-2000:]
-            what = "did not start in time" if ended.reason == "wall_clock" else "failed to start"
-            raise SandboxError(
-                f"the {self.profile.mode} sandbox {what} ({status}): {detail or 'no error output'}"
-            ) from None
-        if message.get("op") != "ready":
-            self.close()
-            raise SandboxError(f"the sandbox sent {message.get('op')!r} instead of 'ready'")
-        prefix = os.path.realpath(str(message.get("prefix")))
-        if prefix not in self.profile.python.prefixes:
-            self.close()
-            raise SandboxError(
-                f"the sandbox interpreter found its standard library under {prefix}, not "
-                f"{' or '.join(self.profile.python.prefixes)}: part of its installation is "
-                "not visible in the sandbox (pass its directories as extra_ro_paths)"
-            )
-        self.worker_pid = int(message["pid"])
+            info = os.waitid(os.P_PID, self._proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:  # reaped behind our back: it is gone, however it ended
+            return ("exit", 0)
+        if info is None:
+            return None
+        exited = info.si_code == os.CLD_EXITED
+        return ("exit", info.si_status) if exited else ("signal", info.si_status)
 
-    # -- lifecycle --------------------------------------------------------------------
-
-    def alive(self) -> bool:
-        """The worker is still running: not killed, and it has not exited."""
+    def _terminate(self) -> None:
+        if not hasattr(self, "_proc"):
+            return
         with self._lock:
-            return self._killed_by is None and not self._exited()
-
-    def kill(self, reason: KilledReason = "closed") -> None:
-        """Kill the sandbox and everything it started. Any thread; idempotent.
-
-        ``reason`` is recorded unless an earlier one was.
-
-        Raises:
-            SandboxError: the sandbox's processes did not die (stuck in the kernel).
-        """
-        with self._lock:
-            if self._killed_by is None:
-                self._killed_by = reason
             if not self._reaped:
                 # The leader is not reaped yet, so its pid (and group) cannot be reused.
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -261,317 +148,12 @@ class SandboxProcess:
             self._reaped = True
         if self.workspace.uid is not None and not self.workspace.closed:
             kill_uid(self.workspace.uid, self.profile.kill)
-        if self._killed_by == "disk" and not self._cleared and not self.workspace.closed:
-            # A full directory would fail every later action: it starts over, empty.
-            self._cleared = True
-            self.workspace.clear()
-
-    def close(self) -> None:
-        """Kill the sandbox and release its pipes (the owner thread only)."""
-        if self._closed:
-            return
-        self._closed = True
-        if hasattr(self, "_proc"):
-            self.kill()
-        self._close_fds()
 
     def _close_fds(self) -> None:
-        for name in ("_request_w", "_reply_r", "_lifeline_w", "_out_r", "_err_r", "_pidfd"):
+        super()._close_fds()
+        for name in ("_lifeline_w", "_pidfd"):
             fd = getattr(self, name, None)
-            if fd is not None:
+            if fd is not None and fd >= 0:
+                setattr(self, name, None if name == "_pidfd" else -1)
                 with contextlib.suppress(OSError):
                     os.close(fd)
-
-    def _exited(self) -> bool:
-        """The leader exited (checked without reaping it, so its pid stays reserved)."""
-        if self._reaped:
-            return True
-        try:
-            info = os.waitid(os.P_PID, self._proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            return True
-        return info is not None
-
-    def _status(self) -> tuple[Literal["exit", "signal"], int] | None:
-        """How the worker ended: ``("exit", code)`` or ``("signal", number)``; None if not."""
-        kind: Literal["exit", "signal"]
-        if self._reaped:
-            code = self._proc.returncode
-            kind, value = ("signal", -code) if code < 0 else ("exit", code)
-        else:
-            try:
-                info = os.waitid(os.P_PID, self._proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            except ChildProcessError:
-                return None
-            if info is None:
-                return None
-            exited = info.si_code == os.CLD_EXITED
-            kind, value = ("exit", info.si_status) if exited else ("signal", info.si_status)
-        if kind == "exit" and self.profile.mode is not SandboxMode.RLIMITS and value > 128:
-            # bwrap and the unshare init report a worker killed by signal N as 128 + N.
-            return ("signal", value - 128)
-        return (kind, value)
-
-    def _quota_text(self) -> str:
-        quota = self.workspace.quota
-        if quota is None:
-            return "no quota"
-        return f"{quota.max_bytes} bytes or {quota.max_files} files"
-
-    def _status_text(self) -> str:
-        status = self._status()
-        if status is None:
-            return "still running"
-        kind, value = status
-        if kind == "exit":
-            return f"exit status {value}"
-        with contextlib.suppress(ValueError):
-            return f"killed by {signal.Signals(value).name}"
-        return f"killed by signal {value}"
-
-    def _death_reason(self) -> KilledReason:
-        """Why the worker ended by itself, read from its exit status."""
-        status = self._status()
-        if status is None or status[0] == "exit":
-            if status is not None and status[1] == _worker.EXIT_AFTER_MEMORY_ERROR:
-                return "memory"
-            return "exited"
-        return "cpu_time" if status[1] == signal.SIGXCPU else "signal"
-
-    # -- I/O --------------------------------------------------------------------------
-
-    def _send(self, message: dict[str, Any], deadline: float, capture: _Capture) -> None:
-        """Write one request, reading output meanwhile so neither side can block the other."""
-        data = memoryview(_worker.encode_frame(message))
-        while data:
-            try:
-                data = data[os.write(self._request_w, data) :]
-            except BlockingIOError:
-                self._wait(deadline, capture, writing=True)
-            except OSError:  # EPIPE: the worker is gone
-                self._finish(self._killed_by or self._death_reason())
-
-    def _next_message(self, deadline: float, capture: _Capture) -> dict[str, Any]:
-        """Read output and replies until one reply frame is complete.
-
-        Raises:
-            _Ended: the worker died, overran ``deadline`` or the output cap, broke the
-                protocol, or was killed from another thread (the sandbox is dead then).
-        """
-        while True:
-            message = self._pop_frame()
-            if message is not None:
-                return message
-            self._wait(deadline, capture, writing=False)
-
-    def _finish(self, reason: KilledReason) -> None:
-        self.kill(reason)
-        raise _Ended(self._killed_by or reason)
-
-    def _pop_frame(self) -> dict[str, Any] | None:
-        size_of_header = _worker.HEADER.size
-        if len(self._pending) < size_of_header:
-            return None
-        size = int(_worker.HEADER.unpack_from(self._pending)[0])
-        if size > _worker.MAX_MESSAGE_BYTES:
-            self._finish("protocol")
-        end = size_of_header + size
-        if len(self._pending) < end:
-            return None
-        payload = bytes(self._pending[size_of_header:end])
-        del self._pending[:end]
-        try:
-            return _worker.decode_payload(payload)
-        except _worker.ProtocolViolation:
-            self._finish("protocol")
-            raise  # unreachable: _finish raises
-
-    def _wait(self, deadline: float, capture: _Capture, writing: bool) -> None:
-        """Wait until the request pipe is writable (``writing``) or a reply chunk arrived.
-
-        Output that arrives meanwhile goes to ``capture``. Ends the sandbox (raising
-        :class:`_Ended`) on a deadline, output overflow, the worker's exit or a kill.
-        """
-        with selectors.DefaultSelector() as selector:
-            selector.register(self._out_r, selectors.EVENT_READ, 1)
-            selector.register(self._err_r, selectors.EVENT_READ, 2)
-            selector.register(self._reply_r, selectors.EVENT_READ, "reply")
-            if writing:
-                selector.register(self._request_w, selectors.EVENT_WRITE, "request")
-            if self._pidfd is not None:
-                selector.register(self._pidfd, selectors.EVENT_READ, "exit")
-            while True:
-                if self._killed_by is not None:
-                    raise _Ended(self._killed_by)
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    self._finish("wall_clock")
-                if self._disk_due() and self._disk_full():
-                    self._finish("disk")
-                # Without a pidfd the exit is polled; with one, the short timeout only
-                # bounds how late a kill from another thread is noticed.
-                timeout = min(remaining, 0.05 if self._pidfd is None else 0.2)
-                if self.workspace.quota is not None:
-                    timeout = min(timeout, self.workspace.quota.interval)
-                exited = False
-                progressed = False
-                for key, _ in selector.select(timeout):
-                    if key.data == "exit":
-                        exited = True
-                    elif key.data == "request":
-                        progressed = True
-                    elif key.data == "reply":
-                        chunk = self._read(self._reply_r)
-                        if chunk:
-                            self._pending += chunk
-                            progressed = True
-                        elif chunk == b"":
-                            selector.unregister(self._reply_r)
-                    else:
-                        chunk = self._read(key.fd)
-                        if chunk == b"":
-                            selector.unregister(key.fd)
-                        elif chunk and capture.feed(key.data, chunk):
-                            self._finish("output_limit")
-                if exited or (self._pidfd is None and self._exited()):
-                    self._drain(capture)
-                    if self._complete_frame_pending():
-                        return  # the last reply arrived just before the exit
-                    self._finish(self._killed_by or self._death_reason())
-                if progressed:
-                    self._drain(capture)
-                    return
-
-    def _disk_due(self) -> bool:
-        """Time to measure the working directory again (at the quota's interval)."""
-        quota = self.workspace.quota
-        now = time.monotonic()
-        if quota is None or now < self._next_disk_check:
-            return False
-        self._next_disk_check = now + quota.interval
-        return True
-
-    def _disk_full(self) -> bool:
-        """The working directory reached its disk quota."""
-        quota = self.workspace.quota
-        return quota is not None and not self.workspace.closed and quota.exceeded()
-
-    def _complete_frame_pending(self) -> bool:
-        size_of_header = _worker.HEADER.size
-        if len(self._pending) < size_of_header:
-            return False
-        size = int(_worker.HEADER.unpack_from(self._pending)[0])
-        return len(self._pending) >= size_of_header + size
-
-    @staticmethod
-    def _read(fd: int) -> bytes | None:
-        """What ``fd`` has: bytes, ``b""`` at end-of-file, None when nothing is ready."""
-        try:
-            return os.read(fd, 65536)
-        except BlockingIOError:
-            return None
-
-    def _drain(self, capture: _Capture) -> None:
-        """Read what was already written: it precedes the reply or exit just seen."""
-        for stream, fd in ((1, self._out_r), (2, self._err_r)):
-            while chunk := self._read(fd):
-                if capture.feed(stream, chunk):
-                    self._finish("output_limit")
-        while chunk := self._read(self._reply_r):
-            self._pending += chunk
-
-    # -- requests ---------------------------------------------------------------------
-
-    def execute(self, code: str, filename: str) -> ExecOutcome:
-        """Run ``code`` in the worker's namespace; collect its output and exit code."""
-        limits = self.limits
-        capture = _Capture(limits.max_output_bytes, keep=True)
-        started = time.monotonic()
-        deadline = started + limits.wall_seconds
-        outcome = ExecOutcome()
-        try:
-            request = {"op": "exec", "code": code, "filename": filename, "cpu": limits.cpu_seconds}
-            self._send(request, deadline, capture)
-            reply = self._next_message(deadline, capture)
-            if reply["op"] != "done":
-                self._finish("protocol")
-            if reply.get("memory"):
-                self.kill("memory")
-                outcome.killed_reason = "memory"
-            elif self._disk_full():
-                # The code finished, perhaps after catching ENOSPC: the quota still ends it.
-                self.kill("disk")
-                outcome.killed_reason = "disk"
-            else:
-                outcome.exit_code = int(reply["exit_code"])
-            outcome.error = None if reply["error"] is None else str(reply["error"])
-            outcome.cpu_time = float(reply["cpu_time"])
-        except _Ended as ended:
-            outcome.killed_reason = ended.reason
-        except (KeyError, TypeError, ValueError):
-            self.kill("protocol")
-            outcome.killed_reason = "protocol"
-        outcome.wall_time = time.monotonic() - started
-        outcome.stdout, outcome.stderr = bytes(capture.data[1]), bytes(capture.data[2])
-        outcome.stdout_truncated = capture.truncated(1)
-        outcome.stderr_truncated = capture.truncated(2)
-        if outcome.killed_reason is not None:
-            outcome.error = self.explain(outcome.killed_reason)
-        return outcome
-
-    def run_tests(self, func: str, cases: Sequence[Sequence[Any]]) -> TestsOutcome:
-        """Call ``func(*args)`` in the worker for each case. Their output is discarded."""
-        limits = self.limits
-        capture = _Capture(limits.max_output_bytes, keep=False)
-        deadline = time.monotonic() + limits.test_wall_seconds
-        results: list[CaseOutcome] = []
-        request = {
-            "op": "tests",
-            "func": func,
-            "cases": [list(case) for case in cases],
-            "cpu": limits.cpu_seconds,
-        }
-        try:
-            self._send(request, deadline, capture)
-            while True:
-                reply = self._next_message(deadline, capture)
-                if reply["op"] == "tests_done" and len(results) == len(cases):
-                    if self._disk_full():
-                        self.kill("disk")
-                        return TestsOutcome(results, killed_reason="disk")
-                    return TestsOutcome(results)
-                if reply["op"] != "case" or int(reply["index"]) != len(results):
-                    self._finish("protocol")
-                error = reply.get("error")
-                results.append(
-                    CaseOutcome(
-                        index=len(results),
-                        ok=bool(reply["ok"]),
-                        value=reply.get("value"),
-                        error=None if error is None else str(error),
-                    )
-                )
-                if reply.get("memory"):
-                    self.kill("memory")
-                    return TestsOutcome(results, killed_reason="memory")
-        except _Ended as ended:
-            return TestsOutcome(results, killed_reason=ended.reason)
-        except (KeyError, TypeError, ValueError):
-            self.kill("protocol")
-            return TestsOutcome(results, killed_reason="protocol")
-
-    def explain(self, reason: KilledReason, phase: Literal["code", "tests"] = "code") -> str:
-        """A sentence saying why the worker ended, with the limit involved."""
-        limits = self.limits
-        wall = limits.wall_seconds if phase == "code" else limits.test_wall_seconds
-        return {
-            "wall_clock": f"killed: wall-clock limit of {wall:g} s exceeded",
-            "cpu_time": f"killed: CPU time limit of {limits.cpu_seconds} s exceeded",
-            "memory": f"killed: memory limit of {limits.memory_bytes} bytes reached",
-            "output_limit": f"killed: output exceeded {limits.max_output_bytes} bytes",
-            "disk": f"killed: the working directory reached its disk limit ({self._quota_text()})",
-            "signal": f"killed: {self._status_text()}",
-            "exited": f"the process ended before finishing ({self._status_text()})",
-            "protocol": "killed: the worker's reply channel was corrupted",
-            "closed": "killed: the environment was closed",
-        }[reason]

@@ -205,6 +205,20 @@ class Workspace:
                 if lease is not None:
                     lease.release()
 
+    def reset(self) -> None:
+        """Make the working directory as new for another episode (its processes must be
+        dead): empty, owned by the sandbox uid with mode 0700, no extended attributes,
+        times of now. What the agent set on the directory itself goes with its files."""
+        self.clear()
+        directory = self.host_workdir
+        for name in os.listxattr(directory, follow_symlinks=False):
+            with contextlib.suppress(OSError):
+                os.removexattr(directory, name, follow_symlinks=False)
+        owner = self.uid if self.uid is not None else os.getuid()
+        os.chown(directory, owner, self.uid if self.uid is not None else os.getgid())
+        directory.chmod(0o700)
+        os.utime(directory)
+
     def clear(self) -> None:
         """Delete everything in the working directory (its processes must be dead)."""
         if not self.host_workdir.is_dir():

@@ -20,6 +20,11 @@ cannot drift apart:
   answer and the same errors;
 * :meth:`Admission.failure` maps whatever a call raised to the error to send: corral's
   own errors as they are, anything the environment raised as ``ENV_ERROR``.
+
+A ``snapshot`` is a call like ``state`` (its value is sealed by
+:class:`~corral.protocol.snapshot.SnapshotSeal`); the observation a ``restore`` returns
+is checked and dumped as a step's, without counting its reward again (the step that
+first returned it was counted, on whichever server ran it).
 """
 
 from __future__ import annotations
@@ -49,13 +54,13 @@ from corral.errors import (
 )
 from corral.protocol.batch import ResetItem, StepItem
 from corral.protocol.fields import clip
-from corral.protocol.messages import GetState, Reset, Step
+from corral.protocol.messages import GetState, Reset, Step, TakeSnapshot
 from corral.protocol.server import Peer
 from corral.protocol.session import Op, SessionState
 from corral.server.env_failures import env_failure
 from corral.server.rewards import RewardStats
 
-Payload = Reset | Step | GetState | ResetItem | StepItem
+Payload = Reset | Step | GetState | TakeSnapshot | ResetItem | StepItem
 """What an environment call is made from: a single request, or one item of a batch."""
 
 _STEPS = (Step, StepItem)
@@ -65,6 +70,14 @@ _NO_OPTIONS: dict[str, Any] = {}
 
 RunnerCall = tuple[str, tuple[Any, ...], Any]
 """``(method, args, kwargs)`` of one environment call."""
+
+
+_METHODS = {Op.STEP: "step", Op.RESTORE: "restore"}
+"""The environment method that returned an observation, by operation (else ``reset``)."""
+
+
+def _method(op: Op) -> str:
+    return _METHODS.get(op, "reset")
 
 
 RESERVED_OPTIONS = frozenset({"seed", "timeout"})
@@ -152,6 +165,8 @@ class Admission:
             return "step", (self.action(peer, payload.action),), _NO_OPTIONS
         if op is Op.STATE:
             return "state", (), {}
+        if op is Op.SNAPSHOT:
+            return "snapshot", (), {}
         # A reset, or a step that auto-resets an ended episode (no seed, no options).
         if isinstance(payload, _RESETS):
             options = payload.options
@@ -270,8 +285,7 @@ class Admission:
             reward = value.reward
             if value.reward_components or not (reward is None or isfinite(reward)):
                 try:
-                    method = "step" if ops[index] is Op.STEP else "reset"
-                    _check_finite(value, self.env_name, method)
+                    _check_finite(value, self.env_name, _method(ops[index]))
                 except BadObservation as exc:
                     out[index] = exc
                     continue
@@ -309,9 +323,9 @@ class Admission:
 
     def _not_observation(self, value: Any, op: Op) -> BadObservation:
         model = self.contract.observation
-        method = "step" if op is Op.STEP else "reset"
+        returned = type(value).__name__
         return BadObservation(
-            f"{self.env_name}.{method}() returned {type(value).__name__}, not {model.__name__}",
+            f"{self.env_name}.{_method(op)}() returned {returned}, not {model.__name__}",
             details={"returned": type(value).__name__},
         )
 
@@ -321,13 +335,22 @@ class Admission:
         Raises:
             BadObservation: not the contract's Observation, or it cannot be dumped.
         """
+        wire = self.observation(peer, value, op)
+        self.rewards.observe(value)
+        return wire, value.done
+
+    def observation(self, peer: Peer, value: Any, op: Op) -> Any:
+        """The observation ``op``'s method returned, checked and dumped (the reward not
+        counted: :meth:`result` counts it; a restore's was counted when first returned).
+
+        Raises:
+            BadObservation: not the contract's Observation, or it cannot be dumped.
+        """
         model = self.contract.observation
         if not isinstance(value, Observation) or not isinstance(value, model):
             raise self._not_observation(value, op)
-        _check_finite(value, self.env_name, "step" if op is Op.STEP else "reset")
-        wire = self._dump(peer, value, model, "observation")
-        self.rewards.observe(value)
-        return wire, value.done
+        _check_finite(value, self.env_name, _method(op))
+        return self._dump(peer, value, model, "observation")
 
     def state(self, peer: Peer, value: Any) -> Any:
         """The state ``state()`` returned, as a wire object.

@@ -14,8 +14,7 @@ from corral.server.docs import docs_router
 from corral.server.http import info_router
 from corral.server.http_limits import HttpLimits
 from corral.server.metrics import metrics_router
-from corral.server.openenv_http import openenv_router
-from corral.server.openenv_ws import openenv_fallback
+from corral.server.openenv import openenv_fallback, openenv_router, personality_of
 from corral.server.render import render_router
 from corral.server.service import EnvService
 from corral.server.status import status_router
@@ -31,6 +30,7 @@ def create_app(
     *,
     fallback: FallbackHandler | None = None,
     openenv: bool = True,
+    service: EnvService | None = None,
     **overrides: Any,
 ) -> FastAPI:
     """Build the ASGI app serving ``env`` (an Environment subclass or a factory).
@@ -42,7 +42,9 @@ def create_app(
             OpenEnv's envelope, when ``openenv`` is on).
         openenv: serve OpenEnv clients too: the ``/ws`` envelope for connections
             without a corral subprotocol, and ``/reset`` ``/step`` ``/state`` ``/mcp``
-            ``/sessions`` over HTTP (see :mod:`corral.server.openenv_http`).
+            ``/sessions`` over HTTP (see :mod:`corral.server.openenv`).
+        service: the service to serve (default: a new one for ``env`` and the config);
+            :mod:`corral.testing` gives the one its in-process sockets already reach.
 
     The app is run by uvicorn (see :func:`corral.server.serve`); the service it wraps is
     reachable as ``app.state.service``. With ``config.token`` set, every route and the
@@ -57,9 +59,11 @@ def create_app(
     cfg = config or ServerConfig()
     if overrides:
         cfg = ServerConfig(**{**cfg.__dict__, **overrides})
-    service = EnvService(env, cfg)
+    service = service if service is not None else EnvService(env, cfg)
     workers = _worker_pool(env, service) if cfg.workers else None
-    tasks, catalog = tasks_router(service)
+    # The one place that tells a corral environment from an OpenEnv one: every route
+    # below that answers differently asks this object.
+    personality = personality_of(service)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -70,7 +74,7 @@ def create_app(
             yield
         finally:
             await service.shutdown()
-            await catalog.close()
+            await personality.close()
             if workers is not None:
                 await workers.shutdown()
 
@@ -84,12 +88,13 @@ def create_app(
         redoc_url=None,
     )
     app.state.service = service
-    if openenv:
-        # First: an OpenEnv environment's /schema and /metadata are OpenEnv's.
-        app.include_router(openenv_router(service))
-        fallback = fallback or openenv_fallback(service)
     app.state.workers = workers
-    app.include_router(info_router(service))
+    app.include_router(info_router(service, personality))
+    # First of the rest: an environment's own page (its custom /web) is what its users see.
+    app.router.routes.extend(personality.own_routes())
+    if openenv:
+        app.include_router(openenv_router(personality))
+        fallback = fallback or openenv_fallback(personality)
     app.include_router(metrics_router(service))
     docs = docs_router(app.title)
     if docs is not None:
@@ -101,7 +106,7 @@ def create_app(
         app.include_router(regression_router(cfg.max_frame_bytes))
         if cfg.token is not None:
             app.include_router(auth_router(cfg.token))
-    app.include_router(tasks)  # last: its /{env}/... paths must not shadow others
+    app.include_router(tasks_router(personality.tasks))  # last: /{env}/... shadows nothing
     # Added first, so the bearer check (added after) runs before any body is read.
     app.add_middleware(
         HttpLimits, max_body_bytes=cfg.max_frame_bytes, body_timeout_s=cfg.http_body_timeout_s

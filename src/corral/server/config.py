@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from corral.auth import check_token
+from corral.auth import check_fleet_key, check_token
 from corral.protocol.identity import SERVER_ID
 
 TRANSPORTS = frozenset({"auto", "native", "asgi"})
@@ -25,9 +25,14 @@ SERVER_ONLY = (
     "max_hung_calls",
     "inline_step_s",
     "debug",
+    "fleet_key",
     "server_id",
 )
 """Settings the handshake does not tell clients (the server id travels in ``server``)."""
+
+SNAPSHOT_MARGIN = 4096
+"""Bytes of a ``restore`` frame besides its snapshot envelope (the message's own fields,
+and the binary codec's framing of them), kept free by the default snapshot limit."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,17 @@ class ServerConfig:
             the ``ENV_ERROR``'s ``details["traceback"]`` (bounded). Off by default: a
             traceback shows the server's code and paths. The server logs every such
             exception with its traceback either way.
+        max_snapshot_bytes: the largest session snapshot the server takes or restores
+            (its envelope, as JSON); a larger one is ``SNAPSHOT_TOO_LARGE``. None (the
+            default): the frame limit less :data:`SNAPSHOT_MARGIN` (at most half of it
+            for tiny frame limits), so that a snapshot this server takes always fits
+            the frame of the ``restore`` that brings it back. The handshake states the
+            effective limit.
+        fleet_key: the secret every server of a fleet shares (at least 32 bytes;
+            ``corral serve --fleet-key-file`` or ``$CORRAL_FLEET_KEY``). With it, session
+            snapshots are signed and only signed ones are restored; without, they are
+            unsigned and the snapshot model's validation is the only guard (see
+            :mod:`corral.protocol.snapshot`). Never shown in the handshake or ``repr``.
     """
 
     max_sessions: int = 1024
@@ -122,6 +138,8 @@ class ServerConfig:
     inline_step_s: float = 100e-6
     web: bool = False
     debug: bool = False
+    max_snapshot_bytes: int | None = None
+    fleet_key: bytes | None = field(default=None, repr=False)
     server_id: str | None = None
 
     def __post_init__(self) -> None:
@@ -160,10 +178,27 @@ class ServerConfig:
             raise ValueError(f"ServerConfig.inline_step_s must be >= 0, got {self.inline_step_s}")
         if self.workers < 0:
             raise ValueError(f"ServerConfig.workers must be >= 0, got {self.workers}")
+        if self.max_snapshot_bytes is not None and self.max_snapshot_bytes < 1:
+            raise ValueError(
+                f"ServerConfig.max_snapshot_bytes must be >= 1 or None, got "
+                f"{self.max_snapshot_bytes}"
+            )
+        if self.fleet_key is not None:
+            key = check_fleet_key(self.fleet_key, "ServerConfig.fleet_key")
+            object.__setattr__(self, "fleet_key", key)
+
+    @property
+    def snapshot_limit(self) -> int:
+        """The effective :attr:`max_snapshot_bytes`."""
+        if self.max_snapshot_bytes is not None:
+            return self.max_snapshot_bytes
+        frame = self.max_frame_bytes
+        return max(frame // 2, frame - SNAPSHOT_MARGIN)
 
     def limits(self) -> dict[str, Any]:
         """The limits a client is told in the handshake."""
         data = asdict(self)
         for name in SERVER_ONLY:
             data.pop(name)
+        data["max_snapshot_bytes"] = self.snapshot_limit
         return data

@@ -10,11 +10,13 @@ synchronous stretch of a frame or a batch:
 * every ``tick_s`` it checks the young generation's count and collects it past
   ``gen0`` allocations, escalating to the middle generation every 10th pass and to a full
   collection every 100th (CPython's own ratios);
-* after a *reset wave* (at least ``wave`` resets, then a tick without any), the objects
-  the wave built — environments, sessions, their first observations — are long-lived:
-  it freezes them (``gc.freeze()``) so no later pass scans them again. Every 10th wave it
-  unfreezes, collects fully and freezes again, so objects of sessions closed since are
-  freed and memory stays bounded over a long run.
+* after a *wave* of opens and resets (at least ``wave`` of them, then a tick without
+  any), the objects the wave built — environments, sessions, their first observations —
+  are long-lived: it freezes them (``gc.freeze()``) so no later pass scans them again. A
+  wave that goes on (a pool opening 100,000 sessions) is frozen every ``long_wave`` opens
+  and resets, so the passes it triggers do not scan everything it built so far again and
+  again. Every 10th freeze it unfreezes, collects fully and freezes again, so objects of
+  sessions closed since are freed and memory stays bounded over a long run.
 
 ``CORRAL_GC=default`` leaves CPython's collector as it is.
 """
@@ -28,9 +30,10 @@ from typing import Protocol
 
 
 class ResetCounter(Protocol):
-    """What the pacer reads: the server's count of resets so far."""
+    """What the pacer reads: the server's counts of resets and opened sessions so far."""
 
     resets: int
+    opened: int
 
 
 class GcPacer:
@@ -40,16 +43,24 @@ class GcPacer:
         stats: the server's counters (their ``resets``).
         gen0: young-generation allocations before a pass.
         tick_s: how often to look.
-        wave: resets that make a wave worth freezing.
+        wave: opens and resets that make a wave worth freezing.
+        long_wave: opens and resets after which a wave still going on is frozen.
     """
 
     def __init__(
-        self, stats: ResetCounter, *, gen0: int = 10_000, tick_s: float = 0.05, wave: int = 32
+        self,
+        stats: ResetCounter,
+        *,
+        gen0: int = 10_000,
+        tick_s: float = 0.05,
+        wave: int = 32,
+        long_wave: int = 10_000,
     ) -> None:
         self.stats = stats
         self.gen0 = gen0
         self.tick_s = tick_s
         self.wave = wave
+        self.long_wave = long_wave
         self.passes = [0, 0, 0]
         """Collections run, by generation."""
         self.freezes = 0
@@ -71,8 +82,12 @@ class GcPacer:
         gc.collect()
         gc.freeze()
         gc.disable()
-        self._frozen_at = self._last_resets = self.stats.resets
+        self._frozen_at = self._last_resets = self._built()
         self._schedule()
+
+    def _built(self) -> int:
+        """Sessions opened and episodes reset so far: what builds long-lived objects."""
+        return self.stats.resets + self.stats.opened
 
     def stop(self) -> None:
         """Give collection back to CPython."""
@@ -90,11 +105,12 @@ class GcPacer:
         self._schedule()
 
     def tick(self) -> None:
-        """One look: collect if due, freeze after a reset wave."""
-        resets = self.stats.resets
-        if resets == self._last_resets and resets - self._frozen_at >= self.wave:
+        """One look: collect if due, freeze after a wave (or during a long one)."""
+        built = self._built()
+        new = built - self._frozen_at
+        if (built == self._last_resets and new >= self.wave) or new >= self.long_wave:
             self._freeze_wave()
-        self._last_resets = resets
+        self._last_resets = built
         if gc.get_count()[0] >= self.gen0:
             self._collect()
 
@@ -113,7 +129,7 @@ class GcPacer:
 
     def _freeze_wave(self) -> None:
         self.freezes += 1
-        self._frozen_at = self.stats.resets
+        self._frozen_at = self._built()
         if self.freezes % 10 == 0:
             gc.unfreeze()  # let sessions closed since be collected
             gc.collect()

@@ -5,13 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
+from corral.server.openenv import Personality
 from corral.server.service import EnvService
 
 
-def info_router(service: EnvService) -> APIRouter:
-    """``/health``, ``/ready``, ``/schema`` and ``/metadata`` for ``service``."""
+def info_router(service: EnvService, personality: Personality) -> APIRouter:
+    """``/health``, ``/ready``, ``/schema`` and ``/metadata`` for ``service``; the last two
+    are answered by the environment's ``personality`` (corral's or OpenEnv's)."""
     router = APIRouter()
 
     @router.get("/health")
@@ -37,27 +39,13 @@ def info_router(service: EnvService) -> APIRouter:
 
     @router.get("/schema")
     async def schema() -> dict[str, Any]:
-        """The JSON Schemas of Action, Observation and the environment's real State."""
-        return {
-            **service.contract.schemas,
-            "contract_version": service.contract.version,
-            "fingerprint": service.fingerprint,
-        }
+        """The one contract: the JSON Schemas of Action, Observation and the environment's
+        real State, as the corral/1 handshake gives them, with version and fingerprint."""
+        return personality.schema()
 
     @router.get("/metadata")
-    async def metadata() -> dict[str, Any]:
-        """The environment's name, description, version and contract."""
-        env = service.env_type
-        return {
-            "name": service.contract.name,
-            "description": env.description,
-            "readme_content": getattr(env, "readme", None),
-            "version": service.contract.version,
-            "author": getattr(env, "author", None),
-            "documentation_url": getattr(env, "documentation_url", None),
-            "contract_version": service.contract.version,
-            "fingerprint": service.fingerprint,
-            "auto_reset": env.auto_reset,
-        }
+    async def metadata() -> Response:
+        """The environment's name, description, version (and contract, for corral's)."""
+        return await personality.metadata()
 
     return router

@@ -147,7 +147,24 @@ class EnvThreads(concurrent.futures.Executor):
 
 
 class EnvRunner:
-    """Owns one environment instance and runs its methods."""
+    """Owns one environment instance and runs its methods.
+
+    One per session, so it is kept small (a server holds 100,000 of them): slotted, the
+    table of which methods are ``async def`` shared by every runner of an environment
+    class, and the moving averages made on the first measured call.
+    """
+
+    __slots__ = (
+        "_async",
+        "_executor",
+        "_own_executor",
+        "_stuck",
+        "_threads",
+        "closed",
+        "env",
+        "ewma",
+        "inline_s",
+    )
 
     def __init__(
         self,
@@ -163,9 +180,9 @@ class EnvRunner:
         self._threads = threads if threads is not None else _as_threads(executor)
         self.inline_s = 0.0 if own_executor or getattr(env, "blocking", False) else inline_s
         """Sync methods averaging under this run inline on the loop (0: never)."""
-        self.ewma: dict[str, float] = {}
+        self.ewma: dict[str, float] = _UNMEASURED
         """Moving average of each sync method's time (seconds), once measured."""
-        self._async = {m: inspect.iscoroutinefunction(getattr(env, m)) for m in _METHODS}
+        self._async = _async_methods(type(env))
         self._stuck: asyncio.Future[Any] | concurrent.futures.Future[Any] | None = None
         self.closed = False
 
@@ -189,7 +206,7 @@ class EnvRunner:
             if thread_affinity
             else shared
         )
-        job = executor.submit(_guarded, "factory", factory)
+        job = executor.submit(guarded, "factory", factory)
         try:
             env = await asyncio.wait_for(asyncio.wrap_future(job), timeout)
         except Exception as exc:
@@ -200,11 +217,7 @@ class EnvRunner:
                 executor.abandon(job)
             if thread_affinity:
                 executor.shutdown(wait=False)
-            kind = "timed out" if isinstance(exc, TimeoutError) else f"raised {exc!r}"
-            raise FactoryError(
-                f"the environment factory {kind}",
-                details={"factory": getattr(factory, "__qualname__", repr(factory))},
-            ) from exc
+            raise factory_error(factory, exc) from exc
         return cls(
             env,
             executor,
@@ -226,7 +239,7 @@ class EnvRunner:
     def is_async(self, method: str) -> bool:
         """True when ``env.<method>`` is ``async def`` (awaited on the loop, no thread hop)."""
         is_async = self._async.get(method)
-        if is_async is None:  # a tool method, looked up on first use
+        if is_async is None:  # a tool method, looked up on first use (for the whole class)
             is_async = self._async[method] = inspect.iscoroutinefunction(getattr(self.env, method))
         return is_async
 
@@ -237,8 +250,11 @@ class EnvRunner:
 
     def observe(self, method: str, seconds: float) -> None:
         """Fold one call's time into ``method``'s moving average."""
-        old = self.ewma.get(method)
-        self.ewma[method] = seconds if old is None else old + _ALPHA * (seconds - old)
+        ewma = self.ewma
+        if ewma is _UNMEASURED:
+            ewma = self.ewma = {}
+        old = ewma.get(method)
+        ewma[method] = seconds if old is None else old + _ALPHA * (seconds - old)
 
     def mark_stuck(self, job: concurrent.futures.Future[Any]) -> None:
         """A thread is still inside the env after a timeout: close the env once ``job`` is
@@ -250,6 +266,10 @@ class EnvRunner:
             self._threads.hang(job)
         if isinstance(self._executor, EnvThreads):
             self._executor.abandon(job)
+
+    def abandon(self, call: asyncio.Future[Any]) -> None:
+        """An async call overran its timeout: close the env once it lets go of it."""
+        self._stuck = call
 
     def timeout_error(self, method: str, timeout: float) -> StepTimeout:
         """The error for a call of ``method`` that overran ``timeout``."""
@@ -279,7 +299,7 @@ class EnvRunner:
         elif self.inline(method):
             started = time.perf_counter()
             try:
-                return _guarded(method, fn, *args, **kwargs)  # no partial per step
+                return guarded(method, fn, *args, **kwargs)  # no partial per step
             finally:
                 self.observe(method, time.perf_counter() - started)
         else:
@@ -288,8 +308,7 @@ class EnvRunner:
             future = asyncio.wrap_future(job)
         if timeout is None:
             return await future
-        done, _ = await asyncio.wait({future}, timeout=timeout)
-        if not done:
+        if not await within(future, timeout):
             # For a thread, the stuck call is the thread's future: it is done only when
             # the thread lets go of the env, which is when the env may be closed.
             future.cancel()
@@ -314,19 +333,42 @@ class EnvRunner:
                 await _guarded_async("close", self.env.close())  # type: ignore[func-returns-value,arg-type]
         else:
             with contextlib.suppress(Exception):
-                await asyncio.wrap_future(self._executor.submit(_guarded, "close", self.env.close))
+                await asyncio.wrap_future(self._executor.submit(guarded, "close", self.env.close))
         if self._own_executor:
             self._executor.shutdown(wait=False)
 
     def _close_sync(self) -> None:
         with contextlib.suppress(Exception):
             if not self._async["close"]:
-                self._executor.submit(_guarded, "close", self.env.close)
+                self._executor.submit(guarded, "close", self.env.close)
         if self._own_executor:
             self._executor.shutdown(wait=False)
 
 
 _METHODS = ("reset", "step", "state", "close")
+_UNMEASURED: dict[str, float] = {}
+"""Every runner's averages until its first measured call (never written to)."""
+
+
+_ASYNC_METHODS: dict[type[Any], dict[str, bool]] = {}
+
+
+def _async_methods(env_type: type[Any]) -> dict[str, bool]:
+    """Which of an environment class's methods are ``async def`` (shared by its runners)."""
+    found = _ASYNC_METHODS.get(env_type)
+    if found is None:
+        found = {m: inspect.iscoroutinefunction(getattr(env_type, m)) for m in _METHODS}
+        _ASYNC_METHODS[env_type] = found
+    return found
+
+
+def factory_error(factory: EnvFactory, exc: BaseException) -> FactoryError:
+    """The error for an environment factory that raised ``exc`` (or timed out)."""
+    kind = "timed out" if isinstance(exc, TimeoutError) else f"raised {exc!r}"
+    return FactoryError(
+        f"the environment factory {kind}",
+        details={"factory": getattr(factory, "__qualname__", repr(factory))},
+    )
 
 
 def _as_threads(executor: concurrent.futures.Executor) -> EnvThreads | None:
@@ -341,16 +383,16 @@ def _escaped(method: str, exc: BaseException) -> EnvError:
 
 
 def _timed(runner: EnvRunner, method: str, fn: Callable[[], T]) -> T:
-    """:func:`_guarded`, measured for the runner's moving average (in the worker thread:
+    """:func:`guarded`, measured for the runner's moving average (in the worker thread:
     the hop is not counted, only the method's own time)."""
     started = time.perf_counter()
     try:
-        return _guarded(method, fn)
+        return guarded(method, fn)
     finally:
         runner.observe(method, time.perf_counter() - started)
 
 
-def _guarded(method: str, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+def guarded(method: str, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """Run ``fn(*args, **kwargs)`` (in a worker thread, or inline on the loop); a
     non-``Exception`` it raises becomes ``EnvError``."""
     try:
@@ -399,6 +441,32 @@ class _Started:
 async def _finish(coro: Coroutine[Any, Any, T], suspended: Any) -> T:
     result: T = await _Started(coro, suspended)
     return result
+
+
+async def within(future: asyncio.Future[Any], timeout: float) -> bool:
+    """Wait until ``future`` is done or ``timeout`` seconds passed; True if it is done.
+
+    ``asyncio.wait({future}, timeout=...)`` without its cost: one waiter, one done
+    callback and one timer handle, no sets, no task, however the future ends (a call that
+    ignores its cancellation still lets its caller go at the deadline). Cancelling the
+    caller leaves ``future`` running, as ``asyncio.wait`` does.
+    """
+    if future.done():
+        return True
+    waiter = asyncio.get_running_loop().create_future()
+
+    def wake(_: Any = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    future.add_done_callback(wake)
+    timer = waiter.get_loop().call_later(timeout, wake)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+        future.remove_done_callback(wake)
+    return future.done()
 
 
 def eager_start(coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
@@ -539,22 +607,27 @@ async def run_calls(
     """
     awaiting: list[Awaitable[None]] = []
     shared: list[EnvCall] = []
+    suspended: dict[asyncio.Future[Any], EnvCall] = {}
     remote: dict[BatchExecutor, list[EnvCall]] = defaultdict(list)
     for call in calls:
         owner = getattr(call.runner, "batch_executor", None)
         if owner is not None:
             remote[owner].append(call)
-        elif (
-            call.runner.is_async(call.method)
-            or not call.runner.shared
-            or call.runner.inline(call.method)
-        ):
-            # Started now: an async env with nothing to wait for is done without a task.
+        elif type(call.runner) is EnvRunner and call.runner.is_async(call.method):
+            # Started now, with no coroutine of ours around it: an async env with nothing
+            # to wait for is done without a task; one that waits gets one task, and the
+            # batch's one deadline (below) instead of a timer and a wait of its own.
+            future = _start_async(call)
+            if future is not None:
+                suspended[future] = call
+        elif not call.runner.shared or call.runner.inline(call.method):
             started = eager_start(_one(call, timeout))
             if not started.done():
                 awaiting.append(started)
         else:
             shared.append(call)
+    if suspended:
+        awaiting.append(_await_async(suspended, timeout))
     if len(shared) == 1:
         awaiting.append(_one(shared[0], timeout))  # one call: the plain runner path
     elif shared:
@@ -564,6 +637,55 @@ async def run_calls(
         await awaiting[0]
     elif awaiting:
         await asyncio.gather(*awaiting)
+
+
+def _start_async(call: EnvCall) -> asyncio.Future[Any] | None:
+    """Start an async env's call up to its first wait; None if it finished at once (its
+    outcome is then on ``call``), else the future of its task (which fills ``call`` in)."""
+    started = time.perf_counter()
+    method = call.method
+    try:
+        fn = getattr(call.runner.env, method)
+        coro = fn(*call.args, **call.kwargs) if call.kwargs else fn(*call.args)
+    except Exception as exc:
+        call.error = exc
+        return None
+    future = eager_start(_guarded_async(method, coro))
+
+    def settle(done: asyncio.Future[Any]) -> None:
+        call.seconds = time.perf_counter() - started
+        if done.cancelled():
+            return  # a timeout: the batch filled the error in
+        error = done.exception()
+        if error is None:
+            call.value = done.result()
+        elif isinstance(error, Exception):
+            call.error = error
+        else:  # never an escape from the loop: _guarded_async wraps the rest
+            call.error = _escaped(method, error)
+
+    if future.done():
+        settle(future)
+        return None
+    future.add_done_callback(settle)
+    return future
+
+
+async def _await_async(
+    suspended: dict[asyncio.Future[Any], EnvCall], timeout: float | None
+) -> None:
+    """Wait for a batch's suspended async calls under one deadline; the calls still
+    running at it fail with ``STEP_TIMEOUT`` (their runners are then closed by the batch,
+    once the call lets go of the env)."""
+    if timeout is None:
+        await asyncio.wait(suspended)
+        return
+    _, late = await asyncio.wait(suspended, timeout=timeout)
+    for future in late:
+        call = suspended[future]
+        future.cancel()
+        call.runner.abandon(future)
+        call.error = call.runner.timeout_error(call.method, timeout)
 
 
 async def _one(call: EnvCall, timeout: float | None) -> None:

@@ -48,7 +48,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from corral import runtime
-from corral.auth import TOKEN_ENV, TOKEN_FILE_ENV, resolve_token
+from corral.auth import TOKEN_ENV, TOKEN_FILE_ENV, resolve_fleet_key, resolve_token
 from corral.protocol.identity import default_server_id
 from corral.server import logs
 from corral.server.app import create_app
@@ -294,7 +294,8 @@ def serve(
     """Serve ``env`` until interrupted (blocking). Binds 127.0.0.1 by default.
 
     Without ``config.token``, the token is taken from ``$CORRAL_TOKEN`` or the file named
-    by ``$CORRAL_TOKEN_FILE`` when either is set.
+    by ``$CORRAL_TOKEN_FILE`` when either is set; without ``config.fleet_key``, the fleet
+    key from ``$CORRAL_FLEET_KEY`` when it is set.
 
     Args:
         env: what :func:`~corral.server.app.create_app` takes.
@@ -320,6 +321,10 @@ def serve(
         token = resolve_token()
         if token is not None:
             cfg = ServerConfig(**{**cfg.__dict__, "token": token})
+    if cfg.fleet_key is None:
+        key = resolve_fleet_key()
+        if key is not None:
+            cfg = ServerConfig(**{**cfg.__dict__, "fleet_key": key})
     if sock is not None:
         host = sock.getsockname()[0]
     warning = exposure_warning(host, cfg.token)

@@ -7,6 +7,10 @@ calls :meth:`EnvService.disconnect` when the socket goes. ``receive`` never awai
 connection object answers what needs no environment, and the work that does (building
 a session, an environment call, a batch, closing) runs as tasks, so one connection
 multiplexes many sessions; within a session the lifecycle table keeps requests in order.
+A ``snapshot`` is one of a session's calls (the environment's ``snapshot()``, sealed by
+the :class:`~corral.protocol.snapshot.SnapshotSeal`); a ``restore`` builds a session at
+the snapshot's position and runs the environment's ``restore`` before anyone can reach
+it, under the same runner rules and step timeout.
 
     conn = service.connect(codec, write=frames_out.append)
     service.receive(conn, frame)           # for each frame in; replies arrive via write
@@ -28,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral import __version__
+from corral.auth import fleet_subkey
 from corral.contract import Environment
 from corral.contract.environment import ActionMigration
 from corral.contract.schema import Contract
@@ -52,12 +57,14 @@ from corral.protocol.server import (
     Greeting,
     OpenSession,
     Peer,
+    RestoreSession,
     RunBatch,
     RunCall,
     ServerConnection,
     admit_call,
 )
 from corral.protocol.session import Op, ending
+from corral.protocol.snapshot import SnapshotSeal
 from corral.server.admission import Admission
 from corral.server.batching import BatchHandler
 from corral.server.config import ServerConfig
@@ -126,6 +133,16 @@ class EnvService:
             make_wire_safe(model)
         self.fingerprint = self.contract.fingerprint
         self.config = config
+        key = config.fleet_key
+        self.seal = SnapshotSeal(
+            env=self.contract.name,
+            contract_version=self.contract.version,
+            fingerprint=self.fingerprint,
+            model=self.contract.snapshot,
+            key=None if key is None else fleet_subkey(key, "snapshot"),
+            max_bytes=config.snapshot_limit,
+        )
+        """Seals this server's snapshots and opens the ones it restores."""
         self.instance = uuid.uuid4().hex
         self.server_id = config.server_id or default_server_id(os.getpid())
         """The routable id (``ServerConfig.server_id``; an in-process server without one
@@ -154,7 +171,7 @@ class EnvService:
             migrations=env_type.action_migrations,
         )
         self.batches = BatchHandler(self.manager, self.admission, config.step_timeout_s)
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Future[None]] = set()
         self.readiness_checks: list[Callable[[], str | None]] = [self._hung_calls]
         """Each says why no new session can be served now, or None (``/ready``)."""
         self.manager.registry.unavailable = self.unavailable
@@ -199,6 +216,7 @@ class EnvService:
             "contract_version": self.contract.version,
             "fingerprint": self.fingerprint,
             "auto_reset": self.env_type.auto_reset,
+            "snapshots": self.seal.supported,
         }
 
     def server_info(self) -> dict[str, Any]:
@@ -228,6 +246,7 @@ class EnvService:
             max_frame_bytes=self.config.max_frame_bytes,
             max_batch=self.config.max_batch,
             count_error=self.manager.stats.error,
+            snapshots=self.seal,
         )
 
     def receive(self, conn: Connection, frame: Frame) -> None:
@@ -263,7 +282,12 @@ class EnvService:
                 self.batches.submit(peer, event)
             elif isinstance(event, OpenSession):
                 assert isinstance(peer, ServerConnection)
-                self._spawn(self._open(peer, event))
+                # Started at once too: a fast factory builds the environment here and the
+                # session is answered from the frame's callback (no task, no thread hop).
+                self._start_now(self._open(peer, event))
+            elif isinstance(event, RestoreSession):
+                assert isinstance(peer, ServerConnection)
+                self._start_now(self._restore(peer, event))
             else:
                 self._close(peer, event)
         except Exception as exc:  # a bug: free what was admitted and answer the request
@@ -279,6 +303,13 @@ class EnvService:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def _start_now(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` now up to its first wait; only what waits becomes a kept task."""
+        started = eager_start(work)
+        if not started.done():
+            self._tasks.add(started)
+            started.add_done_callback(self._tasks.discard)
+
     async def _open(self, conn: Connection, event: OpenSession) -> None:
         request = event.request
         try:
@@ -292,6 +323,39 @@ class EnvService:
             return
         if not conn.opened(request, session):
             await self.manager.close(session, "the connection closed while it opened")
+
+    async def _restore(self, conn: Connection, event: RestoreSession) -> None:
+        request = event.request
+        observation: Any = None
+
+        async def restore(session: Session) -> None:
+            nonlocal observation
+            try:
+                value = await session.runner.call(
+                    "restore", event.snapshot, timeout=self.config.step_timeout_s
+                )
+                observation = self.admission.observation(conn, value, Op.RESTORE)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # logged (the env's own) and answered as any call's
+                error = self.admission.failure(exc, Op.RESTORE, session)
+                if error is exc:
+                    raise
+                raise error from exc
+
+        started = time.perf_counter()
+        try:
+            session = await self.manager.build(conn, event.position, restore)
+        except CorralError as exc:  # the slot is released, the environment closed
+            exc.request_id = request.id
+            conn.fail(exc)
+            return
+        except Exception as exc:  # a bug: answer the request all the same
+            self.internal_error(conn, exc, request.id)
+            return
+        self.manager.stats.observe(str(Op.RESTORE), time.perf_counter() - started)
+        if not conn.restored(request, session, observation):
+            await self.manager.close(session, "the connection closed while it restored")
 
     def _close(self, peer: Peer, event: CloseSession[Session]) -> None:
         session = event.session
@@ -358,6 +422,10 @@ class EnvService:
                 reply: m.Reply
                 if op is Op.STATE:
                     reply = m.StateReply(request.id, session.id, admission.state(peer, value))
+                    session.machine.finish(op)
+                elif op is Op.SNAPSHOT:
+                    envelope = self.seal.seal(session.machine.position(), value, time.time())
+                    reply = m.SnapshotReply(request.id, session.id, envelope)
                     session.machine.finish(op)
                 else:
                     payload, done = admission.result(peer, value, op)

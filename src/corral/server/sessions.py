@@ -11,25 +11,39 @@ once, even while its environment is still closing.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import functools
 import logging
-import secrets
-import uuid
+import os
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
+from corral.contract import Environment
 from corral.errors import CapacityReached
 from corral.protocol.registry import SessionRegistry
-from corral.protocol.session import ReplyCache, ReplySink, SessionMachine, SessionState
+from corral.protocol.session import Position, ReplyCache, ReplySink, SessionMachine, SessionState
 from corral.server import logs
 from corral.server.config import ServerConfig
-from corral.server.runner import EnvFactory, EnvRunner, EnvThreads, Runner
+from corral.server.runner import (
+    EnvFactory,
+    EnvRunner,
+    EnvThreads,
+    Runner,
+    factory_error,
+    guarded,
+)
 from corral.server.stats import Stats
 
 log = logging.getLogger("corral.server")
 
+FACTORY_ALPHA = 0.2
+"""Weight of the newest build in the factory's moving average (as a runner's calls)."""
 
-@dataclass(eq=False, kw_only=True)
+
+@dataclass(eq=False, kw_only=True, slots=True)
 class Session(SessionState):
     """One live environment instance: the protocol's session plus its runner.
 
@@ -42,6 +56,31 @@ class Session(SessionState):
 
     runner: Runner
     task: asyncio.Future[None] | None = None
+
+
+class RandomBytes:
+    """Bytes from the kernel's CSPRNG (``os.urandom``), read 64 KiB at a time: the ids and
+    resume tokens of 100,000 sessions cost a few dozen system calls, not 200,000.
+
+    What ``uuid.uuid4().hex`` and ``secrets.token_urlsafe(24)`` gave before: 16 and 24
+    random bytes, the same source, the same text forms. The loop's thread only.
+    """
+
+    __slots__ = ("_buffer", "_offset")
+
+    CHUNK = 64 * 1024
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._offset = 0
+
+    def take(self, count: int) -> bytes:
+        """``count`` fresh random bytes (never handed out twice)."""
+        if self._offset + count > len(self._buffer):
+            self._buffer, self._offset = os.urandom(max(self.CHUNK, count)), 0
+        start = self._offset
+        self._offset = start + count
+        return self._buffer[start : self._offset]
 
 
 class SessionManager:
@@ -73,6 +112,10 @@ class SessionManager:
         self._on_close = on_close
         self.runner_factory: Callable[[], Awaitable[Runner]] | None = None
         """Builds each session's runner instead of :meth:`EnvRunner.create` (workers)."""
+        self._factory_s: float | None = None
+        """Moving average of the factory's time (seconds), once measured."""
+        self._measured_factory = self._measured()
+        self._random = RandomBytes()
 
     @property
     def sessions(self) -> dict[str, Session]:
@@ -108,8 +151,20 @@ class SessionManager:
         self.registry.reserve(owner, owned)
         return await self.build(owner)
 
-    async def build(self, owner: ReplySink) -> Session:
+    async def build(
+        self,
+        owner: ReplySink,
+        position: Position | None = None,
+        prepare: Callable[[Session], Awaitable[None]] | None = None,
+    ) -> Session:
         """Build the session ``owner`` reserved a slot for (the slot is freed on failure).
+
+        Args:
+            position: where the session starts (a restored session's; default: new).
+            prepare: run on the session before it joins the registry (a restore runs the
+                environment's ``restore`` here): until it returns, no request can reach
+                the session and no disconnect can close it under it. If it raises, the
+                slot is freed, the environment closed and the error propagates.
 
         Raises:
             FactoryError: the environment could not be built.
@@ -118,9 +173,11 @@ class SessionManager:
             runner: Runner
             if self.runner_factory is not None:
                 runner = await self.runner_factory()
+            elif self._factory_inline():
+                runner = self._build_inline()
             else:
                 runner = await EnvRunner.create(
-                    self.factory,
+                    self._measured_factory,
                     self._executor,
                     thread_affinity=self.thread_affinity,
                     timeout=self.config.step_timeout_s,
@@ -129,18 +186,80 @@ class SessionManager:
         except BaseException:
             self.registry.release(owner)
             raise
+        machine = (
+            SessionMachine(auto_reset=self.auto_reset)
+            if position is None
+            else SessionMachine.restored(position, auto_reset=self.auto_reset)
+        )
         session = Session(
-            id=uuid.uuid4().hex,
-            token=secrets.token_urlsafe(24),
+            id=self._random.take(16).hex(),
+            token=base64.urlsafe_b64encode(self._random.take(24)).decode(),
             runner=runner,
-            machine=SessionMachine(auto_reset=self.auto_reset),
+            machine=machine,
             cache=ReplyCache(self.config.reply_cache),
             owner=owner,
         )
+        if prepare is not None:
+            try:
+                await prepare(session)
+            except BaseException:
+                self.registry.release(owner)
+                await runner.close()
+                raise
         self.registry.add(session, owner)
         self.stats.opened += 1
         logs.session_opened(session)
         return session
+
+    def _factory_inline(self) -> bool:
+        """The factory measures fast enough to build environments on the loop: a session
+        then opens within the frame that asked for it, with no task and no thread hop (a
+        server opening 100,000 sessions holds no backlog of them in flight)."""
+        if self.thread_affinity or self.config.inline_step_s <= 0:
+            return False
+        average = self._factory_s
+        return average is not None and average < self.config.inline_step_s
+
+    def _observe_factory(self, seconds: float) -> None:
+        old = self._factory_s
+        self._factory_s = seconds if old is None else old + FACTORY_ALPHA * (seconds - old)
+
+    def _measured(self) -> EnvFactory:
+        """The factory, measured where it runs (in the executor: the hop is not its own
+        time), under the factory's own name (for its errors)."""
+        factory = self.factory
+
+        @functools.wraps(factory)
+        def measured() -> Environment[Any, Any, Any]:
+            started = time.perf_counter()
+            try:
+                return factory()
+            finally:
+                self._observe_factory(time.perf_counter() - started)
+
+        return measured
+
+    def _build_inline(self) -> EnvRunner:
+        """Build an environment on the loop (see :meth:`_factory_inline`).
+
+        Raises:
+            FactoryError: the factory raised.
+        """
+        started = time.perf_counter()
+        try:
+            # Guarded as in the executor: a SystemExit of the factory must not stop us.
+            env = guarded("factory", self.factory)
+        except Exception as exc:
+            raise factory_error(self.factory, exc) from exc
+        finally:
+            self._observe_factory(time.perf_counter() - started)
+        return EnvRunner(
+            env,
+            self._executor,
+            own_executor=False,
+            threads=self._executor,
+            inline_s=self.config.inline_step_s,
+        )
 
     def get(self, session_id: str, owner: ReplySink) -> Session:
         """The live session ``session_id`` attached to ``owner``.

@@ -82,10 +82,10 @@ class Stats:
         self.errors[code] = self.errors.get(code, 0) + 1
 
     def count(self, op: Op) -> None:
-        """Count one environment call that returned its model (``state`` is not counted)."""
+        """Count one environment call that returned its model (steps and resets only)."""
         if op is Op.STEP:
             self.steps += 1
-        elif op is not Op.STATE:
+        elif op is Op.RESET or op is Op.AUTO_RESET:
             self.resets += 1
 
     def observe_many(self, op: Op, seconds: list[float]) -> None:
@@ -93,7 +93,7 @@ class Stats:
         their times: :meth:`count` and :meth:`observe` for a batch's calls at once."""
         if op is Op.STEP:
             self.steps += len(seconds)
-        elif op is not Op.STATE:
+        elif op is Op.RESET or op is Op.AUTO_RESET:
             self.resets += len(seconds)
         name = str(op)
         histogram = self.latency.get(name)

@@ -2,7 +2,9 @@
 
 This is corral's one loader of entry points: ``corral serve``, the manifest's
 ``entry_point`` (``corral schema``, ``corral build``, ``corral validate``) and the
-providers all resolve references through :func:`load_target`.
+providers all resolve references through :func:`load_target`, and an environment
+directory's through :func:`load_from_directory`. Which of them a command's TARGET needs
+is decided by one rule, :mod:`corral.cli.target`.
 """
 
 from __future__ import annotations
@@ -67,3 +69,36 @@ def load_target(reference: str, *, search_path: str | Path | None = None) -> Any
                 f"entry point {reference!r}: module {module_name!r} has no attribute {attr_path!r}"
             ) from None
     return obj
+
+
+def load_from_directory(reference: str, root: str | Path) -> Any:
+    """Import ``module:attribute`` of the environment directory ``root``.
+
+    A directory that is a package itself (an ``__init__.py``, a name Python can import)
+    is imported as one, as OpenEnv's server runs its environments: ``<dirname>.<module>``
+    with the parent directory on the path, so that ``from ..models import X`` in the
+    environment's app works; the directory goes on the path too, for the environments
+    that import ``from models import X``. Any other directory's modules are imported from
+    it as top-level modules.
+
+    Raises:
+        TargetError: neither import works; the message gives both failures.
+    """
+    where = Path(root).resolve()
+    package = where.name
+    if not ((where / "__init__.py").is_file() and package.isidentifier()):
+        return load_target(reference, search_path=where)
+    for path in (str(where), str(where.parent)):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    qualified = f"{package}.{reference}"
+    try:
+        return load_target(qualified)
+    except TargetError as as_package:
+        try:
+            return load_target(reference, search_path=where)
+        except TargetError as plain:
+            raise TargetError(
+                f"cannot load {reference!r} from {where}: as the package {package!r} "
+                f"({qualified!r}): {as_package}; from the directory: {plain}"
+            ) from None

@@ -13,7 +13,12 @@ environments by class), compared without regard to case. Tasks are the environme
 of the environment made on first use (the tasks face is side-effect free) and closed
 with the app.
 
-Errors are JSON ``{"detail", "code", "message", "details"}`` like corral's other HTTP
+Each route is defined once (:func:`tasks_router`) and answered by a :class:`TaskAnswers`:
+this module's :class:`TaskCatalog` for a corral environment, the environment's own task
+methods with OpenEnv 0.10's semantics for an OpenEnv one (chosen by the server's
+personality, :mod:`corral.server.openenv`).
+
+corral's errors are JSON ``{"detail", "code", "message", "details"}`` like its other HTTP
 routes, ``code`` ``INVALID_ARGUMENT`` and ``details.reason`` saying which: ``404`` for an
 unknown environment name or split, and when the environment publishes no tasks
 (``no_tasks``; OpenEnv answers 501 there, a status corral keeps for its own failures),
@@ -23,18 +28,19 @@ unknown environment name or split, and when the environment publishes no tasks
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from corral.contract import Environment
 from corral.contract.tasks import count_tasks, resolve_task, split_kind, task_range
 from corral.errors import CorralError, FactoryError, InvalidArgument
-from corral.server.openenv_http import ErrorReply
+from corral.server.bodies import with_body
+from corral.server.http_errors import ErrorReply
 from corral.server.service import EnvService
 
 T = TypeVar("T")
@@ -106,17 +112,107 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+class TaskAnswers(Protocol):
+    """What answers the Task API routes (each route is defined once, in
+    :func:`tasks_router`): corral's :class:`TaskCatalog`, or an OpenEnv environment's own
+    task methods (:class:`corral.server.openenv.peer.PeerTasks`)."""
+
+    def body(self, route: str) -> type[BaseModel]:
+        """The body model of ``POST /{env}/<route>`` (``tasks``, ``num_tasks``, ``task``,
+        ``task_range``)."""
+        ...
+
+    def docs(self, route: str) -> dict[str, Any]:
+        """Extra OpenAPI keywords of ``route`` (``splits`` or a body route)."""
+        ...
+
+    async def list_environments(self) -> Response:
+        """``GET /list_environments``."""
+        ...
+
+    async def splits(self, env_name: str) -> Response:
+        """``GET /{env}/splits``."""
+        ...
+
+    async def answer(self, route: str, env_name: str, body: Any) -> Response:
+        """``POST /{env}/<route>`` with its validated body."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the answers hold."""
+        ...
+
+
+_BODIES: dict[str, type[BaseModel]] = {
+    "tasks": SplitBody,
+    "num_tasks": SplitBody,
+    "task": TaskBody,
+    "task_range": RangeBody,
+}
+_RESULTS: dict[str, type[BaseModel]] = {
+    "splits": SplitInfo,
+    "tasks": TaskList,
+    "num_tasks": TaskCount,
+    "task": OneTask,
+    "task_range": TaskSlice,
+}
+
+
 class TaskCatalog:
-    """The environment instance the task routes read, made on first use."""
+    """corral's task answers: the environment instance the routes read, made on first use."""
 
     def __init__(self, service: EnvService) -> None:
         self.service = service
         self._env: Environment[Any, Any, Any] | None = None
         self._lock = asyncio.Lock()
 
+    def body(self, route: str) -> type[BaseModel]:
+        """The body model of a ``POST`` task route."""
+        return _BODIES[route]
+
+    def docs(self, route: str) -> dict[str, Any]:
+        """The answer model and error statuses of ``route``, for the OpenAPI document."""
+        model: Any = list[SplitInfo] if route == "splits" else _RESULTS[route]
+        return {"response_model": model, "responses": _ERRORS}
+
     def names(self) -> set[str]:
         """The names the routes answer to (lower case)."""
         return {self.service.contract.name.lower(), self.service.env_type.__name__.lower()}
+
+    async def list_environments(self) -> Response:
+        """The environments this server serves (one)."""
+        return JSONResponse(self.listed())
+
+    async def splits(self, env_name: str) -> Response:
+        """The task splits, as ``{"name", "type"}``."""
+        return await self._answer(
+            env_name, lambda env: [{"name": s, "type": split_kind(s)} for s in env.splits()]
+        )
+
+    async def answer(self, route: str, env_name: str, body: Any) -> Response:
+        """Every task of a split, their count, one task, or a range of them."""
+        name = self.service.contract.name
+        queries: dict[str, Callable[[Environment[Any, Any, Any]], Any]] = {
+            "tasks": lambda env: {
+                "tasks": [_dump(t) for t in task_range(env, body.split)],
+                "env_name": name,
+            },
+            "num_tasks": lambda env: {"num_tasks": count_tasks(env, body.split)},
+            "task": lambda env: {"task": _dump(resolve_task(env, body.split, body.index))},
+            "task_range": lambda env: {
+                "tasks": [_dump(t) for t in task_range(env, body.split, body.start, body.stop)]
+            },
+        }
+        return await self._answer(env_name, queries[route])
+
+    async def _answer(
+        self, env_name: str, query: Callable[[Environment[Any, Any, Any]], Any]
+    ) -> JSONResponse:
+        try:
+            return JSONResponse(await self.run(env_name, query))
+        except CorralError as exc:
+            self.service.manager.stats.error(str(exc.code))
+            return _error(exc)
 
     async def run(self, env_name: str, query: Callable[[Environment[Any, Any, Any]], T]) -> T:
         """``query(env)`` in a worker thread, after checking ``env_name``.
@@ -164,66 +260,42 @@ class TaskCatalog:
             await run_in_threadpool(env.close)
 
 
-def tasks_router(service: EnvService) -> tuple[APIRouter, TaskCatalog]:
-    """The task routes for ``service`` and the catalog to close with the app."""
-    catalog = TaskCatalog(service)
+def tasks_router(answers: TaskAnswers) -> APIRouter:
+    """The task routes, each defined once and answered by ``answers``."""
     router = APIRouter(tags=["Task API"])
 
-    async def answer(
-        env_name: str, query: Callable[[Environment[Any, Any, Any]], Any]
-    ) -> JSONResponse:
-        try:
-            return JSONResponse(await catalog.run(env_name, query))
-        except CorralError as exc:
-            service.manager.stats.error(str(exc.code))
-            return _error(exc)
-
     @router.get("/list_environments")
-    async def list_environments() -> list[str]:
+    async def list_environments() -> Response:
         """The environments this server serves (one)."""
-        return catalog.listed()
+        return await answers.list_environments()
 
-    @router.get("/{env_name}/splits", response_model=list[SplitInfo], responses=_ERRORS)
-    async def splits(env_name: str) -> JSONResponse:
+    @router.get("/{env_name}/splits", **answers.docs("splits"))
+    async def splits(env_name: str) -> Response:
         """The task splits, as ``{"name", "type"}``."""
-        return await answer(
-            env_name, lambda env: [{"name": s, "type": split_kind(s)} for s in env.splits()]
+        return await answers.splits(env_name)
+
+    for route, summary in (
+        ("tasks", "Every task of a split"),
+        ("num_tasks", "How many tasks a split holds"),
+        ("task", "One task"),
+        ("task_range", "The tasks start:stop of a split"),
+    ):
+        router.add_api_route(
+            f"/{{env_name}}/{route}",
+            with_body(_handler(answers, route), "body", answers.body(route)),
+            methods=["POST"],
+            summary=summary,
+            name=route,
+            **answers.docs(route),
         )
+    return router
 
-    @router.post("/{env_name}/tasks", response_model=TaskList, responses=_ERRORS)
-    async def tasks(env_name: str, body: SplitBody) -> JSONResponse:
-        """Every task of a split."""
-        return await answer(
-            env_name,
-            lambda env: {
-                "tasks": [_dump(t) for t in task_range(env, body.split)],
-                "env_name": service.contract.name,
-            },
-        )
 
-    @router.post("/{env_name}/num_tasks", response_model=TaskCount, responses=_ERRORS)
-    async def num_tasks(env_name: str, body: SplitBody) -> JSONResponse:
-        """How many tasks a split holds."""
-        return await answer(env_name, lambda env: {"num_tasks": count_tasks(env, body.split)})
+def _handler(answers: TaskAnswers, route: str) -> Callable[..., Awaitable[Response]]:
+    async def handler(env_name: str, body: Any) -> Response:
+        return await answers.answer(route, env_name, body)
 
-    @router.post("/{env_name}/task", response_model=OneTask, responses=_ERRORS)
-    async def task(env_name: str, body: TaskBody) -> JSONResponse:
-        """One task."""
-        return await answer(
-            env_name, lambda env: {"task": _dump(resolve_task(env, body.split, body.index))}
-        )
-
-    @router.post("/{env_name}/task_range", response_model=TaskSlice, responses=_ERRORS)
-    async def range_(env_name: str, body: RangeBody) -> JSONResponse:
-        """The tasks ``start:stop`` of a split."""
-        return await answer(
-            env_name,
-            lambda env: {
-                "tasks": [_dump(t) for t in task_range(env, body.split, body.start, body.stop)]
-            },
-        )
-
-    return router, catalog
+    return handler
 
 
 def _dump(task: BaseModel) -> dict[str, Any]:

@@ -4,8 +4,8 @@ The worker's side of :mod:`corral.server.workers`: it imports the environment by
 holds the environment instances of the sessions the front pinned here (by key), and runs
 their calls as the front asks, batches included, through the same
 :func:`~corral.server.runner.run_calls` as the server itself, under the step timeout.
-Actions arrive as the front validated them and are validated again here (the process
-boundary is a trust boundary too).
+Actions, and the snapshots ``restore`` takes, arrive as the front validated them and are
+validated again here (the process boundary is a trust boundary too).
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ from corral.errors import BadObservation, InternalError, SessionLost
 from corral.protocol.codecs import MsgpackCodec
 from corral.server.runner import INLINE_S, EnvCall, EnvRunner, EnvThreads, run_calls
 from corral.server.workers import PATH_ENV, read_frame, wire_error, write_frame
+
+_ARGUMENT_MODELS = {"step": "action_type", "restore": "snapshot_type"}
+"""The environment class's model each method's argument is validated into."""
 
 
 class _WorkerServer:
@@ -104,9 +107,10 @@ class _WorkerServer:
                 calls.append(None)
                 continue
             args = list(item.get("args") or [])
-            if item["method"] == "step":
+            model = _ARGUMENT_MODELS.get(str(item["method"]))
+            if model is not None:
                 try:
-                    args[0] = type(runner.env).action_type.model_validate(args[0])
+                    args[0] = getattr(type(runner.env), model).model_validate(args[0])
                 except ValidationError as exc:
                     results[index] = {"error": wire_error(exc)}
                     calls.append(None)

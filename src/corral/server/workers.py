@@ -11,8 +11,9 @@ The front talks to each worker over a Unix socket pair with length-prefixed msgp
 frames (the binary codec, arrays included): ``open`` builds an environment, ``call``
 runs one method, ``batch`` runs a batch's calls (the worker groups them exactly like the
 server does: one executor call for its sync environments, async ones concurrently),
-``close`` ends a session. Actions cross as the front validated them and are validated
-again by the worker's models (the process boundary is a trust boundary too).
+``close`` ends a session. Actions (and the snapshots a ``restore`` call takes) cross as
+the front validated them and are validated again by the worker's models (the process
+boundary is a trust boundary too); a ``snapshot`` call's model comes back like a state.
 
 Inside a worker, calls run on an :class:`~corral.server.runner.EnvRunner` with the step
 timeout, so a stuck environment closes its session and leaves its worker responsive.
@@ -345,13 +346,14 @@ class Worker:
                 call.error = InternalError("a worker sent a malformed batch reply")
             return
         contract = self.pool.contract
+        models = {"state": contract.state, "snapshot": contract.snapshot}
         elapsed = time.perf_counter() - started
         for call, result in zip(calls, results, strict=True):
             call.seconds = elapsed  # what the front saw: the worker's whole batch
             if "error" in result:
                 call.error = _raisewire_error(result["error"], call.method)
                 continue
-            model = contract.state if call.method == "state" else contract.observation
+            model = models.get(call.method) or contract.observation
             try:
                 call.value = model.model_validate(result.get("value"))
             except ValidationError as exc:

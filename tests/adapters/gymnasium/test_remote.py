@@ -12,11 +12,11 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 from gymnasium.utils.env_match import check_environments_match
 from tests.support.gym_envs import FANCY_ID
-from tests.support.servers import running
 
 from corral.adapters.gymnasium import GymEnvironment, RemoteEnv, as_gymnasium
 from corral.client import AsyncEnvClient, SyncEnvClient
 from corral.envs.wordle import WordleEnv
+from corral.testing import InProcessServer
 
 
 def _warnings_of(check: Callable[[], None]) -> set[str]:
@@ -49,8 +49,8 @@ def test_served_cartpole_matches_the_local_one(cartpole: RemoteEnv) -> None:
 
 
 def test_check_env_passes_for_the_wordle_text_game() -> None:
-    with running(WordleEnv) as server:
-        env = as_gymnasium(SyncEnvClient(AsyncEnvClient(server.url)))
+    with InProcessServer(WordleEnv) as server:
+        env = as_gymnasium(SyncEnvClient(AsyncEnvClient(server.url, dialer=server.dialer)))
         try:
             assert _warnings_of(lambda: check_env(env, skip_render_check=True)) == set()
             letters = gymnasium.spaces.Text(5, min_length=5, charset=_ascii_letters())
@@ -78,8 +78,8 @@ def _ascii_letters() -> str:
 
 @pytest.mark.parametrize("codec", ["msgpack", "json"])
 def test_every_space_kind_passes_check_env_remotely(codec: str) -> None:
-    with running(GymEnvironment.for_id(FANCY_ID)) as server:
-        env = RemoteEnv.from_url(server.url, codec=codec)
+    with InProcessServer(GymEnvironment.for_id(FANCY_ID)) as server:
+        env = RemoteEnv.from_url(server.url, dialer=server.dialer, codec=codec)
         try:
             assert env.observation_space == gymnasium.make(FANCY_ID).observation_space
             assert env.action_space == gymnasium.make(FANCY_ID).action_space
@@ -95,8 +95,10 @@ def test_every_space_kind_passes_check_env_remotely(codec: str) -> None:
 
 
 def test_observation_fields_select_what_has_a_space() -> None:
-    with running(WordleEnv) as server:
-        env = RemoteEnv.from_url(server.url, observation_fields=["guesses_left"])
+    with InProcessServer(WordleEnv) as server:
+        env = RemoteEnv.from_url(
+            server.url, dialer=server.dialer, observation_fields=["guesses_left"]
+        )
         try:
             obs, _ = env.reset(seed=1)
             assert obs == np.array(6) and env.observation_space.contains(obs)
@@ -105,8 +107,10 @@ def test_observation_fields_select_what_has_a_space() -> None:
 
 
 def test_keeping_the_client_open() -> None:
-    with running(WordleEnv) as server:
-        client: SyncEnvClient[Any, Any, Any] = SyncEnvClient(AsyncEnvClient(server.url))
+    with InProcessServer(WordleEnv) as server:
+        client: SyncEnvClient[Any, Any, Any] = SyncEnvClient(
+            AsyncEnvClient(server.url, dialer=server.dialer)
+        )
         env = RemoteEnv(client, close_client=False)
         env.reset(seed=1)
         env.close()

@@ -14,22 +14,22 @@ import typer
 from gymnasium.utils.env_checker import check_env
 from gymnasium.wrappers import RenderCollection
 from tests.support.gym_envs import PAINTED_ID
-from tests.support.servers import running
 
 from corral.adapters.gymnasium import GymEnvironment, RemoteEnv
 from corral.adapters.gymnasium.serving import GymFrameState
 from corral.cli.serve import parse_make_kwargs, resolve_serve_target
+from corral.testing import InProcessServer
 
 
 @pytest.fixture(scope="module")
 def painted() -> Any:
     served = GymEnvironment.for_id(PAINTED_ID, render_mode="rgb_array", shade=7)
-    with running(served) as server:
+    with InProcessServer(served) as server:
         yield server
 
 
 def test_a_remote_env_has_a_spec_and_renders_server_frames(painted: Any) -> None:
-    env = RemoteEnv.from_url(painted.url, render_mode="rgb_array")
+    env = RemoteEnv.from_url(painted.url, dialer=painted.dialer, render_mode="rgb_array")
     try:
         assert env.spec is not None and env.spec.id == "corral/Painted-v0"
         assert env.metadata == {"render_modes": ["rgb_array"], "render_fps": 10.0}
@@ -48,7 +48,7 @@ def test_a_remote_env_has_a_spec_and_renders_server_frames(painted: Any) -> None
 
 
 def test_check_env_does_not_warn_with_the_render_check(painted: Any) -> None:
-    env = RemoteEnv.from_url(painted.url, render_mode="rgb_array")
+    env = RemoteEnv.from_url(painted.url, dialer=painted.dialer, render_mode="rgb_array")
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -63,7 +63,9 @@ def test_check_env_does_not_warn_with_the_render_check(painted: Any) -> None:
 
 
 def test_render_wrappers_collect_remote_frames(painted: Any) -> None:
-    env = RenderCollection(RemoteEnv.from_url(painted.url, render_mode="rgb_array"))
+    env = RenderCollection(
+        RemoteEnv.from_url(painted.url, dialer=painted.dialer, render_mode="rgb_array")
+    )
     env.reset(seed=0)
     for _ in range(3):
         env.step(1)
@@ -77,7 +79,7 @@ def test_record_video_writes_a_file(painted: Any, tmp_path: Any) -> None:
     from gymnasium.wrappers import RecordVideo
 
     env = RecordVideo(
-        RemoteEnv.from_url(painted.url, render_mode="rgb_array"),
+        RemoteEnv.from_url(painted.url, dialer=painted.dialer, render_mode="rgb_array"),
         str(tmp_path),
         episode_trigger=lambda _: True,
         disable_logger=True,
@@ -90,12 +92,12 @@ def test_record_video_writes_a_file(painted: Any, tmp_path: Any) -> None:
 
 
 def test_a_server_without_frames_refuses_rgb_array(painted: Any) -> None:
-    with running(GymEnvironment.for_id(PAINTED_ID)) as server:
-        env = RemoteEnv.from_url(server.url)
+    with InProcessServer(GymEnvironment.for_id(PAINTED_ID)) as server:
+        env = RemoteEnv.from_url(server.url, dialer=server.dialer)
         assert env.metadata["render_modes"] == [] and env.render() is None
         env.close()
         with pytest.raises(ValueError, match="render_mode 'rgb_array' is not served"):
-            RemoteEnv.from_url(server.url, render_mode="rgb_array")
+            RemoteEnv.from_url(server.url, dialer=server.dialer, render_mode="rgb_array")
 
 
 def test_make_kwargs_from_the_command_line() -> None:

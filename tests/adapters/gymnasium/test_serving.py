@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import typer
 from tests.support.gym_envs import FANCY_ID
-from tests.support.servers import running
 
 from corral.adapters.gymnasium import GymEnvironment, GymState, SpaceConversionError, serve_target
 from corral.adapters.gymnasium.remote import info_of
@@ -18,6 +17,7 @@ from corral.cli.serve import resolve_serve_target
 from corral.client import AsyncEnvClient, SyncEnvClient
 from corral.client.local_server import LocalServer
 from corral.errors import InvalidAction
+from corral.testing import InProcessServer
 
 
 def test_for_id_builds_typed_models() -> None:
@@ -80,9 +80,11 @@ def test_actions_outside_the_space_are_refused_by_validation() -> None:
 def test_seeds_options_and_numpy_info_cross_the_wire(codec: str, models: str) -> None:
     env_class = GymEnvironment.for_id(FANCY_ID)
     reference = gymnasium.make(FANCY_ID)
-    with running(env_class) as server:
+    with InProcessServer(env_class) as server:
         env = env_class if models == "static" else None
-        client = SyncEnvClient(AsyncEnvClient(server.url, codec=codec, env=env))
+        client = SyncEnvClient(
+            AsyncEnvClient(server.url, dialer=server.dialer, codec=codec, env=env)
+        )
         with client:
             result = client.reset(seed=5, start=[1.0, -2.0], limit=2)
             ref_obs, ref_info = reference.reset(seed=5, options={"start": [1.0, -2.0], "limit": 2})

@@ -12,7 +12,6 @@ import pytest
 from gymnasium.utils.env_checker import data_equivalence
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from tests.support.gym_envs import FANCY_ID
-from tests.support.servers import ThreadServer, running
 
 from corral.adapters.gymnasium import (
     ClientSessions,
@@ -22,14 +21,15 @@ from corral.adapters.gymnasium import (
 )
 from corral.adapters.gymnasium.vector import autoreset
 from corral.client import AsyncEnvClient
+from corral.testing import InProcessServer
 
 NUM_ENVS = 4
 STEPS = 300
 
 
 @pytest.fixture(scope="module")
-def cartpole_server() -> Iterator[ThreadServer]:
-    with running(GymEnvironment.for_id("CartPole-v1")) as server:
+def cartpole_server() -> Iterator[InProcessServer]:
+    with InProcessServer(GymEnvironment.for_id("CartPole-v1")) as server:
         yield server
 
 
@@ -75,9 +75,11 @@ def _drive(remote: Any, local: Any, mode: AutoresetMode, steps: int, seed: int) 
 
 @pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda m: m.name)
 def test_equivalent_to_sync_vector_env_on_cartpole(
-    cartpole_server: ThreadServer, mode: AutoresetMode
+    cartpole_server: InProcessServer, mode: AutoresetMode
 ) -> None:
-    remote = RemoteVectorEnv.from_url(cartpole_server.url, NUM_ENVS, autoreset_mode=mode)
+    remote = RemoteVectorEnv.from_url(
+        cartpole_server.url, NUM_ENVS, dialer=cartpole_server.dialer, autoreset_mode=mode
+    )
     local = SyncVectorEnv(
         [lambda: gymnasium.make("CartPole-v1") for _ in range(NUM_ENVS)], autoreset_mode=mode
     )
@@ -96,8 +98,8 @@ def test_equivalent_to_sync_vector_env_on_cartpole(
 
 def test_equivalent_with_dict_spaces_options_and_infos() -> None:
     mode = AutoresetMode.SAME_STEP
-    with running(GymEnvironment.for_id(FANCY_ID)) as server:
-        remote = RemoteVectorEnv.from_url(server.url, 3, autoreset_mode=mode)
+    with InProcessServer(GymEnvironment.for_id(FANCY_ID)) as server:
+        remote = RemoteVectorEnv.from_url(server.url, 3, dialer=server.dialer, autoreset_mode=mode)
         local = SyncVectorEnv(
             [lambda: gymnasium.make(FANCY_ID) for _ in range(3)], autoreset_mode=mode
         )
@@ -129,8 +131,10 @@ def test_one_local_server_for_all_sessions_in_a_pool() -> None:
         httpx.get(f"{url}/health", timeout=2)
 
 
-def test_disabled_mode_refuses_to_step_an_ended_session(cartpole_server: ThreadServer) -> None:
-    envs = RemoteVectorEnv.from_url(cartpole_server.url, 2, autoreset_mode=AutoresetMode.DISABLED)
+def test_disabled_mode_refuses_to_step_an_ended_session(cartpole_server: InProcessServer) -> None:
+    envs = RemoteVectorEnv.from_url(
+        cartpole_server.url, 2, dialer=cartpole_server.dialer, autoreset_mode=AutoresetMode.DISABLED
+    )
     try:
         envs.reset(seed=0)
         done = np.zeros(2, dtype=bool)
@@ -143,8 +147,8 @@ def test_disabled_mode_refuses_to_step_an_ended_session(cartpole_server: ThreadS
         envs.close()
 
 
-def test_bad_seeds_masks_and_modes_are_refused(cartpole_server: ThreadServer) -> None:
-    clients = [AsyncEnvClient(cartpole_server.url) for _ in range(2)]
+def test_bad_seeds_masks_and_modes_are_refused(cartpole_server: InProcessServer) -> None:
+    clients = [AsyncEnvClient(cartpole_server.url, dialer=cartpole_server.dialer) for _ in range(2)]
     envs = RemoteVectorEnv(clients)
     try:
         with pytest.raises(ValueError, match="length must match num_envs=2"):

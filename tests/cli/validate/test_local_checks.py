@@ -69,8 +69,94 @@ def test_a_scaffold_passes_everything(tmp_path: Path) -> None:
         assert got[check] == "pass", (check, details(report)[check])
     # The game truncates after 10 guesses: the step after the end was refused.
     assert "ended, then refused a step" in details(report)["local.reward"]
+    assert got["runtime.snapshot"] == "skip"
+    assert details(report)["runtime.snapshot"].startswith("not supported: ")
     assert got["docker.start"] in ("skip", "pass")
     assert report["protocols"]["static"] and report["protocols"]["local"]
+
+
+def test_a_scaffold_with_an_array_field_and_a_snapshot_passes_everything(tmp_path: Path) -> None:
+    """An int8 board with a list default (issue 31: equality and the JSON codec) and a
+    snapshot: the round trip and the snapshot check pass like every other check."""
+    root, package = make_env(tmp_path)
+    cls = "".join(p.capitalize() for p in package.split("_"))
+    models = root / package / "models.py"
+    edit(
+        models,
+        "from corral.contract import Action, Observation, State",
+        (
+            "from corral.contract import Action, Observation, Snapshot, State\n"
+            "from corral.contract.arrays import Array"
+        ),
+    )
+    edit(
+        models,
+        "    guesses_left: int = Field(",
+        (
+            "    board: Array(dtype='int8', shape=(2, 2)) = Field(  # type: ignore[valid-type]\n"
+            "        default_factory=lambda: [[0, 0], [0, 0]]\n"
+            "    )\n"
+            "    guesses_left: int = Field("
+        ),
+    )
+    models.write_text(
+        models.read_text()
+        + (
+            f"\n\nclass {cls}Snapshot(Snapshot):\n"
+            f"    state: {cls}State\n"
+            f"    last: {cls}Observation | None = None\n"
+        )
+    )
+    env = root / package / "env.py"
+    text = env.read_text()
+    text = text.replace(  # the import line, not the class's generic parameters
+        f"{cls}Observation, {cls}State\n",
+        f"{cls}Observation, {cls}Snapshot, {cls}State\n",
+        1,
+    )
+    text = text.replace("    def reset(self,", "    def _reset(self,")
+    text = text.replace("    def step(self,", "    def _step(self,")
+    text += (
+        "\n    def reset(self, seed: int | None = None, **options: Any) -> "
+        f"{cls}Observation:\n"
+        "        self._last = self._reset(seed, **options)\n"
+        "        return self._last\n"
+        "\n"
+        f"    def step(self, action: {cls}Action) -> {cls}Observation:\n"
+        "        self._last = self._step(action)\n"
+        "        return self._last\n"
+        "\n"
+        f"    def snapshot(self) -> {cls}Snapshot:\n"
+        f"        last = getattr(self, '_last', None)\n"
+        f"        return {cls}Snapshot(state=self._state.model_copy(deep=True), last=last)\n"
+        "\n"
+        f"    def restore(self, snapshot: {cls}Snapshot) -> {cls}Observation:\n"
+        "        self._state = snapshot.state.model_copy(deep=True)\n"
+        "        self._last = snapshot.last\n"
+        f"        return self._last or {cls}Observation()\n"
+    )
+    env.write_text(text)
+    locked = runner.invoke(app, ["schema", "lock", str(root)])
+    assert locked.exit_code == 0, locked.output
+    code, report = validate(str(root))
+    got = statuses(report)
+    failed = {k: details(report)[k] for k, v in got.items() if v == "fail"}
+    assert code == 0 and not failed, failed
+    assert got["local.roundtrip"] == "pass" and got["runtime.snapshot"] == "pass"
+
+
+def test_the_snapshot_check_in_process() -> None:
+    from tests.support.snapshot_envs import ForgetfulTallyEnv, NoSnapshotEnv, TallyEnv
+
+    from corral.cli.validate.local import snapshot_check
+
+    good = snapshot_check(TallyEnv, {"add": 2}, seed=3, steps=8)
+    assert good.status == "pass", good.detail
+    assert "TallySnapshot of" in good.detail and "4 more step(s) identical" in good.detail
+    broken = snapshot_check(ForgetfulTallyEnv, {"add": 2}, seed=3, steps=8)
+    assert broken.status == "fail" and "random generators included" in broken.detail
+    unsupported = snapshot_check(NoSnapshotEnv, {"add": 2}, seed=3, steps=8)
+    assert unsupported.status == "skip" and "declares no snapshot" in unsupported.detail
 
 
 def test_the_current_directory_is_the_default(

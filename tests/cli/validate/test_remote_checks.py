@@ -61,6 +61,7 @@ def test_a_corral_server_passes_both_protocols():
         "corral.handshake",
         "corral.contract",
         "corral.episode",
+        "corral.snapshot",
         "corral.RESET_REQUIRED",
         "corral.INVALID_ACTION",
         "corral.SESSION_LOST",
@@ -77,6 +78,22 @@ def test_wordle_passes_with_an_action_taken_from_the_schema_examples():
     assert code == 0, [c for c in report["checks"] if c["status"] == "fail"]
     assert "synthesized action {'guess': 'crane'}" in details(report)["http.schema"]
     assert statuses(report)["corral.CAPACITY_REACHED"] == "skip"  # 1024 sessions: not probed
+
+
+def test_the_snapshot_check_is_skipped_without_snapshots_and_fails_a_broken_one():
+    from tests.support.snapshot_envs import ForgetfulTallyEnv, NoSnapshotEnv, TallyEnv
+
+    with running(NoSnapshotEnv) as plain, running(ForgetfulTallyEnv) as broken:
+        _, skipped = validate(plain.url)
+        _, failed = validate(broken.url, "--action", '{"add": 1}')
+    assert statuses(skipped)["corral.snapshot"] == "skip"
+    assert details(skipped)["corral.snapshot"].startswith("not supported: tally declares no")
+    assert statuses(failed)["corral.snapshot"] == "fail"
+    assert "step 1 after the restore differs" in details(failed)["corral.snapshot"]
+    with running(TallyEnv) as good:
+        _, passed = validate(good.url, "--action", '{"add": 1}')
+    assert statuses(passed)["corral.snapshot"] == "pass"
+    assert "3 more step(s) identical" in details(passed)["corral.snapshot"]
 
 
 def test_a_corral_only_server_passes_as_corral():
@@ -204,3 +221,48 @@ def test_the_path_mode_gets_the_options(tmp_path: Path, monkeypatch: pytest.Monk
     assert result.exit_code == 0
     assert json.loads(result.output)["checks"][0]["detail"] == str(tmp_path)
     assert seen["docker"] is True and seen["seed"] == 3 and seen["runtime"] is True
+
+
+# -- one contract, both protocols (issue 33.4 / 33.5) ----------------------------------
+
+
+def test_an_openenv_environment_served_by_corral_passes_both_protocols():
+    """/schema and the corral/1 handshake publish the same contract for an OpenEnv
+    environment, and corral's observations validate against it."""
+    import httpx
+    from tests.support.openenv_envs import CountEnv
+
+    from corral.adapters.openenv_env import from_openenv
+    from corral.client import AsyncEnvClient
+
+    served = from_openenv(CountEnv)
+    with running(served, max_sessions=2) as srv:
+        code, report = validate(srv.url, "--action", '{"amount": 1}')
+        schema = httpx.get(f"{srv.url}/schema").json()
+        with AsyncEnvClient(srv.url).sync() as client:
+            welcome = client.server_info["env"]
+    assert code == 0, [c for c in report["checks"] if c["status"] == "fail"]
+    assert report["protocols"] == {"corral": True, "openenv": True}
+    assert statuses(report)["corral.contract"] == "pass"
+    assert schema["fingerprint"] == served.contract().fingerprint == welcome["fingerprint"]
+    assert schema["observation"] == served.contract().schemas["observation"]
+
+
+def test_a_null_top_level_metadata_does_not_hide_the_nested_one():
+    """OpenEnv 0.10 sends ``"metadata": null`` beside the nested ``{}``: not a failure."""
+    from corral.cli.validate.openenv_checks import OpenEnvChecks
+    from corral.cli.validate.target import Schemas
+
+    checks = OpenEnvChecks("http://127.0.0.1:9")
+    checks.schemas = Schemas(
+        action={},
+        observation={
+            "type": "object",
+            "properties": {"metadata": {"type": "object"}, "done": {"type": "boolean"}},
+        },
+        state={},
+    )
+    data = {"observation": {"metadata": {}}, "reward": None, "done": False, "metadata": None}
+    assert checks._flat_observation(data, "reset")["metadata"] == {}
+    kept = {**data, "metadata": {"k": 1}}
+    assert checks._flat_observation(kept, "reset")["metadata"] == {"k": 1}

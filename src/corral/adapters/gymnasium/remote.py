@@ -176,10 +176,13 @@ class RemoteEnv(gymnasium.Env[Any, Any]):
         self.render_mode = render_mode
         name = str(self.client.async_client.server_info.get("env", {}).get("name") or "env")
         adapter = {"observation_fields": observation_fields, "max_text_length": max_text_length}
+        # The copy reaches the server the way this session does (its dialer: the network,
+        # or corral.testing's in-process one).
+        reach = {"url": self.client.async_client.url, "dialer": self.client.async_client.dialer}
         self.spec = EnvSpec(
             id=f"corral/{_spec_name(name)}",
             entry_point="corral.adapters.gymnasium.remote:make_remote",
-            kwargs={"url": self.client.async_client.url, **adapter},
+            kwargs={**reach, **adapter},
         )
 
     @classmethod

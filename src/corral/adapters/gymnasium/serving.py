@@ -13,12 +13,27 @@ An environment made with ``render_mode="rgb_array"`` (``corral serve gym:ID --kw
 render_mode=rgb_array``) has the state model :class:`GymFrameState`: ``state()`` carries
 the frame ``env.render()`` returns, so a remote ``RemoteEnv.render()`` gets the frame of
 the session's own environment, on demand (steps stay frame-free).
+
+**Snapshots**, where the wrapped environment allows them: a classic-control-style
+environment whose whole dynamic state is ``unwrapped.state`` (a numeric array or tuple;
+set at construction, or at reset for Gymnasium's own classic-control environments),
+with a Box observation space, wrapped in nothing but ``gymnasium.make``'s own wrappers
+(``TimeLimit``, ``OrderEnforcing``, ``PassiveEnvChecker``). CartPole, MountainCar,
+Acrobot and Pendulum are. The snapshot (:class:`GymSnapshot`) carries that state, the
+episode attributes those environments keep beside it (``steps_beyond_terminated``,
+``last_u``), the generator's state (``np_random``), the wrappers' counters (the
+``TimeLimit`` step count), the episode's bookkeeping and the last observation, so a
+restored session continues exactly. Any other environment declares no snapshot (its
+sessions are refused with ``SNAPSHOT_UNSUPPORTED``), since corral cannot know where its
+state lives: a wrapper of its own (a frame stack, a statistics recorder) or a physics
+engine's buffers would be silently lost.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import json
 import re
 import sys
 import uuid
@@ -27,13 +42,16 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, SupportsFloat
 
 import gymnasium
+import numpy as np
+from gymnasium.wrappers import OrderEnforcing, PassiveEnvChecker, TimeLimit
 from pydantic import AfterValidator, Field, PlainSerializer, PlainValidator, create_model
 from pydantic_core import core_schema
 
 from corral.adapters.gymnasium.info import array_value, json_value, wire_value
 from corral.adapters.gymnasium.spaces import Binding, SpaceConversionError, field_for_space
-from corral.contract import Action, Environment, Observation, State
+from corral.contract import Action, Environment, Observation, Snapshot, State
 from corral.contract.arrays import NDArray
+from corral.errors import BadSnapshot
 
 GYM_PREFIX = "gym:"
 """The ``corral serve`` target prefix naming a registered Gymnasium environment."""
@@ -91,6 +109,61 @@ class GymObservation(Observation):
     metadata: InfoDict = Field(default_factory=dict)
 
 
+_WRAPPER_STATE: dict[type[Any], tuple[str, ...]] = {
+    TimeLimit: ("_elapsed_steps",),
+    OrderEnforcing: ("_has_reset",),
+    # Its checks ran on the environment the snapshot was taken of: the restored one is
+    # marked checked (its first step would otherwise compare against a reset it never had).
+    PassiveEnvChecker: (),
+}
+"""The wrappers ``gymnasium.make`` adds, with the attributes that are their state."""
+
+_CHECKED = ("checked_reset", "checked_step", "checked_data_reuse")
+"""The ``PassiveEnvChecker`` flags a restored environment gets set."""
+
+_EPISODE_ATTRIBUTES = ("steps_beyond_terminated", "last_u")
+"""Attributes classic-control environments keep beside ``state`` during an episode."""
+
+_CLASSIC_CONTROL = "gymnasium.envs.classic_control."
+"""Where Gymnasium's classic-control environments live (some set ``state`` at reset)."""
+
+_BIT_GENERATORS = frozenset({"PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64"})
+"""numpy's bit generators a snapshot may name (it is untrusted input: never getattr on
+any name it carries)."""
+
+
+class GymSnapshot(Snapshot):
+    """A served Gymnasium session (see the module docstring); each served class has its
+    subclass whose ``last`` is its own observation model.
+
+    Attributes:
+        env_state: ``unwrapped.state`` (None before the first reset).
+        state_is_tuple: the environment keeps its state as a tuple, not an array.
+        episode: the episode attributes kept beside it (``steps_beyond_terminated``...).
+        rng: the state of ``unwrapped.np_random``'s bit generator, as JSON text (its
+            integers exceed 64 bits).
+        rng_seed: ``unwrapped.np_random_seed``.
+        wrappers: each wrapper's state, keyed ``Wrapper.attribute``.
+        seed / episode_id / steps / episode_return / terminated / truncated: the
+            served episode's bookkeeping.
+        last: the observation the session returned last.
+    """
+
+    env_state: NDArray | None = None
+    state_is_tuple: bool = False
+    episode: dict[str, float | int | None] = Field(default_factory=dict)
+    rng: str | None = None
+    rng_seed: int | None = None
+    wrappers: dict[str, int | bool | None] = Field(default_factory=dict)
+    seed: int | None = None
+    episode_id: str | None = None
+    steps: int = Field(default=0, ge=0)
+    episode_return: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    last: GymObservation | None = None
+
+
 class GymEnvironment(Environment[Action, GymObservation, GymState]):
     """A Gymnasium environment served by corral; build subclasses with :meth:`for_id`.
 
@@ -133,6 +206,7 @@ class GymEnvironment(Environment[Action, GymObservation, GymState]):
         self._steps = 0
         self._return = 0.0
         self._terminated = self._truncated = False
+        self._last: GymObservation | None = None
 
     def reset(self, seed: int | None = None, **options: Any) -> GymObservation:
         """``env.reset(seed=seed, options=options)`` (``options=None`` when empty)."""
@@ -140,7 +214,8 @@ class GymEnvironment(Environment[Action, GymObservation, GymState]):
         self._seed, self._episode_id = seed, uuid.uuid4().hex
         self._steps, self._return = 0, 0.0
         self._terminated = self._truncated = False
-        return self._observation(obs, info, None, terminated=False, truncated=False)
+        self._last = self._observation(obs, info, None, terminated=False, truncated=False)
+        return self._last
 
     def step(self, action: Action) -> GymObservation:
         """Convert ``action.action`` to a sample of the action space and step the env."""
@@ -149,7 +224,10 @@ class GymEnvironment(Environment[Action, GymObservation, GymState]):
         self._steps += 1
         self._return += float(reward)
         self._terminated, self._truncated = bool(terminated), bool(truncated)
-        return self._observation(obs, info, reward, terminated=terminated, truncated=truncated)
+        self._last = self._observation(
+            obs, info, reward, terminated=terminated, truncated=truncated
+        )
+        return self._last
 
     def state(self) -> GymState:
         """The episode's state (with the rendered frame, for ``rgb_array``)."""
@@ -227,7 +305,9 @@ class GymEnvironment(Environment[Action, GymObservation, GymState]):
         """The environment class serving the environments ``make_env()`` builds.
 
         ``make_env`` is called once here to read the spaces (that instance is closed),
-        then once per session.
+        then once per session. When the environment allows snapshots (see the module
+        docstring; that instance is then reset once to read its state's shape), the
+        class is a :class:`SnapshotGymEnvironment`.
 
         Raises:
             SpaceConversionError: a space has no contract counterpart.
@@ -239,6 +319,7 @@ class GymEnvironment(Environment[Action, GymObservation, GymState]):
             renders = getattr(probe, "render_mode", None) is not None
             frames = probe.render_mode == "rgb_array"
             fps = probe.metadata.get("render_fps")
+            support = None if cls.has_snapshots() else snapshot_support(probe)
         finally:
             probe.close()
         stem = _class_stem(name)
@@ -261,8 +342,185 @@ class GymEnvironment(Environment[Action, GymObservation, GymState]):
             "observation_space": observation_space,
             "thread_affinity": renders,
         }
-        env_class: type[GymEnvironment] = type(f"{stem}Env", (cls,), attrs)
+        bases: tuple[type[GymEnvironment], ...] = (cls,)
+        if isinstance(support, tuple):
+            bases = (
+                (SnapshotGymEnvironment,)
+                if cls is GymEnvironment
+                else (cls, SnapshotGymEnvironment)
+            )
+            attrs["state_shape"] = support
+            last: Any = observation_type | None
+            attrs["snapshot_type"] = create_model(
+                f"{stem}Snapshot",
+                __base__=GymSnapshot,
+                __doc__=f"A session of {name}: its whole state (see GymSnapshot).",
+                last=(last, None),
+            )
+        env_class: type[GymEnvironment] = type(f"{stem}Env", bases, attrs)
         return env_class
+
+
+class SnapshotGymEnvironment(GymEnvironment):
+    """A :class:`GymEnvironment` whose wrapped environment allows snapshots (see the
+    module docstring); :meth:`GymEnvironment.for_factory` picks it when it does."""
+
+    snapshot_type: ClassVar[type[Snapshot] | None] = GymSnapshot
+    state_shape: ClassVar[tuple[int, ...]] = ()
+    """The shape of ``unwrapped.state`` after a reset (a snapshot's must match)."""
+
+    def snapshot(self) -> GymSnapshot:
+        """The session's whole state (see :class:`GymSnapshot`)."""
+        unwrapped = self.env.unwrapped
+        state = getattr(unwrapped, "state", None)
+        generator = getattr(unwrapped, "_np_random", None)
+        seed = getattr(unwrapped, "_np_random_seed", None)
+        model: Any = type(self).snapshot_type
+        snapshot: GymSnapshot = model(
+            env_state=None if state is None else np.array(state),  # its dtype kept
+            state_is_tuple=isinstance(state, tuple),
+            episode={
+                name: _plain(getattr(unwrapped, name))
+                for name in _EPISODE_ATTRIBUTES
+                if hasattr(unwrapped, name)
+            },
+            rng=None if generator is None else json.dumps(generator.bit_generator.state),
+            rng_seed=seed if isinstance(seed, int) else None,
+            wrappers={key: getattr(*where) for key, where in _wrapper_state(self.env).items()},
+            seed=self._seed,
+            episode_id=self._episode_id,
+            steps=self._steps,
+            episode_return=self._return,
+            terminated=self._terminated,
+            truncated=self._truncated,
+            last=self._last,
+        )
+        return snapshot
+
+    def restore(self, snapshot: GymSnapshot) -> GymObservation:
+        """Put ``snapshot``'s state into this session's (fresh) environment.
+
+        Raises:
+            BadSnapshot: its state, generator or wrappers do not fit this environment.
+        """
+        unwrapped: Any = self.env.unwrapped
+        if snapshot.env_state is not None:
+            array = np.asarray(snapshot.env_state)
+            if array.shape != type(self).state_shape or array.dtype.kind not in "biuf":
+                raise BadSnapshot(
+                    f"the snapshot's state is {array.dtype} of shape {array.shape}, "
+                    f"{type(self).env_id}'s numbers of shape {type(self).state_shape}",
+                    details={"field": "env_state"},
+                )
+            unwrapped.state = tuple(array.tolist()) if snapshot.state_is_tuple else array.copy()
+        for name, value in snapshot.episode.items():
+            if name not in _EPISODE_ATTRIBUTES:
+                raise BadSnapshot(
+                    f"{type(self).env_id} keeps no episode attribute {name!r}",
+                    details={"field": "episode"},
+                )
+            setattr(unwrapped, name, value)
+        if snapshot.rng is not None:
+            unwrapped.np_random = _generator(snapshot.rng)
+            unwrapped._np_random_seed = snapshot.rng_seed
+        wrappers = _wrapper_state(self.env)
+        for wrapper, _ in _wrappers(self.env):
+            if isinstance(wrapper, PassiveEnvChecker):
+                for flag in _CHECKED:
+                    setattr(wrapper, flag, True)
+        for key, value in snapshot.wrappers.items():
+            if key not in wrappers:
+                raise BadSnapshot(
+                    f"{type(self).env_id} has no wrapper state {key!r}",
+                    details={"field": "wrappers"},
+                )
+            setattr(*wrappers[key], value)
+        self._seed, self._episode_id = snapshot.seed, snapshot.episode_id
+        self._steps, self._return = snapshot.steps, snapshot.episode_return
+        self._terminated, self._truncated = snapshot.terminated, snapshot.truncated
+        self._last = snapshot.last
+        if snapshot.last is not None:
+            return snapshot.last
+        # Never reset: no observation yet; the session must be reset before a step.
+        return self._observation(
+            _empty(type(self).observation_space), {}, None, terminated=False, truncated=False
+        )
+
+
+def _wrappers(env: gymnasium.Env[Any, Any]) -> list[tuple[Any, tuple[str, ...]]]:
+    """Each wrapper of ``env``'s chain with the attributes that are its state."""
+    found = []
+    while isinstance(env, gymnasium.Wrapper):
+        found.append((env, _WRAPPER_STATE[type(env)]))
+        env = env.env
+    return found
+
+
+def _wrapper_state(env: gymnasium.Env[Any, Any]) -> dict[str, tuple[Any, str]]:
+    """Where each wrapper's state is: ``{"Wrapper.attribute": (wrapper, attribute)}``."""
+    return {
+        f"{type(wrapper).__name__}.{name}": (wrapper, name)
+        for wrapper, names in _wrappers(env)
+        for name in names
+    }
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar (Pendulum's ``last_u``) as a Python number."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _generator(text: str) -> np.random.Generator:
+    """The generator a snapshot's ``rng`` describes.
+
+    Raises:
+        BadSnapshot: not the JSON of a known bit generator's state.
+    """
+    try:
+        state = json.loads(text)
+        name = state["bit_generator"]
+        if name not in _BIT_GENERATORS:
+            raise ValueError(f"unknown bit generator {name!r}")
+        bit_generator = getattr(np.random, name)()
+        bit_generator.state = state
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BadSnapshot(
+            f"the snapshot's generator state is not usable: {exc}", details={"field": "rng"}
+        ) from None
+    return np.random.Generator(bit_generator)
+
+
+def _empty(space: gymnasium.Space[Any]) -> Any:
+    """A placeholder sample of a Box space: zeros, clipped into its bounds."""
+    assert isinstance(space, gymnasium.spaces.Box)
+    return np.clip(np.zeros(space.shape, space.dtype), space.low, space.high)
+
+
+def snapshot_support(env: gymnasium.Env[Any, Any]) -> tuple[int, ...] | str:
+    """The shape of ``env``'s state when its sessions can be snapshotted, else why not.
+
+    ``env`` is a probe: it is reset (seed 0) when its shape fits, to read the state.
+    """
+    wrapper: Any = env
+    while isinstance(wrapper, gymnasium.Wrapper):
+        if type(wrapper) not in _WRAPPER_STATE:
+            return f"it is wrapped in {type(wrapper).__name__}, whose state corral cannot carry"
+        wrapper = wrapper.env
+    unwrapped = env.unwrapped
+    classic = type(unwrapped).__module__.startswith(_CLASSIC_CONTROL)
+    if not (classic or hasattr(unwrapped, "state")):
+        return "its state is not in unwrapped.state (not a classic-control environment)"
+    if not isinstance(env.observation_space, gymnasium.spaces.Box):
+        return "its observation space is not a Box"
+    env.reset(seed=0)
+    state = getattr(unwrapped, "state", None)
+    try:
+        array = np.asarray(state)
+    except (TypeError, ValueError):
+        return f"its state is a {type(state).__name__}, not numbers"
+    if not isinstance(state, np.ndarray | tuple) or array.dtype.kind not in "biuf":
+        return f"its state is a {type(state).__name__}, not an array or tuple of numbers"
+    return tuple(array.shape)
 
 
 def _frame_state(stem: str, fps: Any) -> type[GymFrameState]:

@@ -54,6 +54,7 @@ from pydantic_core import core_schema
 
 from corral.contract.arrays import Array
 from corral.contract.models import Observation, WireModel
+from corral.contract.refs import RefError, SchemaReader
 
 GYM_SPACE_KEY = "x-gym-space"
 """The JSON Schema keyword carrying what standard keywords cannot say about a space."""
@@ -600,24 +601,19 @@ def binding_for_schema(
 
 
 def _resolve(schema: Mapping[str, Any], ctx: _Context, path: str) -> Mapping[str, Any]:
-    seen = 0
-    while "$ref" in schema:
-        ref = schema["$ref"]
-        prefix = "#/$defs/"
-        if (
-            not isinstance(ref, str)
-            or not ref.startswith(prefix)
-            or ref[len(prefix) :] not in ctx.defs
-        ):
-            raise SpaceConversionError(f"{path}: cannot resolve schema reference {ref!r}")
-        siblings = {k: v for k, v in schema.items() if k != "$ref"}
-        schema = {**ctx.defs[ref[len(prefix) :]], **siblings}
-        seen += 1
-        if seen > 64:
+    """``schema`` with its references followed (one rule: :mod:`corral.contract.refs`).
+
+    Raises:
+        SpaceConversionError: a reference does not resolve, or references form a cycle.
+    """
+    try:
+        return SchemaReader.of_defs(ctx.defs).deref(schema)
+    except RefError as exc:
+        if exc.kind == "cycle":
             raise SpaceConversionError(
-                f"{path}: recursive schema references have no Gymnasium space"
-            )
-    return schema
+                f"{path}: recursive schema references have no Gymnasium space ({exc})"
+            ) from None
+        raise SpaceConversionError(f"{path}: cannot resolve schema reference: {exc}") from None
 
 
 def _binding(schema: Mapping[str, Any], ctx: _Context, path: str) -> Binding:

@@ -1,10 +1,12 @@
-"""The corral/1 checks: handshake and contract, an episode, every error code a client can
-provoke from outside, and the capacity refusal at the handshake."""
+"""The corral/1 checks: handshake and contract, an episode, snapshot → restore → the same
+observations (or "not supported"), every error code a client can provoke from outside,
+and the capacity refusal at the handshake."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -85,7 +87,8 @@ class CorralChecks(Target):
                     schemas.get(key) == getattr(mine, key),
                     f"the handshake's {key} schema differs from GET /schema's",
                 )
-            computed = fingerprint({k: schemas[k] for k in ("action", "observation", "state")})
+            # Over every schema the contract has (reset options and snapshot included).
+            computed = fingerprint(schemas)
             require(
                 computed == welcome["env"]["fingerprint"],
                 f"fingerprint {welcome['env']['fingerprint']} is not the hash of the schemas "
@@ -113,6 +116,12 @@ class CorralChecks(Target):
         await self.check("corral.handshake", "corral", "hello → welcome", handshake)
         await self.check("corral.contract", "corral", "schemas and fingerprint agree", contract)
         await self.check("corral.episode", "corral", "open/reset/step/state/close", episode)
+        await self.check(
+            "corral.snapshot",
+            "corral",
+            "snapshot → restore → the same observations",
+            self._corral_snapshot,
+        )
         for check_id, title, body in self._corral_error_checks():
             await self.check(f"corral.{check_id}", "corral", title, body)
         await self.check(
@@ -121,6 +130,51 @@ class CorralChecks(Target):
             "full server refused at handshake",
             self._corral_capacity,
         )
+
+    async def _corral_snapshot(self, steps: int = 3) -> str:
+        """Snapshot a session mid-episode, restore it in a new session, step both with the
+        same action and compare; skipped ("not supported") when the env has no snapshot."""
+        async with self._corral() as peer:
+            sid = await peer.open_session()
+            reply = await peer.request({"type": "reset", "session": sid, "seed": 1})
+            require(reply.get("type") == "result", f"reset was answered with {reply}")
+            action = self._valid_action()
+            last = await peer.request({"type": "step", "session": sid, "action": action})
+            require(last.get("type") == "result", f"step was answered with {last}")
+            reply = await peer.request({"type": "snapshot", "session": sid})
+            if reply.get("code") == "SNAPSHOT_UNSUPPORTED":
+                raise CheckSkipped(f"not supported: {reply.get('message')}")
+            if reply.get("code") == "SNAPSHOT_TOO_LARGE":
+                raise CheckSkipped(f"the server's limit refuses it: {reply.get('message')}")
+            require(reply.get("type") == "snapshot", f"snapshot was answered with {reply}")
+            envelope = as_object(reply.get("snapshot"), "the snapshot reply has no envelope")
+            restored = await peer.request({"type": "restore", "snapshot": envelope})
+            require(restored.get("type") == "restored", f"restore was answered with {restored}")
+            copy = str(restored.get("session"))
+            require(copy != sid, "restore did not open a new session")
+            require(
+                restored.get("observation") == last.get("observation"),
+                "restore returned another observation than the last step's",
+            )
+            compared = 0
+            observation = last.get("observation") or {}
+            while compared < steps and not observation.get("done"):
+                a = await peer.request({"type": "step", "session": sid, "action": action})
+                b = await peer.request({"type": "step", "session": copy, "action": action})
+                require(
+                    a.get("type") == b.get("type") == "result",
+                    f"steps after the restore were answered with {a} and {b}",
+                )
+                require(
+                    a.get("observation") == b.get("observation"),
+                    f"step {compared + 1} after the restore differs from the original's",
+                )
+                observation = a.get("observation") or {}
+                compared += 1
+            for session in (sid, copy):
+                await peer.request({"type": "close", "session": session})
+        size = len(json.dumps(envelope.get("snapshot")))
+        return f"restored a snapshot of {size} bytes (JSON); {compared} more step(s) identical"
 
     def _corral_observation(self, obs: Any, where: str) -> None:
         require(isinstance(obs, dict), f"{where}: the observation is not an object")

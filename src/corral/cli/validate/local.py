@@ -11,7 +11,11 @@ the models, the contract version against the manifest's, and the schema lock (no
 breaking change without a major version bump). The runtime smoke test
 (:func:`corral.providers.validation.smoke_test`) starts the environment through a
 provider and plays short episodes over both codecs: reset/step/state, the contract
-round trip of every model, seeded determinism, reward and termination sanity.
+round trip of every model, seeded determinism, reward and termination sanity. For an
+environment that declares a snapshot, the snapshot check (:func:`snapshot_check`, in
+this process) restores a snapshot taken mid-episode in a fresh instance, steps both with
+the same actions and compares every observation; one that declares none is reported
+"not supported".
 
 By default the server runs in a local process; when the image ``corral build`` made of
 this version exists and serves the current contract, it is validated in Docker too, so
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +38,7 @@ from corral.contract import Environment
 from corral.contract.examples import example_for
 from corral.contract.lock import LockError, check_lock, read_lock
 from corral.contract.wiresafe import WireSafetyError, check_model
+from corral.episodes import first_difference
 from corral.providers.base import Provider
 from corral.providers.dockerfile import LABEL_PREFIX, image_tag
 from corral.providers.local import LocalProcessProvider, Sandbox
@@ -215,6 +221,109 @@ def _action(env: type[Environment[Any, Any, Any]], given: dict[str, Any] | None)
     return candidate
 
 
+async def _called(value: Any) -> Any:
+    """``value``, awaited if a method returned a coroutine (``async def`` methods)."""
+    return await value if inspect.isawaitable(value) else value
+
+
+def _differs(a: Any, b: Any) -> str | None:
+    """Where two models' JSON forms differ, or None."""
+    return first_difference(a.model_dump(mode="json"), b.model_dump(mode="json"))
+
+
+async def _snapshot_round(
+    env: type[Environment[Any, Any, Any]], action: dict[str, Any], seed: int, steps: int
+) -> str:
+    """Snapshot → restore in a fresh instance → the same observations (see
+    :func:`snapshot_check`); returns what was compared.
+
+    Raises:
+        AssertionError: naming the first difference.
+    """
+    model = env.snapshot_type
+    assert model is not None
+    typed = env.action_type.model_validate(action)
+    made: list[Environment[Any, Any, Any]] = []
+
+    def instance() -> Environment[Any, Any, Any]:
+        made.append(env())
+        return made[-1]
+
+    try:
+        # A session never reset can be snapshotted too (the fleet moves such sessions).
+        blank = await _called(instance().snapshot())
+        await _called(instance().restore(model.model_validate_json(blank.model_dump_json())))
+        source = instance()
+        last = await _called(source.reset(seed))
+        played = 0
+        while played < max(1, steps // 2) and not last.done:
+            last = await _called(source.step(typed))
+            played += 1
+        taken = await _called(source.snapshot())
+        wire = taken.model_dump_json()  # what crosses the wire, validated on the other side
+        copy = instance()
+        restored = await _called(copy.restore(model.model_validate_json(wire)))
+        where = _differs(restored, last)
+        if where is not None:
+            raise AssertionError(
+                f"restore() returned another observation than the last step's (at {where})"
+            )
+        compared = 0
+        while compared + played < steps and not last.done:
+            last = await _called(source.step(typed))
+            other = await _called(copy.step(typed))
+            compared += 1
+            where = _differs(other, last)
+            if where is not None:
+                raise AssertionError(
+                    f"step {played + compared} after the restore differs (at {where}): "
+                    "snapshot() must capture every part of the state the next steps use "
+                    "(random generators included)"
+                )
+        where = _differs(await _called(copy.state()), await _called(source.state()))
+        if where is not None:
+            raise AssertionError(f"the restored state differs (at {where})")
+    finally:
+        for made_env in made:
+            with contextlib.suppress(Exception):
+                closing: Any = made_env.close  # sync or async
+                await _called(closing())
+    return (
+        f"{model.__name__} of {len(wire)} bytes after {played} step(s); "
+        f"{compared} more step(s) identical"
+    )
+
+
+def snapshot_check(
+    env: type[Environment[Any, Any, Any]], action: dict[str, Any], seed: int, steps: int
+) -> Check:
+    """Snapshot → restore → same observations, in this process.
+
+    A snapshot taken after half the steps (through its JSON form, as it crosses the
+    wire) is restored in a fresh instance; the restore must return the last observation,
+    then both instances are stepped with ``action`` and every observation and the final
+    state compared. Skipped, "not supported", when the environment declares no snapshot.
+    """
+    title = "snapshot → restore → the same observations"
+    if not env.has_snapshots():
+        return Check(
+            "runtime.snapshot",
+            "runtime",
+            title,
+            Status.SKIP,
+            f"not supported: {env.__name__} declares no snapshot (define snapshot() and "
+            "restore() to support restore, fork and moving sessions; see docs/snapshots.md)",
+        )
+    try:
+        detail = asyncio.run(_snapshot_round(env, action, seed, steps))
+    except AssertionError as exc:
+        return Check("runtime.snapshot", "runtime", title, Status.FAIL, str(exc))
+    except Exception as exc:
+        detail = f"{type(exc).__name__}: {exc}"
+        return Check("runtime.snapshot", "runtime", title, Status.FAIL, detail)
+    return Check("runtime.snapshot", "runtime", title, Status.PASS, detail)
+
+
 def _docker_provider(network: str) -> tuple[Provider | None, str]:
     """A Docker provider, or None and why there is none."""
     try:
@@ -306,6 +415,7 @@ def validate_environment(path: Path, options: LocalOptions | None = None) -> Rep
             Check("runtime.action", "runtime", "a valid action to play", Status.FAIL, str(exc))
         )
         return report
+    report.checks.append(snapshot_check(env, action, opts.seed, opts.steps))
     explicit_image = opts.image or (image_tag(manifest) if opts.docker else None)
     if explicit_image is None:
         local = LocalProcessProvider(venv=opts.venv, sandbox=opts.sandbox)

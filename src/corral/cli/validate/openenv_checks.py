@@ -69,7 +69,9 @@ class OpenEnvChecks(Target):
             )
         whole = {**obs, "done": data["done"], "reward": reward}
         for key in ("metadata", "truncated"):
-            if key in data:
+            # OpenEnv 0.10 sends a top-level "metadata": null when the observation's is
+            # empty, and keeps the real one nested: null says nothing.
+            if data.get(key) is not None:
                 whole[key] = data[key]
         if self.schemas is not None:
             problem = schema_problem(self.schemas.observation, whole)

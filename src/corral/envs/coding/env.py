@@ -15,6 +15,16 @@ between actions), ``max_steps`` (int >= 1) and ``episode_id`` (str). Bad options
 Tasks: the problems form the splits ``train`` and ``test`` (each problem says which),
 in their order; the task API publishes them as :class:`~corral.envs.coding.tasks.CodingTask`
 (the statement and the number of hidden tests, never the tests themselves).
+
+Warm sandboxes: where the machine allows it (the namespace modes, corral running as
+root), episodes run in warm sandboxes from a pool shared by the process's coding
+environments of one configuration (:mod:`corral.sandbox.pool`): ``reset`` takes one that
+is ready, with a worker forked ahead of time, and the previous episode's is recycled in
+the background (every process killed, its directory emptied, its uid's kernel objects
+removed) or retired. Each action runs in a fresh worker forked in the sandbox (in the
+persistent mode, one per episode), and everything of the agent is killed when it ends,
+as with a sandbox per action. ``warm=0`` starts a sandbox per action instead (what every
+other machine does).
 """
 
 from __future__ import annotations
@@ -46,11 +56,17 @@ from corral.sandbox import (
     Workspace,
     resolve_profile,
 )
+from corral.sandbox.channel import WorkerChannel
+from corral.sandbox.command import keeps_capabilities
+from corral.sandbox.forkserver import ForkedWorker, WarmSandbox
+from corral.sandbox.pool import SandboxPool, shared_pool
 
 MAX_CODE_CHARS = 100_000
 """Largest accepted action, in characters."""
 DEFAULT_MAX_STEPS = 8
 MAX_STEPS_LIMIT = 1000
+DEFAULT_WARM = 2
+"""Spare warm sandboxes kept ready by default (see ``CodingEnv(warm=...)``)."""
 _PACKAGE_DIR = str(Path(__file__).resolve().parents[2])
 _OPTIONS_HELP = (
     f"task (a task name), split (train or test) with index (int >= 0), persistent (bool), "
@@ -195,7 +211,9 @@ class _Episode:
     persistent: bool
     workspace: Workspace
     state: CodeState
-    worker: SandboxProcess | None = None
+    sandbox: WarmSandbox | None = None
+    """The episode's warm sandbox (None: a cold sandbox per worker)."""
+    worker: WorkerChannel | None = None
     worker_lost: bool = False
 
 
@@ -220,6 +238,10 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
         hidden_paths: host paths never to show in the sandbox even when a parent is
             shown (default: corral's own package, which holds the expected answers).
         uid_range: uids leased to sandboxes when corral runs as root.
+        warm: spare warm sandboxes kept ready for new episodes (shared by the process's
+            coding environments of the same configuration), where the machine allows
+            warm sandboxes (:func:`~corral.sandbox.command.keeps_capabilities`); 0: a
+            cold sandbox per action, as on other machines.
 
     Raises:
         SandboxUnavailable: no (requested) sandbox mode works on this machine.
@@ -248,6 +270,7 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
         extra_ro_paths: Sequence[str] = (),
         hidden_paths: Sequence[str] | None = None,
         uid_range: range = DEFAULT_UID_RANGE,
+        warm: int = DEFAULT_WARM,
     ) -> None:
         chosen = tuple(TASKS if tasks is None else tasks)
         names = [t.name for t in chosen]
@@ -255,6 +278,8 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
             raise ValueError(f"tasks must be a non-empty list with unique names, got {names}")
         if not 1 <= max_steps <= MAX_STEPS_LIMIT:
             raise ValueError(f"max_steps must be in 1..{MAX_STEPS_LIMIT}, got {max_steps}")
+        if warm < 0:
+            raise ValueError(f"warm must be >= 0, got {warm}")
         self._tasks = {t.name: t for t in chosen}
         self._splits = {name: [t for t in chosen if t.split == name] for name in SPLITS}
         self._limits = limits or SandboxLimits()
@@ -270,6 +295,26 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
         self._idle_state = CodeState(
             sandbox_mode=self._profile.mode, sandbox_strategy=self._profile.strategy
         )
+        self._pool: SandboxPool | None = None
+        if warm and keeps_capabilities(self._profile):
+            self._pool = self._shared_pool(warm)
+
+    def _shared_pool(self, spares: int) -> SandboxPool:
+        profile, limits = self._profile, self._limits
+        hidden, root, extra = self._hidden_paths, self._workdir_root, self._extra_ro_paths
+        key = (profile, limits, hidden, root, extra, spares)
+        # A worker forked ahead of its episode gets the largest lifetime CPU any episode
+        # may need; the episode lowers it at its first request.
+        ceiling = limits.cpu_seconds * 2 * MAX_STEPS_LIMIT + 2
+        return shared_pool(
+            key, lambda: WarmSandbox(profile, limits, hidden, root, extra), spares, ceiling
+        )
+
+    @property
+    def sandbox_pool(self) -> SandboxPool | None:
+        """The pool of warm sandboxes this environment's episodes come from (None: a cold
+        sandbox per action; see the class docstring)."""
+        return self._pool
 
     @property
     def sandbox_profile(self) -> SandboxProfile:
@@ -298,11 +343,16 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
             task = self._choose(seed, opts)
             self._end_episode()
             persistent = self._persistent if opts.persistent is None else opts.persistent
-            workspace = Workspace(
-                self._profile,
-                self._hidden_paths,
-                self._workdir_root,
-                max_disk_bytes=self._limits.max_disk_bytes,
+            sandbox = self._pool.acquire() if self._pool is not None else None
+            workspace = (
+                sandbox.workspace
+                if sandbox is not None
+                else Workspace(
+                    self._profile,
+                    self._hidden_paths,
+                    self._workdir_root,
+                    max_disk_bytes=self._limits.max_disk_bytes,
+                )
             )
             state = CodeState(
                 episode_id=opts.episode_id or str(uuid.uuid4()),
@@ -316,13 +366,15 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
                 workdir=workspace.inside_workdir,
                 tests_total=len(task.cases),
             )
-            episode = _Episode(task=task, persistent=persistent, workspace=workspace, state=state)
+            episode = _Episode(
+                task=task, persistent=persistent, workspace=workspace, state=state, sandbox=sandbox
+            )
             try:
                 if persistent:
                     episode.worker = self._spawn(episode)
                     state.worker_alive = True
             except BaseException:
-                workspace.close()
+                self._release(episode)
                 raise
             self._episode = episode
             return CodeObservation(
@@ -352,7 +404,7 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
                 restarted = episode.persistent and episode.worker_lost
                 episode.worker = self._spawn(episode)
             elif not episode.worker.alive():
-                episode.worker.close()
+                self._end_worker(episode, episode.worker, ahead=False)
                 restarted = True
                 episode.worker = self._spawn(episode)
             if restarted:
@@ -368,9 +420,9 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
                     tests = worker.run_tests(task.entry_point, [c.args for c in task.cases])
             finally:
                 if not episode.persistent or not worker.alive():
-                    worker.close()
                     episode.worker = None
                     episode.worker_lost = episode.persistent
+                    self._end_worker(episode, worker, ahead=not state.done)
             state.worker_alive = episode.worker is not None
             return self._observe(episode, worker, outcome, tests, restarted)
 
@@ -385,7 +437,9 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
             return state
 
     def close(self) -> None:
-        """Kill the sandbox (even mid-step, from another thread) and delete the workspace."""
+        """Kill the sandbox's processes (even mid-step, from another thread) and end the
+        episode: its workspace is deleted, or a warm sandbox recycled for another
+        environment (the last environment of a pool closes every sandbox of it)."""
         self._closed = True
         episode = self._episode
         worker = episode.worker if episode is not None else None
@@ -393,6 +447,9 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
             worker.kill("closed")
         with self._lock:
             self._end_episode()
+            pool, self._pool = self._pool, None
+            if pool is not None:
+                pool.detach()
 
     # -- the tasks face -----------------------------------------------------------------
 
@@ -432,18 +489,30 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
             return task
         return random.Random(seed).choice(list(self._tasks.values()))
 
-    def _spawn(self, episode: _Episode) -> SandboxProcess:
-        limits = self._limits
+    def _cpu_hard(self, episode: _Episode) -> int:
         # The hard CPU limit is a lifetime cap: one budget for each action and each test
         # run the process may serve, plus slack for the interpreter itself.
         runs = 2 * episode.state.max_steps if episode.persistent else 2
+        return self._limits.cpu_seconds * runs + 2
+
+    def _spawn(self, episode: _Episode) -> WorkerChannel:
+        if episode.sandbox is not None:
+            return episode.sandbox.worker(self._cpu_hard(episode))
         return SandboxProcess(
             self._profile,
             episode.workspace,
-            limits,
-            cpu_hard=limits.cpu_seconds * runs + 2,
+            self._limits,
+            cpu_hard=self._cpu_hard(episode),
             extra_ro_paths=self._extra_ro_paths,
         )
+
+    def _end_worker(self, episode: _Episode, worker: WorkerChannel, ahead: bool) -> None:
+        """End ``worker`` and every process it left; with ``ahead``, a warm sandbox forks
+        the episode's next worker at once (ready before the next action asks)."""
+        if episode.sandbox is not None and isinstance(worker, ForkedWorker):
+            episode.sandbox.finish(worker, self._cpu_hard(episode) if ahead else None)
+        else:
+            worker.close()
 
     def _end_episode(self) -> None:
         episode, self._episode = self._episode, None
@@ -451,8 +520,17 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
             return
         try:
             if episode.worker is not None:
-                episode.worker.close()
+                self._end_worker(episode, episode.worker, ahead=False)
         finally:
+            self._release(episode)
+
+    def _release(self, episode: _Episode) -> None:
+        """Give the episode's sandbox back to the pool (recycled), or delete its workspace."""
+        if episode.sandbox is not None and self._pool is not None:
+            self._pool.release(episode.sandbox)
+        elif episode.sandbox is not None:
+            episode.sandbox.close()
+        else:
             episode.workspace.close()
 
     def _metadata(self, episode: _Episode) -> dict[str, Any]:
@@ -467,7 +545,7 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
     def _observe(
         self,
         episode: _Episode,
-        worker: SandboxProcess,
+        worker: WorkerChannel,
         outcome: ExecOutcome,
         tests: TestsOutcome | None,
         restarted: bool,

@@ -15,6 +15,7 @@ from corral.envs.wordle.models import (
     GuessRecord,
     WordleAction,
     WordleObservation,
+    WordleSnapshot,
     WordleState,
     WordleTask,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "WordleAction",
     "WordleEnv",
     "WordleObservation",
+    "WordleSnapshot",
     "WordleState",
     "WordleTask",
     "load_words",

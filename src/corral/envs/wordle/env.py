@@ -30,6 +30,10 @@ hash of each word (:func:`~corral.envs.wordle.game.split_of`); task ``i`` of a s
 its ``i``-th word in alphabetical order (:class:`WordleTask`). ``reset(seed=...)`` alone
 still draws from the whole list. The final observation's ``metadata["success"]`` says
 whether the word was found.
+
+Sessions can be snapshotted and restored (:class:`~corral.envs.wordle.models.WordleSnapshot`:
+the state, secret included, the guesses and the last observation); a snapshot whose secret
+is not in this server's word list is refused (``BAD_SNAPSHOT``).
 """
 
 from __future__ import annotations
@@ -62,11 +66,12 @@ from corral.envs.wordle.models import (
     GuessRecord,
     WordleAction,
     WordleObservation,
+    WordleSnapshot,
     WordleState,
     WordleTask,
 )
 from corral.envs.wordle.policy import SimplePolicy
-from corral.errors import InvalidArgument
+from corral.errors import BadSnapshot, InvalidArgument
 
 SOLVE_REWARD = 1.0
 """Reward for the guess that solves the word, before the bonus."""
@@ -147,6 +152,7 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
         self._max_turns = defaults.max_turns
         self._state = WordleState()
         self._history: list[GuessRecord] = []
+        self._last: WordleObservation | None = None
 
     @property
     def words(self) -> tuple[str, ...]:
@@ -192,7 +198,7 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
             task=task.id if task is not None else None,
         )
         self._history = []
-        return WordleObservation(
+        self._last = WordleObservation(
             guesses_left=opts.max_guesses,
             turns_left=opts.max_turns,
             message=(
@@ -200,6 +206,7 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
                 "G (right spot), Y (in the word, elsewhere) or . (not in the word)."
             ),
         )
+        return self._last
 
     @classmethod
     def scripted_policy(cls, seed: int | None) -> Callable[[Any], Any]:
@@ -248,7 +255,7 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
             not terminated and state.max_turns is not None and state.step_count >= state.max_turns
         )
         state.done = terminated or truncated
-        return WordleObservation(
+        self._last = WordleObservation(
             guess=guess,
             accepted=bool(pattern),
             pattern=pattern,
@@ -264,10 +271,38 @@ class WordleEnv(Environment[WordleAction, WordleObservation, WordleState]):
             truncated=truncated,
             metadata={"success": state.solved} if state.done else {},
         )
+        return self._last
 
     def state(self) -> WordleState:
         """A copy of the current state, secret included."""
         return self._state.model_copy(deep=True)
+
+    def snapshot(self) -> WordleSnapshot:
+        """The whole game, secret included (see :class:`WordleSnapshot`)."""
+        return WordleSnapshot(state=self.state(), history=list(self._history), last=self._last)
+
+    def restore(self, snapshot: WordleSnapshot) -> WordleObservation:
+        """Continue the game ``snapshot`` captured.
+
+        Raises:
+            BadSnapshot: its secret or a guess is not in this server's word list.
+        """
+        state = snapshot.state
+        unknown = [
+            w for w in (state.secret, *state.guesses) if w is not None and w not in self._allowed
+        ]
+        if unknown:
+            raise BadSnapshot(
+                f"the snapshot's words {unknown[:3]} are not in this server's word list "
+                f"({len(self._words)} words): it was taken by a Wordle with other words",
+                details={"unknown": unknown[:3]},
+            )
+        self._state = state.model_copy(deep=True)
+        self._history = list(snapshot.history)
+        self._last = snapshot.last
+        if snapshot.last is None:
+            return WordleObservation()
+        return snapshot.last.model_copy(deep=True)
 
     def render_html(self, observation: WordleObservation) -> str:
         """The board for the web UI: one row of coloured tiles per accepted guess."""

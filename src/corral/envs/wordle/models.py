@@ -1,4 +1,5 @@
-"""The Wordle environment's wire models: the guess, the observation, the task and the state.
+"""The Wordle environment's wire models: the guess, the observation, the task, the state
+and the snapshot.
 
 Apart from :mod:`corral.envs.wordle.env` so that the scripted policy (which builds actions
 from observations) and the environment (which ships the policy) both import them.
@@ -10,7 +11,7 @@ import re
 
 from pydantic import ConfigDict, Field, field_validator
 
-from corral.contract import Action, Observation, State, WireModel
+from corral.contract import Action, Observation, Snapshot, State, WireModel
 from corral.contract.tasks import Task
 from corral.envs.wordle.game import LetterScore
 
@@ -109,3 +110,13 @@ class WordleState(State):
     done: bool = False
     seed: int | None = None
     task: str | None = None
+
+
+class WordleSnapshot(Snapshot):
+    """A Wordle session, secret included: its state, the accepted guesses with their
+    patterns, and the observation it returned last. It reveals the secret: a trainer
+    must never show it to the policy."""
+
+    state: WordleState
+    history: list[GuessRecord] = Field(default_factory=list)
+    last: WordleObservation | None = None

@@ -1,8 +1,8 @@
 """The client side of RFC 6455 without I/O: the upgrade request and its answer, frames out
 (masked), frames in (checked and reassembled).
 
-:mod:`corral.client.asyncio_socket` does the I/O. What is here is what a client must get
-right whatever carries the bytes:
+:mod:`corral.client.dialers.asyncio_socket` does the I/O. What is here is what a client
+must get right whatever carries the bytes:
 
 * the upgrade: a ``GET`` with a fresh ``Sec-WebSocket-Key``, and the answer's
   ``Sec-WebSocket-Accept`` checked against it (:func:`upgrade_request`,
@@ -14,6 +14,10 @@ right whatever carries the bytes:
   frames whole and short, a message's size refused from its header on (1009) before its
   payload is read, fragments reassembled (control frames may come between them), text
   valid UTF-8 (1007), a close frame's code one an endpoint may send.
+
+Fragment reassembly (:meth:`FrameReader._event`, and the picows socket's ``_fragment``,
+whose frames picows parses) is the part the server's edge repeats: it is to be the
+protocol layer's one reassembler, shared by both sides.
 """
 
 from __future__ import annotations

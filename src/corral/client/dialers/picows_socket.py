@@ -5,13 +5,14 @@ parsed, straight from the event loop's read callback. :class:`PicowsSocket` pass
 message to the :class:`~corral.client.connection.Connection` that listens to it, which
 feeds it to its :class:`~corral.protocol.client.ClientProtocol` and resolves the waiting
 future, in the same callback: no reader task, no queue, no extra loop turn per reply.
-It gives what the websockets dialer gives: the subprotocol offered and checked, the
+It gives what the other dialers give: the subprotocol offered and checked, the
 extra (resume, auth) headers, the handshake refusal mapped to corral's errors (HTTP
 503/429/401 with their structured bodies), a frame limit, pings for the connection's
 keepalive, fragmented messages reassembled within the limit, and a close handshake.
 
-:func:`picows_dialer` is the :class:`~corral.client.connection.Dialer`; a connection
-uses it by default when ``picows`` is importable (see ``Connection(transport=...)``).
+:class:`PicowsDialer` is its :class:`~corral.client.dialers.base.Dialer`; ``auto`` picks it
+when ``picows`` is importable and the loop stays on one thread (see
+:func:`~corral.client.dialers.dialer_for`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from picows import (
@@ -31,27 +32,13 @@ from picows import (
     WSTransport,
     ws_connect,
 )
-from websockets.exceptions import ConnectionClosedError
 
 from corral import __version__
-from corral.client.asyncio_socket import Inbox, OnClosed, OnFrame
-from corral.client.refusal import refusal
+from corral.blocking import moves_between_threads
+from corral.client.dialers.base import Dialer, Inbox, OnClosed, OnFrame, SocketClosed
+from corral.client.dialers.refusal import refusal
 from corral.errors import ConnectionLost, UnsupportedProtocol
 from corral.protocol.codecs import Frame
-
-
-class _Aborter:
-    """The ``transport`` face of a socket: drop it at once, without a close handshake."""
-
-    __slots__ = ("_socket",)
-
-    def __init__(self, socket: PicowsSocket) -> None:
-        self._socket = socket
-
-    def abort(self) -> None:
-        ws = self._socket.ws
-        if ws is not None:
-            ws.disconnect(graceful=False)
 
 
 class PicowsSocket(WSListener):
@@ -70,7 +57,6 @@ class PicowsSocket(WSListener):
         self.subprotocol: str | None = None
         self.close_code: int | None = None
         self.close_reason: str | None = None
-        self.transport = _Aborter(self)
         self._inbox = Inbox()
         self._pongs: deque[asyncio.Future[float]] = deque()
         self._parts: bytearray | None = None
@@ -93,7 +79,7 @@ class PicowsSocket(WSListener):
         """Write one message now (no await: the loop's transport buffers it)."""
         ws = self.ws
         if ws is None or self._gone or ws.is_close_frame_sent:
-            raise ConnectionClosedError(None, None)
+            raise SocketClosed()
         if isinstance(message, str):
             ws.send(WSMsgType.TEXT, message.encode())
         else:
@@ -104,7 +90,7 @@ class PicowsSocket(WSListener):
         pong: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         ws = self.ws
         if ws is None or self._gone:
-            raise ConnectionClosedError(None, None)
+            raise SocketClosed()
         self._pongs.append(pong)
         ws.send_ping()
         return pong
@@ -120,8 +106,11 @@ class PicowsSocket(WSListener):
             ws.disconnect()
         await ws.wait_disconnected()
 
-    def __aiter__(self) -> AsyncIterator[Frame]:
-        raise TypeError("a PicowsSocket delivers frames by callback: use listen()")
+    def abort(self) -> None:
+        """Drop the connection at once, without a closing handshake."""
+        ws = self.ws
+        if ws is not None:
+            ws.disconnect(graceful=False)
 
     # -- picows callbacks -----------------------------------------------------------
 
@@ -196,7 +185,7 @@ class PicowsSocket(WSListener):
         done.add_done_callback(_swallow)
         for pong in self._pongs:
             if not pong.done():
-                pong.set_exception(ConnectionClosedError(None, None))
+                pong.set_exception(SocketClosed())
         self._pongs.clear()
         self._inbox.end(self._why)
 
@@ -206,51 +195,71 @@ def _swallow(future: asyncio.Future[None]) -> None:
         future.exception()
 
 
-async def picows_dialer(
-    url: str, subprotocol: str, headers: dict[str, str], timeout: float, max_size: int
-) -> PicowsSocket:
-    """A picows WebSocket to ``url`` (the native :class:`~corral.client.connection.Dialer`).
+class PicowsDialer(Dialer):
+    """Opens :class:`PicowsSocket` WebSockets: the native transport, for a loop that stays
+    on one thread (picows checks that its sockets are used from the thread that opened
+    them)."""
 
-    Raises:
-        CapacityReached / TooManyConnections / Unauthorized: the server refused it.
-        ConnectionLost: the server could not be reached.
-        UnsupportedProtocol: the server did not accept ``subprotocol``.
-    """
-    extra = {"User-Agent": f"corral/{__version__}", **headers}
-    extra["Sec-WebSocket-Protocol"] = subprotocol
-    try:
-        async with asyncio.timeout(timeout):
-            ws, socket = await ws_connect(
-                lambda: PicowsSocket(max_size),
-                url,
-                websocket_handshake_timeout=timeout,
-                max_frame_size=max_size,
-                extra_headers=extra,
-                enable_auto_ping=False,
+    name = "picows"
+
+    async def open(
+        self,
+        url: str,
+        subprotocol: str | None,
+        headers: Mapping[str, str],
+        timeout: float,
+        max_size: int,
+    ) -> PicowsSocket:
+        """A picows WebSocket to ``url`` (see :meth:`Dialer.open`).
+
+        Raises:
+            ValueError: the running loop moves between threads (a blocking twin's).
+        """
+        if moves_between_threads(asyncio.get_running_loop()):
+            raise ValueError(
+                "transport='picows' cannot serve a blocking twin (.sync()): its loop moves "
+                "between threads and picows sockets stay on one; use 'auto' or 'asyncio'"
             )
-    except WSError as exc:
-        response: Any = getattr(exc, "response", None)
-        if response is not None and int(response.status) >= 400:
-            raise refusal(
-                int(response.status),
-                bytes(response.body or getattr(exc, "raw_body", None) or b""),
-                response.headers.get("Retry-After"),
-            ) from None
-        raise ConnectionLost(f"cannot connect to {url}: {exc}") from None
-    except (OSError, TimeoutError) as exc:
-        raise ConnectionLost(f"cannot connect to {url}: {exc or 'timed out'}") from None
-    if ws is None or not isinstance(socket, PicowsSocket):  # closed before the upgrade
-        raise ConnectionLost(f"cannot connect to {url}: closed during the handshake")
-    accepted = ws.response.headers.get("Sec-WebSocket-Protocol")
-    socket.subprotocol = accepted
-    if accepted != subprotocol:
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(socket.close(), 2.0)
-        raise UnsupportedProtocol(
-            f"{url} did not accept subprotocol {subprotocol}",
-            details={"accepted": accepted},
-        )
-    return socket
+        extra = {"User-Agent": f"corral/{__version__}", **headers}
+        if subprotocol is not None:
+            extra["Sec-WebSocket-Protocol"] = subprotocol
+        try:
+            async with asyncio.timeout(timeout):
+                ws, socket = await ws_connect(
+                    lambda: PicowsSocket(max_size),
+                    url,
+                    websocket_handshake_timeout=timeout,
+                    max_frame_size=max_size,
+                    extra_headers=extra,
+                    enable_auto_ping=False,
+                )
+        except WSError as exc:
+            response: Any = getattr(exc, "response", None)
+            if response is not None and int(response.status) >= 400:
+                raise refusal(
+                    int(response.status),
+                    bytes(response.body or getattr(exc, "raw_body", None) or b""),
+                    response.headers.get("Retry-After"),
+                ) from None
+            raise ConnectionLost(f"cannot connect to {url}: {exc}") from None
+        except (OSError, TimeoutError) as exc:
+            raise ConnectionLost(f"cannot connect to {url}: {exc or 'timed out'}") from None
+        if ws is None or not isinstance(socket, PicowsSocket):  # closed before the upgrade
+            raise ConnectionLost(f"cannot connect to {url}: closed during the handshake")
+        accepted = ws.response.headers.get("Sec-WebSocket-Protocol") or None
+        socket.subprotocol = accepted
+        if accepted != subprotocol:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(socket.close(), 2.0)
+            raise UnsupportedProtocol(
+                f"{url} did not accept subprotocol {subprotocol}",
+                details={"accepted": accepted},
+            )
+        return socket
 
 
-__all__ = ["OnClosed", "OnFrame", "PicowsSocket", "picows_dialer"]
+picows_dialer = PicowsDialer()
+"""The native dialer (``transport="picows"``)."""
+
+
+__all__ = ["PicowsDialer", "PicowsSocket", "picows_dialer"]

@@ -16,15 +16,11 @@ from tests.support.servers import port_of, running
 from websockets.asyncio.server import ServerConnection, serve
 
 from corral.client import AsyncEnvClient, EnvPool, SyncEnvClient
-from corral.client.asyncio_socket import AsyncioSocket, asyncio_dialer
-from corral.client.connection import (
-    Connection,
-    default_dialer,
-    picows_available,
-    websocket_dialer,
-    ws_url,
-)
-from corral.client.picows_socket import PicowsSocket, picows_dialer
+from corral.client.connection import Connection, ws_url
+from corral.client.dialers import SocketClosed, auto_dialer, dialer_for, picows_available
+from corral.client.dialers.asyncio_socket import AsyncioSocket, asyncio_dialer
+from corral.client.dialers.picows_socket import PicowsSocket, picows_dialer
+from corral.client.dialers.websockets_socket import WebsocketsSocket, websockets_dialer
 from corral.errors import (
     CapacityReached,
     ConnectionLost,
@@ -41,21 +37,26 @@ FAST = ReconnectPolicy(initial_delay_s=0.01, max_delay_s=0.05, give_up_after_s=5
 SUBPROTOCOL = "corral.v1.msgpack"
 
 
-def test_auto_picks_the_native_transport_when_installed():
+def test_each_transport_has_its_dialer_chosen_once():
     assert picows_available()
-    assert default_dialer() is picows_dialer
-    assert default_dialer("websockets") is websocket_dialer
-    assert default_dialer("asyncio") is asyncio_dialer
-    # A loop that moves between threads (a blocking twin's): the asyncio transport.
-    assert default_dialer(one_thread=False) is asyncio_dialer
-    assert default_dialer("asyncio", one_thread=False) is asyncio_dialer
-    assert default_dialer("websockets", one_thread=False) is websocket_dialer
-    with pytest.raises(ValueError, match="blocking twin"):
-        default_dialer("picows", one_thread=False)
+    assert dialer_for() is dialer_for("auto") is auto_dialer
+    assert dialer_for("picows") is picows_dialer
+    assert dialer_for("websockets") is websockets_dialer
+    assert dialer_for("asyncio") is asyncio_dialer
     with pytest.raises(ValueError, match="unknown transport"):
-        default_dialer("carrier-pigeon")
+        dialer_for("carrier-pigeon")
     with pytest.raises(ValueError, match="unknown transport"):
         AsyncEnvClient("http://127.0.0.1:1", transport="tcp")
+    client = AsyncEnvClient("http://127.0.0.1:1", transport="asyncio")
+    assert isinstance(client.connection, Connection)
+    assert client.connection.dialer is asyncio_dialer
+
+
+async def test_auto_takes_the_native_socket_on_a_loop_of_one_thread(counter):
+    async with AsyncEnvClient(counter.url, env=CounterEnv) as client:
+        await client.reset()
+        assert isinstance(client.connection, Connection)
+        assert isinstance(client.connection._ws, PicowsSocket)
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +71,8 @@ async def test_steps_and_replies_matched_by_id(counter, transport):
     await client.reset(limit=1000)
     connection = client.connection
     assert isinstance(connection, Connection)
-    # The native transport has no reader task: replies arrive by callback.
-    assert (connection._reader is None) == (transport != "websockets")
+    kinds = {"picows": PicowsSocket, "asyncio": AsyncioSocket, "websockets": WebsocketsSocket}
+    assert isinstance(connection._ws, kinds[transport])
     for k in range(1, 6):
         assert (await client.step(CountAction(amount=1))).observation.total == k
     others = [AsyncEnvClient(counter.url, env=CounterEnv, transport=transport) for _ in range(3)]
@@ -117,7 +118,7 @@ async def test_capacity_and_auth_refusals_are_typed(transport):
 @pytest.mark.parametrize("dialer", DIALERS)
 async def test_an_unreachable_server_is_connection_lost(dialer):
     with pytest.raises(ConnectionLost, match="cannot connect"):
-        await dialer("ws://127.0.0.1:9/ws", SUBPROTOCOL, {}, 2.0, 1024)
+        await dialer.open("ws://127.0.0.1:9/ws", SUBPROTOCOL, {}, 2.0, 1024)
 
 
 @pytest.fixture
@@ -157,7 +158,7 @@ async def _listen(
 async def test_fragmented_messages_are_reassembled(dialer, plain_ws):
     plain_ws["send"] = [[b"ab", b"cd", b"ef"], ["te", "xt"], b"whole"]
     plain_ws["close"] = (1001, "bye")
-    socket = await dialer(str(plain_ws["url"]), SUBPROTOCOL, {}, 5.0, 1024)
+    socket = await dialer.open(str(plain_ws["url"]), SUBPROTOCOL, {}, 5.0, 1024)
     assert socket.subprotocol == SUBPROTOCOL
     frames, closed = await _listen(socket)
     reason = await asyncio.wait_for(closed, 10)
@@ -168,12 +169,12 @@ async def test_fragmented_messages_are_reassembled(dialer, plain_ws):
 @pytest.mark.parametrize("dialer", DIALERS)
 async def test_a_message_over_the_limit_closes_the_socket(dialer, plain_ws):
     plain_ws["send"] = [[b"x" * 600, b"y" * 600]]
-    socket = await dialer(str(plain_ws["url"]), SUBPROTOCOL, {}, 5.0, 1000)
+    socket = await dialer.open(str(plain_ws["url"]), SUBPROTOCOL, {}, 5.0, 1000)
     frames, closed = await _listen(socket)
     assert "exceeded 1000 bytes" in await asyncio.wait_for(closed, 10)
     assert frames == []
     plain_ws["send"] = [b"z" * 2000]  # one frame over the limit: refused from its header
-    socket = await dialer(str(plain_ws["url"]), SUBPROTOCOL, {}, 5.0, 1000)
+    socket = await dialer.open(str(plain_ws["url"]), SUBPROTOCOL, {}, 5.0, 1000)
     frames, closed = await _listen(socket)
     assert "exceeded 1000 bytes" in await asyncio.wait_for(closed, 10)
     assert frames == []
@@ -184,16 +185,16 @@ async def test_a_message_over_the_limit_closes_the_socket(dialer, plain_ws):
 async def test_a_server_without_the_subprotocol_is_unsupported(dialer, plain_ws):
     plain_ws["subprotocols"] = []
     with pytest.raises(UnsupportedProtocol):
-        await dialer(str(plain_ws["url"]), SUBPROTOCOL, {}, 5.0, 1024)
+        await dialer.open(str(plain_ws["url"]), SUBPROTOCOL, {}, 5.0, 1024)
 
 
 @pytest.mark.parametrize("dialer", DIALERS)
 async def test_ping_resolves_on_pong_and_fails_once_closed(dialer, plain_ws):
-    socket = await dialer(str(plain_ws["url"]), SUBPROTOCOL, {}, 5.0, 1024)
+    socket = await dialer.open(str(plain_ws["url"]), SUBPROTOCOL, {}, 5.0, 1024)
     await _listen(socket)
     await asyncio.wait_for(await socket.ping(), 10)
     await socket.close()
-    with pytest.raises(Exception, match=r"no close frame|closed"):
+    with pytest.raises(SocketClosed):
         await socket.send(b"late")
 
 
@@ -256,8 +257,7 @@ def test_the_blocking_twin_rides_the_asyncio_transport_from_two_threads(counter)
     assert isinstance(socket, AsyncioSocket)
     writers: set[str] = set()
     pinged_by_keeper = threading.Event()
-    write, ping = connection._write_now, socket.ping
-    assert write is not None  # callback-style: requests go out through socket.write
+    write, ping = socket.write, socket.ping
 
     def traced_write(message: bytes | str) -> None:
         writers.add(threading.current_thread().name)
@@ -268,7 +268,7 @@ def test_the_blocking_twin_rides_the_asyncio_transport_from_two_threads(counter)
             pinged_by_keeper.set()
         return await ping()
 
-    connection._write_now = traced_write
+    socket.write = traced_write  # type: ignore[method-assign]
     socket.ping = traced_ping  # type: ignore[method-assign]
     assert twin.step(CountAction(amount=1)).observation.total == 1
     # Idle: the keeper takes the loop back (after blocking.GRACE_S) and pings from there.
@@ -316,5 +316,4 @@ def test_the_blocking_twin_refuses_picows_and_takes_websockets_when_asked(counte
     explicit.close()
     with AsyncEnvClient(counter.url, env=CounterEnv, transport="websockets").sync() as twin:
         assert twin.reset(limit=10).observation.total == 0
-        socket = twin._async.connection._ws
-        assert socket is not None and not isinstance(socket, (PicowsSocket, AsyncioSocket))
+        assert isinstance(twin._async.connection._ws, WebsocketsSocket)

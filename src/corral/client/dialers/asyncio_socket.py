@@ -6,13 +6,13 @@ other than the one that opened them; an asyncio (or uvloop) transport belongs to
 and to whichever thread runs it, so :class:`AsyncioSocket` serves a loop that moves
 between threads. It is callback-style like the picows one: the loop calls
 ``data_received`` with the bytes read, the frames are parsed right there
-(:class:`~corral.client.wsframes.FrameReader`) and each whole message goes to the
+(:class:`~corral.client.dialers.wsframes.FrameReader`) and each whole message goes to the
 listening :class:`~corral.client.connection.Connection` in the same call: no reader
 task, no queue.
 
 It gives what the other client transports give: the subprotocol offered and checked,
 the extra (resume, auth) headers, the handshake refusal mapped to corral's errors (HTTP
-503/429/401 with their structured bodies, :func:`~corral.client.refusal.refusal`), the
+503/429/401 with their structured bodies, :func:`~corral.client.dialers.refusal.refusal`), the
 message limit (1009), pings for the connection's keepalive (each pong resolves its own
 ping and the ones before it), the server's pings answered, fragmented messages
 reassembled within the limit, a close handshake (after which the server closes TCP, as
@@ -21,24 +21,22 @@ on :meth:`AsyncioSocket.send` (the write buffer over its high-water mark makes i
 as a websockets ``send`` does). No extension is offered: like the picows and websockets
 clients corral builds, it does not compress.
 
-:func:`asyncio_dialer` is the :class:`~corral.client.connection.Dialer`; ``auto`` picks
-it for a loop that moves between threads (see ``Connection(transport=...)``).
+:class:`AsyncioDialer` is its :class:`~corral.client.dialers.base.Dialer`; ``auto`` picks
+it for a loop that moves between threads (see :func:`~corral.client.dialers.dialer_for`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import ssl
-from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Mapping
 from typing import cast
 from urllib.parse import urlsplit
 
-from websockets.exceptions import ConnectionClosedError
-
 from corral import __version__
-from corral.client.refusal import refusal
-from corral.client.wsframes import (
+from corral.client.dialers.base import Dialer, Inbox, OnClosed, OnFrame, SocketClosed
+from corral.client.dialers.refusal import refusal
+from corral.client.dialers.wsframes import (
     BINARY,
     CLOSE,
     MAX_HEAD_BYTES,
@@ -66,51 +64,6 @@ from corral.client.wsframes import (
 from corral.errors import ConnectionLost, CorralError, UnsupportedProtocol
 from corral.protocol.codecs import Frame
 
-OnFrame = Callable[[Frame], None]
-"""Takes one whole message from the server."""
-OnClosed = Callable[[str], None]
-"""Told once that the socket is gone, with why."""
-
-
-class Inbox:
-    """A client socket's messages and its end, held until someone listens.
-
-    The messages that arrive between the upgrade and :meth:`listen` (and the end, if it
-    came first) are handed over by :meth:`listen`, in order; both sockets keep one.
-    """
-
-    __slots__ = ("_early", "_ended", "_on_closed", "_on_frame")
-
-    def __init__(self) -> None:
-        self._on_frame: OnFrame | None = None
-        self._on_closed: OnClosed | None = None
-        self._early: deque[Frame] = deque()
-        self._ended: str | None = None
-
-    def listen(self, on_frame: OnFrame, on_closed: OnClosed) -> None:
-        """Hand every message to ``on_frame`` from now on; ``on_closed`` once at the end."""
-        self._on_frame, self._on_closed = on_frame, on_closed
-        while self._early:
-            on_frame(self._early.popleft())
-        if self._ended is not None:
-            on_closed(self._ended)
-
-    def deliver(self, message: Frame) -> None:
-        """One whole message from the server."""
-        on_frame = self._on_frame
-        if on_frame is None:
-            self._early.append(message)
-        else:
-            on_frame(message)
-
-    def end(self, why: str) -> None:
-        """The socket is gone (call once), because of ``why``."""
-        self._ended = why
-        on_closed = self._on_closed
-        if on_closed is not None:
-            on_closed(why)
-
-
 CLOSE_TIMEOUT_S = 2.0
 """How long the server may keep TCP open after the close handshake before it is cut."""
 
@@ -121,7 +74,7 @@ MAX_REFUSAL_BYTES = 64 * 1024
 class AsyncioSocket(asyncio.Protocol):
     """One client WebSocket on an asyncio transport (see module docstring).
 
-    Built by :func:`asyncio_dialer`, which sends ``request`` (the upgrade, made with
+    Built by :class:`AsyncioDialer`, which sends ``request`` (the upgrade, made with
     ``key``) once connected and waits for :meth:`opened`. Messages that arrive before
     :meth:`listen` are kept and handed over by it.
 
@@ -175,11 +128,11 @@ class AsyncioSocket(asyncio.Protocol):
         """Write one message now (no await: the transport buffers it).
 
         Raises:
-            ConnectionClosedError: the socket is closed or closing.
+            SocketClosed: the socket is closed or closing.
         """
         transport = self._transport
         if self._close_sent or self._gone or transport is None:
-            raise ConnectionClosedError(None, None)
+            raise SocketClosed()
         if isinstance(message, str):
             transport.write(self._masker.frame(TEXT, message.encode()))
         else:
@@ -193,13 +146,13 @@ class AsyncioSocket(asyncio.Protocol):
             self._drains.append(drained)
             await drained
             if self._gone:
-                raise ConnectionClosedError(None, None)
+                raise SocketClosed()
 
     async def ping(self) -> Awaitable[float]:
         """Send a ping; the result resolves (to the loop's time) when its pong arrives."""
         transport = self._transport
         if self._close_sent or self._gone or transport is None or transport.is_closing():
-            raise ConnectionClosedError(None, None)
+            raise SocketClosed()
         self._pinged += 1
         payload = self._pinged.to_bytes(4, "big")
         pong: asyncio.Future[float] = self._loop.create_future()
@@ -216,8 +169,11 @@ class AsyncioSocket(asyncio.Protocol):
             self._send_close(NORMAL)
         await asyncio.shield(self._lost)
 
-    def __aiter__(self) -> AsyncIterator[Frame]:
-        raise TypeError("an AsyncioSocket delivers frames by callback: use listen()")
+    def abort(self) -> None:
+        """Drop the connection at once, without a closing handshake."""
+        transport = self._transport
+        if transport is not None:
+            transport.abort()
 
     async def opened(self) -> None:
         """Wait for the upgrade's answer.
@@ -285,7 +241,7 @@ class AsyncioSocket(asyncio.Protocol):
                 self._why = f"connection lost: {exc}"
         for pong in self._pings.values():
             if not pong.done():
-                pong.set_exception(ConnectionClosedError(None, None))
+                pong.set_exception(SocketClosed())
                 pong.exception()  # a keepalive cancelled first never awaits it: no warning
         self._pings.clear()
         self._wake_drains()
@@ -417,71 +373,74 @@ class AsyncioSocket(asyncio.Protocol):
                 drained.set_result(None)
 
 
-async def asyncio_dialer(
-    url: str, subprotocol: str, headers: dict[str, str], timeout: float, max_size: int
-) -> AsyncioSocket:
-    """A WebSocket to ``url`` on the running loop's transports (a
-    :class:`~corral.client.connection.Dialer`).
+class AsyncioDialer(Dialer):
+    """Opens :class:`AsyncioSocket` WebSockets on the running loop's transports (any
+    thread may run the loop)."""
 
-    Raises:
-        CapacityReached / TooManyConnections / Unauthorized: the server refused it.
-        ConnectionLost: the server could not be reached, or did not upgrade.
-        UnsupportedProtocol: the server did not accept ``subprotocol``.
-    """
-    parts = urlsplit(url)
-    secure = parts.scheme == "wss"
-    host = parts.hostname or ""
-    literal = f"[{host}]" if ":" in host else host
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    # Like the picows dialer: corral's User-Agent unless the caller sets one, and the
-    # subprotocol is this dialer's to offer.
-    extra = {"User-Agent": f"corral/{__version__}"}
-    for name, value in headers.items():
-        if name.lower() == "user-agent":
-            del extra["User-Agent"]
-        if name.lower() != "sec-websocket-protocol":
-            extra[name] = value
-    extra["Sec-WebSocket-Protocol"] = subprotocol
-    key = new_key()
-    request = upgrade_request(
-        target, literal if parts.port is None else f"{literal}:{parts.port}", key, extra
-    )
-    loop = asyncio.get_running_loop()
-    socket = AsyncioSocket(max_size, key, request, loop)
-    try:
-        async with asyncio.timeout(timeout):
-            await loop.create_connection(
-                lambda: socket,
-                host,
-                parts.port or (443 if secure else 80),
-                ssl=ssl.create_default_context() if secure else None,
-            )
-            await socket.opened()
-    except CorralError:  # a refusal (some are OSErrors too: ConnectionLost)
-        _drop(socket)
-        raise
-    except (OSError, TimeoutError, FrameError) as exc:
-        _drop(socket)
-        raise ConnectionLost(f"cannot connect to {url}: {str(exc) or 'timed out'}") from None
-    except BaseException:
-        _drop(socket)
-        raise
-    if socket.subprotocol != subprotocol:
-        accepted = socket.subprotocol
-        try:
-            await asyncio.wait_for(socket.close(), CLOSE_TIMEOUT_S)
-        except TimeoutError:
-            _drop(socket)
-        raise UnsupportedProtocol(
-            f"{url} did not accept subprotocol {subprotocol}", details={"accepted": accepted}
+    name = "asyncio"
+
+    async def open(
+        self,
+        url: str,
+        subprotocol: str | None,
+        headers: Mapping[str, str],
+        timeout: float,
+        max_size: int,
+    ) -> AsyncioSocket:
+        """A WebSocket to ``url`` (see :meth:`Dialer.open`)."""
+        parts = urlsplit(url)
+        secure = parts.scheme == "wss"
+        host = parts.hostname or ""
+        literal = f"[{host}]" if ":" in host else host
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        # Like the picows dialer: corral's User-Agent unless the caller sets one, and the
+        # subprotocol is this dialer's to offer.
+        extra = {"User-Agent": f"corral/{__version__}"}
+        for name, value in headers.items():
+            if name.lower() == "user-agent":
+                del extra["User-Agent"]
+            if name.lower() != "sec-websocket-protocol":
+                extra[name] = value
+        if subprotocol is not None:
+            extra["Sec-WebSocket-Protocol"] = subprotocol
+        key = new_key()
+        request = upgrade_request(
+            target, literal if parts.port is None else f"{literal}:{parts.port}", key, extra
         )
-    return socket
+        loop = asyncio.get_running_loop()
+        socket = AsyncioSocket(max_size, key, request, loop)
+        try:
+            async with asyncio.timeout(timeout):
+                await loop.create_connection(
+                    lambda: socket,
+                    host,
+                    parts.port or (443 if secure else 80),
+                    ssl=ssl.create_default_context() if secure else None,
+                )
+                await socket.opened()
+        except CorralError:  # a refusal (some are OSErrors too: ConnectionLost)
+            socket.abort()
+            raise
+        except (OSError, TimeoutError, FrameError) as exc:
+            socket.abort()
+            raise ConnectionLost(f"cannot connect to {url}: {str(exc) or 'timed out'}") from None
+        except BaseException:
+            socket.abort()
+            raise
+        if socket.subprotocol != subprotocol:
+            accepted = socket.subprotocol
+            try:
+                await asyncio.wait_for(socket.close(), CLOSE_TIMEOUT_S)
+            except TimeoutError:
+                socket.abort()
+            raise UnsupportedProtocol(
+                f"{url} did not accept subprotocol {subprotocol}", details={"accepted": accepted}
+            )
+        return socket
 
 
-def _drop(socket: AsyncioSocket) -> None:
-    transport = socket._transport
-    if transport is not None:
-        transport.abort()
+asyncio_dialer = AsyncioDialer()
+"""The asyncio dialer (``transport="asyncio"``)."""
 
 
-__all__ = ["AsyncioSocket", "Inbox", "OnClosed", "OnFrame", "asyncio_dialer"]
+__all__ = ["AsyncioDialer", "AsyncioSocket", "asyncio_dialer"]

@@ -1,13 +1,13 @@
 """OpenEnv clients on WebSockets: ``/ws`` without a corral subprotocol, and ``/mcp``.
 
-One connection drives one session through a link of :mod:`corral.server.openenv_link`
-(frames in strict request/reply order, since OpenEnv has no request ids). The session
-is opened through the session manager (so it counts against capacity, is reaped when
-idle and is closed when the socket goes) unless the client attaches to a session it
-created over HTTP with ``/ws?session_id=<id>`` (OpenEnv 0.10's ``MCPToolClient`` does):
-the WebSocket then drives that same environment instance, one WebSocket per session,
-and the session outlives the socket (an ``openenv/session/close`` meanwhile takes effect
-when the socket goes).
+One connection drives one session through a link (:mod:`.links`; frames in strict
+request/reply order, since OpenEnv has no request ids). The session is opened through
+the session manager (so it counts against capacity, is reaped when idle and is closed
+when the socket goes) unless the client attaches to a session it created over HTTP with
+``/ws?session_id=<id>`` (OpenEnv 0.10's ``MCPToolClient`` does): the WebSocket then
+drives that same environment instance, one WebSocket per session, and the session
+outlives the socket (an ``openenv/session/close`` meanwhile takes effect when the socket
+goes).
 
 Lifecycle and envelope:
 
@@ -19,7 +19,7 @@ Lifecycle and envelope:
   headers=...)``) or attaches by ``session_id`` (only 0.10 does) also gets ``metadata``
   nested in ``observation``, as 0.10's server sends it;
 * an OpenEnv environment gets OpenEnv's semantics and the envelope of the installed
-  OpenEnv release, frame for frame (see :class:`~corral.server.openenv_link.PeerLink`).
+  OpenEnv release, frame for frame (see :class:`~corral.server.openenv.links.PeerLink`).
 
 ``/mcp`` as a WebSocket is OpenEnv's raw JSON-RPC channel: one session per connection,
 JSON-RPC objects in and out without the ``{"type": ...}`` envelope.
@@ -29,41 +29,21 @@ from __future__ import annotations
 
 import contextlib
 import json
-import weakref
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from corral.contract.tools import tools_of
-from corral.errors import CorralError, ErrorCode
+from corral.errors import CorralError
 from corral.protocol.codecs import JsonCodec
-from corral.protocol.jsonrpc import RpcCode, rpc_error
-from corral.protocol.openenv import OpenEnvCode, error_frame, is_fatal, peer_error
-from corral.server.openenv_link import (
-    LinkRegistry,
-    LockstepLink,
-    capacity_message,
-)
-from corral.server.service import EnvService
-from corral.server.ws import FallbackHandler
+from corral.protocol.jsonrpc import RpcCode
+from corral.protocol.openenv import is_fatal
+from corral.server.openenv.links import Link, capacity_message
+from corral.server.openenv.personality import Personality
 
 VERSION_HEADER = "X-OpenEnv-Version"
 """A client naming OpenEnv 0.10 or later here gets 0.10's observation layout."""
 
 _CLOSE_NORMAL = 1000
-_REGISTRIES: weakref.WeakKeyDictionary[EnvService, LinkRegistry] = weakref.WeakKeyDictionary()
-
-
-def registry_of(service: EnvService) -> LinkRegistry:
-    """The one :class:`LinkRegistry` of ``service`` (shared by the WS and HTTP routes).
-
-    The environment's tools are collected here, so a tool whose signature cannot be
-    described fails when the app is built, not at the first ``tools/call``.
-    """
-    registry = _REGISTRIES.get(service)
-    if registry is None:
-        registry = _REGISTRIES[service] = LinkRegistry(service, tools_of(service.env_type))
-    return registry
 
 
 def wants_nested_metadata(websocket: WebSocket) -> bool:
@@ -76,41 +56,19 @@ def wants_nested_metadata(websocket: WebSocket) -> bool:
         return False
 
 
-def open_failure(registry: LinkRegistry, exc: CorralError) -> dict[str, Any]:
-    """The frame reporting that a session could not be opened."""
-    if registry.runtime is None:
-        return error_frame(exc)
-    if exc.code in (ErrorCode.CAPACITY_REACHED, ErrorCode.TOO_MANY_SESSIONS):
-        return peer_error(
-            capacity_message(exc),
-            OpenEnvCode.CAPACITY_REACHED,
-            active_sessions=exc.details.get("active_sessions"),
-            max_sessions=exc.details.get("max_sessions"),
-        )
-    if exc.code == ErrorCode.FACTORY_ERROR:
-        return peer_error(
-            exc.message, OpenEnvCode.FACTORY_ERROR, factory_name=exc.details.get("factory")
-        )
-    return peer_error(exc.message, OpenEnvCode.SESSION_ERROR)
-
-
-async def serve_openenv(websocket: WebSocket, registry: LinkRegistry) -> None:
+async def serve_openenv(websocket: WebSocket, personality: Personality) -> None:
     """Run one OpenEnv ``/ws`` connection until the client closes or the session ends."""
+    registry = personality.registry
     await websocket.accept()
     codec = JsonCodec()
     wanted = websocket.query_params.get("session_id")
     attached: str | None = None
+    link: Link
     if wanted:
         try:
             link = registry.attach(wanted)
         except KeyError as exc:
-            problem = str(exc.args[0])
-            frame = (
-                peer_error(problem, OpenEnvCode.SESSION_ERROR)
-                if registry.runtime is not None
-                else error_frame(_session_error(problem))
-            )
-            await _finish(websocket, codec, frame)
+            await _finish(websocket, codec, personality.attach_failure(str(exc.args[0])))
             return
         attached = wanted
     else:
@@ -119,10 +77,9 @@ async def serve_openenv(websocket: WebSocket, registry: LinkRegistry) -> None:
         except CorralError as exc:
             # OpenEnv reports a full server (or a failing factory) after accepting: one
             # error frame, then close 1000.
-            await _finish(websocket, codec, open_failure(registry, exc))
+            await _finish(websocket, codec, personality.open_failure(exc))
             return
-    if isinstance(link, LockstepLink):
-        link.nested_metadata = attached is not None or wants_nested_metadata(websocket)
+    link.speak(nested_metadata=attached is not None or wants_nested_metadata(websocket))
     reason = "the OpenEnv client disconnected"
     try:
         while True:
@@ -151,28 +108,22 @@ async def serve_openenv(websocket: WebSocket, registry: LinkRegistry) -> None:
         await websocket.close(_CLOSE_NORMAL)
 
 
-def _session_error(text: str) -> CorralError:
-    from corral.errors import UnknownSession
-
-    return UnknownSession(text)
-
-
 async def _finish(websocket: WebSocket, codec: JsonCodec, frame: dict[str, Any]) -> None:
     with contextlib.suppress(Exception):
         await websocket.send_text(codec.encode(frame))
         await websocket.close(_CLOSE_NORMAL)
 
 
-async def serve_mcp_socket(websocket: WebSocket, registry: LinkRegistry) -> None:
+async def serve_mcp_socket(websocket: WebSocket, personality: Personality) -> None:
     """Run one ``/mcp`` WebSocket: raw JSON-RPC on a session of its own."""
     await websocket.accept()
     codec = JsonCodec()
     try:
-        link = await registry.start()
+        link = await personality.registry.start()
     except CorralError as exc:
         data = {k: v for k, v in exc.details.items() if k in ("active_sessions", "max_sessions")}
         reason = capacity_message(exc) if data else exc.message
-        body = _rpc_error(registry, RpcCode.SERVER_ERROR, reason, data or None)
+        body = personality.rpc_error(RpcCode.SERVER_ERROR, reason, data or None)
         await _finish(websocket, codec, body)
         return
     try:
@@ -185,7 +136,7 @@ async def serve_mcp_socket(websocket: WebSocket, registry: LinkRegistry) -> None
             try:
                 payload = json.loads(raw)
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                out = _rpc_error(registry, RpcCode.PARSE_ERROR, f"Parse error: {exc}")
+                out = personality.rpc_error(RpcCode.PARSE_ERROR, f"Parse error: {exc}")
             else:
                 async with link.lock:
                     out = await link.answer_rpc(payload)
@@ -198,29 +149,4 @@ async def serve_mcp_socket(websocket: WebSocket, registry: LinkRegistry) -> None
         await websocket.close(_CLOSE_NORMAL)
 
 
-def _rpc_error(
-    registry: LinkRegistry, code: RpcCode, message: str, data: Any = None
-) -> dict[str, Any]:
-    if registry.runtime is not None:
-        return registry.runtime.rpc_error(code, message, None, data)
-    return rpc_error(None, code, message, data)
-
-
-def openenv_fallback(service: EnvService) -> FallbackHandler:
-    """The ``/ws`` fallback handler speaking OpenEnv for ``service``."""
-    registry = registry_of(service)
-
-    async def handler(websocket: WebSocket) -> None:
-        await serve_openenv(websocket, registry)
-
-    return handler
-
-
-__all__ = [
-    "VERSION_HEADER",
-    "openenv_fallback",
-    "registry_of",
-    "serve_mcp_socket",
-    "serve_openenv",
-    "wants_nested_metadata",
-]
+__all__ = ["VERSION_HEADER", "serve_mcp_socket", "serve_openenv", "wants_nested_metadata"]

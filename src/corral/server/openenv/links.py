@@ -2,13 +2,12 @@
 
 OpenEnv has no request ids and no multiplexing: a WebSocket on ``/ws`` (or ``/mcp``), a
 stateful HTTP session (``openenv/session/create``, corral's ``X-Corral-Session``) and a
-stateless HTTP call each drive exactly one session, one request at a time. The WebSocket
-routes (:mod:`corral.server.openenv_ws`) and the HTTP routes
-(:mod:`corral.server.openenv_http`) share the links here and one :class:`LinkRegistry`,
-which is what lets a WebSocket attach to a session created over HTTP
-(``/ws?session_id=``, OpenEnv 0.10) and drive the *same* environment instance.
+stateless HTTP call each drive exactly one session, one request at a time. The sockets
+(:mod:`.sockets`) and the HTTP routes (:mod:`.routes`) share the links here and one
+:class:`LinkRegistry`, which is what lets a WebSocket attach to a session created over
+HTTP (``/ws?session_id=``, OpenEnv 0.10) and drive the *same* environment instance.
 
-Two kinds of link, chosen by what is served:
+Two kinds of link, one per personality (:mod:`.personality`), which picks the kind once:
 
 * :class:`LockstepLink` for a corral environment: frames are translated to ``corral/1``
   requests (:class:`~corral.protocol.openenv.ServerTranslator`) and run through the
@@ -19,24 +18,25 @@ Two kinds of link, chosen by what is served:
   :class:`~corral.protocol.openenv.PeerRuntime`; corral still owns the session (capacity,
   idle reaping, the step timeout, the thread or loop each call runs on).
 
-Both answer ``mcp`` JSON-RPC requests on their session and expose the same small face:
-``open``, ``frame`` (one WebSocket frame in, at most one out), ``answer_rpc``, ``close``.
+Both have the face of :class:`Link`: ``open``, ``begin``, ``frame`` (one WebSocket frame
+in, at most one out), ``answer_rpc``, ``close``; nothing outside this module asks which.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
-from typing import Any
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
-from starlette.requests import Request
+from starlette.requests import HTTPConnection
 
 from corral.contract.options import accepted_reset_options
 from corral.contract.tools import Tool
-from corral.errors import CorralError, SessionLost, StepTimeout
+from corral.errors import CorralError, SessionLost, StepTimeout, UnknownSession
 from corral.protocol import messages as m
 from corral.protocol.codecs import JsonCodec
 from corral.protocol.handshake import Compat
@@ -62,6 +62,7 @@ from corral.protocol.openenv import (
     OpenEnvCode,
     PeerRuntime,
     ServerTranslator,
+    ToolStep,
     envelope,
     error_frame,
     mcp_frame,
@@ -71,37 +72,45 @@ from corral.protocol.session import Phase
 from corral.server.service import Channel, EnvService
 from corral.server.sessions import Session
 
+SESSION_HEADER = "X-Corral-Session"
+"""The header naming the stateful HTTP session a request addresses."""
 
-def client_address(request: Request) -> str:
+
+def client_address(connection: HTTPConnection) -> str:
     """The peer address an HTTP session counts against (per-client connection limit)."""
-    return request.client.host if request.client is not None else ""
+    return connection.client.host if connection.client is not None else ""
 
 
-class LinkRegistry:
+L = TypeVar("L", bound="Link")
+
+
+class LinkRegistry(Generic[L]):
     """The sessions of one server that OpenEnv clients address by id.
 
     HTTP sessions live here between requests; a WebSocket may attach to one
     (``/ws?session_id=``), one WebSocket per session. A session closed over MCP while
     a WebSocket is attached closes when that WebSocket goes (OpenEnv's deferred close).
+
+    Args:
+        service: the environment service.
+        make_link: builds an unopened link of the served environment's kind (the
+            personality's choice, made once).
     """
 
-    def __init__(self, service: EnvService, tools: Mapping[str, Tool]) -> None:
+    def __init__(self, service: EnvService, make_link: Callable[[LinkRegistry[L]], L]) -> None:
         self.service = service
-        self.tools = tools
-        self.runtime: PeerRuntime | None = getattr(service.env_type, "openenv_runtime", None)
-        self.links: dict[str, LockstepLink | PeerLink] = {}
+        self._make_link = make_link
+        self.links: dict[str, L] = {}
         self.attached: set[str] = set()
         self.pending_close: set[str] = set()
         self.clients: dict[str, str] = {}
         """The client address of each registered session: it counts in that client's limit."""
 
-    def new_link(self) -> LockstepLink | PeerLink:
-        """A link of the right kind for the served environment (not opened yet)."""
-        if self.runtime is not None:
-            return PeerLink(self.service, self.runtime, self)
-        return LockstepLink(self.service, self.tools, self)
+    def new_link(self) -> L:
+        """A link of the served environment's kind (not opened yet)."""
+        return self._make_link(self)
 
-    async def start(self) -> LockstepLink | PeerLink:
+    async def start(self) -> L:
         """A link on a new session of its own (a WebSocket's: not registered).
 
         Raises:
@@ -110,15 +119,14 @@ class LinkRegistry:
         link = self.new_link()
         try:
             await link.open()
-            if isinstance(link, PeerLink):
-                await link.call("openenv_enter_mcp")
+            await link.begin()
         except CorralError as exc:
             link.count_error(str(exc.code))
             await link.close("the session could not start")
             raise
         return link
 
-    async def create(self, address: str = "") -> LockstepLink | PeerLink:
+    async def create(self, address: str = "") -> L:
         """Open a session kept between requests, for the client at ``address``.
 
         Each such session counts as one of the client's connections
@@ -137,8 +145,10 @@ class LinkRegistry:
         link = self.new_link()
         try:
             session = await link.open()
+            await link.begin()
         except BaseException:
             self.service.gate.leave(address)
+            await link.close("the session could not start")
             raise
         self.links[session.id] = link
         self.clients[session.id] = address
@@ -151,7 +161,7 @@ class LinkRegistry:
         if address is not None:
             self.service.gate.leave(address)
 
-    def find(self, session_id: str) -> LockstepLink | PeerLink | None:
+    def find(self, session_id: str) -> L | None:
         """The live registered session ``session_id`` (marked active), else None."""
         link = self.links.get(session_id)
         if link is None:
@@ -161,6 +171,28 @@ class LinkRegistry:
             return None
         link.session.touch()
         return link
+
+    def lookup(self, session_id: str) -> L:
+        """The live HTTP session ``session_id``.
+
+        Raises:
+            SessionLost: it existed and was closed or reaped (with the reason).
+            UnknownSession: no HTTP session has that id.
+        """
+        link = self.find(session_id)
+        if link is not None:
+            return link
+        try:
+            self.service.manager.get(session_id, _NoOwner())
+        except SessionLost:
+            raise
+        except CorralError:
+            pass
+        raise UnknownSession(
+            f"no HTTP session {session_id!r}; open one with POST /sessions and send its "
+            f"id in the {SESSION_HEADER} header",
+            details={"session": session_id},
+        )
 
     async def close(self, session_id: str, reason: str) -> str:
         """Close ``session_id``: ``"closed"``, ``"closing"`` (a WebSocket is attached;
@@ -176,7 +208,7 @@ class LinkRegistry:
         self._forget(session_id)
         return "closed"
 
-    def attach(self, session_id: str) -> LockstepLink | PeerLink:
+    def attach(self, session_id: str) -> L:
         """Reserve ``session_id`` for one WebSocket.
 
         Raises:
@@ -198,10 +230,22 @@ class LinkRegistry:
             await self.close(session_id, "closed over MCP while a WebSocket was attached")
 
 
-class _LinkBase:
-    """What both links share: the session, its owner channel, the lock, closing."""
+class _NoOwner:
+    """An owner no session has: looking a session up with it yields its tombstone."""
 
-    def __init__(self, service: EnvService, registry: LinkRegistry) -> None:
+    def send(self, reply: object) -> None:
+        """Never called."""
+
+
+class Link(ABC):
+    """One session driven by OpenEnv's lockstep requests: what both kinds share.
+
+    The session, its owner channel, the lock serializing requests, closing, and the
+    ``openenv/session/*`` methods; the kinds differ in how a frame or a JSON-RPC request
+    is answered.
+    """
+
+    def __init__(self, service: EnvService, registry: LinkRegistry[Any]) -> None:
         self.service = service
         self.registry = registry
         self.lock = asyncio.Lock()
@@ -224,6 +268,14 @@ class _LinkBase:
         self.session = session
         return session
 
+    @abstractmethod
+    async def begin(self) -> None:
+        """Prepare the opened session for its first request."""
+
+    @abstractmethod
+    def speak(self, *, nested_metadata: bool) -> None:
+        """Choose the observation layout of this link's frames."""
+
     async def close(self, reason: str) -> None:
         """Close the session (idempotent) and free its slot."""
         if self.session is not None:
@@ -232,6 +284,14 @@ class _LinkBase:
     def count_error(self, code: str) -> None:
         """Count an error answered outside the service."""
         self.service.manager.stats.error(code)
+
+    @abstractmethod
+    async def frame(self, raw: str | bytes) -> dict[str, Any] | None:
+        """The reply frame to one OpenEnv frame (None for ``close``, which has none)."""
+
+    @abstractmethod
+    async def answer_rpc(self, payload: Any) -> dict[str, Any]:
+        """The JSON-RPC response to a decoded payload, run on this session."""
 
     def _ok(self, request_id: Any, result: Any) -> dict[str, Any]:
         return rpc_result(request_id, result)
@@ -250,13 +310,19 @@ class _LinkBase:
         outcome = await self.registry.close(target or "", "closed over MCP")
         if outcome == "unknown":
             return self._err(plan_id, RpcCode.INVALID_PARAMS, f"Unknown session_id: {target}")
-        result: dict[str, Any] = {"session_id": target, "closed": outcome == "closed"}
-        if outcome == "closing":
-            result["closing"] = True
-        return self._ok(plan_id, result)
+        return self._ok(plan_id, close_result(target or "", outcome))
 
 
-class LockstepLink(_LinkBase):
+def close_result(session_id: str, outcome: str) -> dict[str, Any]:
+    """The result of ``openenv/session/close`` (or ``DELETE /sessions``) for an outcome
+    of :meth:`LinkRegistry.close` other than ``"unknown"``."""
+    result: dict[str, Any] = {"session_id": session_id, "closed": outcome == "closed"}
+    if outcome == "closing":
+        result["closing"] = True
+    return result
+
+
+class LockstepLink(Link):
     """A corral environment's session driven by OpenEnv frames, through the service.
 
     Args:
@@ -266,13 +332,20 @@ class LockstepLink(_LinkBase):
     """
 
     def __init__(
-        self, service: EnvService, tools: Mapping[str, Tool], registry: LinkRegistry
+        self, service: EnvService, tools: Mapping[str, Tool], registry: LinkRegistry[Any]
     ) -> None:
         super().__init__(service, registry)
         self.tools = tools
         self._translator: ServerTranslator | None = None
         self.nested_metadata = False
         """Speak OpenEnv 0.10's observation layout (set per connection)."""
+
+    async def begin(self) -> None:
+        """Nothing to prepare: the service opened the session."""
+
+    def speak(self, *, nested_metadata: bool) -> None:
+        """Speak OpenEnv 0.10's layout (``metadata`` also nested) or 0.3's."""
+        self.nested_metadata = nested_metadata
 
     @property
     def translator(self) -> ServerTranslator:
@@ -282,13 +355,16 @@ class LockstepLink(_LinkBase):
         return self._translator
 
     async def open(self) -> Session:
-        """Open the session (see :meth:`_LinkBase.open`)."""
+        """Open the session (see :meth:`Link.open`)."""
         session = await super().open()
         self._translator = ServerTranslator(
             session.id,
-            reset_options=reset_options(self.service),
+            reset_options=accepted_reset_options(self.service.env_type.reset),
             action_fields=frozenset(self.service.contract.action.model_fields),
             max_frame_bytes=self.service.config.max_frame_bytes,
+            # OpenEnv 0.3's MCPToolClient lists and calls tools as step actions.
+            tool_actions=bool(self.tools)
+            and "type" not in self.service.contract.action.model_fields,
         )
         return session
 
@@ -321,6 +397,11 @@ class LockstepLink(_LinkBase):
             return None
         if isinstance(inbound, McpMessage):
             return mcp_frame(await self.answer_rpc(inbound.payload))
+        if isinstance(inbound, ToolStep):
+            response = await self.answer_rpc(inbound.rpc)
+            return self.translator.tool_reply(
+                inbound, response, nested_metadata=self.nested_metadata
+            )
         reply = await self.run(inbound.request)
         return self.translator.reply(reply, nested_metadata=self.nested_metadata)
 
@@ -380,17 +461,12 @@ class LockstepLink(_LinkBase):
         return rpc_result(plan.id, tool_result(plan.tool, dumped))
 
 
-def reset_options(service: EnvService) -> frozenset[str] | None:
-    """Reset keywords the served environment accepts besides ``seed`` (None: any)."""
-    return accepted_reset_options(service.env_type.reset)
-
-
 def to_json(value: Any) -> Any:
     """``value`` as OpenEnv's pydantic JSON dump gives it (exception objects as text)."""
     return to_jsonable_python(value, fallback=str)
 
 
-class PeerLink(_LinkBase):
+class PeerLink(Link):
     """An OpenEnv environment's session, driven with OpenEnv's own semantics.
 
     Every frame is handled as OpenEnv's server handles it (message validation by the
@@ -402,9 +478,18 @@ class PeerLink(_LinkBase):
     session lives on.
     """
 
-    def __init__(self, service: EnvService, runtime: PeerRuntime, registry: LinkRegistry) -> None:
+    def __init__(
+        self, service: EnvService, runtime: PeerRuntime, registry: LinkRegistry[Any]
+    ) -> None:
         super().__init__(service, registry)
         self.runtime = runtime
+
+    async def begin(self) -> None:
+        """Enter the environment's MCP session, as OpenEnv does when a session opens."""
+        await self.call("openenv_enter_mcp")
+
+    def speak(self, *, nested_metadata: bool) -> None:
+        """No choice: an OpenEnv environment speaks its installed release's layout."""
 
     def _ok(self, request_id: Any, result: Any) -> dict[str, Any]:
         return self.runtime.rpc_success(request_id, result)
@@ -510,10 +595,13 @@ def capacity_message(exc: CorralError) -> str:
 
 
 __all__ = [
+    "SESSION_HEADER",
+    "Link",
     "LinkRegistry",
     "LockstepLink",
     "PeerLink",
     "capacity_message",
-    "reset_options",
+    "client_address",
+    "close_result",
     "to_json",
 ]
