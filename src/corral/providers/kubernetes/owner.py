@@ -181,12 +181,20 @@ class Ownership:
             guardian().run_at_death(self._sweep)
         self._finalizer = weakref.finalize(holder, _sweep_blocking, self._sweep)
 
+    async def renew(self, api: KubeAPI) -> None:
+        """Renew the Lease once.
+
+        Raises:
+            KubeError: the API refused.
+        """
+        await api.patch(LEASES, self.lease, {"spec": {"renewTime": micro_time()}})
+
     async def renew_forever(self, api: KubeAPI) -> None:
         """Renew the Lease every third of its duration (until cancelled)."""
         while True:
             await asyncio.sleep(self.lease_seconds / 3)
             try:
-                await api.patch(LEASES, self.lease, {"spec": {"renewTime": micro_time()}})
+                await self.renew(api)
             except KubeError as exc:
                 log.warning("cannot renew the owner Lease %s: %s", self.lease, exc)
 
