@@ -7,8 +7,8 @@ resource, custom ones included), served over real HTTP on 127.0.0.1. On top of i
 * :class:`FakeKubelet` watches the Pods through the API, like a kubelet, and runs each
   one for real: the container's command (``corral serve ...``) in a local process
   listening on the Pod's own loopback address (``127.x.y.z``, one per Pod, as Pods have
-  IPs of their own) and port; it probes ``/ready`` as the Pod's readiness probe says
-  (``httpGet`` or ``exec``), and patches the Pod's status (``Pending`` with
+  IPs of their own) and port; it probes the Pod's readiness probe (``httpGet``, the
+  only kind corral renders), and patches the Pod's status (``Pending`` with
   ``ContainerCreating``, ``Running`` and ``Ready``, ``Failed`` with the exit code) through
   the API. Images named ``unpullable/...`` end in ``ImagePullBackOff`` and images named
   ``unschedulable/...`` stay unschedulable, with the kubelet's and the scheduler's real
@@ -48,7 +48,6 @@ from tests.support.kube_rbac import RBAC_RESOURCES, Authorizer, attributes, forb
 
 from corral.providers.docker import _pid_alive
 from corral.providers.kubernetes.api import PODS, SECRETS, Kind, KubeAPI, KubeError, connect
-from corral.providers.kubernetes.pods import PROBE_HOST_ENV
 
 RESOURCES = ("v1/pods", "v1/secrets", "coordination.k8s.io/v1/leases")
 
@@ -422,7 +421,7 @@ class FakeKubelet:
                     },
                 )
                 return
-            passed = await self._probe(probe, running, env)
+            passed = await self._probe(probe, running)
             if passed != ready:
                 ready = passed
                 await self._patch(
@@ -463,31 +462,15 @@ class FakeKubelet:
         async for line in running.process.stdout:
             running.output.append(line.decode("utf-8", errors="replace"))
 
-    async def _probe(
-        self, probe: Mapping[str, Any], running: RunningPod, env: Mapping[str, str]
-    ) -> bool:
-        if "httpGet" in probe:
-            url = f"http://{running.ip}:{running.port}{probe['httpGet']['path']}"
-            try:
-                async with httpx.AsyncClient(timeout=2, trust_env=False) as http:
-                    return (await http.get(url)).status_code == 200
-            except httpx.HTTPError:
-                return False
-        command = list(probe["exec"]["command"])
-        command[0] = sys.executable if command[0] == "python" else command[0]
-        process = await asyncio.create_subprocess_exec(
-            *command,
-            env={**env, PROBE_HOST_ENV: running.ip},
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
+    @staticmethod
+    async def _probe(probe: Mapping[str, Any], running: RunningPod) -> bool:
+        # httpGet only: the server's probes need no token (corral.server.http.PROBE_PATHS).
+        url = f"http://{running.ip}:{running.port}{probe['httpGet']['path']}"
         try:
-            return await process.wait() == 0
-        finally:
-            if process.returncode is None:
-                # Stopped while probing: the probe must not outlive the kubelet's loop.
-                process.kill()
-                await process.wait()
+            async with httpx.AsyncClient(timeout=2, trust_env=False) as http:
+                return (await http.get(url)).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     async def _stop(self, running: RunningPod) -> None:
         if running.task is not None:

@@ -11,7 +11,7 @@ from fastapi import FastAPI, WebSocket
 from corral.server.auth import BearerAuth, auth_router
 from corral.server.config import ServerConfig
 from corral.server.docs import docs_router
-from corral.server.http import info_router
+from corral.server.http import PROBE_PATHS, info_router
 from corral.server.http_limits import HttpLimits
 from corral.server.metrics import metrics_router
 from corral.server.openenv import openenv_fallback, openenv_router, personality_of
@@ -112,9 +112,12 @@ def create_app(
         HttpLimits, max_body_bytes=cfg.max_frame_bytes, body_timeout_s=cfg.http_body_timeout_s
     )
     if cfg.token is not None:
-        app.add_middleware(
-            BearerAuth, token=cfg.token, cookies=cfg.web, public=is_public if cfg.web else None
-        )
+        web = cfg.web
+
+        def public(path: str) -> bool:
+            return path in PROBE_PATHS or (web and is_public(path))
+
+        app.add_middleware(BearerAuth, token=cfg.token, cookies=cfg.web, public=public)
 
     @app.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:

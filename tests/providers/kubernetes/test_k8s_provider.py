@@ -234,7 +234,8 @@ async def test_a_token_is_stored_in_a_secret_and_required(
         assert secret["stringData"] == {"token": token}
         assert secret["metadata"]["labels"][OWNER_LABEL] == provider.owner
         container = kube.objects("pods")[0]["spec"]["containers"][0]
-        assert "exec" in container["readinessProbe"]
+        # The kubelet's plain httpGet probe made it ready: the probe paths need no token.
+        assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
         assert await echo_once(endpoint.url, token=token) == "hi"
         with pytest.raises(CorralError):
             await echo_once(endpoint.url)
