@@ -71,9 +71,17 @@ def deploy_k8s(
         typer.Option(help="The image (default: corral build's tag, corral-NAME:VERSION)."),
     ] = None,
     namespace: Annotated[str | None, typer.Option(help="Set on every object.")] = None,
-    replicas: Annotated[int, typer.Option(help="Pods to start with.")] = 2,
-    min_replicas: Annotated[int, typer.Option(help="The autoscaler's minimum.")] = 1,
+    min_replicas: Annotated[
+        int, typer.Option(help="The autoscaler's minimum (the Deployment sets no count).")
+    ] = 2,
     max_replicas: Annotated[int, typer.Option(help="The autoscaler's maximum.")] = 10,
+    disruption_budget: Annotated[
+        bool,
+        typer.Option(
+            "--disruption-budget/--no-disruption-budget",
+            help="A PodDisruptionBudget (one Pod at a time; needs --min-replicas 2 or more).",
+        ),
+    ] = True,
     target_cpu: Annotated[int, typer.Option(help="Average CPU % of the request to aim at.")] = 70,
     target_sessions: Annotated[
         float | None,
@@ -86,6 +94,10 @@ def deploy_k8s(
         str | None, typer.Option(help="Ingress (or HTTPRoute) host name; no Ingress without.")
     ] = None,
     ingress_class: Annotated[str | None, typer.Option(help="The Ingress class.")] = None,
+    ingress_controller: Annotated[
+        str,
+        typer.Option(help="Whose annotations the Ingress carries: nginx, haproxy, traefik, none."),
+    ] = "nginx",
     tls_secret: Annotated[str | None, typer.Option(help="TLS Secret for the host.")] = None,
     gateway: Annotated[
         str | None,
@@ -97,6 +109,10 @@ def deploy_k8s(
     egress: Annotated[
         bool, typer.Option("--egress/--no-egress", help="Allow outbound traffic from servers.")
     ] = False,
+    allow_from: Annotated[
+        list[str] | None,
+        typer.Option(help="A namespace whose Pods may reach the servers (repeatable)."),
+    ] = None,
     prepull: Annotated[
         bool, typer.Option("--prepull/--no-prepull", help="The image pre-pull DaemonSet.")
     ] = True,
@@ -124,12 +140,20 @@ def deploy_k8s(
         bool,
         typer.Option("--cpu-limit/--no-cpu-limit", help="Limit CPU to the request."),
     ] = True,
+    node_selector: Annotated[
+        list[str] | None, typer.Option(help="KEY=VALUE a node must carry (repeatable).")
+    ] = None,
+    toleration: Annotated[
+        list[str] | None,
+        typer.Option(help="A taint to tolerate, KEY[=VALUE][:EFFECT] (repeatable)."),
+    ] = None,
 ) -> None:
     """Render the Kubernetes manifests of a fleet serving the environment at PATH."""
     # Imported here: every corral command (corral serve too) imports this module.
     from corral.providers.kubernetes.manifests import (
         FleetOptions,
         file_name,
+        fleet_warnings,
         kustomization,
         render_fleet,
     )
@@ -142,18 +166,20 @@ def deploy_k8s(
         options = FleetOptions(
             image=image,
             namespace=namespace,
-            replicas=replicas,
             min_replicas=min_replicas,
             max_replicas=max_replicas,
+            disruption_budget=disruption_budget,
             target_cpu=target_cpu,
             target_sessions=target_sessions,
             drain_seconds=drain,
             host=host,
             ingress_class=ingress_class,
+            ingress_controller=ingress_controller,
             tls_secret=tls_secret,
             gateway=gateway,
             websocket_timeout=websocket_timeout,
             egress=egress,
+            allow_from=tuple(allow_from or ()),
             prepull=prepull,
             monitoring=monitoring,
             agent_sandbox=agent_sandbox,
@@ -161,6 +187,8 @@ def deploy_k8s(
             runtime_class=runtime_class,
             image_pull_secrets=tuple(pull_secret or ()),
             cpu_limit=cpu_limit,
+            node_selector=dict(_pair(s, "--node-selector") for s in node_selector or ()),
+            tolerations=tuple(_toleration(t) for t in toleration or ()),
         )
     except ValueError as exc:
         raise _fail(str(exc)) from None
@@ -181,11 +209,39 @@ def deploy_k8s(
         err.print(f"wrote {len(files)} manifests and kustomization.yaml to {escape(str(output))}")
     kinds = ", ".join(str(o["kind"]) for o in objects)
     err.print(f"[dim]{manifest.name}: {kinds}[/dim]")
+    for warning in fleet_warnings(options):
+        err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     if options.monitoring:
         err.print(
             "[dim]the autoscaler's sessions metric needs the custom metrics API "
             "(e.g. prometheus-adapter); see docs/scaling.md[/dim]"
         )
+
+
+def _pair(text: str, option: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"{option} takes KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def _toleration(text: str) -> dict[str, str]:
+    """``KEY[=VALUE][:EFFECT]`` as a toleration (Equal with a value, else Exists)."""
+    body, _, effect = text.partition(":")
+    key, sep, value = body.partition("=")
+    if not key:
+        raise ValueError(f"--toleration takes KEY[=VALUE][:EFFECT], got {text!r}")
+    found = {"key": key, "operator": "Equal" if sep else "Exists"}
+    if sep:
+        found["value"] = value
+    if effect:
+        if effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+            raise ValueError(
+                f"a toleration's effect is NoSchedule, PreferNoSchedule or "
+                f"NoExecute, not {effect!r}"
+            )
+        found["effect"] = effect
+    return found
 
 
 def _front_door(kind: str, server: list[str] | None, output: Path | None, render: Any) -> None:
