@@ -28,8 +28,9 @@ def info_router(service: EnvService, personality: Personality) -> APIRouter:
 
     @router.get("/health")
     async def health() -> dict[str, str]:
-        """Liveness: the process serves requests."""
-        return {"status": "healthy"}
+        """Liveness: the process serves requests; and the environment's preflight facts
+        (the coding environment's sandbox mode)."""
+        return {"status": "healthy", **service.facts}
 
     @router.get("/ready")
     async def ready() -> JSONResponse:
