@@ -133,6 +133,14 @@ def deploy_k8s(
     runtime_class: Annotated[
         str | None, typer.Option(help="RuntimeClass of the server Pods (gvisor, kata).")
     ] = None,
+    sandbox: Annotated[
+        str,
+        typer.Option(
+            help="For an env that sandboxes code (coding): none, namespaces (a user-namespaced "
+            "Pod that may create namespaces) or runtime-class (--runtime-class is the "
+            "boundary; the weak mode is allowed inside). See docs/scaling.md."
+        ),
+    ] = "none",
     pull_secret: Annotated[
         list[str] | None, typer.Option(help="Image pull Secret (repeatable).")
     ] = None,
@@ -185,6 +193,7 @@ def deploy_k8s(
             agent_sandbox=agent_sandbox,
             token_secret=token_secret,
             runtime_class=runtime_class,
+            sandbox=sandbox,
             image_pull_secrets=tuple(pull_secret or ()),
             cpu_limit=cpu_limit,
             node_selector=dict(_pair(s, "--node-selector") for s in node_selector or ()),

@@ -55,7 +55,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from corral.providers.kubernetes.pods import ServerTemplate, dns_label
+from corral.providers.kubernetes.pods import SANDBOXES, ServerTemplate, dns_label
 from corral.providers.manifest import Manifest
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
@@ -118,6 +118,9 @@ class FleetOptions:
         agent_sandbox: warm Pods of a SandboxWarmPool (0: no agent-sandbox objects).
         token_secret: a Secret holding the bearer token under ``token``.
         runtime_class: a RuntimeClass for the server Pods (gVisor, Kata).
+        sandbox: how an environment that sandboxes code gets its boundary in the Pod:
+            ``none``, ``namespaces`` or ``runtime-class``
+            (:mod:`corral.providers.kubernetes.pods`).
         image_pull_secrets: Secrets to pull the image with.
         node_selector / tolerations: where the Pods may run.
         cpu_limit: limit CPU to the request (Guaranteed QoS).
@@ -144,6 +147,7 @@ class FleetOptions:
     agent_sandbox: int = 0
     token_secret: str | None = None
     runtime_class: str | None = None
+    sandbox: str = "none"
     image_pull_secrets: tuple[str, ...] = ()
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: tuple[Mapping[str, Any], ...] = ()
@@ -160,6 +164,13 @@ class FleetOptions:
                 f"{self.min_replicas}: with one Pod, a node drain evicts the only server "
                 "(or, under a stricter budget, can never proceed); turn the budget off "
                 "to run a single Pod"
+            )
+        if self.sandbox not in SANDBOXES:
+            raise ValueError(f"sandbox must be one of {', '.join(SANDBOXES)}, not {self.sandbox!r}")
+        if self.sandbox == "runtime-class" and self.runtime_class is None:
+            raise ValueError(
+                "--sandbox runtime-class makes the RuntimeClass the boundary: "
+                "give --runtime-class (gvisor, kata)"
             )
         if self.ingress_controller not in INGRESS_ANNOTATIONS:
             raise ValueError(
@@ -199,6 +210,7 @@ class _Fleet:
             image=options.image,
             token_secret=options.token_secret,
             runtime_class=options.runtime_class,
+            sandbox=options.sandbox,
             image_pull_secrets=options.image_pull_secrets,
             node_selector=options.node_selector,
             tolerations=options.tolerations,

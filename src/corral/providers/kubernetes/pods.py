@@ -21,6 +21,30 @@ DaemonSet) and the agent-sandbox ``SandboxTemplate``. The Pod:
   RuntimeClass (gVisor, Kata) for a stronger boundary;
 * carries the standard ``app.kubernetes.io`` labels and corral's own.
 
+**Environments that sandbox code** (the coding environment) need more than the hardened
+Pod allows: under it every namespace mode fails (``RuntimeDefault`` seccomp refuses new
+user namespaces; with seccomp off, the masked ``/proc`` cannot be mounted in a new pid
+namespace), and ``"auto"`` used to fall silently to the weak ``rlimits`` mode. Measured
+with Docker's equivalents of these settings (``tests/providers/kubernetes/test_k8s_sandbox.py``).
+``sandbox=`` says how such a Pod gets its boundary:
+
+* ``"namespaces"``: the Pod runs in a **user namespace of its own** (``hostUsers:
+  false``: its uids, root included, are nobody on the node), and the server container
+  may create namespaces (``seccompProfile: Unconfined``) and mount an unmasked ``/proc``
+  in them (``procMount: Unmasked``). Still non-root, no capabilities, no privilege
+  escalation, read-only root. util-linux's ``unshare`` (in every Debian image) then runs
+  the ``unshare`` mode; ``bwrap`` where the image has it. Needs Kubernetes with user
+  namespaces (1.33+, or 1.30+ with the feature gate) and a runtime that supports them;
+  Pod Security ``restricted`` rejects these settings: label the namespace ``baseline``
+  at most and see docs/scaling.md;
+* ``"runtime-class"``: the RuntimeClass (gVisor, Kata; ``runtime_class=``) is the
+  boundary between the agents' code and the node, and the server is allowed the weak
+  mode inside it (``$CORRAL_SANDBOX_ALLOW_WEAK=1``): sessions of one Pod are separated
+  by resource limits and Python-level guards only, which code written to escape them
+  gets past (:mod:`corral.sandbox`). Use it where one Pod's sessions may see each other;
+* ``"none"`` (default): the hardened Pod; a sandboxing environment refuses to start in
+  it (its preflight finds no namespace mode), which ``/health`` and the Pod's logs say.
+
 With a bearer token (``token_secret``: a Secret holding it under the key ``token``), the
 server requires it on every route but the two probe paths.
 
@@ -37,6 +61,7 @@ from typing import Any
 from corral.auth import TOKEN_ENV
 from corral.providers.dockerfile import IMAGE_UID, image_tag, serve_command
 from corral.providers.manifest import Manifest, format_memory
+from corral.sandbox.probe import ALLOW_WEAK_ENV
 
 DOMAIN = "corral.dev"
 """The prefix of corral's own labels and annotations."""
@@ -55,6 +80,9 @@ CONTAINER = "server"
 """The name of the server's container."""
 TOKEN_KEY = "token"
 """The key of the bearer token in its Secret."""
+SANDBOXES = ("none", "namespaces", "runtime-class")
+"""The values of :attr:`ServerTemplate.sandbox` (see the module docstring)."""
+
 _DNS_LABEL = re.compile(r"[^a-z0-9-]+")
 
 
@@ -96,6 +124,8 @@ class ServerTemplate:
         drain_seconds: on SIGTERM, keep serving open sessions this long
             (``$CORRAL_DRAIN_SECONDS``); the Pod's grace period covers it.
         probe_period: seconds between readiness probes.
+        sandbox: how a sandboxing environment gets its boundary: ``"none"``,
+            ``"namespaces"`` or ``"runtime-class"`` (see the module docstring).
     """
 
     name: str
@@ -117,6 +147,15 @@ class ServerTemplate:
     cpu_limit: bool = True
     drain_seconds: float | None = None
     probe_period: int = 2
+    sandbox: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.sandbox not in SANDBOXES:
+            raise ValueError(f"sandbox must be one of {', '.join(SANDBOXES)}, not {self.sandbox!r}")
+        if self.sandbox == "runtime-class" and self.runtime_class is None:
+            raise ValueError(
+                "sandbox='runtime-class' makes the RuntimeClass the boundary: give runtime_class"
+            )
 
     @classmethod
     def from_manifest(
@@ -216,6 +255,8 @@ class ServerTemplate:
         values = {"CORRAL_PORT": str(self.port), "PYTHONUNBUFFERED": "1", **self.environment}
         if self.drain_seconds:
             values["CORRAL_DRAIN_SECONDS"] = f"{self.drain_seconds:g}"
+        if self.sandbox == "runtime-class":
+            values[ALLOW_WEAK_ENV] = "1"
         env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in values.items()]
         if self.token_secret is not None:
             env.append(
@@ -244,6 +285,11 @@ class ServerTemplate:
             },
             "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
         }
+        if self.sandbox == "namespaces":
+            # In the Pod's own user namespace (hostUsers: false): what these open is
+            # confined to uids that are nobody on the node.
+            container["securityContext"]["procMount"] = "Unmasked"
+            container["securityContext"]["seccompProfile"] = {"type": "Unconfined"}
         if self.command is not None:
             container["command"] = list(self.command)
         if self.image_pull_policy is not None:
@@ -269,6 +315,8 @@ class ServerTemplate:
         }
         if self.runtime_class is not None:
             spec["runtimeClassName"] = self.runtime_class
+        if self.sandbox == "namespaces":
+            spec["hostUsers"] = False
         if self.service_account is not None:
             spec["serviceAccountName"] = self.service_account
         if self.image_pull_secrets:
