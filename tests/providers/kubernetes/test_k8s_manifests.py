@@ -167,6 +167,25 @@ def test_prepull_follows_the_servers_placement(echo_env_dir: Path) -> None:
         assert pull[key] == server[key], key
 
 
+def test_cli_placement_options(echo_env_dir: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["deploy", "k8s", str(echo_env_dir), "--runtime-class", "gvisor",
+              "--toleration", "sandbox.gke.io/runtime=gvisor:NoSchedule",
+              "--toleration", "dedicated", "--node-selector", "pool=envs"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    documents = [d for d in yaml.safe_load_all(result.stdout) if d is not None]
+    pull = one(documents, "DaemonSet")["spec"]["template"]["spec"]
+    assert pull["tolerations"] == [
+        {"key": "sandbox.gke.io/runtime", "operator": "Equal", "value": "gvisor",
+         "effect": "NoSchedule"},
+        {"key": "dedicated", "operator": "Exists"},
+    ]  # fmt: skip
+    assert pull["nodeSelector"] == {"pool": "envs"} and pull["runtimeClassName"] == "gvisor"
+    bad = CliRunner().invoke(app, ["deploy", "k8s", str(echo_env_dir), "--toleration", "a:Never"])
+    assert bad.exit_code == 2 and "effect" in bad.output
+
+
 def test_a_single_pod_fleet_has_no_disruption_budget(echo_env_dir: Path) -> None:
     with pytest.raises(ValueError, match="min_replicas must be at least 2"):
         FleetOptions(min_replicas=1)

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import yaml
 from tests.providers.kubernetes.test_k8s_gc import lease, pod
 from tests.providers.kubernetes.test_k8s_provider import echo_once
 from tests.support.kube import (
@@ -33,7 +34,9 @@ from tests.support.kube import (
     cluster,
 )
 from tests.support.kube_rbac import Authorizer
+from typer.testing import CliRunner
 
+from corral.cli.main import app
 from corral.errors import ServerStartError
 from corral.providers.kubernetes import AgentSandboxProvider, KubernetesProvider
 from corral.providers.kubernetes.api import LEASES, PODS, SECRETS, claims, connect
@@ -222,3 +225,17 @@ async def test_the_agent_sandbox_role_covers_the_claim_provider(
     # sandbox, which the fake controller does not make (the pods test covers pods/log).
     assert needed == granted("agent-sandbox") - OLD_SERVERS_ONLY - {("", "pods/log", "get")}
     assert not any(resource == "pods" for _, resource, _ in needed)
+
+
+def test_corral_k8s_role_prints_the_table() -> None:
+    result = CliRunner().invoke(
+        app, ["k8s", "role", "--mode", "agent-sandbox", "--namespace", "rl",
+              "--service-account", "trainer"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    printed, binding = [d for d in yaml.safe_load_all(result.stdout) if d]
+    assert printed == role("corral-provider", "agent-sandbox", namespace="rl")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "trainer", "namespace": "rl"}]
+    assert binding["roleRef"]["name"] == "corral-provider"
+    refused = CliRunner().invoke(app, ["k8s", "role", "--mode", "admin"])
+    assert refused.exit_code == 2 and "--mode must be one of" in refused.output
