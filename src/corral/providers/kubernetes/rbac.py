@@ -11,7 +11,7 @@ Who calls the API, and with what:
   under this very Role, and left a killed trainer's Pods behind);
 * ``corral k8s gc``: the same Role as the providers whose leftovers it sweeps;
 * a trainer following a fleet through its **EndpointSlices** (mode ``fleet``:
-  :class:`~corral.providers.kubernetes.fleet.EndpointSliceFleet`): list and watch;
+  :class:`~corral.providers.kubernetes.membership.EndpointSliceFleet`): list and watch;
 * each **server** of a ``corral deploy k8s`` fleet whose Pods keep their
   ``controller.kubernetes.io/pod-deletion-cost`` (:mod:`corral.server.podcost`): get and
   patch of the fleet's own Pods, by name where the names are known (a StatefulSet's).
