@@ -402,7 +402,7 @@ def k8s_role(
         str,
         typer.Option(
             help="pods (KubernetesProvider), agent-sandbox (AgentSandboxProvider), fleet "
-            "(EndpointSliceFleet) or server (a fleet's servers keeping their deletion cost)."
+            "(EndpointSliceFleet) or deletion-cost (corral k8s deletion-cost)."
         ),
     ] = "pods",
     namespace: Annotated[str | None, typer.Option(help="Set on every object.")] = None,
@@ -426,3 +426,51 @@ def k8s_role(
     if subjects:
         objects.append(rbac.role_binding(name, name, subjects, namespace=namespace))
     sys.stdout.write("".join(f"---\n{_dump(obj)}" for obj in objects))
+
+
+@k8s_app.command("deletion-cost")
+def k8s_deletion_cost(
+    selector: Annotated[
+        str, typer.Option(help="The fleet's Pods, e.g. app.kubernetes.io/name=corral-echo.")
+    ],
+    namespace: Annotated[
+        str | None, typer.Option(help="The namespace (default: the context's).")
+    ] = None,
+    context: Annotated[str | None, typer.Option(help="The kubeconfig context.")] = None,
+    kubeconfig: Annotated[str | None, typer.Option(help="The kubeconfig file.")] = None,
+    token_file: Annotated[
+        Path | None, typer.Option(help="A file holding the servers' bearer token.")
+    ] = None,
+    interval: Annotated[float, typer.Option(help="Seconds between rounds.")] = 10.0,
+    once: Annotated[bool, typer.Option("--once", help="One round, then exit.")] = False,
+) -> None:
+    """Keep each server Pod's pod-deletion-cost at its active sessions (scale-down takes
+    idle Pods first). Needs the Role of corral k8s role --mode deletion-cost."""
+    from corral.auth import read_token_file
+    from corral.providers.kubernetes.api import KubeError
+    from corral.providers.kubernetes.deletion_cost import DeletionCostKeeper
+
+    token = read_token_file(token_file) if token_file is not None else None
+    keeper = DeletionCostKeeper(
+        selector,
+        token=token,
+        interval=interval,
+        namespace=namespace,
+        kubeconfig=kubeconfig,
+        context=context,
+    )
+
+    async def run() -> None:
+        try:
+            if once:
+                for pod, cost in (await keeper.sync_once()).items():
+                    print(f"{pod}: {cost}")
+            else:
+                await keeper.run_forever()
+        finally:
+            await keeper.close()
+
+    try:
+        asyncio.run(run())
+    except KubeError as exc:
+        raise _fail(str(exc), code=1) from None

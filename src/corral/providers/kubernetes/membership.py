@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Mapping
 from types import TracebackType
@@ -89,12 +90,13 @@ class EndpointSliceFleet:
         self.namespace = namespace
         self.port = port
         self.scheme = scheme
-        self._connect = {
-            "namespace": namespace,
-            "kubeconfig": kubeconfig,
-            "context": context,
-            "configuration": configuration,
-        }
+        self._connect = functools.partial(
+            connect,
+            namespace=namespace,
+            kubeconfig=kubeconfig,
+            context=context,
+            configuration=configuration,
+        )
         self._api: KubeAPI | None = None
         self._slices: dict[str, list[str]] = {}
         self._task: asyncio.Task[None] | None = None
@@ -126,7 +128,7 @@ class EndpointSliceFleet:
         async with self._starting:
             if self._task is not None:
                 return
-            api = self._api or await connect(**self._connect)
+            api = self._api or await self._connect()
             self._api = api
             for found in await api.list(ENDPOINT_SLICES, self.selector):
                 self._update("ADDED", found)

@@ -12,12 +12,14 @@ Who calls the API, and with what:
 * ``corral k8s gc``: the same Role as the providers whose leftovers it sweeps;
 * a trainer following a fleet through its **EndpointSlices** (mode ``fleet``:
   :class:`~corral.providers.kubernetes.membership.EndpointSliceFleet`): list and watch;
-* each **server** of a ``corral deploy k8s`` fleet whose Pods keep their
-  ``controller.kubernetes.io/pod-deletion-cost`` (:mod:`corral.server.podcost`): get and
-  patch of the fleet's own Pods, by name where the names are known (a StatefulSet's).
+* the **deletion-cost keeper** of a fleet
+  (:class:`~corral.providers.kubernetes.deletion_cost.DeletionCostKeeper`, ``corral k8s
+  deletion-cost``): list and patch of Pods, to keep each server Pod's
+  ``controller.kubernetes.io/pod-deletion-cost`` at its count of active sessions. It runs
+  apart from the servers: a server's Pod runs agents' code and holds no API token.
 
 :data:`RULES` is the one table: ``corral k8s role`` prints it, ``docs/scaling.md`` shows
-it, ``corral deploy k8s`` renders the servers' Role from it, and the tests run every
+it, and the tests run every
 provider path against an emulated API server that refuses (403) whatever the Role of
 the mode does not grant.
 """
@@ -30,8 +32,8 @@ from typing import Any, Literal
 
 from corral.providers.kubernetes.pods import MANAGED_BY
 
-Mode = Literal["pods", "agent-sandbox", "fleet", "server"]
-MODES: tuple[Mode, ...] = ("pods", "agent-sandbox", "fleet", "server")
+Mode = Literal["pods", "agent-sandbox", "fleet", "deletion-cost"]
+MODES: tuple[Mode, ...] = ("pods", "agent-sandbox", "fleet", "deletion-cost")
 
 CLAIMS_GROUP = "extensions.agents.x-k8s.io"
 SANDBOXES_GROUP = "agents.x-k8s.io"
@@ -45,24 +47,19 @@ class Rule:
         group: the API group (``""``: the core group).
         resources: resources, ``pods/log`` style for subresources.
         verbs: the verbs granted.
-        names: restrict the rule to these object names (``resourceNames``).
     """
 
     group: str
     resources: tuple[str, ...]
     verbs: tuple[str, ...]
-    names: tuple[str, ...] = ()
 
     def to_api(self) -> dict[str, Any]:
         """The rule as the API writes it."""
-        rule: dict[str, Any] = {
+        return {
             "apiGroups": [self.group],
             "resources": list(self.resources),
             "verbs": list(self.verbs),
         }
-        if self.names:
-            rule["resourceNames"] = list(self.names)
-        return rule
 
 
 _OWNER = (
@@ -91,7 +88,7 @@ RULES: dict[Mode, tuple[Rule, ...]] = {
         *_OWNER,
     ),
     "fleet": (Rule("discovery.k8s.io", ("endpointslices",), ("list", "watch")),),
-    "server": (Rule("", ("pods",), ("get", "patch")),),
+    "deletion-cost": (Rule("", ("pods",), ("list", "patch")),),
 }
 """What each mode's calls need (see the module docstring)."""
 
@@ -102,20 +99,15 @@ SWEPT: dict[Mode, tuple[str, ...]] = {
 """The kinds (plurals) a provider of each mode creates, and so sweeps."""
 
 
-def rules(mode: Mode, *, names: Sequence[str] = ()) -> list[dict[str, Any]]:
-    """The ``rules`` of ``mode``'s Role; ``names`` restricts the ``server`` rule by name.
+def rules(mode: Mode) -> list[dict[str, Any]]:
+    """The ``rules`` of ``mode``'s Role.
 
     Raises:
         ValueError: an unknown mode.
     """
     if mode not in RULES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
-    out = []
-    for rule in RULES[mode]:
-        if mode == "server" and names:
-            rule = Rule(rule.group, rule.resources, rule.verbs, tuple(names))
-        out.append(rule.to_api())
-    return out
+    return [rule.to_api() for rule in RULES[mode]]
 
 
 def _meta(name: str, namespace: str | None, labels: Mapping[str, str]) -> dict[str, Any]:
@@ -130,7 +122,6 @@ def role(
     mode: Mode,
     *,
     namespace: str | None = None,
-    names: Sequence[str] = (),
     labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A namespaced Role granting ``mode``'s calls."""
@@ -138,7 +129,7 @@ def role(
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
         "metadata": _meta(name, namespace, labels or {}),
-        "rules": rules(mode, names=names),
+        "rules": rules(mode),
     }
 
 
@@ -166,19 +157,3 @@ def service_account_subject(name: str, namespace: str | None) -> dict[str, str]:
     if namespace is not None:
         subject["namespace"] = namespace
     return subject
-
-
-def service_account(
-    name: str,
-    *,
-    namespace: str | None = None,
-    labels: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """A ServiceAccount whose token is mounted only where a Pod asks for it."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": _meta(name, namespace, labels or {}),
-        # Pods that need the token say so themselves (automountServiceAccountToken).
-        "automountServiceAccountToken": False,
-    }
