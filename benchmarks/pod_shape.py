@@ -8,8 +8,9 @@ For each environment (echo, Wordle) and each CPU limit (none, 1, 0.5, 0.25 CPU: 
 serve`` with the Pod's hardening (uid 10001, no capabilities, read-only root, 512 MiB
 memory limit); an ``EnvPool`` on the host opens N sessions and steps them in batches.
 Reported: the container's memory (cgroup v2 ``memory.current``, v1 ``total_rss``) per
-session from idle to N sessions reset, the batched step's p50/p99, and the share of CFS periods throttled
-(cgroup ``cpu.stat``). What it cannot show: a node's kubelet and its eviction, other
+session from idle to N sessions reset, the batched step's p50/p99, and the share of CFS
+periods throttled (cgroup ``cpu.stat``; it read 0 on a cgroup v1 host even where the
+steps slowed, see docs/scaling.md). What it cannot show: a node's kubelet and its eviction, other
 Pods on the node, the image pull.
 """
 
