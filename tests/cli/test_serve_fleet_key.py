@@ -62,7 +62,7 @@ async def test_servers_sharing_the_key_restore_each_others_snapshots(tmp_path: P
             assert moved["type"] == "restored", moved
             assert moved["observation"]["echoed_message"] == "hi"
             forged = copy.deepcopy(signed)
-            forged["snapshot"]["last"]["echoed_message"] = "bye"
+            forged["snapshot"]["message"] = "bye"
             refused = await b.request({"type": "restore", "snapshot": forged})
             assert refused["code"] == "BAD_SNAPSHOT"
         finally:

@@ -163,7 +163,7 @@ async def test_requests_without_an_openenv_form(url):
 
 async def test_snapshots_are_refused_client_side_over_the_openenv_envelope(url):
     from corral.errors import SnapshotUnsupported
-    from corral.protocol.session import Phase, Position
+    from corral.protocol.position import Phase, Position
     from corral.protocol.snapshot import SessionSnapshot
 
     saved = SessionSnapshot("count", "1.0.0", "sha256:0", Position(Phase.NEW, 0, 0, 0), {}, 0.0)

@@ -12,7 +12,8 @@ from corral.errors import BadMessage, SessionBusy, SessionLost
 from corral.protocol import batch as b
 from corral.protocol.codecs import JsonCodec, MsgpackCodec
 from corral.protocol.messages import parse_reply, parse_request
-from corral.protocol.session import LIFECYCLE, Op, Phase, SessionMachine
+from corral.protocol.position import Phase
+from corral.protocol.session import LIFECYCLE, Op, SessionMachine
 
 CODECS = [JsonCodec(), MsgpackCodec()]
 

@@ -12,7 +12,7 @@ from corral.protocol import batch as b
 from corral.protocol import fields as f
 from corral.protocol import messages as m
 from corral.protocol.codecs import JsonCodec, MsgpackCodec
-from corral.protocol.session import Phase, Position
+from corral.protocol.position import Phase, Position
 from corral.protocol.snapshot import SessionSnapshot
 
 

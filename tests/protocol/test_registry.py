@@ -11,8 +11,9 @@ from corral.errors import (
     Unauthorized,
     UnknownSession,
 )
+from corral.protocol.position import Phase
 from corral.protocol.registry import TOMBSTONES, SessionRegistry
-from corral.protocol.session import Phase, ReplyCache, SessionMachine, SessionState
+from corral.protocol.session import ReplyCache, SessionMachine, SessionState
 
 
 class Owner:

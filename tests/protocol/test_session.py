@@ -8,12 +8,12 @@ import pytest
 from corral.errors import EpisodeEnded, RequestIdReused, ResetRequired, SessionBusy, SessionLost
 from corral.protocol.batch import ItemResult
 from corral.protocol.messages import ErrorReply, Result
+from corral.protocol.position import Phase
 from corral.protocol.session import (
     AFTER,
     AUTO_RESET_LIFECYCLE,
     LIFECYCLE,
     Op,
-    Phase,
     ReplyCache,
     SessionMachine,
     SessionState,

@@ -22,17 +22,10 @@ from corral.errors import (
 from corral.protocol import messages as m
 from corral.protocol.codecs import JsonCodec, MsgpackCodec, get_codec
 from corral.protocol.openenv import client_frame
+from corral.protocol.position import Phase, Position
 from corral.protocol.registry import SessionRegistry
 from corral.protocol.server import Greeting, OpenSession, RestoreSession, RunCall, ServerConnection
-from corral.protocol.session import (
-    LIFECYCLE,
-    Op,
-    Phase,
-    Position,
-    ReplyCache,
-    SessionMachine,
-    SessionState,
-)
+from corral.protocol.session import LIFECYCLE, Op, ReplyCache, SessionMachine, SessionState
 from corral.protocol.snapshot import FORMAT, SessionSnapshot, SnapshotSeal, signature
 
 KEY = b"fleet-key-of-at-least-32-bytes-long!"

@@ -67,7 +67,7 @@ from corral.protocol.jsonrpc import (
     tool_result,
     tools_list_result,
 )
-from corral.protocol.session import Phase
+from corral.protocol.position import Phase
 from corral.server.service import EnvService
 from corral.server.sessions import Session
 

@@ -18,9 +18,10 @@ from corral.protocol.client_sessions import SessionBook
 from corral.protocol.codecs import PROTOCOL, Codec, JsonCodec, MsgpackCodec, get_codec
 from corral.protocol.handshake import Compat, negotiate
 from corral.protocol.messages import REPLIES, REQUESTS, parse_reply, parse_request
+from corral.protocol.position import Phase
 from corral.protocol.registry import SessionRegistry
 from corral.protocol.server import ServerConnection
-from corral.protocol.session import Op, Phase, ReplyCache, SessionMachine, SessionState
+from corral.protocol.session import Op, ReplyCache, SessionMachine, SessionState
 
 __all__ = [
     "PROTOCOL",

@@ -81,16 +81,9 @@ from corral.protocol.messages import (
     Welcome,
     parse_request,
 )
+from corral.protocol.position import Position
 from corral.protocol.registry import SessionRegistry
-from corral.protocol.session import (
-    Op,
-    Position,
-    Remembered,
-    ReplySink,
-    RequestKey,
-    SessionState,
-    reused_id,
-)
+from corral.protocol.session import Op, Remembered, ReplySink, RequestKey, SessionState, reused_id
 from corral.protocol.snapshot import SnapshotSeal, unsupported
 
 log = logging.getLogger("corral.server")

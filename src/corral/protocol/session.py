@@ -45,24 +45,16 @@ from corral.errors import (
     SessionLost,
 )
 from corral.protocol.codecs import MsgpackCodec
+from corral.protocol.position import Phase, Position
 
 if TYPE_CHECKING:
-    # Only for annotations: the messages' table imports this module's Position (through
-    # the snapshot envelope), so it cannot be imported here at run time.
+    # Only for annotations: the reply types are what a session remembers, and the
+    # server's connection (not this module) builds and sends them.
     from corral.protocol.batch import BatchItemReply
     from corral.protocol.messages import Reply
 
 Remembered: TypeAlias = "Reply | BatchItemReply"
 """What a session's reply cache holds: a reply, or one session's item of a batch reply."""
-
-
-class Phase(StrEnum):
-    """Where a session is in its lifecycle."""
-
-    NEW = "new"
-    READY = "ready"
-    ENDED = "ended"
-    CLOSED = "closed"
 
 
 class Op(StrEnum):
@@ -144,38 +136,6 @@ AFTER: Mapping[Op, tuple[Phase, Phase] | None] = MappingProxyType(
     }
 )
 """Operation → the phase it leaves the session in, ``(not done, done)``; None: unchanged."""
-
-
-@dataclass(frozen=True, slots=True)
-class Position:
-    """Where a session is in its lifecycle, as a snapshot carries it: what a restored
-    session's machine needs to continue exactly where the snapshotted one was.
-
-    Attributes:
-        phase: new, ready or ended (a closed session has no snapshot).
-        episodes: episodes begun so far (resets, auto-resets included).
-        steps: steps taken in the session, all episodes.
-        episode_steps: steps taken in the current episode.
-    """
-
-    phase: Phase
-    episodes: int
-    steps: int
-    episode_steps: int
-
-    def problem(self) -> str | None:
-        """Why this position cannot be a live session's, or None when it can."""
-        if self.phase is Phase.CLOSED:
-            return "a closed session has no position to restore"
-        if min(self.episodes, self.steps, self.episode_steps) < 0:
-            return "counts must not be negative"
-        if self.episode_steps > self.steps:
-            return "the episode has more steps than the session"
-        if (self.phase is Phase.NEW) != (self.episodes == 0):
-            return "a session is new exactly when it has begun no episode"
-        if self.phase is Phase.NEW and self.steps:
-            return "a new session has taken no step"
-        return None
 
 
 class SessionMachine:

@@ -52,7 +52,7 @@ from corral.errors import (
     validation_errors,
     validation_message,
 )
-from corral.protocol.session import Phase, Position
+from corral.protocol.position import Phase, Position
 
 FORMAT = "corral-snapshot/1"
 """The envelope format this code writes and reads."""

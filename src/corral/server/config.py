@@ -55,7 +55,8 @@ class ServerConfig:
         max_frame_bytes: larger frames get ``FRAME_TOO_LARGE`` (the session lives on).
         max_batch: items in one batch message.
         ping_interval_s / ping_timeout_s: WebSocket keepalive; a peer that does not
-            answer a ping within the timeout is disconnected, freeing its slot.
+            answer a ping within the timeout is disconnected, freeing its slot (the
+            native transport pings no more often than the timeout).
         executor_threads: threads running sync environments' calls (per worker).
         reply_cache: replies remembered per session for at-most-once retries. A
             session runs one request at a time and a client re-sends only the ones it

@@ -298,9 +298,12 @@ class NativeDoor:
         self._logger = logging.getLogger("corral.server.native")
         interval, timeout = config.ping_interval_s, config.ping_timeout_s
         self._ping = interval is not None and timeout is not None
-        self._ping_interval = interval or 20.0
-        # picows needs the pong deadline within the interval.
-        self._ping_timeout = min(timeout or 20.0, self._ping_interval)
+        # picows waits for a pong at most as long as it waits idle before a ping: a pong
+        # deadline longer than the interval stretches the interval to it (the deadline is
+        # what a slow but live peer needs honoured; the interval only how soon a dead one
+        # is noticed).
+        self._ping_timeout = timeout or 20.0
+        self._ping_interval = max(interval or 20.0, self._ping_timeout)
 
     def adopt(self, transport: asyncio.Transport, head: bytes, address: str) -> None:
         """Take over ``transport`` (of peer ``address``) whose first bytes are ``head``."""

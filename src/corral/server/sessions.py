@@ -23,8 +23,9 @@ from typing import Any
 
 from corral.contract import Environment
 from corral.errors import CapacityReached
+from corral.protocol.position import Position
 from corral.protocol.registry import SessionRegistry
-from corral.protocol.session import Position, ReplyCache, ReplySink, SessionMachine, SessionState
+from corral.protocol.session import ReplyCache, ReplySink, SessionMachine, SessionState
 from corral.server import logs
 from corral.server.config import ServerConfig
 from corral.server.runner import (

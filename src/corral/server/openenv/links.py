@@ -68,7 +68,7 @@ from corral.protocol.openenv import (
     mcp_frame,
     peer_error,
 )
-from corral.protocol.session import Phase
+from corral.protocol.position import Phase
 from corral.server.service import Channel, EnvService
 from corral.server.sessions import Session
 
