@@ -106,6 +106,14 @@ def deploy_k8s(
     websocket_timeout: Annotated[
         int, typer.Option(help="Seconds a WebSocket may stay silent at the ingress.")
     ] = 3600,
+    router: Annotated[
+        bool,
+        typer.Option(
+            "--router/--no-router",
+            help="A Pod router behind the Ingress/HTTPRoute: the corral-server header reaches "
+            "the Pod holding a client's sessions (the servers' id is their Pod IP).",
+        ),
+    ] = False,
     egress: Annotated[
         bool, typer.Option("--egress/--no-egress", help="Allow outbound traffic from servers.")
     ] = False,
@@ -186,6 +194,7 @@ def deploy_k8s(
             tls_secret=tls_secret,
             gateway=gateway,
             websocket_timeout=websocket_timeout,
+            router=router,
             egress=egress,
             allow_from=tuple(allow_from or ()),
             prepull=prepull,

@@ -448,3 +448,46 @@ async def test_gc_command_sweeps_through_a_kubeconfig(tmp_path: Path) -> None:
         swept = (await done.communicate())[0].decode()
         assert "deleted 2 objects of 1 dead owners" in swept
         assert kube.objects("pods") == [] and kube.objects("leases") == []
+
+
+def test_the_pod_router(echo_env_dir: Path) -> None:
+    """Issue 29: one host reaches the Pod holding a client's sessions. The router's nginx
+    runs for real in tests/providers/test_frontdoor_router.py; here, its objects."""
+    options = FleetOptions(namespace="rl", host="envs.example.com", router=True)
+    objects = render_fleet(load_manifest(echo_env_dir), options)
+    server = by_kind(objects, "Deployment")[0]
+    container = server["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"][-2:] == ["--server-id", "$(POD_IP)"]
+    pod_ip = next(e for e in container["env"] if e["name"] == "POD_IP")
+    assert pod_ip["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    config = next(o for o in objects if o["kind"] == "ConfigMap")
+    assert config["metadata"]["name"] == "corral-echo-router"
+    assert roundtrip(config, "V1ConfigMap") == config
+    conf = config["data"]["nginx.conf"]
+    assert "server corral-echo:80" in conf and "$pod:8000" in conf
+    router = by_kind(objects, "Deployment")[1]
+    assert roundtrip(router, "V1Deployment") == router
+    spec = typed(router, "V1Deployment").spec.template.spec
+    assert spec.containers[0].security_context.read_only_root_filesystem is True
+    assert spec.volumes[0].config_map.name == "corral-echo-router"
+    policy = by_kind(objects, "NetworkPolicy")[1]
+    assert roundtrip(policy, "V1NetworkPolicy") == policy
+    to_servers, dns = policy["spec"]["egress"]
+    assert to_servers["to"] == [
+        {"podSelector": {"matchLabels": server["spec"]["selector"]["matchLabels"]}}
+    ]
+    assert [p["port"] for p in dns["ports"]] == [53, 53]
+    ingress = one(objects, "Ingress")
+    assert ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"] == (
+        "corral-echo-router"
+    )
+    route = one(
+        render_fleet(load_manifest(echo_env_dir), FleetOptions(gateway="gw", router=True)),
+        "HTTPRoute",
+    )
+    assert route["spec"]["rules"][0]["backendRefs"] == [{"name": "corral-echo-router", "port": 80}]
+    # Without the router: no POD_IP id, the Ingress goes to the fleet's Service.
+    plain = render_fleet(load_manifest(echo_env_dir), FleetOptions(host="envs.example.com"))
+    assert "--server-id" not in by_kind(plain, "Deployment")[0]["spec"]["template"]["spec"][
+        "containers"][0]["command"]  # fmt: skip
+    assert by_kind(plain, "ConfigMap") == []

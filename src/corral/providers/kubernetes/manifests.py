@@ -28,6 +28,12 @@ in the order ``kubectl apply`` wants them:
 * an **Ingress** with the timeouts and body size set for the chosen controller
   (``ingress_controller``: ingress-nginx, HAProxy, Traefik or none) or, with ``gateway=``,
   a Gateway API **HTTPRoute** whose request timeout is disabled;
+* with ``router=True``: a **Pod router** (ConfigMap, Deployment, Service and NetworkPolicy
+  ``<name>-router``): nginx routing a ``corral-server`` header that names a Pod (the
+  servers' id is their Pod IP) to that Pod, and everything else to the fleet's Service;
+  the Ingress or HTTPRoute points at it, so a client reaches the server holding its
+  sessions through the one host (:func:`~corral.providers.frontdoor.render_nginx_pod_router`
+  says why a router rather than the ingress controller's own features);
 * a **ServiceMonitor** and **PrometheusRule** (prometheus-operator): memory against the
   limit, CPU against the limit and CFS throttling (or, with ``cpu_limit=False``, against
   the request), WebSocket connections per session, error rate, refused sessions, fleet
@@ -64,6 +70,9 @@ HEADLESS_LABEL = "corral.dev/headless"
 """Marks the headless Service (so that Prometheus scrapes each Pod once)."""
 SESSIONS_METRIC = "corral_sessions_active"
 """The per-Pod gauge the autoscaler scales on."""
+ROUTER_IMAGE = "nginxinc/nginx-unprivileged:1.27-alpine"
+"""The Pod router's nginx: the official image's unprivileged build (uid 101, port 8080)."""
+ROUTER_PORT = 8080
 CLIENTS_LABEL = "corral.dev/clients"
 """A namespace labelled ``corral.dev/clients=true`` may reach the servers (NetworkPolicy)."""
 
@@ -118,6 +127,8 @@ class FleetOptions:
         agent_sandbox: warm Pods of a SandboxWarmPool (0: no agent-sandbox objects).
         token_secret: a Secret holding the bearer token under ``token``.
         runtime_class: a RuntimeClass for the server Pods (gVisor, Kata).
+        router: render the Pod router and send the Ingress/HTTPRoute through it.
+        router_image: the router's nginx image (non-root, listening on 8080).
         sandbox: how an environment that sandboxes code gets its boundary in the Pod:
             ``none``, ``namespaces`` or ``runtime-class``
             (:mod:`corral.providers.kubernetes.pods`).
@@ -148,6 +159,8 @@ class FleetOptions:
     token_secret: str | None = None
     runtime_class: str | None = None
     sandbox: str = "none"
+    router: bool = False
+    router_image: str = ROUTER_IMAGE
     image_pull_secrets: tuple[str, ...] = ()
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: tuple[Mapping[str, Any], ...] = ()
@@ -216,6 +229,7 @@ class _Fleet:
             tolerations=options.tolerations,
             cpu_limit=options.cpu_limit,
             drain_seconds=options.drain_seconds,
+            pod_ip_id=options.router,
         )
         self.name = self.template.app_name
         self.labels = self.template.labels()
@@ -427,6 +441,114 @@ class _Fleet:
         ]
         return peers
 
+    @property
+    def entry(self) -> str:
+        """The Service the Ingress or HTTPRoute sends clients to."""
+        return f"{self.name}-router" if self.options.router else self.name
+
+    def router(self) -> list[dict[str, Any]]:
+        """The Pod router: its configuration, Pods, Service and NetworkPolicy."""
+        from corral.providers.frontdoor import render_nginx_pod_router
+
+        name = f"{self.name}-router"
+        selector = {"app.kubernetes.io/name": name, "app.kubernetes.io/component": "router"}
+        labels = {**self.labels, **selector}
+        conf = render_nginx_pod_router(
+            f"{self.name}:80",
+            pod_port=self.template.port,
+            listen=f"0.0.0.0:{ROUTER_PORT}",
+            prefix="/tmp",
+            websocket_timeout_s=self.options.websocket_timeout,
+        )
+        meta = _meta(name, labels, self.options.namespace)
+        config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
+                      "data": {"nginx.conf": conf}}  # fmt: skip
+        probe = {"tcpSocket": {"port": "http"}, "periodSeconds": 5}
+        container = {
+            "name": "router",
+            "image": self.options.router_image,
+            "command": ["nginx", "-p", "/tmp", "-c", "/etc/corral-router/nginx.conf"],
+            "ports": [{"name": "http", "containerPort": ROUTER_PORT, "protocol": "TCP"}],
+            "resources": {
+                "requests": {"cpu": "100m", "memory": "64Mi"},
+                "limits": {"memory": "128Mi"},
+            },
+            "readinessProbe": probe,
+            "livenessProbe": {**probe, "periodSeconds": 10},
+            "securityContext": {
+                "allowPrivilegeEscalation": False,
+                "readOnlyRootFilesystem": True,
+                "privileged": False,
+                "runAsNonRoot": True,
+                "capabilities": {"drop": ["ALL"]},
+            },
+            "volumeMounts": [
+                {"name": "config", "mountPath": "/etc/corral-router", "readOnly": True},
+                {"name": "tmp", "mountPath": "/tmp"},
+            ],
+        }
+        deployment = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": meta,
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": selector},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "containers": [container],
+                        "automountServiceAccountToken": False,
+                        "enableServiceLinks": False,
+                        "securityContext": {
+                            "runAsNonRoot": True,
+                            "runAsUser": 101,
+                            "seccompProfile": {"type": "RuntimeDefault"},
+                        },
+                        "volumes": [
+                            {"name": "config", "configMap": {"name": name}},
+                            {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
+                        ],
+                    },
+                },
+            },
+        }
+        service = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": meta,
+            "spec": {
+                "type": "ClusterIP",
+                "selector": selector,
+                "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
+            },
+        }
+        policy = {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": meta,
+            "spec": {
+                "podSelector": {"matchLabels": selector},
+                "policyTypes": ["Ingress", "Egress"],
+                "ingress": [
+                    {"from": self._peers(), "ports": [{"port": ROUTER_PORT, "protocol": "TCP"}]}
+                ],
+                # A forged header reaches nothing but the fleet's servers (and DNS, which
+                # resolves the fleet's Service at start).
+                "egress": [
+                    {
+                        "to": [{"podSelector": {"matchLabels": self.selector}}],
+                        "ports": [{"port": self.template.port, "protocol": "TCP"}],
+                    },
+                    {
+                        "to": [{"namespaceSelector": {}}],
+                        "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}],
+                    },
+                ],
+            },
+        }
+        return [config_map, deployment, service, policy]
+
     def ingress(self) -> dict[str, Any]:
         options = self.options
         annotations = INGRESS_ANNOTATIONS[options.ingress_controller](options.websocket_timeout)
@@ -440,7 +562,7 @@ class _Fleet:
                                 "path": "/",
                                 "pathType": "Prefix",
                                 "backend": {
-                                    "service": {"name": self.name, "port": {"name": "http"}}
+                                    "service": {"name": self.entry, "port": {"name": "http"}}
                                 },
                             }
                         ]
@@ -471,7 +593,7 @@ class _Fleet:
             "rules": [
                 {
                     "matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
-                    "backendRefs": [{"name": self.name, "port": 80}],
+                    "backendRefs": [{"name": self.entry, "port": 80}],
                     # "0s" disables the request timeout: a WebSocket lives as long as the
                     # training run, and the server's pings detect dead peers.
                     "timeouts": {"request": "0s", "backendRequest": "0s"},
@@ -676,6 +798,8 @@ class _Fleet:
         if options.prepull:
             objects.append(self.prepull())
         objects.append(self.network_policy())
+        if options.router:
+            objects += self.router()
         if options.gateway is not None:
             objects.append(self.http_route())
         elif options.host is not None:

@@ -126,6 +126,8 @@ class ServerTemplate:
         probe_period: seconds between readiness probes.
         sandbox: how a sandboxing environment gets its boundary: ``"none"``,
             ``"namespaces"`` or ``"runtime-class"`` (see the module docstring).
+        pod_ip_id: the server's id is its Pod IP (``--server-id $(POD_IP)``), what the
+            Pod router of ``corral deploy k8s --router`` routes by.
     """
 
     name: str
@@ -148,6 +150,7 @@ class ServerTemplate:
     drain_seconds: float | None = None
     probe_period: int = 2
     sandbox: str = "none"
+    pod_ip_id: bool = False
 
     def __post_init__(self) -> None:
         if self.sandbox not in SANDBOXES:
@@ -258,6 +261,8 @@ class ServerTemplate:
         if self.sandbox == "runtime-class":
             values[ALLOW_WEAK_ENV] = "1"
         env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in values.items()]
+        if self.pod_ip_id:
+            env.append({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
         if self.token_secret is not None:
             env.append(
                 {
@@ -292,6 +297,9 @@ class ServerTemplate:
             container["securityContext"]["seccompProfile"] = {"type": "Unconfined"}
         if self.command is not None:
             container["command"] = list(self.command)
+            if self.pod_ip_id:
+                # Kubernetes expands $(POD_IP) from the container's environment.
+                container["command"] += ["--server-id", "$(POD_IP)"]
         if self.image_pull_policy is not None:
             container["imagePullPolicy"] = self.image_pull_policy
         return container
