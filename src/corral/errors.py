@@ -24,6 +24,7 @@ to the classes)::
     │   └── RequestIdReused       REQUEST_ID_REUSED
     ├── ContractMismatch          CONTRACT_MISMATCH
     ├── Unauthorized              UNAUTHORIZED
+    ├── Forbidden                 FORBIDDEN
     ├── SessionError              the session (or server) does not allow the request now
     │   ├── CapacityReached       CAPACITY_REACHED
     │   ├── NotReady              NOT_READY
@@ -74,11 +75,13 @@ class ErrorCode(StrEnum):
 
     # The frame or message itself.
     BAD_FRAME = "BAD_FRAME"
-    """The frame could not be decoded by the negotiated codec (not JSON / not msgpack)."""
+    """The frame could not be decoded by the negotiated codec (not JSON / not msgpack);
+    over HTTP, a body that is not strict JSON or not declared as JSON (400, 415)."""
     BAD_MESSAGE = "BAD_MESSAGE"
     """The frame decoded, but is not a valid message (missing or mistyped field)."""
     UNKNOWN_TYPE = "UNKNOWN_TYPE"
-    """The message ``type`` is not one this protocol version knows."""
+    """The message ``type`` is not one this protocol version knows (over HTTP: no route
+    for this method and path, 404 or 405)."""
     FRAME_TOO_LARGE = "FRAME_TOO_LARGE"
     """The frame is larger than the server's ``max_frame_bytes``."""
     BATCH_TOO_LARGE = "BATCH_TOO_LARGE"
@@ -96,6 +99,10 @@ class ErrorCode(StrEnum):
     """Client and server models are incompatible (contract version or fingerprint)."""
     UNAUTHORIZED = "UNAUTHORIZED"
     """A bearer token is required and was missing or wrong."""
+    FORBIDDEN = "FORBIDDEN"
+    """The request came from a browser page of another origin, or names a host this
+    server does not answer to (DNS rebinding); ``details["reason"]`` says which
+    (``origin`` or ``host``) and ``details["fix"]`` how to allow it."""
 
     # Sessions and their lifecycle.
     CAPACITY_REACHED = "CAPACITY_REACHED"
@@ -238,6 +245,10 @@ class ContractMismatch(CorralError):
 
 class Unauthorized(CorralError):
     code = ErrorCode.UNAUTHORIZED
+
+
+class Forbidden(CorralError):
+    code = ErrorCode.FORBIDDEN
 
 
 class SessionError(CorralError):
@@ -414,7 +425,10 @@ _PLAIN_JSON = (
 )
 
 
-def _bounded(value: Any) -> Any:
+def bounded_input(value: Any) -> Any:
+    """An offending input as an error echoes it: as it came when it is plain JSON of at
+    most :data:`INPUT_LIMIT` bytes, else a repr of at most :data:`INPUT_LIMIT` characters
+    (bytes included: they never reach a JSON encoder)."""
     try:
         if len(orjson.dumps(value, option=_PLAIN_JSON)) <= INPUT_LIMIT:
             return value
@@ -436,7 +450,7 @@ def validation_errors(exc: ValidationError) -> list[dict[str, Any]]:
     for err in exc.errors(include_url=False, include_context=False):
         item: dict[str, Any] = {"type": err["type"], "loc": list(err["loc"]), "msg": err["msg"]}
         if "input" in err:
-            item["input"] = _bounded(err["input"])
+            item["input"] = bounded_input(err["input"])
         out.append(item)
     return out
 

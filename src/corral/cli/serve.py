@@ -125,8 +125,12 @@ def serve_command(
         typer.Option(help="Drop a connection whose pong is this late, seconds (0: never)."),
     ] = 20.0,
     max_connections_per_client: Annotated[
-        int, typer.Option(help="WebSocket connections one client address may hold (0: any).")
-    ] = 1024,
+        int,
+        typer.Option(
+            help="WebSocket connections (and HTTP sessions) one client address may hold; "
+            "0: any (behind a reverse proxy every client shares its address)."
+        ),
+    ] = 256,
     max_frame_bytes: Annotated[
         int, typer.Option(help="Larger frames get FRAME_TOO_LARGE (the session lives on).")
     ] = 16 * 1024 * 1024,
@@ -230,6 +234,32 @@ def serve_command(
             "(default: HOSTNAME-PORT).",
         ),
     ] = None,
+    allow_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-origin",
+            help="A browser origin (scheme://host[:port]) allowed to open WebSockets and "
+            "send state-changing requests besides the server's own (repeatable; * any).",
+        ),
+    ] = None,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            help="A Host name requests may use besides IP addresses and localhost "
+            "(repeatable; * any): the public name of a proxy on this host that keeps it.",
+        ),
+    ] = None,
+    frame_timeout: Annotated[
+        float,
+        typer.Option(help="A WebSocket frame must arrive whole within this (s; 0: never)."),
+    ] = 30.0,
+    message_timeout: Annotated[
+        float,
+        typer.Option(
+            help="A fragmented WebSocket message must be whole within this (s; 0: never)."
+        ),
+    ] = 60.0,
 ) -> None:
     """Serve an environment over WebSocket and HTTP (loopback by default)."""
     if log_format not in FORMATS:
@@ -257,27 +287,34 @@ def serve_command(
             f"{server_id!r} must match {SERVER_ID.pattern} (letters, digits, '.', '_', '-')",
             param_hint="--server-id",
         )
-    config = ServerConfig(
-        max_sessions=max_sessions,
-        idle_timeout_s=idle_timeout or None,
-        step_timeout_s=step_timeout or None,
-        resume_window_s=resume_window,
-        ping_interval_s=ping_interval or None,
-        ping_timeout_s=ping_timeout or None,
-        max_connections_per_client=max_connections_per_client or None,
-        max_frame_bytes=max_frame_bytes,
-        executor_threads=executor_threads,
-        token=token,
-        workers=workers,
-        transport=transport,
-        handshake_timeout_s=handshake_timeout,
-        web=web,
-        max_hung_calls=max_hung_calls,
-        inline_step_s=inline_step,
-        debug=debug,
-        fleet_key=fleet_key,
-        server_id=server_id,
-    )
+    try:
+        config = ServerConfig(
+            max_sessions=max_sessions,
+            idle_timeout_s=idle_timeout or None,
+            step_timeout_s=step_timeout or None,
+            resume_window_s=resume_window,
+            ping_interval_s=ping_interval or None,
+            ping_timeout_s=ping_timeout or None,
+            max_connections_per_client=max_connections_per_client or None,
+            max_frame_bytes=max_frame_bytes,
+            executor_threads=executor_threads,
+            token=token,
+            workers=workers,
+            transport=transport,
+            handshake_timeout_s=handshake_timeout,
+            web=web,
+            max_hung_calls=max_hung_calls,
+            inline_step_s=inline_step,
+            debug=debug,
+            allowed_origins=tuple(allow_origin or ()),
+            allowed_hosts=tuple(allow_host or ()),
+            frame_timeout_s=frame_timeout or None,
+            message_timeout_s=message_timeout or None,
+            fleet_key=fleet_key,
+            server_id=server_id,
+        )
+    except ValueError as exc:  # a malformed --allow-origin / --allow-host, a bad limit
+        raise typer.BadParameter(str(exc)) from None
     sock = None
     if fd is not None:
         try:

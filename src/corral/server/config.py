@@ -6,7 +6,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from corral.auth import check_fleet_key, check_token
+from corral.protocol.access import AccessPolicy
 from corral.protocol.identity import SERVER_ID
+from corral.protocol.inflow import InflowLimits
 
 TRANSPORTS = frozenset({"auto", "native", "asgi"})
 """The values of :attr:`ServerConfig.transport`."""
@@ -27,6 +29,12 @@ SERVER_ONLY = (
     "debug",
     "fleet_key",
     "server_id",
+    # The edge (corral.protocol.access / inflow), grouped:
+    "allowed_origins",
+    "allowed_hosts",
+    "frame_timeout_s",
+    "message_timeout_s",
+    "max_partial_bytes",
 )
 """Settings the handshake does not tell clients (the server id travels in ``server``)."""
 
@@ -43,10 +51,12 @@ class ServerConfig:
         max_sessions: sessions the server holds at once; more are refused with
             ``CAPACITY_REACHED`` (at the WebSocket handshake when already full).
         max_sessions_per_connection: sessions one connection may multiplex.
-        max_connections_per_client: WebSocket connections one client address may hold
-            at once; more are refused at the handshake with HTTP 429 and
-            ``TOO_MANY_CONNECTIONS`` (None: no limit; set None behind a reverse proxy,
-            where every client shares the proxy's address).
+        max_connections_per_client: WebSocket connections (and HTTP sessions) one
+            client address may hold at once; more are refused at the handshake with
+            HTTP 429 and ``TOO_MANY_CONNECTIONS``. 256 by default: a pool carries 256
+            sessions per connection, and one address cannot take every file descriptor
+            of a server with the usual limit of 1,024. None: no limit — set it (or raise
+            it) behind a reverse proxy, where every client shares the proxy's address.
         idle_timeout_s: a session with no request for this long is reaped (None: never).
         resume_window_s: how long a session whose connection dropped waits to be
             re-attached before it is closed.
@@ -113,11 +123,31 @@ class ServerConfig:
             snapshots are signed and only signed ones are restored; without, they are
             unsigned and the snapshot model's validation is the only guard (see
             :mod:`corral.protocol.snapshot`). Never shown in the handshake or ``repr``.
+        allowed_origins: browser origins (``scheme://host[:port]``) allowed to open a
+            WebSocket or send a state-changing HTTP request, besides the server's own
+            (``"*"``: any page — only with a token). Clients that send no ``Origin``
+            (every non-browser client) are always allowed.
+        allowed_hosts: host names a request may name in ``Host`` besides IP addresses
+            and ``localhost`` (``"*"``: any). Without it a connection that arrives on a
+            loopback address must name one of those (DNS rebinding); with it, every
+            connection must. Behind a proxy on the same host that keeps the public
+            ``Host``, list that name here.
+        frame_timeout_s: a WebSocket that completes no frame for half of this is pinged;
+            if still none completes in the other half it is closed (1008). A frame
+            dribbled byte by byte cannot hold a connection longer (None: no deadline).
+        message_timeout_s: a fragmented WebSocket message must be whole within this of
+            its first fragment, else the connection is closed (1008; None: no deadline).
+        max_partial_bytes: bytes of unfinished fragmented WebSocket messages the server
+            holds across all connections (at least one message of the largest size); a
+            fragment past it closes its connection with 1013 (try again later).
+
+    The last five are the edge's (:mod:`corral.protocol.access`,
+    :mod:`corral.protocol.inflow`).
     """
 
     max_sessions: int = 1024
     max_sessions_per_connection: int = 1024
-    max_connections_per_client: int | None = 1024
+    max_connections_per_client: int | None = 256
     idle_timeout_s: float | None = 600.0
     resume_window_s: float = 30.0
     step_timeout_s: float | None = 300.0
@@ -142,6 +172,11 @@ class ServerConfig:
     max_snapshot_bytes: int | None = None
     fleet_key: bytes | None = field(default=None, repr=False)
     server_id: str | None = None
+    allowed_origins: tuple[str, ...] = ()
+    allowed_hosts: tuple[str, ...] = ()
+    frame_timeout_s: float | None = 30.0
+    message_timeout_s: float | None = 60.0
+    max_partial_bytes: int = 128 * 1024 * 1024
 
     def __post_init__(self) -> None:
         for name in (
@@ -152,6 +187,7 @@ class ServerConfig:
             "max_pending_handshakes",
             "max_outgoing_bytes",
             "max_hung_calls",
+            "max_partial_bytes",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"ServerConfig.{name} must be >= 1, got {getattr(self, name)}")
@@ -166,7 +202,14 @@ class ServerConfig:
         if self.transport not in TRANSPORTS:
             choices = sorted(TRANSPORTS)
             raise ValueError(f"ServerConfig.transport must be one of {choices}: {self.transport!r}")
-        for name in ("idle_timeout_s", "step_timeout_s", "ping_interval_s", "ping_timeout_s"):
+        for name in (
+            "idle_timeout_s",
+            "step_timeout_s",
+            "ping_interval_s",
+            "ping_timeout_s",
+            "frame_timeout_s",
+            "message_timeout_s",
+        ):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"ServerConfig.{name} must be > 0 or None, got {value}")
@@ -187,6 +230,13 @@ class ServerConfig:
         if self.fleet_key is not None:
             key = check_fleet_key(self.fleet_key, "ServerConfig.fleet_key")
             object.__setattr__(self, "fleet_key", key)
+        # The edge's lists: one origin or host string is a common slip for a tuple of them.
+        for name in ("allowed_origins", "allowed_hosts"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                raise ValueError(f"ServerConfig.{name} is a list of strings, got {value!r}")
+            object.__setattr__(self, name, tuple(value))
+        self.access()  # the origins and hosts parse
 
     @property
     def snapshot_limit(self) -> int:
@@ -195,6 +245,20 @@ class ServerConfig:
             return self.max_snapshot_bytes
         frame = self.max_frame_bytes
         return max(frame // 2, frame - SNAPSHOT_MARGIN)
+
+    def access(self) -> AccessPolicy:
+        """The access rules of a server with this configuration.
+
+        Raises:
+            ValueError: an allowed origin or host is malformed.
+        """
+        return AccessPolicy.of(
+            self.token, cookies=self.web, origins=self.allowed_origins, hosts=self.allowed_hosts
+        )
+
+    def inflow(self) -> InflowLimits:
+        """The deadlines of incoming WebSocket frames and messages."""
+        return InflowLimits(self.frame_timeout_s, self.message_timeout_s)
 
     def limits(self) -> dict[str, Any]:
         """The limits a client is told in the handshake."""
