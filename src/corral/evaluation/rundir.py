@@ -1,20 +1,22 @@
 """A run's directory: its settings (``run.json``), what is left to play, and the files.
 
 ``run.json`` keeps the settings; resuming checks that those defining the episodes
-(policy, split, seed, options, max steps) are unchanged. :func:`plan` reads the episode
-file back and says which episodes are finished (their last attempt ended, or failed
-with no retries left) and which attempt each other one plays next.
+(policy, split, seed, options, max steps) are unchanged. :func:`plan` takes the episode
+file as read back (:func:`recorded`, read once per run) and says which episodes are
+finished (their last attempt ended, or failed with no retries left) and which attempt
+each other one plays next.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from corral.episodes import read
+from corral.episodes import Episode, read
 from corral.errors import validation_message
 from corral.evaluation.report import final_attempts, parse_episode_id
 
@@ -70,17 +72,26 @@ def previous_settings(out: Path, *, resume: bool) -> RunSettings | None:
         raise EvalError(validation_message(f"{path} is not a run's settings file", exc)) from None
 
 
-def save_settings(out: Path, settings: RunSettings, previous: RunSettings | None) -> None:
-    """Write ``run.json``.
+def check_settings(out: Path, settings: RunSettings, previous: RunSettings | None) -> None:
+    """Refuse ``settings`` that would change the episodes of the ``previous`` run.
 
     Raises:
-        EvalError: ``settings`` would change the episodes of the ``previous`` run.
+        EvalError: naming each setting that differs.
     """
     if previous is not None and (conflicts := settings.conflicts(previous)):
         raise EvalError(
             f"{out} holds a run with other settings ({'; '.join(conflicts)}): "
             "use another --out, or the same settings to resume it"
         )
+
+
+def save_settings(out: Path, settings: RunSettings, previous: RunSettings | None) -> None:
+    """Write ``run.json``.
+
+    Raises:
+        EvalError: ``settings`` would change the episodes of the ``previous`` run.
+    """
+    check_settings(out, settings, previous)
     out.mkdir(parents=True, exist_ok=True)
     (out / RUN_FILE).write_text(settings.model_dump_json(indent=2) + "\n")
 
@@ -102,9 +113,14 @@ class Plan:
     successes: int = 0
 
 
-def plan(episodes_path: Path, planned: int, retries: int) -> Plan:
-    """The episodes ``0..planned-1`` still to play, given what ``episodes_path`` holds."""
-    attempts = final_attempts(read(episodes_path, strict=False)) if episodes_path.exists() else {}
+def recorded(episodes_path: Path) -> list[Episode]:
+    """The episodes a run's file holds (none when there is no file yet)."""
+    return read(episodes_path, strict=False) if episodes_path.exists() else []
+
+
+def plan(episodes: Sequence[Episode], planned: int, retries: int) -> Plan:
+    """The episodes ``0..planned-1`` still to play, given the ones ``episodes`` recorded."""
+    attempts = final_attempts(episodes)
     out = Plan()
     for k in range(planned):
         tried = attempts.get(k, [])
