@@ -16,6 +16,7 @@ from corral.providers.manifest import Manifest
 from corral.server.config import AUTO, TRANSPORTS, ServerConfig
 from corral.server.logs import FORMATS
 from corral.server.serve import inherited_socket, serve
+from corral.server.service import PreflightError
 from corral.server.target import TargetError
 
 T = TypeVar("T")
@@ -328,17 +329,21 @@ def serve_command(
             sock = inherited_socket(fd)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--fd") from None
-    serve(
-        env,
-        host=host,
-        port=port,
-        port_file=port_file,
-        log_level=log_level,
-        config=config,
-        sock=sock,
-        log_format=log_format,
-        customize=_mount_mcp if mcp else None,
-    )
+    try:
+        serve(
+            env,
+            host=host,
+            port=port,
+            port_file=port_file,
+            log_level=log_level,
+            config=config,
+            sock=sock,
+            log_format=log_format,
+            customize=_mount_mcp if mcp else None,
+        )
+    except PreflightError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
 
 
 def _secret(read: Callable[[Path], T], path: Path | None, option: str) -> T | None:

@@ -43,6 +43,15 @@ class ServiceCollector(Collector):
         yield GaugeMetricFamily(
             "corral_connections_active", "Open WebSocket connections.", value=stats.connections
         )
+        facts = self.service.facts
+        if facts:
+            info = GaugeMetricFamily(
+                "corral_env_info",
+                "The environment's preflight facts as labels (e.g. its sandbox mode).",
+                labels=sorted(facts),
+            )
+            info.add_metric([facts[k] for k in sorted(facts)], 1)
+            yield info
         sessions = CounterMetricFamily(
             "corral_sessions", "Session lifecycle events.", labels=["event"]
         )

@@ -231,7 +231,7 @@ class _Draining:
         return "draining: the server is stopping" if self.draining else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.draining and scope["type"] == "http" and scope["path"] == "/ready":
+        if self.draining and scope["type"] == "http" and scope["path"] in ("/ready", "/readyz"):
             response = JSONResponse(
                 {"ready": False, "draining": True}, status_code=503, headers={"Retry-After": "5"}
             )

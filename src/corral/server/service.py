@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import time
 import uuid
 from collections.abc import Callable, Coroutine
@@ -43,6 +44,7 @@ from corral.errors import (
     ErrorCode,
     HandshakeRequired,
     InternalError,
+    PlatformError,
     StepTimeout,
 )
 from corral.protocol import messages as m
@@ -74,6 +76,16 @@ from corral.server.sessions import Session, SessionManager
 
 if TYPE_CHECKING:
     from corral.server.workers import WorkerPool
+
+
+class PreflightError(PlatformError, RuntimeError):
+    """The environment's preflight refused this machine (``Environment.preflight``): the
+    server does not start. Not a wire error: no client ever sees it; what corral runs on
+    lacks a feature (a ``PlatformError``, still a ``RuntimeError``)."""
+
+
+_LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""A Prometheus label name (the keys of an environment's preflight facts)."""
 
 log = logging.getLogger("corral.server")
 
@@ -134,6 +146,22 @@ class EnvService:
     def __init__(self, target: Any, config: ServerConfig) -> None:
         env_type, factory = resolve_env(target)
         self.env_type = env_type
+        try:
+            facts = env_type.preflight()
+        except Exception as exc:
+            raise PreflightError(
+                f"{env_type.__name__} cannot run on this machine as configured, so the "
+                f"server does not start: {exc}"
+            ) from exc
+        self.facts: dict[str, str] = dict(facts)
+        bad = [key for key in self.facts if not _LABEL.fullmatch(key)]
+        if bad:
+            raise TypeError(
+                f"{env_type.__name__}.preflight() keys must be Prometheus label names "
+                f"(letters, digits, '_'): {bad}"
+            )
+        """What the environment's preflight reported (``/health``, ``/metrics``); a
+        preflight that raises stops the server here, before it listens."""
         self.contract: Contract = env_type.contract()
         for model in (self.contract.action, self.contract.observation, self.contract.state):
             make_wire_safe(model)

@@ -240,6 +240,8 @@ class KubeAPI:
         try:
             if kind == LEASES:
                 patched: Any = await self._leases.patch_namespaced_lease(name, ns, payload)
+            elif kind == PODS:
+                patched = await self._core.patch_namespaced_pod(name, ns, payload)
             else:
                 patched = await self._custom.patch_namespaced_custom_object(
                     kind.group, kind.version, ns, kind.plural, name, payload
