@@ -100,7 +100,7 @@ _LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 @dataclass(eq=False)
-class Episode:
+class McpEpisode:
     """One MCP session: a corral session whose environment the agent's tools act on.
 
     Its link runs ``reset`` and the action through the server as any client's requests.
@@ -249,7 +249,7 @@ class McpSessions:
         # whether it is wrapped as {"result": ...} (MCP's structured content is an object).
         self._outputs = {name: _readable_output(spec) for name, spec in self.tools.items()}
         self._listing = self._tools_list() if not self.openenv else None
-        self.episodes: dict[str, Episode] = {}
+        self.episodes: dict[str, McpEpisode] = {}
         # The links' own registry: an MCP session is addressed by its Mcp-Session-Id,
         # never by an OpenEnv session id, so the OpenEnv routes' registry need not know it.
         self.links: LinkRegistry[LockstepLink] = LinkRegistry(
@@ -267,7 +267,7 @@ class McpSessions:
             listed.append(descriptor)
         return {"tools": listed}
 
-    def live(self, episode_id: str) -> Episode | None:
+    def live(self, episode_id: str) -> McpEpisode | None:
         """The session ``episode_id`` while its corral session lives."""
         episode = self.episodes.get(episode_id)
         if episode is not None and not episode.alive:
@@ -277,7 +277,7 @@ class McpSessions:
 
     async def initialize(
         self, rpc_id: RpcId, params: dict[str, Any], seed: int | None, options: dict[str, Any]
-    ) -> tuple[Episode, dict[str, Any]]:
+    ) -> tuple[McpEpisode, dict[str, Any]]:
         """Open a session and reset it; return it and the ``initialize`` response.
 
         Raises:
@@ -296,7 +296,7 @@ class McpSessions:
                 request_id=rpc_id,
                 data={"corral_code": str(exc.code)},
             ) from None
-        episode = Episode(secrets.token_urlsafe(24), link, version)
+        episode = McpEpisode(secrets.token_urlsafe(24), link, version)
         try:
             first = await self._request(episode, RESET_TOOL, {"seed": seed, **options})
         except CorralError as exc:
@@ -319,7 +319,7 @@ class McpSessions:
         }
         return episode, rpc_result(rpc_id, result)
 
-    async def answer(self, episode: Episode, rpc_id: RpcId, method: str, params: Any) -> Any:
+    async def answer(self, episode: McpEpisode, rpc_id: RpcId, method: str, params: Any) -> Any:
         """The JSON-RPC response to a request of an initialized session."""
         try:
             return rpc_result(rpc_id, await self._dispatch(episode, method, params))
@@ -327,12 +327,12 @@ class McpSessions:
             exc.request_id = rpc_id
             return exc.response()
 
-    async def end(self, episode: Episode, reason: str) -> None:
+    async def end(self, episode: McpEpisode, reason: str) -> None:
         """End the session and free its slot."""
         self.episodes.pop(episode.id, None)
         await episode.link.close(reason)
 
-    async def _dispatch(self, episode: Episode, method: str, params: dict[str, Any]) -> Any:
+    async def _dispatch(self, episode: McpEpisode, method: str, params: dict[str, Any]) -> Any:
         episode.session.touch()
         if method == "ping":
             return {}
@@ -351,7 +351,7 @@ class McpSessions:
             "tools/list and tools/call",
         )
 
-    async def _play(self, episode: Episode, name: str, arguments: Any) -> dict[str, Any]:
+    async def _play(self, episode: McpEpisode, name: str, arguments: Any) -> dict[str, Any]:
         """``reset`` or the action tool: the observation, or the refusal as a tool error."""
         if not isinstance(arguments, dict):
             raise RpcError(RpcCode.INVALID_PARAMS, "'arguments' must be an object")
@@ -361,7 +361,9 @@ class McpSessions:
             return tool_error(str(exc))
         return _structured_result(readable(observation), wrapped=False)
 
-    async def _request(self, episode: Episode, name: str, arguments: dict[str, Any]) -> BaseModel:
+    async def _request(
+        self, episode: McpEpisode, name: str, arguments: dict[str, Any]
+    ) -> BaseModel:
         """Run ``reset`` (``arguments``: seed and options) or a step (``arguments``: the
         action) through the server; the observation.
 
@@ -389,7 +391,7 @@ class McpSessions:
         observation: BaseModel = self.service.contract.observation.model_validate(reply.observation)
         return observation
 
-    async def _openenv_tools(self, episode: Episode, method: str, params: dict[str, Any]) -> Any:
+    async def _openenv_tools(self, episode: McpEpisode, method: str, params: dict[str, Any]) -> Any:
         async with episode.lock:
             try:
                 return await episode.session.runner.call(
@@ -404,7 +406,7 @@ class McpSessions:
                 code = getattr(exc, "code", RpcCode.INTERNAL_ERROR)
                 raise RpcError(RpcCode(code), str(exc)) from None
 
-    async def _call(self, episode: Episode, params: dict[str, Any]) -> dict[str, Any]:
+    async def _call(self, episode: McpEpisode, params: dict[str, Any]) -> dict[str, Any]:
         name = params.get("name")
         spec = self.tools.get(name) if isinstance(name, str) else None
         if spec is None:
@@ -422,7 +424,7 @@ class McpSessions:
         async with episode.lock:
             try:
                 value = await episode.session.runner.call(
-                    spec.method, *args, timeout=self.service.config.step_timeout_s, **kwargs
+                    spec.method, *args, timeout=self.service.config.step_timeout_s, kwargs=kwargs
                 )
             except StepTimeout as exc:
                 await self.end(episode, "a tool call overran")
@@ -493,7 +495,7 @@ class McpEndpoint:
         self.loopback_only = loopback_only
 
     @property
-    def episodes(self) -> dict[str, Episode]:
+    def episodes(self) -> dict[str, McpEpisode]:
         """The live episodes by MCP session id."""
         return self.sessions.episodes
 
@@ -629,7 +631,7 @@ async def serve_stdio(
         TypeError: as :class:`McpSessions`.
     """
     sessions = McpSessions(service, action_tool=action_tool)
-    episode: Episode | None = None
+    episode: McpEpisode | None = None
     body: dict[str, Any]
     try:
         while True:
@@ -745,8 +747,8 @@ __all__ = [
     "DEFAULT_PATH",
     "PROTOCOL_VERSIONS",
     "RESET_TOOL",
-    "Episode",
     "McpEndpoint",
+    "McpEpisode",
     "McpSessions",
     "PlayTools",
     "StdinLines",

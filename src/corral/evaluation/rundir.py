@@ -4,11 +4,19 @@
 (policy, split, seed, options, max steps) are unchanged. :func:`plan` takes the episode
 file as read back (:func:`recorded`, read once per run) and says which episodes are
 finished (their last attempt ended, or failed with no retries left) and which attempt
-each other one plays next.
+each other one plays next; an episode file this corral cannot read (a newer format, a
+damaged header) is an :class:`EvalError` that says so, never a traceback.
+
+The directory's files are its own: ``run.json``, ``episodes.jsonl`` and ``summary.json``
+are never followed through a symbolic link (:func:`run_file`, and ``O_NOFOLLOW`` when
+written: :func:`write_run_file`, ``EpisodeWriter(follow_symlinks=False)``), so a run
+cannot be made to append or write outside its directory.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,8 +24,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from corral.episodes import Episode, read
-from corral.errors import validation_message
+from corral.episodes import Episode, EpisodeFormatError, read
+from corral.errors import UsageError, validation_message
 from corral.evaluation.report import final_attempts, parse_episode_id
 
 RUN_FILE = "run.json"
@@ -25,8 +33,45 @@ EPISODES_FILE = "episodes.jsonl"
 SUMMARY_FILE = "summary.json"
 
 
-class EvalError(Exception):
+class EvalError(UsageError):
     """The evaluation cannot run as asked; the message says why and what to do."""
+
+
+def run_file(out: Path, name: str) -> Path:
+    """``out / name``, a file of the run directory.
+
+    Raises:
+        EvalError: it is a symbolic link, or exists and is not a regular file.
+    """
+    path = out / name
+    if path.is_symlink():
+        raise EvalError(
+            f"{path} is a symbolic link: a run directory's files must be its own "
+            "(remove the link, or use another --out)"
+        )
+    if path.exists() and not path.is_file():
+        raise EvalError(f"{path} is not a regular file: use another --out")
+    return path
+
+
+def write_run_file(out: Path, name: str, text: str) -> None:
+    """Write ``text`` to the run directory's file ``name``, refusing a symbolic link as
+    the file is opened (``O_NOFOLLOW``).
+
+    Raises:
+        EvalError: ``name`` is a link or not a regular file.
+    """
+    path = run_file(out, name)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise EvalError(
+                f"{path} is a symbolic link: a run directory's files must be its own"
+            ) from None
+        raise
+    with os.fdopen(fd, "w") as file:
+        file.write(text)
 
 
 class RunSettings(BaseModel):
@@ -61,7 +106,7 @@ def previous_settings(out: Path, *, resume: bool) -> RunSettings | None:
     Raises:
         EvalError: there is one and ``resume`` is off, or ``run.json`` is not one.
     """
-    path = out / RUN_FILE
+    path = run_file(out, RUN_FILE)
     if not path.exists():
         return None
     if not resume:
@@ -93,7 +138,7 @@ def save_settings(out: Path, settings: RunSettings, previous: RunSettings | None
     """
     check_settings(out, settings, previous)
     out.mkdir(parents=True, exist_ok=True)
-    (out / RUN_FILE).write_text(settings.model_dump_json(indent=2) + "\n")
+    write_run_file(out, RUN_FILE, settings.model_dump_json(indent=2) + "\n")
 
 
 @dataclass
@@ -114,8 +159,20 @@ class Plan:
 
 
 def recorded(episodes_path: Path) -> list[Episode]:
-    """The episodes a run's file holds (none when there is no file yet)."""
-    return read(episodes_path, strict=False) if episodes_path.exists() else []
+    """The episodes a run's file holds (none when there is no file yet, or an empty one).
+
+    Raises:
+        EvalError: the file is a link, or this corral cannot read it (a newer format).
+    """
+    episodes_path = run_file(episodes_path.parent, episodes_path.name)
+    if not episodes_path.exists() or episodes_path.stat().st_size == 0:
+        return []
+    try:
+        return read(episodes_path, strict=False)
+    except EpisodeFormatError as exc:
+        raise EvalError(
+            f"cannot resume the run in {episodes_path.parent}: {episodes_path.name}, {exc}"
+        ) from None
 
 
 def plan(episodes: Sequence[Episode], planned: int, retries: int) -> Plan:

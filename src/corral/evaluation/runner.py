@@ -70,6 +70,7 @@ from corral.evaluation.rundir import (
     previous_settings,
     recorded,
     save_settings,
+    write_run_file,
 )
 from corral.server.target import TargetError, load_target
 
@@ -288,7 +289,9 @@ class _Evaluation:
                     header = None  # nothing left to play: leave the file as it is
                 started = time.perf_counter()
                 try:
-                    with EpisodeWriter(self.episodes_path, header, append=True) as out:
+                    with EpisodeWriter(
+                        self.episodes_path, header, append=True, follow_symlinks=False
+                    ) as out:
                         recorder = EpisodeRecorder(out)
                         with self._progress(planned, policy.name, info.name) as bar:
                             await self._play(pool, policy, recorder, tasks, bar)
@@ -306,7 +309,7 @@ class _Evaluation:
             split=self.split,
             throughput=self.stats,
         )
-        (self.out / SUMMARY_FILE).write_text(summary.model_dump_json(indent=2) + "\n")
+        write_run_file(self.out, SUMMARY_FILE, summary.model_dump_json(indent=2) + "\n")
         return summary
 
     def _finished_run(

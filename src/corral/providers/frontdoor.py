@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from corral.errors import UsageError
 from corral.protocol.identity import SERVER_ID
 
 ROUTE_HEADER = "corral-server"
@@ -45,7 +46,7 @@ _HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]{0,252})")
 _PATH = re.compile(r"/[A-Za-z0-9._/-]*")
 
 
-class FrontDoorError(ValueError):
+class FrontDoorError(UsageError, ValueError):
     """A front door's settings are invalid (the message names the value and the rule)."""
 
 

@@ -146,5 +146,6 @@ def _worker_pool(env: Any, service: EnvService) -> WorkerPool:
             await manager.close(session, f"its worker process died: {reason}")
 
     pool.on_death = close_sessions
-    service.readiness_checks.append(pool.unavailable)
+    service.readiness_checks.append(lambda: pool.unavailable(manager.active))
+    service.workers = pool
     return pool

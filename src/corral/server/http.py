@@ -27,10 +27,16 @@ def info_router(service: EnvService, personality: Personality) -> APIRouter:
     router = APIRouter()
 
     @router.get("/health")
-    async def health() -> dict[str, str]:
-        """Liveness: the process serves requests; and the environment's preflight facts
+    async def health() -> dict[str, Any]:
+        """Liveness: the process serves requests (``degraded`` while worker processes
+        are being restarted, with their state); and the environment's preflight facts
         (the coding environment's sandbox mode)."""
-        return {"status": "healthy", **service.facts}
+        workers = service.workers
+        if workers is None:
+            return {"status": "healthy", **service.facts}
+        report = workers.report()
+        status = "degraded" if report["down"] else "healthy"
+        return {"status": status, **service.facts, "workers": report}
 
     @router.get("/ready")
     async def ready() -> JSONResponse:
@@ -45,6 +51,8 @@ def info_router(service: EnvService, personality: Personality) -> APIRouter:
             "instance": service.instance,
             "server_id": service.server_id,
         }
+        if service.workers is not None:
+            body["workers"] = service.workers.report()
         headers = {} if body["ready"] else {"Retry-After": "1"}
         return JSONResponse(body, status_code=200 if body["ready"] else 503, headers=headers)
 

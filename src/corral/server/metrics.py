@@ -7,6 +7,7 @@ path only bumps plain integers and nothing is counted twice.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import Response
@@ -76,6 +77,31 @@ class ServiceCollector(Collector):
         for op, histogram in sorted(stats.latency.items()):
             latency.add_metric([op], histogram.cumulative(), sum_value=histogram.total)
         yield latency
+        workers = self.service.workers
+        if workers is not None:
+            yield from _worker_metrics(workers.report())
+
+
+def _worker_metrics(report: dict[str, Any]) -> Iterator[Metric]:
+    """The worker processes (``--workers``): how many run and are down, the capacity
+    they hold, restarts and failed starts (each retried with back-off)."""
+    slots = GaugeMetricFamily("corral_workers", "Worker process slots by state.", labels=["state"])
+    slots.add_metric(["alive"], report["alive"])
+    slots.add_metric(["down"], len(report["down"]))
+    yield slots
+    yield GaugeMetricFamily(
+        "corral_sessions_capacity",
+        "Sessions the live worker processes hold (max_sessions while none is down).",
+        value=report["capacity"],
+    )
+    yield CounterMetricFamily(
+        "corral_worker_restarts", "Worker processes restarted.", value=report["restarts"]
+    )
+    yield CounterMetricFamily(
+        "corral_worker_start_failures",
+        "Worker processes that failed to start (each retried with back-off).",
+        value=report["start_failures"],
+    )
 
 
 def metrics_router(service: EnvService) -> APIRouter:

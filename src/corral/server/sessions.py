@@ -106,6 +106,7 @@ class SessionManager:
             resume_window_s=config.resume_window_s,
             idle_timeout_s=config.idle_timeout_s,
             on_attach=logs.session_resumed,
+            max_per_client=config.client_sessions,
         )
         self.stats = Stats()
         self._executor = EnvThreads(config.executor_threads)

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from corral.errors import PlatformError
+
 try:
     from kubernetes_asyncio import client as k8s
     from kubernetes_asyncio import config as k8s_config
@@ -46,7 +48,7 @@ SANDBOX_GROUP = "agents.x-k8s.io"
 """The API group of agent-sandbox's Sandbox."""
 
 
-class KubeError(RuntimeError):
+class KubeError(PlatformError, RuntimeError):
     """The API refused a request.
 
     Attributes:
