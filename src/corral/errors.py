@@ -52,7 +52,15 @@ to the classes)::
     ├── RequestTimeout            REQUEST_TIMEOUT (also a TimeoutError; client side)
     ├── ConnectionLost            CONNECTION_LOST (also a ConnectionError; client side)
     │   └── ServerStartError  a server did not start (CONNECTION_LOST; providers)
-    └── ClientClosed              CLIENT_CLOSED (client side)
+    ├── ClientClosed              CLIENT_CLOSED (client side)
+    ├── UsageError                USAGE_ERROR (local: what corral was given cannot be used)
+    └── PlatformError             PLATFORM_ERROR (local: what corral runs on failed)
+
+The local families are raised where corral runs, never sent: their leaves live beside
+the code that raises them and keep their Python-standard bases (``ManifestError`` is also a
+``ValueError``, ``TargetError`` an ``ImportError``, ``HubUnreachable`` a ``ConnectionError``),
+so ``except CorralError:`` catches everything corral raises. ``str()`` of a local error
+is its message alone (what a person reads at a prompt); the code is ``exc.code``.
 
 :func:`validation_errors` is the one way pydantic's validation errors go on the wire, and
 :func:`validation_message` the one way they read in a message.
@@ -114,7 +122,8 @@ class ErrorCode(StrEnum):
     TOO_MANY_CONNECTIONS = "TOO_MANY_CONNECTIONS"
     """This client address holds the server's maximum of WebSocket connections."""
     TOO_MANY_SESSIONS = "TOO_MANY_SESSIONS"
-    """This connection already carries its maximum number of sessions."""
+    """This connection, or this client address (``details.scope`` is ``client``), holds
+    its maximum number of sessions."""
     UNKNOWN_SESSION = "UNKNOWN_SESSION"
     """No session with that id exists on this connection."""
     SESSION_LOST = "SESSION_LOST"
@@ -167,6 +176,14 @@ class ErrorCode(StrEnum):
     """Client side: the connection to the server failed or closed."""
     CLIENT_CLOSED = "CLIENT_CLOSED"
     """Client side: the client was used after ``close()``."""
+
+    # Local errors: raised where corral runs, never sent.
+    USAGE_ERROR = "USAGE_ERROR"
+    """Local: what corral was given cannot be used (a target, a manifest, a schema lock,
+    a model that is not wire-safe, an episode file, a run directory, a policy, a space)."""
+    PLATFORM_ERROR = "PLATFORM_ERROR"
+    """Local: what corral runs on failed or lacks a feature (an image build, a virtualenv,
+    a sandbox, the Kubernetes API, a port-forward, the Hugging Face Hub)."""
 
 
 class CorralError(Exception):
@@ -371,6 +388,24 @@ class ConnectionLost(CorralError, ConnectionError):
 
 class ClientClosed(CorralError):
     code = ErrorCode.CLIENT_CLOSED
+
+
+class UsageError(CorralError):
+    """What corral was given cannot be used; the message says what to change."""
+
+    code = ErrorCode.USAGE_ERROR
+
+    def __str__(self) -> str:
+        return self.message  # a local error reads as its message (module docstring)
+
+
+class PlatformError(CorralError):
+    """What corral runs on failed or lacks a feature; the message says which."""
+
+    code = ErrorCode.PLATFORM_ERROR
+
+    def __str__(self) -> str:
+        return self.message  # a local error reads as its message (module docstring)
 
 
 class ServerStartError(ConnectionLost):

@@ -13,9 +13,10 @@ from corral.auth import read_fleet_key_file, read_token_file
 from corral.cli.target import Target, read_target
 from corral.protocol.identity import SERVER_ID
 from corral.providers.manifest import Manifest
-from corral.server.config import TRANSPORTS, ServerConfig
+from corral.server.config import AUTO, TRANSPORTS, ServerConfig
 from corral.server.logs import FORMATS
 from corral.server.serve import inherited_socket, serve
+from corral.server.service import PreflightError
 from corral.server.target import TargetError
 
 T = TypeVar("T")
@@ -123,6 +124,13 @@ def serve_command(
         float,
         typer.Option(help="Drop a connection whose pong is this late, seconds (0: never)."),
     ] = 20.0,
+    max_sessions_per_client: Annotated[
+        int,
+        typer.Option(
+            help="Sessions one client address may hold, however opened (0: any; default: "
+            "all of --max-sessions but an eighth, kept for other clients)."
+        ),
+    ] = AUTO,
     max_connections_per_client: Annotated[
         int,
         typer.Option(
@@ -294,6 +302,7 @@ def serve_command(
             resume_window_s=resume_window,
             ping_interval_s=ping_interval or None,
             ping_timeout_s=ping_timeout or None,
+            max_sessions_per_client=max_sessions_per_client or None,
             max_connections_per_client=max_connections_per_client or None,
             max_frame_bytes=max_frame_bytes,
             executor_threads=executor_threads,
@@ -320,17 +329,21 @@ def serve_command(
             sock = inherited_socket(fd)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--fd") from None
-    serve(
-        env,
-        host=host,
-        port=port,
-        port_file=port_file,
-        log_level=log_level,
-        config=config,
-        sock=sock,
-        log_format=log_format,
-        customize=_mount_mcp if mcp else None,
-    )
+    try:
+        serve(
+            env,
+            host=host,
+            port=port,
+            port_file=port_file,
+            log_level=log_level,
+            config=config,
+            sock=sock,
+            log_format=log_format,
+            customize=_mount_mcp if mcp else None,
+        )
+    except PreflightError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
 
 
 def _secret(read: Callable[[Path], T], path: Path | None, option: str) -> T | None:

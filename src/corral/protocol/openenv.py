@@ -142,6 +142,9 @@ OPENENV_CODES: dict[str, OpenEnvCode] = {
     _E.REQUEST_TIMEOUT: _O.EXECUTION_ERROR,
     _E.CONNECTION_LOST: _O.SESSION_ERROR,
     _E.CLIENT_CLOSED: _O.SESSION_ERROR,
+    # Local families, never sent; mapped like the client-side codes above, for totality.
+    _E.USAGE_ERROR: _O.EXECUTION_ERROR,
+    _E.PLATFORM_ERROR: _O.EXECUTION_ERROR,
 }
 """Every corral code and the OpenEnv code it is reported as (see the module table)."""
 

@@ -12,7 +12,7 @@ from corral.server.auth import auth_router
 from corral.server.config import ServerConfig
 from corral.server.docs import docs_router
 from corral.server.edge import install_edge
-from corral.server.http import info_router
+from corral.server.http import PROBE_PATHS, info_router
 from corral.server.http_limits import HttpLimits
 from corral.server.metrics import metrics_router
 from corral.server.openenv import openenv_fallback, openenv_router, personality_of
@@ -112,7 +112,13 @@ def create_app(
     app.add_middleware(
         HttpLimits, max_body_bytes=cfg.max_frame_bytes, body_timeout_s=cfg.http_body_timeout_s
     )
-    edge = install_edge(app, service, public=is_public if cfg.web else None)
+    web = cfg.web
+
+    def public(path: str) -> bool:
+        # The probes' twins answer a status code only (corral.server.http.PROBE_PATHS).
+        return path in PROBE_PATHS or (web and is_public(path))
+
+    edge = install_edge(app, service, public=public)
 
     @app.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:
@@ -140,5 +146,6 @@ def _worker_pool(env: Any, service: EnvService) -> WorkerPool:
             await manager.close(session, f"its worker process died: {reason}")
 
     pool.on_death = close_sessions
-    service.readiness_checks.append(pool.unavailable)
+    service.readiness_checks.append(lambda: pool.unavailable(manager.active))
+    service.workers = pool
     return pool

@@ -13,6 +13,21 @@ from corral.protocol.inflow import InflowLimits
 TRANSPORTS = frozenset({"auto", "native", "asgi"})
 """The values of :attr:`ServerConfig.transport`."""
 
+AUTO = -1
+"""``max_sessions_per_client``'s default: derived from ``max_sessions`` (see
+:func:`client_share`)."""
+
+RESERVED_SHARE = 8
+"""One slot in this many is kept from any single client (the per-client default)."""
+
+
+def client_share(max_sessions: int) -> int:
+    """The sessions one client address may hold by default: all of ``max_sessions`` but
+    one in :data:`RESERVED_SHARE` (rounded down), so one client cannot fill the server.
+    A server of fewer than 8 sessions serves one user: it keeps none back."""
+    return max_sessions - max_sessions // RESERVED_SHARE
+
+
 SERVER_ONLY = (
     "executor_threads",
     "token",
@@ -51,6 +66,14 @@ class ServerConfig:
         max_sessions: sessions the server holds at once; more are refused with
             ``CAPACITY_REACHED`` (at the WebSocket handshake when already full).
         max_sessions_per_connection: sessions one connection may multiplex.
+        max_sessions_per_client: sessions one client address may hold, however it opens
+            them (corral/1 ``open``, OpenEnv's WebSocket, HTTP ``POST /sessions`` and
+            ``openenv/session/create``); more are refused with ``TOO_MANY_SESSIONS``
+            (OpenEnv clients: ``CAPACITY_REACHED``). The default, :data:`AUTO`, is
+            :func:`client_share`: an eighth of the slots stays for other clients. None: no
+            limit (behind a reverse proxy, where every client shares its address; a
+            server a single trainer owns). Peers without an address (the in-process
+            transport) are not limited.
         max_connections_per_client: WebSocket connections (and HTTP sessions) one
             client address may hold at once; more are refused at the handshake with
             HTTP 429 and ``TOO_MANY_CONNECTIONS``. 256 by default: a pool carries 256
@@ -147,6 +170,7 @@ class ServerConfig:
 
     max_sessions: int = 1024
     max_sessions_per_connection: int = 1024
+    max_sessions_per_client: int | None = AUTO
     max_connections_per_client: int | None = 256
     idle_timeout_s: float | None = 600.0
     resume_window_s: float = 30.0
@@ -216,6 +240,11 @@ class ServerConfig:
         limit = self.max_connections_per_client
         if limit is not None and limit < 1:
             raise ValueError(f"ServerConfig.max_connections_per_client must be >= 1, got {limit}")
+        share = self.max_sessions_per_client
+        if share is not None and share != AUTO and share < 1:
+            raise ValueError(
+                f"ServerConfig.max_sessions_per_client must be >= 1, None or AUTO, got {share}"
+            )
         if self.token is not None:
             object.__setattr__(self, "token", check_token(self.token, "ServerConfig.token"))
         if self.inline_step_s < 0:
@@ -246,6 +275,13 @@ class ServerConfig:
         frame = self.max_frame_bytes
         return max(frame // 2, frame - SNAPSHOT_MARGIN)
 
+    @property
+    def client_sessions(self) -> int | None:
+        """The sessions one client address may hold (``max_sessions_per_client`` with
+        :data:`AUTO` worked out); None: no limit."""
+        share = self.max_sessions_per_client
+        return client_share(self.max_sessions) if share == AUTO else share
+
     def access(self) -> AccessPolicy:
         """The access rules of a server with this configuration.
 
@@ -265,5 +301,6 @@ class ServerConfig:
         data = asdict(self)
         for name in SERVER_ONLY:
             data.pop(name)
+        data["max_sessions_per_client"] = self.client_sessions
         data["max_snapshot_bytes"] = self.snapshot_limit
         return data

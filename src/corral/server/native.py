@@ -96,7 +96,7 @@ class NativeLink(WSListener):
         self._raw = raw
         outflow = self.edge.outflow
         raw.set_write_buffer_limits(high=outflow.high, low=outflow.low)
-        self.conn = self.service.connect(self.codec, self.write)
+        self.conn = self.service.connect(self.codec, self.write, client=self.address)
         self.door.links.add(self)
         self.edge.sweep.add(self)
 

@@ -43,7 +43,8 @@ async def serve_native(websocket: WebSocket, edge: Edge, codec: Codec) -> None:
     service = edge.service
     await websocket.accept(subprotocol=codec.subprotocol)
     outbox = Outbox(edge.outflow)
-    conn = service.connect(codec, outbox.put)
+    client = websocket.client.host if websocket.client is not None else ""
+    conn = service.connect(codec, outbox.put, client=client)
     send = websocket.send_bytes if codec.binary else websocket.send_text
     writer = asyncio.create_task(_write(send, outbox), name="corral-ws-writer")  # type: ignore[arg-type]
     clean = False

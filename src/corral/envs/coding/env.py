@@ -73,6 +73,7 @@ from corral.sandbox.channel import WorkerChannel
 from corral.sandbox.command import keeps_capabilities
 from corral.sandbox.forkserver import ForkedWorker, WarmSandbox
 from corral.sandbox.pool import SandboxPool, shared_pool
+from corral.sandbox.probe import modes_in_use
 
 MAX_CODE_CHARS = 100_000
 """Largest accepted action, in characters."""
@@ -358,6 +359,23 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
         """The pool of warm sandboxes this environment's episodes come from (None: a cold
         sandbox per action; see the class docstring)."""
         return self._pool
+
+    @classmethod
+    def preflight(cls) -> dict[str, str]:
+        """The sandbox mode a server of this environment runs: a namespace mode, or
+        ``rlimits`` only where allowed (:func:`~corral.sandbox.probe.resolve_profile`);
+        otherwise the server refuses to start, with the reason of each mode.
+
+        A mode already resolved in this process (a factory's explicit ``sandbox=``) is
+        the one reported.
+        """
+        used = modes_in_use()
+        if used:
+            # The weakest one, should two be in use: the one a user must know about.
+            weakest = max(used, key=list(SandboxMode).index)
+            return {"sandbox": str(weakest), "sandbox_strategy": used[weakest]}
+        profile = resolve_profile("auto")
+        return {"sandbox": str(profile.mode), "sandbox_strategy": profile.strategy}
 
     @property
     def sandbox_profile(self) -> SandboxProfile:
