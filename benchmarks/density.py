@@ -39,7 +39,12 @@ async def density(s: Any, log: Log) -> dict[str, Any]:
     log("9. density")
     n = s.density_sessions
     server = await servers.corral_server(
-        "corral.envs.echo:EchoEnv", "--max-sessions", str(n + 16), "--idle-timeout", "0"
+        "corral.envs.echo:EchoEnv",
+        "--max-sessions",
+        str(n + 16),
+        "--idle-timeout",
+        "0",
+        *servers.OWNED,
     )
     try:
         await asyncio.sleep(0.5)

@@ -150,7 +150,7 @@ async def _corral_served(sessions: int, seconds: float, log: Log) -> dict[str, A
     from corral.envs.coding import CodeAction, CodingEnv
 
     server = await servers.corral_server(
-        "corral.envs.coding:CodingEnv", "--max-sessions", str(sessions + 8)
+        "corral.envs.coding:CodingEnv", "--max-sessions", str(sessions + 8), *servers.OWNED
     )
     clients: list[Any] = []
     try:

@@ -58,6 +58,10 @@ class Served:
         return rss_kb(self.pid)
 
 
+OWNED = ("--max-sessions-per-client", "0")
+"""For a server one benchmark process fills: no share kept for other clients (it has none)."""
+
+
 async def corral_server(target: str, *args: str, env: dict[str, str] | None = None) -> Served:
     """A ``corral serve`` process for ``target`` (started by corral's own launcher;
     ``env``: extra environment variables, e.g. ``PYTHONPATH`` to serve another tree)."""

@@ -135,6 +135,7 @@ async def corral_case(n: int, delay: float, s: Any, log: Log) -> dict[str, Any]:
         str(2 * n + 16),  # the own loops' sessions may still be closing when the pool opens
         "--idle-timeout",
         "0",
+        *servers.OWNED,
         env={DELAY_VARIABLE: str(delay)},
     )
     try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
 import re
 from pathlib import Path
 
@@ -113,3 +115,73 @@ def test_validation_errors_echo_small_plain_inputs_and_bound_the_rest():
     (unknown,) = errors_of({"text": object()})
     assert isinstance(unknown["input"], str) and unknown["input"].startswith("<object")
     assert "ctx" not in errors_of({"text": "HEY"})[0]
+
+
+INTERNAL_EXCEPTIONS = {
+    "RpcError": "protocol/jsonrpc.py: becomes a JSON-RPC error reply, never leaves the server",
+    "FrameError": "client/dialers/wsframes.py: the socket's own; surfaces as ConnectionLost",
+    "SocketClosed": "client/dialers/base.py: a dialer's socket tells its connection it is "
+    "closed; the connection's caller sees ConnectionLost or a reconnect",
+    "McpFailure": "adapters/openenv_env.py: becomes a JSON-RPC error answer",
+    "InflateTooLarge": "protocol/deflate.py: becomes a 1009 close of the connection",
+    "Refused": "protocol/inflow.py: a frame breaking a rule; becomes the connection's close "
+    "(a client's dialer: ConnectionLost)",
+    "CheckFailed": "cli/validate/target.py: a failed check, reported as a row",
+    "CheckSkipped": "cli/validate/target.py: a skipped check, reported as a row",
+}
+"""Exception classes that never reach a caller of corral, each with where it ends."""
+
+
+def exception_classes() -> dict[str, str]:
+    """``{class name: module}`` of every public class of a public module of
+    ``src/corral`` whose bases look like exceptions (a name ending in Error, Exception,
+    Unavailable, Unreachable)."""
+    src = Path(errors.__file__).parent
+    found = {}
+    for path in src.rglob("*.py"):
+        parts = path.relative_to(src).with_suffix("").parts
+        if any(part.startswith("_") and part != "__init__" for part in parts):
+            continue  # a private module (the sandbox's worker): nothing in it is public
+        module = ".".join(("corral", *parts))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ClassDef) or node.name.startswith("_"):
+                continue
+            bases = [ast.unparse(base).rsplit(".", 1)[-1] for base in node.bases]
+            if any(b.endswith(("Error", "Exception", "Unavailable", "Unreachable")) for b in bases):
+                found[node.name] = module.removesuffix(".__init__")
+    return found
+
+
+def test_everything_corral_raises_is_a_corral_error():
+    """Issue 32.6: ``except CorralError`` catches every exception corral raises to its
+    callers (the local ones as ``UsageError`` / ``PlatformError``, Python-standard bases
+    kept); the internal ones never leave corral."""
+    found = exception_classes()
+    assert {"ManifestError", "TargetError", "KubeError", "EpisodeFormatError"} <= set(found)
+    outside = []
+    for name, module in sorted(found.items()):
+        try:
+            cls = getattr(importlib.import_module(module), name)
+        except ImportError as exc:  # an optional extra that is not installed
+            pytest.skip(f"{module} needs {exc.name}")
+        public = name not in INTERNAL_EXCEPTIONS
+        if public and issubclass(cls, BaseException) and not issubclass(cls, CorralError):
+            outside.append(f"{module}.{name}")
+    assert outside == []
+    assert set(INTERNAL_EXCEPTIONS) <= set(found), "an internal class is gone: drop it"
+
+
+def test_local_errors_keep_their_standard_bases_and_read_as_their_message():
+    from corral.contract.lock import LockError
+    from corral.errors import PlatformError, UsageError
+    from corral.providers.hfspace import HubUnreachable
+    from corral.providers.manifest import ManifestError
+    from corral.server.target import TargetError
+
+    error = LockError("the lock file is stale")
+    assert isinstance(error, UsageError) and isinstance(error, ValueError)
+    assert str(error) == "the lock file is stale" and error.code == "USAGE_ERROR"
+    assert issubclass(TargetError, ImportError) and issubclass(ManifestError, ValueError)
+    assert issubclass(HubUnreachable, PlatformError) and issubclass(HubUnreachable, ConnectionError)
+    with pytest.raises(CorralError):
+        raise error

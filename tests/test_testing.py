@@ -17,6 +17,8 @@ from corral.errors import (
     InvalidAction,
     RequestTimeout,
     SessionLost,
+    TooManyConnections,
+    Unauthorized,
 )
 from corral.testing import InProcessNetwork, InProcessServer
 
@@ -90,6 +92,20 @@ async def test_timeouts_capacity_and_lost_sessions():
         assert (await env.step(CountAction(amount=1))).observation.total == 101
         assert env.connection.tracker.stale == 1
         await env.close()
+
+
+async def test_the_upgrade_is_decided_as_on_a_socket():
+    token = "in-process-token-1"
+    async with InProcessServer(CounterEnv, token=token, max_connections_per_client=1) as server:
+        with pytest.raises(Unauthorized):
+            await server.client().connect()
+        async with server.client(token=token) as env:
+            await env.reset()
+            with pytest.raises(TooManyConnections):  # the per-address gate counts it
+                await server.client(token=token).connect()
+        assert server.service.gate.held == {}  # a closed socket gives its count back
+        async with server.client(token=token) as again:
+            await again.reset()
 
 
 def test_the_sync_twin():

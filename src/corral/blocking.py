@@ -29,7 +29,6 @@ given time (:class:`~corral.errors.RequestTimeout` after), and the context manag
 
 from __future__ import annotations
 
-import _signal  # type: ignore[import-not-found]
 import asyncio
 import concurrent.futures
 import enum
@@ -43,12 +42,18 @@ from types import EllipsisType, FrameType, TracebackType
 from typing import Any, Generic, Self, TypeVar
 
 from corral import runtime
+from corral.asyncio_compat import (
+    running_loop,
+    set_running_loop,
+    set_sigint_handler,
+    sigint_handler,
+    take_awaited,
+)
 from corral.errors import RequestTimeout
 
 T = TypeVar("T")
 W = TypeVar("W")
 
-_SIGINT = int(signal.SIGINT)
 
 GRACE_S = 0.5
 """Seconds the loop waits, after a blocking call, for the next one before the background
@@ -122,7 +127,7 @@ class _Keeper:
         return self.waiting > 0 or time.monotonic() - self.released >= GRACE_S
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None, taskless: bool = False) -> T:
-        running = asyncio._get_running_loop()  # None in a plain thread, without raising
+        running = running_loop()  # None in a plain thread, without raising
         if running is self.loop:
             coro.close()
             raise RuntimeError("a blocking corral call was made from corral's own event loop")
@@ -283,7 +288,7 @@ def _catch_sigint(loop: asyncio.AbstractEventLoop, call: _Call) -> Any:
     Returns the handler to put back with :func:`_restore_sigint`, or None."""
     if not (
         threading.current_thread() is threading.main_thread()
-        and _signal.getsignal(_SIGINT) is signal.default_int_handler
+        and sigint_handler() is signal.default_int_handler
     ):
         return None
 
@@ -297,16 +302,14 @@ def _catch_sigint(loop: asyncio.AbstractEventLoop, call: _Call) -> Any:
         # taskless call may be waiting in the poll.
         loop.call_soon_threadsafe(loop.stop)
 
-    # signal's C core, not signal.signal: its enum wrapping of the handlers cost more
-    # (~13 us a call) than the rest of a call's set-up.
-    return _signal.signal(_SIGINT, on_sigint)
+    return set_sigint_handler(on_sigint)  # signal's C core: see corral.asyncio_compat
 
 
 def _restore_sigint(previous: Any) -> None:
     # Restoring the handler first runs a pending one: a Ctrl-C that arrived as the call
     # finished sets the call's ``interrupted`` here, and the caller raises it.
     if previous is not None:
-        _signal.signal(_SIGINT, previous)
+        set_sigint_handler(previous)
 
 
 def _run_taskless(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T], call: _Call) -> T:
@@ -326,23 +329,22 @@ def _run_taskless(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T],
         if call.ending and not cancelled:
             cancelled = True
             throw = asyncio.CancelledError()
-        asyncio._set_running_loop(loop)
+        set_running_loop(loop)
         try:
             waited = coro.send(None) if throw is None else coro.throw(throw)
         except StopIteration as end:
             result: T = end.value
             return result
         finally:
-            asyncio._set_running_loop(None)
+            set_running_loop(None)
             throw = None
         if waited is None:  # a bare yield (asyncio.sleep(0)): let the loop run a turn
             loop.call_soon(loop.stop)
             loop.run_forever()
             continue
-        if getattr(waited, "_asyncio_future_blocking", None) is not True:
+        if not take_awaited(waited):
             throw = RuntimeError(f"a blocking call's coroutine yielded {waited!r}")
             continue
-        waited._asyncio_future_blocking = False
         if waited.done():
             continue
         waited.add_done_callback(stop)
@@ -358,13 +360,13 @@ def _run_taskless(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T],
 def _abandon(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]) -> None:
     """Close a coroutine left suspended (a second Ctrl-C cut its call short): its
     ``finally`` blocks and handlers run now (a request is forgotten, not re-sent)."""
-    asyncio._set_running_loop(loop)
+    set_running_loop(loop)
     try:
         coro.close()
     except RuntimeError:  # it awaited in a finally block: nothing more can be done
         pass
     finally:
-        asyncio._set_running_loop(None)
+        set_running_loop(None)
 
 
 def _stopper(loop: asyncio.AbstractEventLoop) -> Callable[[Any], None]:

@@ -30,7 +30,7 @@ WordleClient = AsyncEnvClient[WordleAction, WordleObservation, WordleState]
 
 
 @dataclass
-class Episode:
+class GameResult:
     """The outcome of one played episode."""
 
     seed: int
@@ -41,7 +41,7 @@ class Episode:
     secret: str
 
 
-async def play(client: WordleClient, seed: int) -> Episode:
+async def play(client: WordleClient, seed: int) -> GameResult:
     """Play one seeded episode to its end with :class:`SimplePolicy`."""
     policy = SimplePolicy(seed=seed)
     result = await client.reset(seed=seed)
@@ -51,7 +51,7 @@ async def play(client: WordleClient, seed: int) -> Episode:
         total += result.reward or 0.0
         steps += 1
     state = await client.state()
-    return Episode(
+    return GameResult(
         seed=seed,
         reward=total,
         steps=steps,
@@ -63,7 +63,7 @@ async def play(client: WordleClient, seed: int) -> Episode:
 
 async def run(
     episodes: int, concurrency: int, codec: str, console: Console
-) -> tuple[list[Episode], float]:
+) -> tuple[list[GameResult], float]:
     """Start the server, play ``episodes`` over ``concurrency`` sessions, stop the server.
 
     Returns the episodes and the seconds spent playing (server start-up excluded).
@@ -83,7 +83,7 @@ async def run(
     queue: asyncio.Queue[int] = asyncio.Queue()
     for seed in range(episodes):
         queue.put_nowait(seed)
-    done: list[Episode] = []
+    done: list[GameResult] = []
 
     async def worker(client: WordleClient) -> None:
         while not queue.empty():
@@ -99,7 +99,7 @@ async def run(
     return sorted(done, key=lambda e: e.seed), seconds
 
 
-def report(episodes: list[Episode], seconds: float, concurrency: int, console: Console) -> None:
+def report(episodes: list[GameResult], seconds: float, concurrency: int, console: Console) -> None:
     """Print per-episode rows (the first few) and the summary table."""
     detail = Table(title="First episodes")
     for column in ("seed", "secret", "guesses", "reward", "outcome"):

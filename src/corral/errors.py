@@ -24,6 +24,7 @@ to the classes)::
     │   └── RequestIdReused       REQUEST_ID_REUSED
     ├── ContractMismatch          CONTRACT_MISMATCH
     ├── Unauthorized              UNAUTHORIZED
+    ├── Forbidden                 FORBIDDEN
     ├── SessionError              the session (or server) does not allow the request now
     │   ├── CapacityReached       CAPACITY_REACHED
     │   ├── NotReady              NOT_READY
@@ -51,7 +52,15 @@ to the classes)::
     ├── RequestTimeout            REQUEST_TIMEOUT (also a TimeoutError; client side)
     ├── ConnectionLost            CONNECTION_LOST (also a ConnectionError; client side)
     │   └── ServerStartError  a server did not start (CONNECTION_LOST; providers)
-    └── ClientClosed              CLIENT_CLOSED (client side)
+    ├── ClientClosed              CLIENT_CLOSED (client side)
+    ├── UsageError                USAGE_ERROR (local: what corral was given cannot be used)
+    └── PlatformError             PLATFORM_ERROR (local: what corral runs on failed)
+
+The local families are raised where corral runs, never sent: their leaves live beside
+the code that raises them and keep their Python-standard bases (``ManifestError`` is also a
+``ValueError``, ``TargetError`` an ``ImportError``, ``HubUnreachable`` a ``ConnectionError``),
+so ``except CorralError:`` catches everything corral raises. ``str()`` of a local error
+is its message alone (what a person reads at a prompt); the code is ``exc.code``.
 
 :func:`validation_errors` is the one way pydantic's validation errors go on the wire, and
 :func:`validation_message` the one way they read in a message.
@@ -74,11 +83,13 @@ class ErrorCode(StrEnum):
 
     # The frame or message itself.
     BAD_FRAME = "BAD_FRAME"
-    """The frame could not be decoded by the negotiated codec (not JSON / not msgpack)."""
+    """The frame could not be decoded by the negotiated codec (not JSON / not msgpack);
+    over HTTP, a body that is not strict JSON or not declared as JSON (400, 415)."""
     BAD_MESSAGE = "BAD_MESSAGE"
     """The frame decoded, but is not a valid message (missing or mistyped field)."""
     UNKNOWN_TYPE = "UNKNOWN_TYPE"
-    """The message ``type`` is not one this protocol version knows."""
+    """The message ``type`` is not one this protocol version knows (over HTTP: no route
+    for this method and path, 404 or 405)."""
     FRAME_TOO_LARGE = "FRAME_TOO_LARGE"
     """The frame is larger than the server's ``max_frame_bytes``."""
     BATCH_TOO_LARGE = "BATCH_TOO_LARGE"
@@ -96,6 +107,10 @@ class ErrorCode(StrEnum):
     """Client and server models are incompatible (contract version or fingerprint)."""
     UNAUTHORIZED = "UNAUTHORIZED"
     """A bearer token is required and was missing or wrong."""
+    FORBIDDEN = "FORBIDDEN"
+    """The request came from a browser page of another origin, or names a host this
+    server does not answer to (DNS rebinding); ``details["reason"]`` says which
+    (``origin`` or ``host``) and ``details["fix"]`` how to allow it."""
 
     # Sessions and their lifecycle.
     CAPACITY_REACHED = "CAPACITY_REACHED"
@@ -107,7 +122,8 @@ class ErrorCode(StrEnum):
     TOO_MANY_CONNECTIONS = "TOO_MANY_CONNECTIONS"
     """This client address holds the server's maximum of WebSocket connections."""
     TOO_MANY_SESSIONS = "TOO_MANY_SESSIONS"
-    """This connection already carries its maximum number of sessions."""
+    """This connection, or this client address (``details.scope`` is ``client``), holds
+    its maximum number of sessions."""
     UNKNOWN_SESSION = "UNKNOWN_SESSION"
     """No session with that id exists on this connection."""
     SESSION_LOST = "SESSION_LOST"
@@ -160,6 +176,14 @@ class ErrorCode(StrEnum):
     """Client side: the connection to the server failed or closed."""
     CLIENT_CLOSED = "CLIENT_CLOSED"
     """Client side: the client was used after ``close()``."""
+
+    # Local errors: raised where corral runs, never sent.
+    USAGE_ERROR = "USAGE_ERROR"
+    """Local: what corral was given cannot be used (a target, a manifest, a schema lock,
+    a model that is not wire-safe, an episode file, a run directory, a policy, a space)."""
+    PLATFORM_ERROR = "PLATFORM_ERROR"
+    """Local: what corral runs on failed or lacks a feature (an image build, a virtualenv,
+    a sandbox, the Kubernetes API, a port-forward, the Hugging Face Hub)."""
 
 
 class CorralError(Exception):
@@ -239,6 +263,10 @@ class ContractMismatch(CorralError):
 
 class Unauthorized(CorralError):
     code = ErrorCode.UNAUTHORIZED
+
+
+class Forbidden(CorralError):
+    code = ErrorCode.FORBIDDEN
 
 
 class SessionError(CorralError):
@@ -362,6 +390,24 @@ class ClientClosed(CorralError):
     code = ErrorCode.CLIENT_CLOSED
 
 
+class UsageError(CorralError):
+    """What corral was given cannot be used; the message says what to change."""
+
+    code = ErrorCode.USAGE_ERROR
+
+    def __str__(self) -> str:
+        return self.message  # a local error reads as its message (module docstring)
+
+
+class PlatformError(CorralError):
+    """What corral runs on failed or lacks a feature; the message says which."""
+
+    code = ErrorCode.PLATFORM_ERROR
+
+    def __str__(self) -> str:
+        return self.message  # a local error reads as its message (module docstring)
+
+
 class ServerStartError(ConnectionLost):
     """A server (process, container) exited or never became ready.
 
@@ -415,7 +461,10 @@ _PLAIN_JSON = (
 )
 
 
-def _bounded(value: Any) -> Any:
+def bounded_input(value: Any) -> Any:
+    """An offending input as an error echoes it: as it came when it is plain JSON of at
+    most :data:`INPUT_LIMIT` bytes, else a repr of at most :data:`INPUT_LIMIT` characters
+    (bytes included: they never reach a JSON encoder)."""
     try:
         if len(orjson.dumps(value, option=_PLAIN_JSON)) <= INPUT_LIMIT:
             return value
@@ -437,7 +486,7 @@ def validation_errors(exc: ValidationError) -> list[dict[str, Any]]:
     for err in exc.errors(include_url=False, include_context=False):
         item: dict[str, Any] = {"type": err["type"], "loc": list(err["loc"]), "msg": err["msg"]}
         if "input" in err:
-            item["input"] = _bounded(err["input"])
+            item["input"] = bounded_input(err["input"])
         out.append(item)
     return out
 

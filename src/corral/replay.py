@@ -15,14 +15,21 @@ Not replayed: what the recording cannot reproduce. An episode whose recording st
 mid-episode is skipped; replay stops (without a verdict on the rest) at a recorded
 error that says nothing about the environment (``SESSION_LOST``, ``REQUEST_TIMEOUT``,
 ``CONNECTION_LOST``, ...), and at an auto-reset.
+
+A file is streamed: episodes are read as they end in it
+(:func:`~corral.episodes.iter_episodes`), replayed, written to ``out`` and let go, so
+memory holds the episodes being replayed (and those finished ahead of an earlier one, up
+to a few per worker), not the file: a report keeps each episode's outline
+(:meth:`~corral.episodes.Episode.outline`), not its lines (issue 30.14: a 40 MB file of
+200k lines took 1.6 GB).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,7 +48,7 @@ from corral.episodes import (
     Header,
     StepRecord,
     compare_records,
-    read,
+    iter_episodes,
 )
 from corral.episodes.files import AnyLine, Source
 from corral.errors import CorralError, InvalidAction, validation_message
@@ -57,14 +64,17 @@ class EpisodeReplay:
     """The replay of one recorded episode.
 
     Attributes:
-        episode: the recorded episode.
+        episode: the recorded episode (in a :class:`ReplayReport`, its outline: id,
+            header, first line and end line, see :meth:`Episode.outline`).
         status: ``identical`` (every compared reply matched), ``diverged`` (see
             ``divergence``), ``skipped`` (nothing could be replayed) or ``failed`` (the
             replay itself broke: the server went away, a session was lost).
         compared: how many replies were compared (the reset included).
         divergence: where it first differed, for ``diverged``.
         note: why it was skipped, stopped early, or failed.
-        lines: the replay's own lines (a recording of the new run).
+        lines: the replay's own lines (a recording of the new run); :func:`replay`
+            writes them to its ``out`` file and keeps none.
+        recorded: how many step lines the recorded episode has.
     """
 
     episode: Episode
@@ -73,15 +83,24 @@ class EpisodeReplay:
     divergence: Divergence | None = None
     note: str = ""
     lines: list[AnyLine] = field(default_factory=list)
+    recorded: int = -1
+
+    def __post_init__(self) -> None:
+        if self.recorded < 0:
+            self.recorded = len(self.episode.records)
 
     def describe(self) -> str:
         """One line for people."""
         if self.status == "diverged":
             assert self.divergence is not None
             return str(self.divergence)
-        total = len(self.episode.records)
-        text = f"episode {self.episode.id}: {self.status}, {self.compared}/{total} replies compared"
+        text = f"episode {self.episode.id}: {self.status}, {self.compared}/{self.recorded} "
+        text += "replies compared"
         return f"{text} ({self.note})" if self.note else text
+
+    def outline(self) -> EpisodeReplay:
+        """This result as a report keeps it: the episode's outline, no lines."""
+        return replace(self, episode=self.episode.outline(), lines=[])
 
 
 @dataclass
@@ -168,34 +187,58 @@ async def replay(
     recorded = _episodes(source)
     if episodes is not None:
         wanted = set(episodes)
-        recorded = [e for e in recorded if e.id in wanted]
-    queue: asyncio.Queue[tuple[int, Episode]] = asyncio.Queue()
-    for item in enumerate(recorded):
-        queue.put_nowait(item)
-    results: list[EpisodeReplay | None] = [None] * len(recorded)
+        recorded = (e for e in recorded if e.id in wanted)
+    numbered = enumerate(recorded)
     served: dict[str, Any] = {}
+    results: list[EpisodeReplay] = []
+    writer: _Ordered | None = None
+    if out is not None:
+        writer = _Ordered(out, concurrency)
 
-    async def worker() -> None:
+    def take() -> tuple[int, Episode] | None:
+        return next(numbered, None)  # read on demand: the file is never all held
+
+    async def worker(number: int) -> None:
+        # A worker connects (and opens its session) once it has an episode to replay;
+        # the first one connects anyway, for the server's identity.
+        item = take()
+        if item is None and number > 0:
+            return
         client: AsyncEnvClient[Any, Any, Any] = AsyncEnvClient(
             url, env=env, codec=codec, token=token, timeout=timeout, dialer=dialer
         )
         async with client:
             served.update(client.server_info.get("env") or {})
-            while not queue.empty():
-                index, episode = queue.get_nowait()
-                results[index] = await replay_episode(client, episode, ignore=ignore)
+            if writer is not None:
+                writer.open(report_url=url, served=served)
+            while item is not None:
+                index, episode = item
+                result = await replay_episode(client, episode, ignore=ignore)
+                if writer is not None:
+                    writer.put(index, result.lines)
+                results.append(result.outline())
+                if writer is not None:
+                    await writer.room()
+                item = take()
 
-    workers = max(1, min(concurrency, len(recorded)))
-    await asyncio.gather(*(worker() for _ in range(workers)))
-    report = ReplayReport(
+    tasks = [asyncio.ensure_future(worker(number)) for number in range(concurrency)]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:  # a malformed line, a lost server: stop the other workers too
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    finally:
+        if writer is not None:
+            writer.close()
+    results.sort(key=lambda r: r.episode.line)
+    return ReplayReport(
         url=url,
-        results=[r for r in results if r is not None],
-        recorded_fingerprint=recorded[0].header.env.fingerprint if recorded else None,
+        results=results,
+        recorded_fingerprint=results[0].episode.header.env.fingerprint if results else None,
         served_fingerprint=served.get("fingerprint"),
     )
-    if out is not None:
-        _write(report, out, served)
-    return report
 
 
 async def replay_episode(
@@ -287,15 +330,53 @@ async def _send(
     )
 
 
-def _episodes(source: Source | Sequence[Episode]) -> list[Episode]:
+def _episodes(source: Source | Sequence[Episode]) -> Iterator[Episode]:
     if isinstance(source, (list, tuple)) and all(isinstance(e, Episode) for e in source):
-        return [e for e in source if isinstance(e, Episode)]
-    return read(source)  # type: ignore[arg-type]
+        return (e for e in source if isinstance(e, Episode))
+    return iter_episodes(source)  # type: ignore[arg-type]
 
 
-def _write(report: ReplayReport, path: str | Path, served: dict[str, Any]) -> None:
-    header = Header(env=EnvInfo.model_validate(served), source="replay", url=report.url)
-    with EpisodeWriter(path, header) as out:
-        for result in report.results:
-            for line in result.lines:
-                out.write(line)
+class _Ordered:
+    """The replay's own recording: each episode's lines written once it and every
+    episode before it (in reading order) finished, so the file is in the source's order
+    whatever finishes first; finished episodes wait at most ``4 x concurrency`` deep
+    (:meth:`room` holds the workers back), so memory stays bounded."""
+
+    def __init__(self, path: str | Path, concurrency: int) -> None:
+        self.path = path
+        self.window = 4 * concurrency
+        self.out: EpisodeWriter | None = None
+        self.waiting: dict[int, list[AnyLine]] = {}
+        self.next = 0
+        self.changed = asyncio.Event()
+
+    def open(self, *, report_url: str, served: dict[str, Any]) -> None:
+        """Start the file (once the server said which environment it serves)."""
+        if self.out is None:
+            header = Header(env=EnvInfo.model_validate(served), source="replay", url=report_url)
+            self.out = EpisodeWriter(self.path, header)
+
+    async def room(self) -> None:
+        """Wait while too many finished episodes wait for an earlier one."""
+        while len(self.waiting) >= self.window:
+            self.changed.clear()
+            await self.changed.wait()
+
+    def put(self, index: int, lines: list[AnyLine]) -> None:
+        """Episode ``index`` finished with ``lines``: write what is now in order."""
+        assert self.out is not None
+        self.waiting[index] = lines
+        while self.next in self.waiting:
+            for line in self.waiting.pop(self.next):
+                self.out.write(line)
+            self.next += 1
+        self.changed.set()
+
+    def close(self) -> None:
+        """Write what is left (after a failure, episodes past a gap) and close."""
+        if self.out is None:
+            return
+        for index in sorted(self.waiting):
+            for line in self.waiting.pop(index):
+                self.out.write(line)
+        self.out.close()

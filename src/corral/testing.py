@@ -39,10 +39,13 @@ is read by the server at once, the server's frames arrive in a later turn of the
 a socket's would. A test about an environment, a pool or an adapter runs in milliseconds
 and starts no thread or process.
 
-What it does not exercise, by construction: the WebSocket itself (framing, subprotocol
-negotiation, HTTP refusals and their status codes, the per-address connection limit,
-keepalive pings), the HTTP server, worker processes, and process boundaries. Tests of
-those use a real server on 127.0.0.1.
+The upgrade is decided as on a socket: :func:`~corral.protocol.upgrade.admit_upgrade`
+(through the server's :class:`~corral.server.edge.Edge`: bearer token, Origin, subprotocol,
+the per-address gate, room for sessions), and a refusal raises the error a socket's client
+would (:func:`~corral.client.dialers.refusal.refusal`). What it does not exercise, by
+construction: the WebSocket itself (framing, HTTP status lines, keepalive pings), the HTTP
+server, worker processes, and process boundaries. Tests of those use a real server on
+127.0.0.1.
 
 A server lives on one event loop: the loop of the async code that uses it, or, for
 :meth:`InProcessServer.sync_client` and ``with``, corral's background loop (where the
@@ -64,15 +67,19 @@ from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlsplit
 
 import httpx
+import orjson
 
 from corral.blocking import run_blocking
 from corral.client.dialers import Dialer, Inbox, OnClosed, OnFrame, SocketClosed
+from corral.client.dialers.refusal import refusal
 from corral.client.env_client import AsyncEnvClient, SyncEnvClient
-from corral.errors import ConnectionLost, UnsupportedProtocol
-from corral.protocol.codecs import Codec, Frame, codec_for_subprotocols
-from corral.protocol.handshake import RESUME_HEADER, ROUTE_HEADER
+from corral.errors import ConnectionLost
+from corral.protocol.access import Refusal, RequestHead
+from corral.protocol.codecs import Codec, Frame
+from corral.protocol.handshake import ROUTE_HEADER
 from corral.server.app import create_app
 from corral.server.config import ServerConfig
+from corral.server.edge import Edge
 from corral.server.service import EnvService
 
 if TYPE_CHECKING:
@@ -82,6 +89,9 @@ if TYPE_CHECKING:
 
 URL = "http://in-process.invalid"
 """The URL of an :class:`InProcessServer` of its own (never resolved)."""
+
+ADDRESS = "in-process"
+"""The client address in-process connections are counted under (the per-address gate)."""
 
 
 class InProcessSocket:
@@ -94,8 +104,9 @@ class InProcessSocket:
     unclean one (its sessions then wait for a resume, as after a network cut).
     """
 
-    def __init__(self, service: EnvService, codec: Codec) -> None:
+    def __init__(self, service: EnvService, codec: Codec, address: str = ADDRESS) -> None:
         self._service = service
+        self._address = address
         self._loop = asyncio.get_running_loop()
         self._inbox = Inbox()
         self.closing: asyncio.Task[None] | None = None
@@ -162,6 +173,7 @@ class InProcessSocket:
 
     def _end(self, code: int, reason: str, why: str) -> None:
         self.close_code, self.close_reason = code, reason
+        self._service.gate.leave(self._address)
         self._loop.call_soon(self._inbox.end, why)
 
 
@@ -190,6 +202,8 @@ class InProcessServer:
         self.env = env
         self.config = config or ServerConfig(**settings)
         self.service = EnvService(env, self.config)
+        self.edge = Edge(self.service)
+        """Decides each dial as a socket's upgrade is decided."""
         if network is None:
             self.network = InProcessNetwork()
             self.url = self.network.join(self, URL)
@@ -226,24 +240,24 @@ class InProcessServer:
             self.service.manager.start()  # the reaper, as the app's start-up does
 
     async def accept(self, subprotocol: str | None, headers: Mapping[str, str]) -> InProcessSocket:
-        """Take a new connection, as the ``/ws`` route's upgrade does.
+        """Take a new connection, decided as the ``/ws`` route's upgrade is.
 
         Raises:
-            CapacityReached: the server is full (and the client resumes none of its
-                sessions).
-            UnsupportedProtocol: ``subprotocol`` is not a corral one.
+            CorralError: the refusal a socket's client gets for the same upgrade
+                (``CapacityReached`` when full and resuming none of its sessions,
+                ``Unauthorized``, ``TooManyConnections``, ``UnsupportedProtocol``, ...).
         """
         self._start()
-        codec = codec_for_subprotocols([subprotocol] if subprotocol else [])
-        if codec is None:
-            raise UnsupportedProtocol(
-                f"{subprotocol!r} is not a corral subprotocol (an in-process server speaks "
-                "corral/1 only)",
-                details={"accepted": subprotocol},
-            )
-        if not self.service.manager.registry.accepts(headers.get(RESUME_HEADER)):
-            raise self.service.manager.capacity_error()
-        socket = InProcessSocket(self.service, codec)
+        pairs = list(headers.items())
+        if subprotocol:
+            pairs.append(("Sec-WebSocket-Protocol", subprotocol))
+        head = RequestHead.of("GET", "/ws", pairs, client=ADDRESS, websocket=True)
+        answer = self.edge.admit(head)
+        if isinstance(answer, Refusal):
+            retry = dict(answer.headers).get("Retry-After")
+            raise refusal(answer.status, orjson.dumps(answer.wire()), retry)
+        assert answer.codec is not None  # no fallback here: no codec is a refusal
+        socket = InProcessSocket(self.service, answer.codec, answer.address)
         self.sockets.append(socket)
         return socket
 

@@ -1,4 +1,4 @@
-"""The official MCP SDK client lists and calls the tools of a served environment."""
+"""The official MCP SDK client plays a served environment: reset, its action, its tools."""
 
 from __future__ import annotations
 
@@ -7,18 +7,21 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 # Found, not imported: the MCP SDK takes seconds to import, and every pytest-xdist worker
 # collects this module; sdk_client() imports it when a test runs.
 if importlib.util.find_spec("mcp") is None:
     pytest.skip("needs the mcp extra", allow_module_level=True)
 
+from examples.tictactoe.tictactoe import TicTacToeEnv
 from tests.support.servers import ThreadServer, wait_until
 
 from corral.adapters.mcp import DEFAULT_PATH, SESSION_HEADER, mount_mcp
 from corral.contract import Action, Environment, Observation, State
+from corral.contract.arrays import NDArray
 from corral.contract.tools import tool
 
 
@@ -30,9 +33,9 @@ def sdk_client(*args: Any, **kwargs: Any) -> Any:
 
 
 class NoteAction(Action):
-    """Unused by the agent: the training loop's step."""
+    """Write a plain note."""
 
-    text: str
+    text: str = Field(description="What to write.")
 
 
 class NoteObservation(Observation):
@@ -97,6 +100,11 @@ class NotebookEnv(Environment[NoteAction, NoteObservation, State]):
         """Always fails."""
         raise ValueError("the page is glued")
 
+    @tool
+    def lengths(self) -> NDArray:
+        """The length of each note, as an array."""
+        return np.array([len(n.text) for n in self.notes], dtype=np.int32)
+
 
 def notebook_server(idle_timeout_s: float) -> Iterator[ThreadServer]:
     server = ThreadServer(NotebookEnv, idle_timeout_s=idle_timeout_s)
@@ -126,9 +134,13 @@ async def test_sdk_lists_and_calls_tools(server: ThreadServer, mode: str) -> Non
     async with sdk_client(f"{server.url}{DEFAULT_PATH}", mode=mode) as client:
         assert client.server_info is not None and client.server_info.name == "NotebookEnv"
         listed = await client.list_tools()
-        names = {t.name for t in listed.tools}
-        assert names == {"add_note", "count", "find", "episode", "tear_out"}
-        assert not names & {"reset", "step", "state", "close"}
+        names = [t.name for t in listed.tools]
+        # reset and the action (named after NoteAction) first, then the env's own tools
+        assert names[:2] == ["reset", "note"]
+        assert set(names[2:]) == {"add_note", "count", "find", "episode", "tear_out", "lengths"}
+        note = listed.tools[1]
+        assert note.description.startswith("Write a plain note.")
+        assert note.input_schema["properties"]["text"]["description"] == "What to write."
         add = next(t for t in listed.tools if t.name == "add_note")
         assert add.description.startswith("Write a note.")
         assert add.input_schema["properties"]["priority"]["default"] == 1
@@ -145,6 +157,12 @@ async def test_sdk_lists_and_calls_tools(server: ThreadServer, mode: str) -> Non
         assert failed.is_error and "the page is glued" in _text(failed)
         invalid = await client.call_tool("add_note", {"priority": "high"})
         assert invalid.is_error and "text" in _text(invalid) and "priority" in _text(invalid)
+        # An array result reads as numbers, and matches the published output schema (the
+        # SDK validates structured content against it).
+        lengths = await client.call_tool("lengths", {})
+        assert lengths.structured_content == {"result": [8, 9]} and _text(lengths) == "[8,9]"
+        stepped = await client.call_tool("note", {"text": "a plain one"})
+        assert not stepped.is_error and stepped.structured_content["notes"] == 3
 
 
 async def test_one_mcp_session_is_one_episode(server: ThreadServer) -> None:
@@ -192,12 +210,12 @@ def test_transport_rules(server: ThreadServer) -> None:
     assert unknown.json()["error"]["code"] == -32601
     missing = httpx.post(
         url,
-        json={**call, "method": "tools/call", "params": {"name": "reset"}},
+        json={**call, "method": "tools/call", "params": {"name": "nope"}},
         headers={SESSION_HEADER: session},
     )
     assert (
         missing.json()["error"]["code"] == -32602
-        and "available" in missing.json()["error"]["message"]
+        and "'reset'" in missing.json()["error"]["message"]
     )
     assert httpx.get(url).status_code == 405
     bad_version = httpx.post(
@@ -265,3 +283,76 @@ async def test_stdio_transport_runs_one_episode():
     assert out[3]["result"]["data"] == 1
     assert out[4]["error"]["code"] == -32700
     assert len(out) == 5 and service.manager.active == 0  # the episode ended with the input
+
+
+@pytest.fixture(scope="module")
+def tictactoe() -> Iterator[ThreadServer]:
+    server = ThreadServer(TicTacToeEnv, idle_timeout_s=600)
+    mount_mcp(server.app)
+    server.start()
+    yield server
+    server.stop()
+
+
+async def test_an_agent_plays_an_env_without_tools_through_reset_and_its_action(
+    tictactoe: ThreadServer,
+) -> None:
+    async with sdk_client(f"{tictactoe.url}{DEFAULT_PATH}", mode="legacy") as client:
+        assert client.server_info is not None
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+        assert sorted(listed) == ["move", "reset"]
+        move = listed["move"]
+        assert move.description.startswith("Put your X on an empty cell.")
+        row = move.input_schema["properties"]["row"]
+        assert row["description"] == "The row, 0 (top) to 2 (bottom)."
+        assert (row["minimum"], row["maximum"]) == (0, 2)
+        assert listed["reset"].input_schema["properties"]["seed"]["default"] is None
+
+        first = await client.call_tool("reset", {"seed": 3})
+        assert not first.is_error
+        assert first.structured_content["board"] == [[0, 0, 0], [0, 0, 0], [0, 0, 0]]
+        assert '"board":[[0,0,0],[0,0,0],[0,0,0]]' in _text(first)  # numbers, not base64
+
+        invalid = await client.call_tool("move", {"row": 5, "col": 0})
+        assert invalid.is_error
+        assert _text(invalid) == (
+            "[INVALID_ACTION] invalid MoveAction: row: Input should be less than or equal to 2"
+        )
+
+        observation = first.structured_content
+        while not observation["done"]:
+            board = observation["board"]
+            cell = next((r, c) for r in range(3) for c in range(3) if board[r][c] == 0)
+            result = await client.call_tool("move", {"row": cell[0], "col": cell[1]})
+            assert not result.is_error, _text(result)
+            observation = result.structured_content
+            assert observation["board"][cell[0]][cell[1]] == 1
+        assert observation["reward"] in (-1.0, 0.0, 1.0) and observation["metadata"]["result"]
+        over = await client.call_tool("move", {"row": 0, "col": 0})
+        assert over.is_error and _text(over).startswith("[EPISODE_ENDED]")
+        again = await client.call_tool("reset", {})
+        assert not again.is_error and again.structured_content["moves"] == 0
+        seed = await client.call_tool("reset", {"seed": "three"})
+        assert seed.is_error and "seed" in _text(seed)
+
+
+def test_the_first_observation_is_in_the_instructions(tictactoe: ThreadServer) -> None:
+    reply = _initialize(f"{tictactoe.url}{DEFAULT_PATH}?seed=1")
+    instructions = reply.json()["result"]["instructions"]
+    assert 'its first observation: {"board":[[0,0,0],[0,0,0],[0,0,0]],"moves":0}' in instructions
+    assert "Act with the move tool" in instructions
+    session = reply.headers[SESSION_HEADER]
+    assert httpx.delete(f"{tictactoe.url}{DEFAULT_PATH}", headers={SESSION_HEADER: session})
+
+
+def test_tool_names_that_clash_are_refused_when_mounted() -> None:
+    from corral.adapters.mcp import McpSessions
+    from corral.server import ServerConfig
+    from corral.server.service import EnvService
+
+    service = EnvService(NotebookEnv, ServerConfig())
+    with pytest.raises(TypeError, match=r"\['count'\] take the name"):
+        McpSessions(service, action_tool="count")
+    with pytest.raises(TypeError, match="reserved"):
+        McpSessions(service, action_tool="step")
+    assert McpSessions(service, action_tool="write").play is not None

@@ -243,3 +243,100 @@ def test_remote_vec_env_matches_dummy_vec_env_on_integer_observations() -> None:
         finally:
             remote.close()
             local.close()
+
+
+# -- your own environment: a typed row/col action and an int8 board -------------------
+
+
+@pytest.fixture(scope="module")
+def tictactoe() -> Iterator[InProcessServer]:
+    from examples.tictactoe.tictactoe import TicTacToeEnv
+
+    with InProcessServer(TicTacToeEnv) as server:
+        yield server
+
+
+def test_a_typed_row_col_action_is_a_multi_discrete_ppo_takes(
+    tictactoe: InProcessServer,
+) -> None:
+    from gymnasium import spaces
+    from stable_baselines3 import PPO
+
+    from corral.adapters.sb3 import RemoteVecEnv
+
+    envs = RemoteVecEnv.from_url(tictactoe.url, 4, dialer=tictactoe.dialer)
+    try:
+        assert envs.action_space == spaces.MultiDiscrete([3, 3])
+        # board (3x3 int8, flattened) then moves (0..9, one-hot): one float32 vector
+        assert envs.observation_space.shape == (9 + 10,)
+        assert envs.observation_space.dtype == np.float32
+        envs.seed(5)
+        first = envs.reset()
+        assert first.shape == (4, 19) and not first[:, :9].any() and (first[:, 9] == 1).all()
+        observations, rewards, dones, _ = envs.step(np.array([[1, 1]] * 4))
+        assert (observations[:, 4] == 1).all()  # row 1, col 1 of the board is our X
+        assert (observations[:, :9] == -1).sum(axis=1).tolist() == [1] * 4  # O answered
+        assert (observations[:, 9 + 2] == 1).all() and not dones.any() and not rewards.any()
+        PPO("MlpPolicy", envs, n_steps=8, batch_size=16, seed=0).learn(64)  # takes the spaces
+    finally:
+        envs.close()
+    raw = RemoteVecEnv.from_url(tictactoe.url, 2, flatten=False, dialer=tictactoe.dialer)
+    try:
+        assert isinstance(raw.action_space, spaces.Dict)
+        assert isinstance(raw.observation_space, spaces.Dict)
+        with pytest.raises(AssertionError, match="Dict"):  # SB3's own refusal, unflattened
+            PPO("MultiInputPolicy", raw)
+    finally:
+        raw.close()
+
+
+def _tictactoe_return(envs: Any, act: Callable[[Any], Any], episodes: int = 200) -> float:
+    """The mean return of ``episodes`` games from seeded resets."""
+    envs.seed(1000)
+    observations = envs.reset()
+    returns: list[float] = []
+    running_return = np.zeros(envs.num_envs)
+    while len(returns) < episodes:
+        observations, rewards, dones, _ = envs.step(act(observations))
+        running_return += rewards
+        returns.extend(running_return[dones].tolist())
+        running_return[dones] = 0.0
+    return float(np.mean(returns[:episodes]))
+
+
+@pytest.mark.slow
+def test_ppo_learns_tic_tac_toe_through_eight_sessions(tictactoe: InProcessServer) -> None:
+    import torch
+    from stable_baselines3 import PPO
+
+    from corral.adapters.sb3 import RemoteVecEnv
+
+    torch.set_num_threads(1)  # the suite shares two cores
+    envs = RemoteVecEnv.from_url(tictactoe.url, 8, dialer=tictactoe.dialer)
+    try:
+        envs.seed(0)
+        model = PPO(
+            "MlpPolicy",
+            envs,
+            n_steps=32,
+            batch_size=64,
+            n_epochs=4,
+            learning_rate=3e-3,
+            gamma=0.9,
+            seed=0,
+            device="cpu",
+        )
+
+        def policy(observations: Any) -> Any:
+            return model.predict(observations, deterministic=False)[0]
+
+        before = _tictactoe_return(envs, policy)
+        model.learn(total_timesteps=8192)
+        after = _tictactoe_return(envs, policy)
+    finally:
+        envs.close()
+    print(f"tic-tac-toe, PPO 8,192 steps: mean return {before:.2f} -> {after:.2f}")
+    # A random policy plays a taken cell in most games (-1); after training most moves
+    # are legal and some games are won. Measured over six training seeds: -0.78..-0.87
+    # before, +0.19..+0.68 after.
+    assert before < -0.5 and after - before > 0.5, (before, after)

@@ -6,6 +6,7 @@ import gc
 import importlib.util
 import inspect
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -194,3 +195,34 @@ def test_environment_tools_reach_trl_through_a_real_server() -> None:
             _notes_rollout(Notes)
         finally:
             Notes._pool.close()
+
+
+TICTACTOE = str(Path(__file__).resolve().parents[2] / "examples" / "tictactoe")
+
+
+@pytest.mark.parametrize("source", ["in-process", "served"])
+def test_an_array_observation_reads_as_numbers_and_bad_actions_as_one_line(source: str) -> None:
+    from examples.tictactoe.tictactoe import TicTacToeEnv
+
+    from corral.errors import InvalidAction
+
+    # env= gives the remote client the environment's own models, so both paths validate
+    # with the same validators and must say the same.
+    Game = (
+        environment_factory(TicTacToeEnv)
+        if source == "in-process"
+        else environment_factory(TICTACTOE, env=TicTacToeEnv)
+    )
+    try:
+        game = Game()
+        assert game.reset(seed=2) == '{"board":[[0,0,0],[0,0,0],[0,0,0]],"moves":0}'
+        move = trl_tools(game)["move"]
+        text = move(row=1, col=1)
+        assert text.startswith('{"board":[[') and '"moves":2' in text and "dtype" not in text
+        with pytest.raises(InvalidAction) as refused:
+            move(row=3, col=0)
+        assert str(refused.value) == (
+            "[INVALID_ACTION] invalid MoveAction: row: Input should be less than or equal to 2"
+        )
+    finally:
+        Game._pool.close()

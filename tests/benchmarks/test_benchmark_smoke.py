@@ -119,6 +119,11 @@ def test_smoke_run_writes_every_table(tmp_path):
     assert _number(density["one more session in lockstep, step p99 µs"][1]) > 0
     targets = _rows(report, SECTIONS[-1])
     assert any(row[0].startswith("lockstep p50 within 1.3x") for row in targets)
+    # The sync twin's ratio is one figure of one run, the two clients stepping in turns:
+    # what the README's claim about the twin must quote.
+    twin = next(row for row in targets if row[0].startswith("sync twin p50 within 1.2x"))
+    assert _number(twin[1]) > 0
+    assert "sync twin p50 / async client p50 = " in report
     assert any(row[0].startswith("stretch: pipelined") for row in targets)
     ppo_target = next(row for row in targets if row[0].startswith("PPO on 8 remote"))
     assert "(bound " in ppo_target[1]

@@ -77,7 +77,8 @@ def test_a_short_or_unreadable_key_is_a_clear_error(tmp_path: Path) -> None:
         (short, "is 9 bytes long; use at least 32"),
         (tmp_path / "nope", "cannot read"),
     ):
-        result = CliRunner().invoke(
+        # Wide enough that the message, which names the temporary path, is on one line.
+        result = CliRunner(env={"COLUMNS": "300"}).invoke(
             app, ["serve", "corral.envs.echo:EchoEnv", "--fleet-key-file", str(path)]
         )
         assert result.exit_code == 2 and message in result.output, result.output

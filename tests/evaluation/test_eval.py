@@ -197,6 +197,62 @@ def test_an_llm_policy_against_a_stand_in_endpoint(tmp_path: Path) -> None:
     assert episode.records[1].action == {"guess": "toolong"}
 
 
+def test_ctrl_c_says_what_was_kept_and_how_to_resume(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    args = ["eval", FRAGILE, "--episodes", "30", "--concurrency", "2", "--retries", "0"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "corral.cli.main", *args, "--out", str(out)],
+        cwd=REPO,
+        env={**os.environ, "FRAGILE_DELAY": "0.05"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    path = out / "episodes.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # bounded: wait for some finished episodes
+        if path.exists() and path.read_bytes().count(b'"kind":"end"') >= 4:
+            break
+        assert proc.poll() is None, "the run ended before it could be interrupted"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    kept = {e.id for e in read(path, strict=False) if e.complete}
+    said = f"interrupted: {len(kept)} of 30 episodes are finished and kept in {path}"
+    assert said in stderr
+    resume = stderr.split("resume with: ", 1)[1].strip()
+    assert resume.startswith(f"corral eval {FRAGILE} --episodes 30") and str(out) in resume
+
+    again = corral(*resume.split()[1:])  # the printed command, as the user runs it
+    assert again.returncode == 0, again.stderr
+    assert f"resuming the run in {out}" in again.stderr
+    runs = final_attempts(read(path))
+    assert sorted(runs) == list(range(30))
+    for name in kept:  # kept, not played again
+        k, _ = parse_episode_id(name) or (-1, -1)
+        assert [a.id for a in runs[k] if a.complete] == [name]
+
+
+async def test_resuming_a_finished_run_starts_no_server(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    out = tmp_path / "run"
+    with running(FragileEnv, max_sessions=8) as srv:  # seeds 6..9 break nothing
+        first = await evaluate(srv.url, out=out, episodes=4, seed=6, concurrency=2)
+        url = srv.url
+    # The server is gone: a resume that needed one would fail to connect.
+    console = Console(record=True, width=200)
+    again = await evaluate(url, out=out, seed=6, console=console)
+    said = console.export_text()
+    assert "nothing left to play: 4 of 4 episodes are finished" in said
+    assert again.model_dump(exclude={"duration_s", "steps", "steps_per_s", "episodes_per_s"}) == (
+        first.model_dump(exclude={"duration_s", "steps", "steps_per_s", "episodes_per_s"})
+    )
+    with pytest.raises(EvalError, match="seed: 6 before, 7 now"):  # still checked first
+        await evaluate(url, out=out, seed=7, console=console)
+
+
 async def test_policies_from_files_and_modules(tmp_path: Path, fragile: InProcessServer) -> None:
     agents = tmp_path / "agents.py"
     agents.write_text(
@@ -276,3 +332,43 @@ async def test_bad_splits_and_options_are_clear(
         await evaluate(
             wordle.url, dialer=wordle.dialer, out=tmp_path / "c", episodes=1, options={"colour": 1}
         )
+
+
+def test_the_bandit_of_the_grpo_example_through_an_llm_policy(tmp_path: Path) -> None:
+    """The loop of examples/bandit/train_grpo.py, played by an OpenAI-compatible endpoint
+    through ``corral eval --policy llm`` (docs/integrations.md: vLLM plugs in here)."""
+    from examples.bandit.bandit import BanditEnv, LeverAction
+    from tests.support.llm_standin import bandit_player
+
+    app, seen = standin_app(LeverAction, bandit_player)
+    with AppThread(app) as llm_url, running(BanditEnv, max_sessions=4) as srv:
+        out = tmp_path / "run"
+        done = corral(
+            "eval",
+            srv.url,
+            "--policy",
+            "llm",
+            "--llm-url",
+            f"{llm_url}/v1",
+            "--model",
+            "standin",
+            "--episodes",
+            "4",
+            "--concurrency",
+            "2",
+            "--out",
+            str(out),
+            "--env",
+            "examples.bandit.bandit:BanditEnv",
+        )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["episodes"] == 4 and summary["errors"] == {}
+    # Levers 5 and 6 pay nothing, 7 pays: each episode's three pulls return 1.
+    assert summary["mean_return"] == 1.0
+    episodes = read(out / "episodes.jsonl")
+    assert [r.action for r in episodes[0].records[1:]] == [{"lever": 5}, {"lever": 6}, {"lever": 7}]
+    # The model read each observation as JSON: the pull's payout and the pulls left.
+    last = seen[-1]["messages"]
+    assert last[1]["content"] == '{"payout":0.0,"pulls_left":3}'
+    assert last[-1]["role"] == "tool" and last[-1]["content"].startswith('{"payout":0.0,')

@@ -94,9 +94,17 @@ async def test_acked_requests_leave_one_reply_per_session(counter: ThreadServer,
         acked = await peer.request(step(12, acked=True))
         assert acked["observation"]["total"] == 3
         assert await peer.request(step(12, acked=True)) == acked  # its own: still a replay
-        # This side said it held the replies of 10 and 11: they are gone, so 10 runs anew.
+        # This side said it held the replies of 10 and 11: they are forgotten, yet known
+        # to be answered, so a re-send of 10 is refused, not run a second time (30.9).
         again = await peer.request(step(10))
-        assert again["type"] == "result" and again["observation"]["total"] == 4
+        assert again["code"] == ErrorCode.REQUEST_ID_REUSED, again
+        assert again["details"]["reason"] == "acked" and again["details"]["acked"] == 12
+        batch = await peer.request(
+            {"type": "step_batch", "id": 11, "items": [{"session": session, "action": {}}]}
+        )
+        assert batch["results"][0]["error"]["code"] == ErrorCode.REQUEST_ID_REUSED, batch
+        fresh = await peer.request(step(13))
+        assert fresh["observation"]["total"] == 4  # nothing ran in between
     finally:
         await peer.close()
     client = AsyncEnvClient(counter.url, env=CounterEnv, codec=codec)
@@ -142,7 +150,7 @@ async def test_error_replies_echo_bounded_ids(counter: ThreadServer, codec: str)
 
 # -- 11.9: any failure after a session is marked running releases it ---------------
 
-BAD_OPTIONS = [{1: 0, "zz": 0}, {"seed": 3}, {"timeout": 1}, {2: "x"}, {"limit": 5, 0: 1}]
+BAD_OPTIONS = [{1: 0, "zz": 0}, {"seed": 3}, {"self": 1}, {2: "x"}, {"limit": 5, 0: 1}]
 
 
 @pytest.mark.parametrize("env", [CounterEnv, AsyncCounterEnv])

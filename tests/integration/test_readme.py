@@ -12,14 +12,15 @@ to the next key):
 
 * ``server=TARGET``: ``corral serve TARGET`` runs on a free port, and the block's
   ``http://127.0.0.1:8000`` (where the page says the server is) is replaced by its URL.
-  ``TARGET`` may be ``.``: the scaffolded environment's directory.
+  ``TARGET`` may be ``.``: the scaffolded environment's directory, or a directory of the
+  repository (``examples/tictactoe``), as a user runs it from a clone.
 * ``openenv-server``: a real openenv-core server (``tests/support/openenv_peer_app.py``)
   replaces ``http://127.0.0.1:8001``.
 * ``cwd=scaffold``: run where ``corral init demo_env`` was run; ``cwd=demo_env``: in the
   scaffolded environment's directory.
 * ``image``: the Docker image ``corral build`` makes of the scaffold exists (built once).
-* ``serves``: a shell block of ``corral serve ... --port 8000`` lines: each runs on a free
-  port until ``/ready`` answers, then is stopped.
+* ``serves``: a shell block of ``corral serve TARGET ... --port 8000`` lines: each runs on a
+  free port until ``/ready`` answers, then is stopped (``TARGET`` as for ``server=``).
 * ``docker`` / ``network`` / ``slow``: the test is marked so (Docker engine, package index).
 * ``skip=REASON``: not run here; the reason names where it is exercised instead.
 * ``timeout=SECONDS``: the block's time limit (default 120).
@@ -225,7 +226,10 @@ def test_snippet_runs_as_written(
         server_cwd = scaffold / "demo_env" if notes.get("server") == "." else cwd
     code = snippet.code
     if "server" in notes:
-        url = shared.corral(notes["server"], server_cwd)
+        target = notes["server"]
+        if target != "." and (ROOT / target).is_dir():  # a directory of the repository
+            target = str(ROOT / target)
+        url = shared.corral(target, server_cwd)
         assert SERVER_URL in code, f"{snippet.id}: server= given but {SERVER_URL} not used"
         code = code.replace(SERVER_URL, url)
     if "openenv-server" in notes:
@@ -260,6 +264,9 @@ def serve_briefly(command: str, cwd: Path, tmp_path: Path) -> None:
     port_file.unlink(missing_ok=True)
     argv[argv.index("--port") + 1] = "0"
     argv[0] = str(BIN / "corral")
+    target = argv[2]
+    if not (cwd / target).exists() and (ROOT / target).is_dir():  # a directory of the repository
+        argv[2] = str(ROOT / target)
     server = subprocess.Popen(
         [*argv, "--port-file", str(port_file)],
         cwd=cwd,

@@ -167,6 +167,34 @@ def test_an_acked_request_forgets_the_replies_before_it_but_replays_its_own():
     assert s.cache.get(3) is None
 
 
+def test_a_request_under_an_acknowledged_id_is_refused_not_run_again():
+    """Issue 30.9: forgetting replies the client acknowledged does not forget that those
+    ids were answered; a re-send of one (a raw or buggy client) is refused, and the
+    session holds one int for it whatever the number of forgotten ids."""
+    s = state()
+    assert s.admit("reset", 1, RESET) is Op.RESET
+    s.machine.finish(Op.RESET)
+    s.deliver(Result(1, "s", {"done": False}))
+    step = ("step", {"a": 1})
+    for rid in range(2, 50):
+        assert s.admit("step", rid, step, acked=True) is Op.STEP
+        s.machine.finish(Op.STEP)
+        s.deliver(Result(rid, "s", {"done": False}))
+    assert len(s.cache) == 1 and s.cache.acked == 49
+    for old, payload in [(1, RESET), (2, step), (48, step), (30, ("step", {"a": 9}))]:
+        with pytest.raises(RequestIdReused) as caught:
+            s.admit(payload[0], old, payload)
+        assert caught.value.details == {
+            "id": old,
+            "now": payload[0],
+            "acked": 49,
+            "reason": "acked",
+        }
+        assert s.machine.running is None  # nothing ran, the session is free
+    assert isinstance(s.admit("step", 49, step), Result)  # its own id: still a replay
+    assert s.admit("step", 50, step) is Op.STEP  # a fresh id runs
+
+
 def test_a_reused_id_is_not_a_replay():
     s = state()
     assert s.admit("reset", 1, RESET) is Op.RESET

@@ -135,6 +135,22 @@ async def test_an_environment_directory_uses_its_manifest(echo_env_dir: Path) ->
     assert all(wait_dead(pid) for pid in pids)
 
 
+async def test_the_trainer_that_starts_a_server_may_fill_it() -> None:
+    """Issue 30.4's share keeps room for other clients of a shared server; a server a
+    provider starts for its caller has none, so its one client takes every slot (16 of
+    16: the share would stop it at 14), unless the spec's own options say otherwise."""
+    assert ServerSpec(ECHO).serve_args(owned=True) == ["--max-sessions-per-client", "0"]
+    mine = ServerSpec(ECHO, server_args=("--max-sessions-per-client", "3"))
+    assert mine.serve_args(owned=True) == ["--max-sessions-per-client", "3"]
+    assert ServerSpec(ECHO).serve_args() == []
+    async with LocalProcessProvider() as provider:
+        endpoint = await provider.start(ServerSpec(ECHO, max_sessions=16))
+        with httpx.Client(base_url=endpoint.url, timeout=30) as web:
+            opened = [web.post("/sessions").status_code for _ in range(16)]
+            assert opened == [201] * 16, opened
+            assert web.post("/sessions").json()["code"] == "CAPACITY_REACHED"
+
+
 async def test_a_crash_at_startup_carries_the_output() -> None:
     async with LocalProcessProvider() as provider:
         with pytest.raises(ServerStartError, match="NoSuchEnv") as info:

@@ -105,3 +105,26 @@ def test_binding_beyond_loopback_without_auth_warns():
     assert warning is not None and "without authentication" in warning
     assert "--token-file" in warning
     assert exposure_warning("0.0.0.0", TOKEN) is None
+
+
+def test_the_probe_paths_answer_without_the_token_and_say_nothing_else(server):
+    """Kubelet httpGet probes cannot send a token (issue 30.17): /livez and /readyz give
+    the status of /health and /ready and an empty body, nothing a stranger can use."""
+    for path, twin in (("/livez", "/health"), ("/readyz", "/ready")):
+        probe = httpx.get(server.url + path)
+        assert probe.status_code == 200 and probe.content == b""
+        authorised = httpx.get(server.url + twin, headers=bearer_header(TOKEN))
+        assert authorised.status_code == probe.status_code
+        assert httpx.get(server.url + twin).status_code == 401
+    # Only those two paths are public, and only as GET routes.
+    assert httpx.post(server.url + "/readyz").status_code == 405
+    assert httpx.get(server.url + "/readyz/x").status_code == 401
+
+
+def test_readyz_follows_ready_when_the_server_is_full():
+    with running(CounterEnv, token=TOKEN, max_sessions=1) as srv:
+        opened = httpx.post(srv.url + "/sessions", headers=bearer_header(TOKEN), json={})
+        assert opened.status_code == 201, opened.text
+        assert httpx.get(srv.url + "/readyz").status_code == 503
+        full = httpx.get(srv.url + "/ready", headers=bearer_header(TOKEN))
+        assert full.status_code == 503

@@ -14,7 +14,7 @@ from websockets.exceptions import InvalidStatus
 from corral.auth import COOKIE_NAME, bearer_header, cookie_matches, issue_cookie
 from corral.client.connection import ws_url
 from corral.envs.echo import EchoEnv
-from corral.server.auth import authorised
+from corral.protocol.access import AccessPolicy, RequestHead, check_credentials
 
 TOKEN = "cookie-test-token-123"
 
@@ -38,6 +38,11 @@ def test_cookie_values():
     for junk in ("", "v1", "v1.x.y.z", "v2.1060.aa.bb", "...."):
         assert not cookie_matches(junk, TOKEN, now=1000.0)
     assert issue_cookie(TOKEN, now=1000.0) != issue_cookie(TOKEN, now=1000.0)
+
+
+def authorised(headers: list[tuple[bytes, bytes]], token: str, cookies: bool = False) -> bool:
+    head = RequestHead.of("GET", "/ws", headers, websocket=True)
+    return check_credentials(head, AccessPolicy(token, cookies)) is None
 
 
 def test_authorised_needs_the_same_origin_for_cookies():
@@ -87,7 +92,9 @@ async def test_exchange_then_every_route_and_the_websocket(server):
             subprotocols=["corral.v1.json"],
             additional_headers={**headers, "Origin": "http://evil.test"},
         )
-    assert refused.value.response.status_code == 401
+    # A page elsewhere cannot even try: its origin is refused before any credential.
+    assert refused.value.response.status_code == 403
+    assert json.loads(refused.value.response.body)["code"] == "FORBIDDEN"
 
     async with httpx.AsyncClient(base_url=server.url, cookies={COOKIE_NAME: value}) as http:
         forgot = await http.delete("/auth")

@@ -11,7 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import orjson
 import pytest
+from tests.support.rawws import RawSocket
+from tests.support.servers import port_of
 
 from corral.client import AsyncEnvClient
 from corral.envs.echo import EchoAction
@@ -77,7 +80,11 @@ async def test_sigterm_drains_open_sessions_then_stops(
         assert _ready_status(url) == 200
         process.send_signal(signal.SIGTERM)
         _wait_for_status(url, 503)
-        # Still serving the open session while draining.
+        # New connections are refused at the handshake, saying why (clients go elsewhere)...
+        status, _, body = RawSocket(port_of(url)).upgrade()
+        assert status == 503 and orjson.loads(body)["code"] == "NOT_READY", body
+        assert "draining" in orjson.loads(body)["details"]["reason"]
+        # ...while the open session is still served.
         result = await env.step(EchoAction(message="still here"))
         assert result.observation.echoed_message == "still here"
         assert process.poll() is None

@@ -14,8 +14,11 @@ from tests.support.raw import RawPeer
 from tests.support.servers import ThreadServer, running
 from tests.support.snapshot_envs import TallyEnv
 from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
 
+from corral.protocol.codecs import get_codec
 from corral.protocol.drain import DrainFigures
+from corral.protocol.handshake import RESUME_HEADER
 
 KEY = b"fleet key for the drain tests, 32"
 
@@ -28,9 +31,17 @@ def start_drain(server: ThreadServer, deadline_s: float) -> asyncio.Future[Drain
     )
 
 
-async def notice_reader(server: ThreadServer, codec: str = "msgpack") -> RawPeer:
-    """A raw peer whose hello asks for notices."""
-    peer = await RawPeer.open(server.url, codec, hello=False)
+async def notice_reader(
+    server: ThreadServer, codec: str = "msgpack", resume: str | None = None
+) -> RawPeer:
+    """A raw peer whose hello asks for notices (``resume``: a session it comes back for,
+    in the ``corral-resume`` header)."""
+    ws = await connect(
+        server.url.replace("http://", "ws://") + "/ws",
+        subprotocols=[get_codec(codec).subprotocol],  # type: ignore[list-item]
+        additional_headers={RESUME_HEADER: resume} if resume else {},
+    )
+    peer = RawPeer(ws, codec)
     welcome = await peer.request({"type": "hello", "protocol": "corral/1", "notices": True})
     assert welcome["type"] == "welcome", welcome
     return peer
@@ -89,8 +100,12 @@ async def test_a_drain_tells_notice_readers_and_moves_sessions_before_the_deadli
             assert state.status_code == 503
             assert state.json()["draining"]["sessions"] == 2
             assert state.json()["reason"] == "draining: test"
-            # A client arriving now is told at once, after its welcome.
-            late = await notice_reader(old, codec)
+            # A new client is refused at the upgrade; one coming back for its session is
+            # let in and told at once, after its welcome.
+            with pytest.raises(InvalidStatus) as refused_upgrade:
+                await notice_reader(old, codec)
+            assert refused_upgrade.value.response.status_code == 503
+            late = await notice_reader(old, codec, resume=moving)
             assert (await late.recv())["type"] == "going_away"
             await late.close()
             # The held sessions are served: a step, and the snapshot that moves one.

@@ -3,7 +3,10 @@ debug mode, and invalid actions that say what is wrong, through a real server.""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import re
+from typing import Any
 
 import pytest
 from tests.support.envs import CountAction, CounterEnv
@@ -139,4 +142,42 @@ async def test_a_worker_process_env_exception_keeps_its_traceback():
     finally:
         server.stop_now()
     assert reply["code"] == ErrorCode.ENV_ERROR
-    assert reply["details"]["traceback"][-1] == "ValueError: failed on purpose"
+    remote = reply["details"]["traceback"]
+    assert remote[-1] == "ValueError: failed on purpose"
+    # Issue 31.14: from the environment's frame on, in the worker too.
+    assert "frames of corral's server before the environment's" in remote[1]
+    assert "process_envs.py" in remote[2], remote
+    assert not any("corral/server/" in line for line in remote), remote
+
+
+class BlockingCounterEnv(CounterEnv):
+    blocking = True  # every call in the executor's threads
+
+
+class AsyncFailingEnv(CounterEnv):
+    async def step(self, action: CountAction) -> Any:  # type: ignore[override]
+        await asyncio.sleep(0)  # suspends: finishes in a task of its own
+        return super().step(action)
+
+
+@pytest.mark.parametrize("env", [CounterEnv, BlockingCounterEnv, AsyncFailingEnv])
+async def test_a_logged_traceback_starts_at_the_environments_frame(caplog, env):
+    """Issue 31.14: the first frame of an env's traceback in the log is the env's own;
+    the frames of corral's server that called it are counted in one line, not shown."""
+    caplog.set_level(logging.ERROR, logger="corral.server")
+    with running(env, debug=True) as server:
+        async with AsyncEnvClient(server.url, env=CounterEnv) as client:
+            await client.reset()
+            with pytest.raises(EnvError) as info:
+                await client.step(CountAction(fail=True))
+    [record] = [r for r in caplog.records if "environment raised" in r.getMessage()]
+    lines = record.getMessage().splitlines()
+    start = lines.index("Traceback (most recent call last):")
+    assert re.fullmatch(
+        r"  \(\d+ frames of corral's server before the environment's\)", lines[start + 1]
+    )
+    first = lines[start + 2]
+    assert first.startswith('  File "') and "tests/" in first, lines[start:]
+    assert not any("corral/server/" in line for line in lines[start:]), lines[start:]
+    # The client's copy (debug) is the same trimmed text.
+    assert info.value.details["traceback"][1] == lines[start + 1]

@@ -87,7 +87,8 @@ async def test_text_logs_have_the_banner_and_one_line_per_session_event(tmp_path
     for part in (
         "contract  1.0.0, fingerprint sha256:",
         "protocols corral/1 on /ws (msgpack, json); OpenEnv on /ws and HTTP",
-        "limits    1024 sessions (1024 per connection), idle 600 s, step timeout 300 s",
+        "limits    1024 sessions (1024 per connection, 896 per client), idle 600 s, step "
+        "timeout 300 s",
         "auth      off",
         "web UI    off",
     ):
@@ -194,6 +195,7 @@ def test_banner_lines() -> None:
         limits={
             "max_sessions": 8,
             "max_sessions_per_connection": 4,
+            "max_sessions_per_client": 7,
             "idle_timeout_s": None,
             "step_timeout_s": 1.5,
             "resume_window_s": 30.0,
@@ -207,7 +209,7 @@ def test_banner_lines() -> None:
     )
     assert lines[0] == "corral serving demo (demo.env:DemoEnv) at http://0.0.0.0:8000"
     assert lines[2] == "  protocols corral/1 on /ws (msgpack, json)"
-    assert "8 sessions (4 per connection), idle never, step timeout 1.5 s" in lines[3]
+    assert "8 sessions (4 per connection, 7 per client), idle never, step timeout 1.5" in lines[3]
     assert "frames 1024 bytes, batches 64" in lines[3]
     assert lines[4:] == ["  auth      on (bearer token)", "  web UI    on at /web", "  workers   2"]
 

@@ -17,9 +17,10 @@ from websockets.sync.client import connect
 
 from corral.client import AsyncEnvClient
 from corral.envs.echo import EchoAction, EchoEnv
-from corral.server.deflate import DeflateParams, Deflater, negotiate
+from corral.protocol.deflate import DeflateParams, Deflater, negotiate
+from corral.server.edge import hard_frame_limit
 from corral.server.front import is_native_upgrade
-from corral.server.native import NativeLink, hard_frame_limit
+from corral.server.native import NativeLink
 
 TOKEN = "s3cret-token-123"
 
@@ -70,7 +71,7 @@ def test_openenv_ws_and_http_share_the_port(server):
 def test_a_malformed_upgrade_is_answered_by_uvicorn(server):
     raw = RawSocket(port_of(server.url))
     raw.sock.sendall(
-        b"GET /ws HTTP/1.1\r\nHost: x\r\nSec-WebSocket-Protocol: corral.v1.json\r\n\r\n"
+        b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nSec-WebSocket-Protocol: corral.v1.json\r\n\r\n"
     )
     status, _, _ = raw.read_response()
     assert status in (400, 404, 426)

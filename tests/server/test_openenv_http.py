@@ -13,6 +13,8 @@ from corral.contract.tools import tool
 from corral.envs.echo import EchoEnv
 from corral.server.openenv import SESSION_HEADER
 
+JSON = {"content-type": "application/json"}
+
 
 async def test_stateless_reset_step_state_like_openenv():
     with running(EchoEnv) as srv:
@@ -138,7 +140,7 @@ async def test_mcp_over_http():
         async with httpx.AsyncClient(base_url=srv.url) as http:
             reply = (await http.post("/mcp", json={})).json()
             assert reply["error"]["code"] == -32600 and reply["id"] is None
-            reply = await http.post("/mcp", content=b"{nope")
+            reply = await http.post("/mcp", content=b"{nope", headers=JSON)
             assert reply.status_code == 200 and reply.json()["error"]["code"] == -32700
             tools = await http.post("/mcp", json=call("tools/list"))
             assert [t["name"] for t in tools.json()["result"]["tools"]] == ["total_plus"]

@@ -10,6 +10,8 @@ from tests.support.web_envs import BrokenViewEnv, CalcEnv
 from corral.envs.wordle import WordleEnv
 from corral.envs.wordle.env import WordleAction
 
+JSON = {"content-type": "application/json"}
+
 
 @pytest.fixture(scope="module")
 def wordle():
@@ -49,7 +51,7 @@ async def test_wordle_board_and_suggestions(wordle):
 )
 async def test_bad_requests_get_structured_errors(wordle, body, status, code):
     async with httpx.AsyncClient(base_url=wordle.url) as http:
-        reply = await http.post("/render", content=body)
+        reply = await http.post("/render", content=body, headers=JSON)
         assert reply.status_code == status
         assert reply.json()["code"] == code
         if body.startswith(b'{"observation": {"guesses'):

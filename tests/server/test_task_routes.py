@@ -14,6 +14,8 @@ from corral.envs.echo import EchoEnv
 from corral.envs.wordle import WordleEnv
 from corral.errors import InvalidArgument
 
+JSON = {"content-type": "application/json"}
+
 
 @pytest.fixture(scope="module")
 def wordle() -> Iterator[ThreadServer]:
@@ -66,7 +68,7 @@ def test_bad_requests_get_corral_errors(http: httpx.Client) -> None:
     assert negative.status_code == 400
     for body in ({}, {"split": "test", "index": "x"}, {"split": "test", "extra": 1}):
         assert http.post("/wordle/task", json=body).status_code == 422
-    assert http.post("/wordle/task", content=b"{nope").status_code == 422
+    assert http.post("/wordle/task", content=b"{nope", headers=JSON).status_code == 422
     assert http.get("/health").json() == {"status": "healthy"}  # the server lives on
     errors = [
         line

@@ -14,6 +14,8 @@ from corral.envs.echo import EchoEnv
 from corral.providers.dockerfile import corral_wheel
 from corral.server.webui import CSP, WEB_DIR, is_public, load_assets
 
+NDJSON = {"content-type": "application/x-ndjson"}
+
 BUDGET = 150 * 1024
 """The UI's files, all together, stay under this many bytes (issue 12)."""
 
@@ -116,7 +118,7 @@ async def test_regression_turns_an_episode_file_into_a_pytest_module(tmp_path):
     with running(EchoEnv, web=True, max_frame_bytes=2048) as srv:
         async with httpx.AsyncClient(base_url=srv.url) as http:
             made = await http.post(
-                "/regression", params={"url": srv.url}, content=path.read_bytes()
+                "/regression", params={"url": srv.url}, content=path.read_bytes(), headers=NDJSON
             )
             assert made.status_code == 200
             assert made.headers["content-type"].startswith("text/x-python")
@@ -126,7 +128,7 @@ async def test_regression_turns_an_episode_file_into_a_pytest_module(tmp_path):
             assert made.headers["x-corral-env-target"] == target
             assert f"ENV = {target!r}" in made.text and "URL = None" in made.text
             for body, status in ((b"junk\n", 422), (b"", 422), (b"x" * 4096, 413)):
-                refused = await http.post("/regression", content=body)
+                refused = await http.post("/regression", content=body, headers=NDJSON)
                 assert refused.status_code == status, body[:10]
                 assert refused.json()["code"] in ("INVALID_ARGUMENT", "FRAME_TOO_LARGE")
 
@@ -140,7 +142,7 @@ async def test_regression_names_the_server_when_the_env_has_no_target(tmp_path):
     with running(lambda: EchoEnv(), web=True) as srv:  # a factory made at run time
         async with httpx.AsyncClient(base_url=srv.url) as http:
             made = await http.post(
-                "/regression", params={"url": srv.url}, content=path.read_bytes()
+                "/regression", params={"url": srv.url}, content=path.read_bytes(), headers=NDJSON
             )
     assert made.status_code == 200
     assert "x-corral-env-target" not in made.headers

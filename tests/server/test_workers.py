@@ -5,14 +5,18 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
+from collections.abc import Callable
 
+import httpx
 import pytest
 from tests.support.process_envs import AsyncPidEnv, PidEnv
 from tests.support.raw import RawPeer
+from tests.support.starting_envs import FLAG
 
 from corral.client.local_server import LocalServer
 from corral.errors import ErrorCode
-from corral.server.workers import env_reference
+from corral.server.workers import backoff_s, env_reference
 
 
 def worker_pids(server: LocalServer) -> set[int]:
@@ -147,3 +151,86 @@ async def test_a_broken_environment_fails_at_start():
         await peer.close()
     finally:
         await server.stop()
+
+
+async def until(predicate: Callable[[], bool], seconds: float = 120.0) -> None:
+    """Wait (bounded) until ``predicate()`` holds."""
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "the condition did not hold in time"
+        await asyncio.sleep(0.1)
+
+
+def get(server: LocalServer, path: str) -> httpx.Response:
+    return httpx.get(f"{server.url}{path}", timeout=30)
+
+
+async def test_a_slot_whose_replacement_dies_while_starting_is_retried(tmp_path):
+    """Issue 30.5: a replacement worker that dies while starting is retried with back-off
+    until one starts; meanwhile /health, /ready, /metrics and the capacity say so."""
+    flag = tmp_path / "die-at-start"
+    server = LocalServer(
+        "tests.support.starting_envs:StartingEnv",
+        server_args=["--workers", "2", "--max-sessions", "4"],
+        env={FLAG: str(flag)},
+        startup_timeout=60,
+    )
+    await server.start()
+    try:
+        peer = await RawPeer.open(server.url)
+        a, b = await sessions(peer, 2)
+        reply = await peer.request(step_batch([(a, {}), (b, {})]))
+        pids = [r["observation"]["pid"] for r in reply["results"]]
+        assert len(set(pids)) == 2  # one session on each worker
+        flag.touch()  # from now on every worker dies while starting
+        os.kill(pids[0], signal.SIGKILL)
+
+        def report() -> dict:
+            return get(server, "/ready").json()["workers"]
+
+        await until(lambda: report()["start_failures"] >= 2)
+        workers = report()
+        assert workers["alive"] == 1 and len(workers["down"]) == 1
+        assert "failed to start" in next(iter(workers["down"].values()))
+        assert workers["capacity"] == 2  # half the slots, half of max_sessions
+        health = get(server, "/health").json()
+        assert health["status"] == "degraded" and health["workers"]["alive"] == 1
+        lost = await peer.request({"type": "step", "session": a, "action": {}})
+        assert lost["code"] == ErrorCode.SESSION_LOST
+        assert get(server, "/ready").status_code == 200  # 1 session of the 2 it holds now
+        (c,) = await sessions(peer, 1)
+        full = get(server, "/ready")
+        assert full.status_code == 503 and "being restarted" in full.json()["reason"]
+        refused = await peer.request({"type": "open"})
+        assert refused["code"] == ErrorCode.NOT_READY, refused
+        metrics = get(server, "/metrics").text
+        assert 'corral_workers{state="down"} 1.0' in metrics
+        assert "corral_sessions_capacity 2.0" in metrics
+        assert "corral_worker_start_failures_total" in metrics
+
+        os.kill(pids[1], signal.SIGKILL)  # both slots gone: not ready at all
+        await until(lambda: report()["alive"] == 0)
+        ready = get(server, "/ready")
+        assert ready.status_code == 503 and "no worker process" in ready.json()["reason"]
+        assert (await peer.request({"type": "open"}))["code"] == ErrorCode.NOT_READY
+
+        failures = report()["start_failures"]
+        flag.unlink()  # the environment imports again: both slots come back
+        await until(lambda: report()["alive"] == 2)
+        assert report()["down"] == {} and report()["start_failures"] >= failures
+        assert get(server, "/health").json()["status"] == "healthy"
+        assert get(server, "/ready").status_code == 200
+        fresh = await sessions(peer, 2)
+        reply = await peer.request(step_batch([(s, {}) for s in fresh]))
+        assert len({r["observation"]["pid"] for r in reply["results"]}) == 2
+        assert (await peer.request({"type": "step", "session": c, "action": {}}))["code"] == (
+            ErrorCode.SESSION_LOST
+        )
+        await peer.close()
+    finally:
+        server.stop_now()
+
+
+def test_the_back_off_grows_to_its_cap():
+    assert [backoff_s(n) for n in range(8)] == [0, 0.5, 1, 2, 4, 8, 16, 30]
+    assert backoff_s(10_000) == 30

@@ -7,8 +7,8 @@ resource, custom ones included), served over real HTTP on 127.0.0.1. On top of i
 * :class:`FakeKubelet` watches the Pods through the API, like a kubelet, and runs each
   one for real: the container's command (``corral serve ...``) in a local process
   listening on the Pod's own loopback address (``127.x.y.z``, one per Pod, as Pods have
-  IPs of their own) and port; it probes ``/ready`` as the Pod's readiness probe says
-  (``httpGet`` or ``exec``), and patches the Pod's status (``Pending`` with
+  IPs of their own) and port; it probes the Pod's readiness probe (``httpGet``, the
+  only kind corral renders), and patches the Pod's status (``Pending`` with
   ``ContainerCreating``, ``Running`` and ``Ready``, ``Failed`` with the exit code) through
   the API. Images named ``unpullable/...`` end in ``ImagePullBackOff`` and images named
   ``unschedulable/...`` stay unschedulable, with the kubelet's and the scheduler's real
@@ -28,13 +28,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import os
 import random
 import signal
 import sys
 import tempfile
 from collections import deque
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,10 +44,10 @@ import aiohttp.web
 import httpx
 import kmock
 from kubernetes_asyncio import client as k8s
+from tests.support.kube_rbac import RBAC_RESOURCES, Authorizer, attributes, forbidden
 
 from corral.providers.docker import _pid_alive
-from corral.providers.kubernetes.api import PODS, SECRETS, KubeAPI, KubeError, connect
-from corral.providers.kubernetes.pods import PROBE_HOST_ENV
+from corral.providers.kubernetes.api import PODS, SECRETS, Kind, KubeAPI, KubeError, connect
 
 RESOURCES = ("v1/pods", "v1/secrets", "coordination.k8s.io/v1/leases")
 
@@ -101,11 +102,42 @@ class RunningPod:
 
 class Emulator(kmock.KubernetesEmulator):
     """kmock's emulator with ``pods/log`` and ``pods/portforward`` (see the module docstring),
-    and the core group's discovery document as a real API server writes it."""
+    the core group's discovery document as a real API server writes it, and RBAC for
+    requests with a bearer token (:mod:`tests.support.kube_rbac`)."""
 
     kubelet: FakeKubelet | None = None
+    authorizer: Authorizer | None = None
+
+    def stored(self) -> Iterator[tuple[str, str, dict[str, Any]]]:
+        """``(group/version/plural, namespace, object)`` of every live stored object."""
+        for (resource, namespace, _), obj in list(self.objects.items()):
+            if not obj.deleted:
+                path = "/".join(p for p in (resource.group, resource.version, resource.plural) if p)
+                yield path, namespace or "", obj.raw
+
+    def _authorise(self, request: aiohttp.web.BaseRequest) -> aiohttp.web.Response | None:
+        """None when the request may proceed, else the API server's 401 or 403."""
+        header = request.headers.get("Authorization", "")
+        if self.authorizer is None or not header:
+            return None
+        subject = self.authorizer.subject(header.removeprefix("Bearer ").strip())
+        if subject is None:
+            return aiohttp.web.json_response(
+                {"kind": "Status", "code": 401, "reason": "Unauthorized", "message": "bad token"},
+                status=401,
+            )
+        upgrade = request.headers.get("Upgrade", "").lower() == "websocket"
+        wanted = attributes(request.method, request.path, request.query, upgrade)
+        if wanted is None or self.authorizer.decide(self.stored(), subject, wanted):
+            return None
+        return aiohttp.web.json_response(
+            forbidden(self.authorizer.describe(subject), wanted), status=403
+        )
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        refusal = self._authorise(raw_request)
+        if refusal is not None:
+            return refusal
         if raw_request.path == "/api/v1":
             return self._core_resources()
         parts = raw_request.path.strip("/").split("/")
@@ -389,7 +421,7 @@ class FakeKubelet:
                     },
                 )
                 return
-            passed = await self._probe(probe, running, env)
+            passed = await self._probe(probe, running)
             if passed != ready:
                 ready = passed
                 await self._patch(
@@ -430,31 +462,15 @@ class FakeKubelet:
         async for line in running.process.stdout:
             running.output.append(line.decode("utf-8", errors="replace"))
 
-    async def _probe(
-        self, probe: Mapping[str, Any], running: RunningPod, env: Mapping[str, str]
-    ) -> bool:
-        if "httpGet" in probe:
-            url = f"http://{running.ip}:{running.port}{probe['httpGet']['path']}"
-            try:
-                async with httpx.AsyncClient(timeout=2, trust_env=False) as http:
-                    return (await http.get(url)).status_code == 200
-            except httpx.HTTPError:
-                return False
-        command = list(probe["exec"]["command"])
-        command[0] = sys.executable if command[0] == "python" else command[0]
-        process = await asyncio.create_subprocess_exec(
-            *command,
-            env={**env, PROBE_HOST_ENV: running.ip},
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
+    @staticmethod
+    async def _probe(probe: Mapping[str, Any], running: RunningPod) -> bool:
+        # httpGet only: the server's probes need no token (corral.server.http.PROBE_PATHS).
+        url = f"http://{running.ip}:{running.port}{probe['httpGet']['path']}"
         try:
-            return await process.wait() == 0
-        finally:
-            if process.returncode is None:
-                # Stopped while probing: the probe must not outlive the kubelet's loop.
-                process.kill()
-                await process.wait()
+            async with httpx.AsyncClient(timeout=2, trust_env=False) as http:
+                return (await http.get(url)).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     async def _stop(self, running: RunningPod) -> None:
         if running.task is not None:
@@ -559,16 +575,63 @@ class Cluster:
             if resource.plural == plural and not obj.deleted
         ]
 
+    @property
+    def authorizer(self) -> Authorizer:
+        """The RBAC of a ``cluster(rbac=True)``."""
+        assert self.emulator.authorizer is not None, "start the cluster with rbac=True"
+        return self.emulator.authorizer
+
+    async def apply(self, *objects: Mapping[str, Any]) -> None:
+        """Create objects (Roles, RoleBindings, ...) as the cluster's admin."""
+        for obj in objects:
+            group, _, version = str(obj["apiVersion"]).rpartition("/")
+            plural = f"{str(obj['kind']).lower()}s"
+            await self.api.create(Kind(group, version, plural), obj)
+
+    def user(self, name: str) -> str:
+        """A bearer token authenticating user ``name`` (with no rights until bound)."""
+        token = f"user-{name}-{random.getrandbits(48):012x}"
+        self.authorizer.register(token, "User", name)
+        return token
+
+    def kubeconfig(self, path: str | os.PathLike[str], token: str | None = None) -> str:
+        """Write a kubeconfig pointing at the emulator (with ``token``); return its path."""
+        user: dict[str, Any] = {"token": token} if token is not None else {}
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "emu", "cluster": {"server": self.url}}],
+            "users": [{"name": "me", "user": user}],
+            "contexts": [
+                {
+                    "name": "emu",
+                    "context": {"cluster": "emu", "user": "me", "namespace": self.namespace},
+                }
+            ],
+            "current-context": "emu",
+        }
+        with open(path, "w") as out:
+            json.dump(config, out)
+        return str(path)
+
 
 @contextlib.asynccontextmanager
 async def cluster(
     images: Mapping[str, Sequence[str]] | None = None,
     resources: Sequence[str] = RESOURCES,
+    *,
+    rbac: bool = False,
 ) -> AsyncIterator[Cluster]:
-    """An emulated cluster with a fake kubelet, for the duration of the block."""
+    """An emulated cluster with a fake kubelet, for the duration of the block.
+
+    With ``rbac``, requests carrying a bearer token are authorised by the Roles bound to
+    its subject (:mod:`tests.support.kube_rbac`); the harness's own calls carry none.
+    """
     async with Emulator() as emulator, kmock.Server(emulator) as server:
-        for resource in resources:
+        for resource in (*resources, *(RBAC_RESOURCES if rbac else ())):
             emulator.resources[resource] = {}
+        if rbac:
+            emulator.authorizer = Authorizer()
         url = str(server.url).rstrip("/")
         api = await connect(namespace=NAMESPACE, configuration=k8s.Configuration(host=url))
         kubelet = FakeKubelet(api, images)

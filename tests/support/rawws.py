@@ -19,10 +19,15 @@ from corral.protocol.codecs import PROTOCOL
 
 
 class RawSocket:
-    """One TCP connection to a test server at ``port`` on 127.0.0.1."""
+    """One TCP connection to a test server at ``port`` on 127.0.0.1 (from ``source``, another
+    loopback address, to be counted as another client)."""
 
-    def __init__(self, port: int, rcvbuf: int | None = None, timeout: float = 20.0) -> None:
+    def __init__(
+        self, port: int, rcvbuf: int | None = None, timeout: float = 20.0, source: str = ""
+    ) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if source:
+            self.sock.bind((source, 0))
         if rcvbuf is not None:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         self.sock.settimeout(timeout)
@@ -112,8 +117,11 @@ class RawSocket:
                 return decoded
 
     def read_inflated(self) -> dict[str, Any]:
-        """The next data frame's msgpack message, inflated if it came compressed."""
+        """The next data frame's msgpack message, inflated if it came compressed (pings
+        and pongs in between are skipped: a slow test meets the server's keepalive)."""
         opcode, payload = self.read_frame()
+        while opcode in (9, 10):
+            opcode, payload = self.read_frame()
         if opcode == 8:
             raise ConnectionError(f"closed: {close_code(payload)}")
         if self.last_rsv1:

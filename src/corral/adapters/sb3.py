@@ -17,12 +17,19 @@ with the last one in ``infos[i]["terminal_observation"]`` and
 
 Spaces come from the contract's JSON Schemas, as for
 :class:`~corral.adapters.gymnasium.RemoteEnv` (exactly the original spaces for a served
-Gymnasium environment). Needs the ``sb3`` extra (``pip install 'corral[sb3]'``).
+Gymnasium environment), then flattened into what SB3's algorithms take
+(:mod:`corral.adapters.gymnasium.flat`): an Action of several bounded integer fields is a
+``MultiDiscrete`` (``row: int (0..2)``, ``col: int (0..2)`` → ``MultiDiscrete([3, 3])``),
+of several float fields one ``Box``, a ``Discrete`` counts from 0; an Observation of
+several fields is one ``float32`` ``Box`` (Gymnasium's ``flatten_space``: integers
+one-hot, arrays flattened), for ``MlpPolicy``. ``flatten=False`` keeps the ``Dict``
+observation (SB3's ``MultiInputPolicy``) and the action space as it is. Needs the ``sb3``
+extra (``pip install 'corral[sb3]'``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from copy import deepcopy
 from typing import Any
 
@@ -38,6 +45,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from gymnasium.vector.utils import concatenate, create_empty_array
 
+from corral.adapters.gymnasium.flat import FlatActions, FlatObservations
 from corral.adapters.gymnasium.remote import ContractSpaces, info_copy, info_of
 from corral.adapters.gymnasium.spaces import (
     DEFAULT_MAX_TEXT_LENGTH,
@@ -58,10 +66,13 @@ class RemoteVecEnv(VecEnv):
             ``close()`` closes it.
         observation_fields / max_text_length: as for
             :class:`~corral.adapters.gymnasium.RemoteEnv`.
+        flatten: flatten the spaces for SB3 (see the module docstring); False keeps them
+            as the contract gives them.
 
     Raises:
         ValueError: the pool resets episodes another way.
-        SpaceConversionError: the contract has a field with no Gymnasium space.
+        SpaceConversionError: the contract has a field with no Gymnasium space, or (with
+            ``flatten``) spaces with no flat form SB3 takes.
     """
 
     def __init__(
@@ -70,6 +81,7 @@ class RemoteVecEnv(VecEnv):
         *,
         observation_fields: Sequence[str] | None = None,
         max_text_length: int = DEFAULT_MAX_TEXT_LENGTH,
+        flatten: bool = True,
     ) -> None:
         self.pool: SyncEnvPool[Any, Any, Any] = pool.sync()
         if self.pool.autoreset_mode is not AutoresetMode.SAME_STEP:
@@ -85,13 +97,21 @@ class RemoteVecEnv(VecEnv):
             self.spaces = ContractSpaces.from_schemas(
                 schemas, observation_fields=observation_fields, max_text_length=max_text_length
             )
+            original = self.spaces.action.space
+            self.actions = FlatActions.of(original) if flatten else FlatActions.unchanged(original)
+            self.flat_observations = (
+                FlatObservations.of(self.spaces.observation.space) if flatten else None
+            )
         except BaseException:
             self.pool.close()
             raise
         self.render_mode = None  # frames do not cross the wire from a VecEnv
-        super().__init__(
-            self.pool.num_envs, self.spaces.observation.space, self.spaces.action.space
+        observation_space = (
+            self.flat_observations.space
+            if self.flat_observations is not None
+            else self.spaces.observation.space
         )
+        super().__init__(self.pool.num_envs, observation_space, self.actions.space)
         self._observations: Any = create_empty_array(
             self.observation_space, n=self.num_envs, fn=np.zeros
         )
@@ -106,18 +126,23 @@ class RemoteVecEnv(VecEnv):
             name, field = obs
             shape = (self.num_envs, *(field.space.shape or ()))
             self._obs_column = (name, shape, field.space.dtype)
-        # The action field when actions are plain integers (a Discrete space).
+        # The action field when actions are plain integers (a Discrete space from 0).
         action = _single_field(self.spaces.action)
-        self._action_field = action[0] if action is not None and _plain_int(action[1]) else None
+        self._action_field = (
+            action[0]
+            if action is not None and _plain_int(action[1]) and self.actions.identity
+            else None
+        )
 
     @classmethod
     def from_env(
         cls, target: str, num_envs: int, *, servers: int = 1, **kwargs: Any
     ) -> RemoteVecEnv:
         """``num_envs`` sessions on ``servers`` local servers started for ``target``
-        (``module:Class`` or ``gym:ENV_ID``); ``kwargs`` go to :class:`EnvPool` except
-        ``observation_fields`` / ``max_text_length``."""
-        own = {k: kwargs.pop(k) for k in ("observation_fields", "max_text_length") if k in kwargs}
+        (``module:Class``, ``gym:ENV_ID`` or an environment directory); ``kwargs`` go to
+        :class:`EnvPool` except ``observation_fields`` / ``max_text_length`` /
+        ``flatten``."""
+        own = {k: kwargs.pop(k) for k in _ADAPTER_KEYWORDS if k in kwargs}
         pool = EnvPool(
             num_envs, target, servers=servers, autoreset_mode=AutoresetMode.SAME_STEP, **kwargs
         )
@@ -126,7 +151,7 @@ class RemoteVecEnv(VecEnv):
     @classmethod
     def from_url(cls, url: str | Sequence[str], num_envs: int, **kwargs: Any) -> RemoteVecEnv:
         """``num_envs`` sessions on the running server(s) at ``url``; as :meth:`from_env`."""
-        own = {k: kwargs.pop(k) for k in ("observation_fields", "max_text_length") if k in kwargs}
+        own = {k: kwargs.pop(k) for k in _ADAPTER_KEYWORDS if k in kwargs}
         pool = EnvPool(num_envs, url, autoreset_mode=AutoresetMode.SAME_STEP, **kwargs)
         return cls(pool, **own)
 
@@ -150,7 +175,8 @@ class RemoteVecEnv(VecEnv):
             self._actions = [{name: int(a)} for a in np.asarray(actions).reshape(-1).tolist()]
             if len(self._actions) == self.num_envs:
                 return
-        self._actions = [self.spaces.action_of(actions[i]) for i in range(self.num_envs)]
+        back = self.actions.to_original
+        self._actions = [self.spaces.action_of(back(actions[i])) for i in range(self.num_envs)]
 
     def step_wait(self) -> VecEnvStepReturn:
         """Step every session in one batch; ended episodes restart in the same step.
@@ -169,13 +195,14 @@ class RemoteVecEnv(VecEnv):
         # One conversion to Python bools, not two numpy scalars read per session.
         time_limits = (truncated & ~terminated).tolist()
         to_gym = self.spaces.observation.to_gym
+        convert: Callable[[Any], Any]
         if self._obs_column is not None:
             # One array or integer field: its wire value converts as the typed one does,
             # so an ended episode's last observation skips the model (a validation, then
             # a dump for to_gym).
             raw_infos, convert = batch.infos_with(to_gym), _as_is
         else:
-            raw_infos, convert = batch.infos, to_gym
+            raw_infos, convert = batch.infos, self._observation
         infos: list[dict[str, Any]] = []
         for k, raw in enumerate(raw_infos):
             if not raw:  # most steps: no metadata, no ended episode
@@ -240,9 +267,15 @@ class RemoteVecEnv(VecEnv):
         stacked = self._stack_column(batch)
         if stacked is not None:
             return stacked
-        samples = [self.spaces.observation.to_gym(obs) for obs in batch.observations]
+        samples = [self._observation(obs) for obs in batch.observations]
         self._observations = concatenate(self.observation_space, samples, self._observations)
         return deepcopy(self._observations)
+
+    def _observation(self, observation: Any) -> Any:
+        """One observation as a sample of :attr:`observation_space` (flattened if it is)."""
+        sample = self.spaces.observation.to_gym(observation)
+        flat = self.flat_observations
+        return sample if flat is None else flat.flatten(sample)
 
     def _stack_column(self, batch: PoolBatch[Any]) -> np.ndarray[Any, Any] | None:
         """The observations straight from the batch's stacked column, as a fresh array of
@@ -259,6 +292,9 @@ class RemoteVecEnv(VecEnv):
         # from the reply's bytes is read-only, and SB3 (or a wrapper) may write into it.
         return stacked if stacked.flags.writeable else stacked.copy()
 
+
+_ADAPTER_KEYWORDS = ("observation_fields", "max_text_length", "flatten")
+"""Keywords of :meth:`RemoteVecEnv.from_env` / ``from_url`` that are the adapter's."""
 
 _FINAL_KEYS = ("final_obs", "final_info")
 """The pool's SAME_STEP entries an ended episode's ``info`` trades for SB3's

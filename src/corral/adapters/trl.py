@@ -38,22 +38,31 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import re
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol, Union
 
 import httpx
-import orjson
 from pydantic import BaseModel, ValidationError
 
+from corral.adapters.action_tool import (
+    IDENTIFIER,
+    RESERVED,
+    action_stem,
+    action_summary,
+    action_title,
+    action_tool_name,
+    describe_field,
+)
 from corral.auth import bearer_header
 from corral.blocking import run_blocking
 from corral.client import AsyncEnvClient, SyncEnvClient
 from corral.client.connection import http_url
 from corral.client.local_server import LocalServer
+from corral.client.typed import TypedModels
 from corral.contract import Environment, Observation, StepResult
+from corral.contract.readable import observation_text, readable_json
 from corral.contract.refs import RefError, SchemaReader
 from corral.contract.tools import tools_of
 from corral.errors import ConnectionLost, CorralError, error_from_wire, validation_message
@@ -61,13 +70,8 @@ from corral.protocol.jsonrpc import rpc_request, tools_list_result
 from corral.protocol.openenv import unflatten_observation
 from corral.server.openenv import SESSION_HEADER
 
-RESERVED = frozenset({"reset", "get_reward", "state", "close"})
-"""Names the generated tool may not take (TRL's and corral's own)."""
-
-_HIDDEN_FIELDS = {"done", "truncated", "reward", "metadata"}
-_TAKEN = RESERVED | {"reward", "rewards", "done", "observation", "steps", "get_reward"}
+_TAKEN = RESERVED | {"reward", "rewards", "done", "observation", "steps"}
 """Names an environment tool may not take: TRL's, corral's and the instance's attributes."""
-_IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 
 class Session(Protocol):
@@ -96,6 +100,9 @@ class LocalSession:
     def __init__(self, env_type: type[Environment[Any, Any, Any]]) -> None:
         self.env_type = env_type
         self.env = env_type()
+        # The remote client's own validation: an invalid action is the same one-line
+        # InvalidAction in process as over the wire.
+        self._models: TypedModels[Any, Any, Any] = TypedModels(env_type)
 
     def _run(self, value: Any) -> Any:
         # The Environment API allows ``async def`` methods; run those on corral's loop.
@@ -106,8 +113,12 @@ class LocalSession:
         return StepResult.of(self._run(self.env.reset(seed, **options)))
 
     def step(self, action: Mapping[str, Any]) -> StepResult[Any]:
-        """Validate ``action`` against the Action model and step the instance."""
-        model = self.env_type.action_type.model_validate(dict(action))
+        """Validate ``action`` against the Action model and step the instance.
+
+        Raises:
+            InvalidAction: ``action`` fails validation (the message a remote client gives).
+        """
+        model = self._models.action(action)
         return StepResult.of(self._run(self.env.step(model)))
 
     def state(self) -> BaseModel:
@@ -125,7 +136,7 @@ class LocalSession:
             return f"error: {validation_message(f'invalid arguments for tool {name!r}', exc)}"
         except Exception as exc:  # the tool's own failure is for the model to read
             return f"error: {type(exc).__name__}: {exc}"
-        return value if isinstance(value, str) else orjson.dumps(value).decode()
+        return value if isinstance(value, str) else readable_json(value)
 
     def close(self) -> None:
         """Close the instance."""
@@ -190,6 +201,10 @@ class HttpSession:
         if "error" in reply:
             return f"error: {reply['error'].get('message', reply['error'])}"
         result = reply.get("result") or {}
+        if not result.get("isError") and "data" in result:
+            # The tool's JSON value (arrays in their wire form), shown as the model reads it.
+            value = result["data"]
+            return value if isinstance(value, str) else readable_json(value)
         text = "\n".join(
             str(part.get("text", ""))
             for part in result.get("content", [])
@@ -354,12 +369,9 @@ class SessionPool:
 
 
 def render_observation(observation: Observation) -> str:
-    """The default text of an observation: its own fields as JSON, plus the outcome."""
-    fields = observation.model_dump(mode="json", exclude=_HIDDEN_FIELDS)
-    text = orjson.dumps(fields).decode()
-    if observation.done:
-        text += "\nThe episode is over" + (" (truncated)." if observation.truncated else ".")
-    return text
+    """The default text of an observation (:func:`corral.contract.readable.observation_text`):
+    its own fields as JSON with arrays as numbers, plus a line when the episode is over."""
+    return observation_text(observation)
 
 
 class CorralEnvironment:
@@ -461,13 +473,8 @@ def environment_factory(
     """
     pool = SessionPool(source, env=env, **client_kwargs)
     schema = pool.action_schema()
-    title = str(schema.get("title") or "Action")
-    stem = title.removesuffix("Action") or "Act"
-    name = tool_name or _snake(stem)
-    if name in RESERVED or not _IDENTIFIER.match(name) or name.startswith("_"):
-        raise ValueError(
-            f"tool name {name!r} is reserved or not a Python identifier; pass tool_name=..."
-        )
+    title, stem = action_title(schema), action_stem(schema)
+    name = action_tool_name(schema, tool_name)
     attrs: dict[str, Any] = {
         "__doc__": f"The {title} tool environment (generated by corral's environment_factory).",
         "_pool": pool,
@@ -478,7 +485,7 @@ def environment_factory(
     }
     for spec in pool.tools():
         tool_name_ = str(spec["name"])
-        if tool_name_ in attrs or tool_name_ in _TAKEN or not _IDENTIFIER.match(tool_name_):
+        if tool_name_ in attrs or tool_name_ in _TAKEN or not IDENTIFIER.match(tool_name_):
             raise ValueError(
                 f"the environment's tool {tool_name_!r} cannot be a method of the TRL class "
                 f"(reserved, taken by the action tool {name!r}, or not a Python identifier); "
@@ -498,18 +505,12 @@ def _get_reward(self: CorralEnvironment) -> float:
     return self.reward
 
 
-def _snake(text: str) -> str:
-    words = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", text)
-    return re.sub(r"[^0-9A-Za-z]+", "_", words).strip("_").lower() or "act"
-
-
 def _tool_method(name: str, schema: dict[str, Any]) -> Callable[..., str]:
     """The action tool: a function with a real signature, annotations and docstring."""
-    summary = str(schema.get("description") or f"Take one {schema.get('title', 'action')}.")
     return _typed_method(
         name,
         schema,
-        summary,
+        action_summary(schema),
         "What the environment shows after the action.",
         lambda self, arguments: self._act(arguments),
     )
@@ -547,7 +548,7 @@ def _typed_method(
     lines: list[str] = []
     order = [p for p in properties if p in required] + [p for p in properties if p not in required]
     for field in order:
-        if not _IDENTIFIER.match(field) or field == "self":
+        if not IDENTIFIER.match(field) or field == "self":
             raise ValueError(
                 f"Action field {field!r} cannot be a tool argument (not a Python identifier)"
             )
@@ -563,7 +564,7 @@ def _typed_method(
             )
         )
         annotations[field] = annotation
-        lines.append(f"    {field}: {_describe(field, node)}")
+        lines.append(f"    {field}: {describe_field(field, node)}")
     signature = inspect.Signature(params, return_annotation=str)
 
     def tool(self: CorralEnvironment, *args: Any, **kwargs: Any) -> str:
@@ -627,30 +628,6 @@ def _annotation(node: dict[str, Any], defs: dict[str, Any]) -> Any:
     if kind == "object":
         return dict[str, Any]
     return Any
-
-
-def _describe(field: str, node: dict[str, Any]) -> str:
-    """The argument's docstring line: its description plus the constraints to respect."""
-    text = str(node.get("description") or node.get("title") or field)
-    text = " ".join(text.split())
-    notes: list[str] = []
-    for key, label in (
-        ("minimum", ">="),
-        ("exclusiveMinimum", ">"),
-        ("maximum", "<="),
-        ("exclusiveMaximum", "<"),
-    ):
-        if key in node:
-            notes.append(f"{label} {node[key]}")
-    if "minLength" in node or "maxLength" in node:
-        notes.append(f"length {node.get('minLength', 0)}..{node.get('maxLength', 'any')}")
-    if "pattern" in node:
-        notes.append(f"matching {node['pattern']}")
-    if "properties" in node:
-        notes.append(f"an object with fields {sorted(node['properties'])}")
-    if "default" in node:
-        notes.append(f"default {node['default']!r}")
-    return text + (f" ({'; '.join(notes)})" if notes else "")
 
 
 __all__ = [

@@ -5,14 +5,17 @@
     corral eval corral.envs.wordle:WordleEnv --policy llm --llm-url http://127.0.0.1:8001/v1 \\
         --model qwen2.5-7b --split test --out runs/wl-qwen
 
-Running the same command again resumes the run in ``--out``. Exit status: 0 when the
-run completed (whatever the policy scored), 2 when it could not run.
+Running the same command again resumes the run in ``--out``; Ctrl-C says what was kept
+and prints that command. Exit status: 0 when the run completed (whatever the policy
+scored), 2 when it could not run, 130 when interrupted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shlex
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -117,8 +120,19 @@ def eval_command(
     except (EvalError, CorralError, OSError, ImportError) as exc:
         errors.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        errors.print(f"resume with: {escape(_resume_command(run_dir))}")
+        raise typer.Exit(130) from None
     console.print(summary_table(summary))
     console.print(f"episodes, settings and summary in {escape(str(run_dir))}/")
+
+
+def _resume_command(run_dir: Path) -> str:
+    """This command line, with ``--out`` naming the run (it may have been made up here)."""
+    args = sys.argv[1:]
+    if not any(a == "--out" or a.startswith("--out=") for a in args):
+        args = [*args, "--out", str(run_dir)]
+    return shlex.join(["corral", *args])
 
 
 def _eval_target(target: str, env: str | None) -> tuple[Any, Any]:

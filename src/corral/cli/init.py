@@ -34,6 +34,7 @@ from rich.markup import escape
 
 import corral
 from corral.contract.lock import write_lock
+from corral.errors import UsageError
 from corral.providers.dockerfile import image_labels, image_tag, render_dockerfile
 from corral.providers.hfspace import contract_markdown
 from corral.providers.manifest import load_contract, load_manifest
@@ -53,7 +54,7 @@ _FILES = {
 }
 
 
-class InitError(ValueError):
+class InitError(UsageError, ValueError):
     """The scaffold cannot be written; the message says why and what to do."""
 
 

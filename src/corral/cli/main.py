@@ -103,7 +103,7 @@ register(
 register(
     "mcp",
     "corral.cli.mcp:mcp_command",
-    "Serve an environment's tools to an MCP client over stdin/stdout.",
+    "Serve an environment to an MCP client over stdin/stdout: reset, its action, its tools.",
 )
 register(
     "schema",

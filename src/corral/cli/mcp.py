@@ -1,7 +1,10 @@
-"""``corral mcp TARGET``: an environment's tools over MCP's stdio transport.
+"""``corral mcp TARGET``: an environment over MCP's stdio transport.
 
 An MCP client (an IDE, an agent framework) launches this command and speaks JSON-RPC on
-its stdin/stdout; the environment runs in this process, one episode per ``initialize``.
+its stdin/stdout; the environment runs in this process, one session per ``initialize``.
+Its tools are ``reset``, the action (named after the Action model, or ``--tool-name``)
+and the environment's own ``@tool`` methods (see :mod:`corral.adapters.mcp`). Standard
+input may be a pipe, a terminal or a file (``corral mcp TARGET < requests.jsonl``).
 """
 
 from __future__ import annotations
@@ -31,9 +34,14 @@ def mcp_command(
     step_timeout: Annotated[
         float, typer.Option(help="Abandon a tool call after this many seconds (0: never).")
     ] = 300.0,
+    tool_name: Annotated[
+        str | None,
+        typer.Option(help="The action tool's name (default: the Action model's, in snake case)."),
+    ] = None,
 ) -> None:
-    """Serve an environment's tools to an MCP client over stdin/stdout."""
-    from corral.adapters.mcp import parse_options, run_stdio
+    """Serve an environment to an MCP client over stdin/stdout: reset, its action and its
+    tools."""
+    from corral.adapters.mcp import McpSessions, parse_options, run_stdio
 
     env = resolve_serve_target(target)
     try:
@@ -45,4 +53,8 @@ def mcp_command(
         service = EnvService(env, config)
     except TypeError as exc:
         raise typer.BadParameter(str(exc), param_hint="TARGET") from None
-    runtime.run(run_stdio(service, seed=seed, options=reset_options))
+    try:
+        McpSessions(service, action_tool=tool_name)  # a clash of tool names fails here
+    except TypeError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--tool-name") from None
+    runtime.run(run_stdio(service, seed=seed, options=reset_options, action_tool=tool_name))

@@ -13,9 +13,10 @@ from corral.auth import read_fleet_key_file, read_token_file
 from corral.cli.target import Target, read_target
 from corral.protocol.identity import SERVER_ID
 from corral.providers.manifest import Manifest
-from corral.server.config import TRANSPORTS, ServerConfig
+from corral.server.config import AUTO, TRANSPORTS, ServerConfig
 from corral.server.logs import FORMATS
 from corral.server.serve import inherited_socket, serve
+from corral.server.service import PreflightError
 from corral.server.target import TargetError
 
 T = TypeVar("T")
@@ -123,9 +124,20 @@ def serve_command(
         float,
         typer.Option(help="Drop a connection whose pong is this late, seconds (0: never)."),
     ] = 20.0,
+    max_sessions_per_client: Annotated[
+        int,
+        typer.Option(
+            help="Sessions one client address may hold, however opened (0: any; default: "
+            "all of --max-sessions but an eighth, kept for other clients)."
+        ),
+    ] = AUTO,
     max_connections_per_client: Annotated[
-        int, typer.Option(help="WebSocket connections one client address may hold (0: any).")
-    ] = 1024,
+        int,
+        typer.Option(
+            help="WebSocket connections (and HTTP sessions) one client address may hold; "
+            "0: any (behind a reverse proxy every client shares its address)."
+        ),
+    ] = 256,
     max_frame_bytes: Annotated[
         int, typer.Option(help="Larger frames get FRAME_TOO_LARGE (the session lives on).")
     ] = 16 * 1024 * 1024,
@@ -229,6 +241,32 @@ def serve_command(
             "(default: HOSTNAME-PORT).",
         ),
     ] = None,
+    allow_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-origin",
+            help="A browser origin (scheme://host[:port]) allowed to open WebSockets and "
+            "send state-changing requests besides the server's own (repeatable; * any).",
+        ),
+    ] = None,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            help="A Host name requests may use besides IP addresses and localhost "
+            "(repeatable; * any): the public name of a proxy on this host that keeps it.",
+        ),
+    ] = None,
+    frame_timeout: Annotated[
+        float,
+        typer.Option(help="A WebSocket frame must arrive whole within this (s; 0: never)."),
+    ] = 30.0,
+    message_timeout: Annotated[
+        float,
+        typer.Option(
+            help="A fragmented WebSocket message must be whole within this (s; 0: never)."
+        ),
+    ] = 60.0,
 ) -> None:
     """Serve an environment over WebSocket and HTTP (loopback by default)."""
     if log_format not in FORMATS:
@@ -256,44 +294,56 @@ def serve_command(
             f"{server_id!r} must match {SERVER_ID.pattern} (letters, digits, '.', '_', '-')",
             param_hint="--server-id",
         )
-    config = ServerConfig(
-        max_sessions=max_sessions,
-        idle_timeout_s=idle_timeout or None,
-        step_timeout_s=step_timeout or None,
-        resume_window_s=resume_window,
-        ping_interval_s=ping_interval or None,
-        ping_timeout_s=ping_timeout or None,
-        max_connections_per_client=max_connections_per_client or None,
-        max_frame_bytes=max_frame_bytes,
-        executor_threads=executor_threads,
-        token=token,
-        workers=workers,
-        transport=transport,
-        handshake_timeout_s=handshake_timeout,
-        web=web,
-        max_hung_calls=max_hung_calls,
-        inline_step_s=inline_step,
-        debug=debug,
-        fleet_key=fleet_key,
-        server_id=server_id,
-    )
+    try:
+        config = ServerConfig(
+            max_sessions=max_sessions,
+            idle_timeout_s=idle_timeout or None,
+            step_timeout_s=step_timeout or None,
+            resume_window_s=resume_window,
+            ping_interval_s=ping_interval or None,
+            ping_timeout_s=ping_timeout or None,
+            max_sessions_per_client=max_sessions_per_client or None,
+            max_connections_per_client=max_connections_per_client or None,
+            max_frame_bytes=max_frame_bytes,
+            executor_threads=executor_threads,
+            token=token,
+            workers=workers,
+            transport=transport,
+            handshake_timeout_s=handshake_timeout,
+            web=web,
+            max_hung_calls=max_hung_calls,
+            inline_step_s=inline_step,
+            debug=debug,
+            allowed_origins=tuple(allow_origin or ()),
+            allowed_hosts=tuple(allow_host or ()),
+            frame_timeout_s=frame_timeout or None,
+            message_timeout_s=message_timeout or None,
+            fleet_key=fleet_key,
+            server_id=server_id,
+        )
+    except ValueError as exc:  # a malformed --allow-origin / --allow-host, a bad limit
+        raise typer.BadParameter(str(exc)) from None
     sock = None
     if fd is not None:
         try:
             sock = inherited_socket(fd)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--fd") from None
-    serve(
-        env,
-        host=host,
-        port=port,
-        port_file=port_file,
-        log_level=log_level,
-        config=config,
-        sock=sock,
-        log_format=log_format,
-        customize=_mount_mcp if mcp else None,
-    )
+    try:
+        serve(
+            env,
+            host=host,
+            port=port,
+            port_file=port_file,
+            log_level=log_level,
+            config=config,
+            sock=sock,
+            log_format=log_format,
+            customize=_mount_mcp if mcp else None,
+        )
+    except PreflightError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
 
 
 def _secret(read: Callable[[Path], T], path: Path | None, option: str) -> T | None:

@@ -714,8 +714,17 @@ class SyncEnvClient(BlockingTwin[AsyncEnvClient[ActT, ObsT, StateT]], Generic[Ac
         return self._call(self._async.reset(seed, task=task, **options))
 
     def step(self, action: ActT | Mapping[str, Any]) -> StepResult[ObsT]:
-        """Apply ``action``; see :meth:`AsyncEnvClient.step`."""
-        return self._call(self._async.step(action))
+        """Apply ``action``; see :meth:`AsyncEnvClient.step`.
+
+        Taskless (see :func:`corral.blocking.run_blocking`) once the session is open on a
+        corral connection: the step then writes its frame at once and awaits one reply
+        future (its deadline is the connection's timer, not ``asyncio.timeout``; no task
+        needed), which saves a task and a loop turn per call. A first call (it connects)
+        and an OpenEnv connection run as a task.
+        """
+        client = self._async
+        taskless = client.session_id is not None and isinstance(client.connection, Connection)
+        return self._call(client.step(action), taskless=taskless)
 
     def state(self) -> StateT:
         """The current state; see :meth:`AsyncEnvClient.state`."""

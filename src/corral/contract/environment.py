@@ -114,6 +114,18 @@ class Environment(Generic[ActT, ObsT, StateT]):
     def close(self) -> None:
         """Release the environment's resources; called once when its session ends."""
 
+    @classmethod
+    def preflight(cls) -> dict[str, str]:
+        """Check, before a server admits anyone, that this machine can run the environment
+        as promised; return facts the server reports (``/health``, ``/metrics``), e.g.
+        the coding environment's ``{"sandbox": "bwrap"}``.
+
+        Raise (any exception, with a message saying what to change) to make the server
+        refuse to start rather than run weaker than its operator expects. The default
+        checks nothing.
+        """
+        return {}
+
     # The optional snapshot face (see corral.contract.snapshot): override both or neither.
 
     def snapshot(self) -> Snapshot:

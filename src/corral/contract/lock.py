@@ -16,12 +16,13 @@ from typing import Any
 
 from corral.contract.diff import MODELS, OPTIONAL_MODELS, Change, diff_schemas
 from corral.contract.schema import Contract, fingerprint, parse_semver
+from corral.errors import UsageError
 
 LOCK_FORMAT = 1
 """Version of the lock file layout (the ``corral_lock`` key)."""
 
 
-class LockError(ValueError):
+class LockError(UsageError, ValueError):
     """A schema lock file is missing, unreadable or inconsistent."""
 
 

@@ -28,9 +28,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
+from corral.errors import UsageError
 
-class RefError(ValueError):
-    """A ``$ref`` that does not resolve, or a cycle of references.
+
+class RefError(UsageError, ValueError):
+    """A ``$ref`` that does not resolve, or a cycle of references (a schema corral was
+    given cannot be used: a ``UsageError``, and a ``ValueError`` as before).
 
     Attributes:
         ref: the reference at fault.
@@ -38,7 +41,7 @@ class RefError(ValueError):
     """
 
     def __init__(self, message: str, *, ref: str, kind: str) -> None:
-        super().__init__(message)
+        super().__init__(message, details={"ref": ref, "kind": kind})
         self.ref = ref
         self.kind = kind
 

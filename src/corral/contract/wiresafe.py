@@ -33,8 +33,10 @@ import typing_extensions
 from pydantic import BaseModel, PlainSerializer, PlainValidator, WrapSerializer
 from pydantic.functional_validators import BeforeValidator, WrapValidator
 
+from corral.errors import UsageError
 
-class WireSafetyError(TypeError):
+
+class WireSafetyError(UsageError, TypeError):
     """A model field's type cannot cross the wire.
 
     Attributes:

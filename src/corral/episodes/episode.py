@@ -9,9 +9,10 @@ from typing import Any
 
 from corral.contract.tasks import TaskRef
 from corral.episodes.format import EpisodeEnd, ErrorInfo, Header, Outcome, StepRecord
+from corral.errors import UsageError
 
 
-class EpisodeFormatError(ValueError):
+class EpisodeFormatError(UsageError, ValueError):
     """An episode file (or a line of one) does not follow the format.
 
     Attributes:
@@ -220,6 +221,16 @@ class Episode:
             return EpisodeEnd(episode=self.id, outcome="incomplete")
         outcome: Outcome | None = None if tally.done else "incomplete"
         return tally.end(first.episode, first.session, first.seed, first.task, outcome, tally.error)
+
+    def outline(self) -> Episode:
+        """This episode as a report over many episodes keeps it, so as not to hold the
+        whole file: its id, header, end line and first line (the reset: seed, task and
+        options), that line without its observation and state (an image env's first
+        observation alone can be large). The other step lines are gone."""
+        first = self.records[:1]
+        if first:
+            first = [first[0].model_copy(update={"observation": {}, "state": None})]
+        return Episode(self.id, self.header, first, self.end, self.line)
 
     def tally(self) -> Tally:
         """The running totals over all its lines."""

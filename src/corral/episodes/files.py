@@ -20,13 +20,13 @@ import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Self
+from typing import IO, Any, Self, cast
 
 import orjson
 from pydantic import ValidationError
 
 from corral.episodes.episode import Episode, EpisodeFormatError, assemble
-from corral.episodes.format import LINE, EpisodeEnd, Header, StepRecord, dump_line
+from corral.episodes.format import EpisodeEnd, Header, StepRecord, dump_line, read_line
 
 log = logging.getLogger("corral.episodes")
 
@@ -46,10 +46,15 @@ class EpisodeWriter:
         header: the segment's header, written first; required for a new file.
         append: add to an existing file (a new segment if ``header`` is given) instead
             of replacing it; a partial last line left by a killed writer is removed.
+        follow_symlinks: False refuses a path that is a symbolic link (``OSError``
+            ``ELOOP``) instead of writing wherever it points: what a tool that owns a
+            directory wants (``corral eval``'s run directory), checked as the file is
+            opened, not before.
 
     Raises:
         ValueError: a new or empty file without a header, or ``append`` to a ``.gz``
             file whose end is damaged.
+        OSError: the file cannot be opened (with ``follow_symlinks=False``: it is a link).
     """
 
     def __init__(
@@ -58,6 +63,7 @@ class EpisodeWriter:
         header: Header | None = None,
         *,
         append: bool = False,
+        follow_symlinks: bool = True,
     ) -> None:
         self._lock = threading.Lock()
         self._owned = not hasattr(target, "write")
@@ -66,9 +72,15 @@ class EpisodeWriter:
         if self._owned:
             self.path = Path(os.fspath(target))  # type: ignore[arg-type]
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            if append and self.path.exists():
-                empty = _repair_tail(self.path) == 0
-            self._file: IO[bytes] = _open(self.path, "ab" if append else "wb")
+            mode = "ab" if append else "wb"
+            raw = _open_raw(self.path, mode, follow_symlinks=follow_symlinks)
+            try:
+                if append:
+                    empty = _repair_tail(self.path, raw) == 0
+                self._file: IO[bytes] = _decoded(self.path, raw, mode)
+            except BaseException:
+                raw.close()
+                raise
         else:
             self._file = target  # type: ignore[assignment]
             empty = not append
@@ -151,7 +163,9 @@ def read(source: Source, *, strict: bool = True) -> list[Episode]:
             last line (a killed writer's) is skipped either way.
 
     Raises:
-        EpisodeFormatError: a malformed line (``strict``), naming its number.
+        EpisodeFormatError: a malformed line (``strict``), naming its number; a header
+            this corral cannot read (a newer format, none named) even when not
+            ``strict``; an empty source (no episode file is: it starts with a header).
         OSError: the file cannot be read.
     """
     episodes = list(assemble(iter_lines(source, strict=strict), strict=strict))
@@ -171,35 +185,47 @@ def iter_lines(source: Source, *, strict: bool = True) -> Iterator[tuple[int, An
     Raises:
         EpisodeFormatError: a malformed line (``strict``).
     """
+    seen = False
     for number, raw, terminated in _raw_lines(source):
         if not raw.strip():
             continue
+        seen = True
         if terminated:
             parsed = _parse(number, raw, strict=strict)
         else:
             # Only the last line can lack its newline: a killed writer's partial line
             # is skipped, a complete one (an export without a final newline) is kept.
             try:
-                parsed = LINE.validate_json(raw)
-            except ValidationError:
+                parsed = read_line(raw)
+            except ValueError:  # pydantic's ValidationError included
                 log.warning("line %d: skipped a partial last line (writer stopped)", number)
                 parsed = None
         if parsed is not None:
             yield number, parsed
+    if not seen:
+        raise EpisodeFormatError(
+            "not an episode file: it is empty (an episode file starts with a header line)"
+        )
 
 
 def _parse(number: int, raw: bytes, *, strict: bool) -> AnyLine | None:
+    """One terminated line; a malformed one raises (``strict``) or is skipped, except a
+    header: the lines after it cannot be read without it (a newer format, a missing
+    one), so a bad header raises either way."""
     try:
-        return LINE.validate_json(raw)
+        return read_line(raw)
     except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False)
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'line'}: {err['msg']}"
-            for err in exc.errors(include_url=False)[:3]
+            f"{'.'.join(str(p) for p in err['loc']) or 'line'}: {err['msg']}" for err in errors[:3]
         )
-        if strict:
-            raise EpisodeFormatError(problems, line=number) from None
-        log.warning("line %d: skipped (%s)", number, problems)
-        return None
+        header = any(err["loc"][:1] == ("header",) for err in errors)
+    except ValueError as exc:  # a header that does not name its format
+        problems, header = str(exc), True
+    if strict or header:
+        raise EpisodeFormatError(problems, line=number) from None
+    log.warning("line %d: skipped (%s)", number, problems)
+    return None
 
 
 def _raw_lines(source: Source) -> Iterator[tuple[int, bytes, bool]]:
@@ -228,46 +254,94 @@ def _numbered(file: IO[bytes]) -> Iterator[tuple[int, bytes, bool]]:
         log.warning("line %d: the compressed file ends early (%s)", number + 1, exc)
 
 
+_FLAGS = {
+    "rb": os.O_RDONLY,
+    "wb": os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+    # Read and write: an append first reads the file's end to cut a partial line off;
+    # O_APPEND sends every write to the end whatever the read position.
+    "ab": os.O_RDWR | os.O_CREAT | os.O_APPEND,
+}
+_FD_MODES = {"rb": "rb", "wb": "wb", "ab": "r+b"}
+
+
+def _open_raw(path: Path, mode: str, *, follow_symlinks: bool = True) -> IO[bytes]:
+    """``path``'s bytes as stored (``rb``, ``wb`` or ``ab``); the caller closes it.
+
+    One ``open`` decides what the file is: with ``follow_symlinks=False`` a link is
+    refused by that very call (``O_NOFOLLOW``), so nothing can swap the path between a
+    check and the write.
+    """
+    flags = _FLAGS[mode] | os.O_CLOEXEC | (0 if follow_symlinks else os.O_NOFOLLOW)
+    return os.fdopen(os.open(path, flags, 0o666), _FD_MODES[mode])
+
+
+def _decoded(path: Path, raw: IO[bytes], mode: str) -> IO[bytes]:
+    """``raw`` as lines are read and written: gzip-compressed for ``.gz`` files."""
+    if path.suffix != ".gz":
+        return raw
+    return cast(IO[bytes], _GzipFile(raw, mode))
+
+
+class _GzipFile(gzip.GzipFile):
+    """A gzip stream over ``raw`` that closes ``raw`` too (``GzipFile`` leaves a file
+    object it was given open)."""
+
+    def __init__(self, raw: IO[bytes], mode: str) -> None:
+        super().__init__(mode=mode, fileobj=raw)
+        self._raw = raw
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._raw.close()
+
+
 def _open(path: Path, mode: str) -> IO[bytes]:
-    if path.suffix == ".gz":
-        return gzip.open(path, mode)  # type: ignore[return-value]
-    return open(path, mode)  # the writer owns and closes it
+    """``path`` opened for reading lines (``rb``); the caller closes it."""
+    raw = _open_raw(path, mode)
+    try:
+        return _decoded(path, raw, mode)
+    except BaseException:
+        raw.close()
+        raise
 
 
 def _gunzip(data: bytes) -> bytes:
     return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
 
 
-def _repair_tail(path: Path) -> int:
-    """Cut a partial last line off ``path``; return the size left.
+def _repair_tail(path: Path, file: IO[bytes]) -> int:
+    """Cut a partial last line off ``path`` (open as ``file``, read-write); return the
+    size left (of its decompressed lines for ``.gz``).
 
     Raises:
         ValueError: a ``.gz`` file that does not decompress to whole lines.
     """
     if path.suffix == ".gz":
+        file.seek(0)
         try:
-            with gzip.open(path, "rb") as file:
-                data = file.read()
+            with gzip.GzipFile(fileobj=file, mode="rb") as unzipped:  # leaves ``file`` open
+                data = unzipped.read()
         except (EOFError, gzip.BadGzipFile) as exc:
             raise ValueError(f"cannot append to {path}: its compressed end is damaged") from exc
         if data and not data.endswith(b"\n"):
             raise ValueError(f"cannot append to {path}: it ends with a partial line")
         return len(data)
-    with open(path, "r+b") as file:
-        size = file.seek(0, os.SEEK_END)
-        end = size
-        while end > 0:
-            start = max(0, end - _TAIL_CHUNK)
-            file.seek(start)
-            chunk = file.read(end - start)
-            if end == size and chunk.endswith(b"\n"):
-                return size
-            newline = chunk.rfind(b"\n")
-            if newline >= 0:
-                keep = start + newline + 1
-                file.truncate(keep)
-                log.warning("%s: removed a partial last line (%d bytes)", path, size - keep)
-                return keep
-            end = start
-        file.truncate(0)
-        return 0
+    size = file.seek(0, os.SEEK_END)
+    end = size
+    while end > 0:
+        start = max(0, end - _TAIL_CHUNK)
+        file.seek(start)
+        chunk = file.read(end - start)
+        if end == size and chunk.endswith(b"\n"):
+            return size
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            keep = start + newline + 1
+            file.truncate(keep)
+            log.warning("%s: removed a partial last line (%d bytes)", path, size - keep)
+            return keep
+        end = start
+    file.truncate(0)
+    return 0

@@ -23,6 +23,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from corral.contract.tasks import TaskRef
+from corral.protocol.fields import clip
 
 FORMAT_VERSION = 1
 """The version of the format this corral writes and the newest it reads."""
@@ -32,6 +33,9 @@ FORMAT = f"corral-episodes/{FORMAT_VERSION}"
 M = TypeVar("M", bound=BaseModel)
 
 _FORMAT_RE = re.compile(r"corral-episodes/(\d+)")
+_VERSION_DIGITS = 9
+"""Digits a format version may have: more is no version any corral wrote (and Python
+refuses to read a number of over 4,300 digits)."""
 
 Outcome = Literal["terminated", "truncated", "failed", "abandoned", "incomplete"]
 """How an episode ended.
@@ -132,15 +136,35 @@ class Header(_Line):
     @field_validator("format")
     @classmethod
     def _known_format(cls, value: str) -> str:
-        match = _FORMAT_RE.fullmatch(value)
-        if match is None:
-            raise ValueError(f"not an episode file: format {value!r} is not {FORMAT!r}")
-        if int(match[1]) > FORMAT_VERSION:
-            raise ValueError(
-                f"format {value!r} was written by a newer corral; this one reads up to "
-                f"{FORMAT!r} (upgrade corral)"
-            )
+        format_version(value)
         return value
+
+
+_SHOWN_CHARS = 60
+"""Characters of a bad ``format`` value an error quotes."""
+
+
+def format_version(value: str) -> int:
+    """The version number of a header's ``format`` value, one this corral reads.
+
+    Raises:
+        ValueError: not ``corral-episodes/<n>`` with ``1 <= n <= FORMAT_VERSION``: no
+            version (``/0``, ``/01``, another name), or a newer one (upgrade corral).
+    """
+    shown = clip(value, _SHOWN_CHARS)
+    match = _FORMAT_RE.fullmatch(value)
+    digits = match[1] if match is not None else ""
+    if not digits or digits.startswith("0"):
+        raise ValueError(
+            f"not an episode file: format {shown!r} is not {FORMAT!r} "
+            "(versions are numbered from 1)"
+        )
+    if len(digits) > _VERSION_DIGITS or int(digits) > FORMAT_VERSION:
+        raise ValueError(
+            f"format {shown!r} was written by a newer corral; this one reads up to "
+            f"{FORMAT!r} (upgrade corral)"
+        )
+    return int(digits)
 
 
 class Lineage(BaseModel):
@@ -272,6 +296,23 @@ Line = Annotated[Header | StepRecord | EpisodeEnd, Field(discriminator="kind")]
 
 LINE: TypeAdapter[Header | StepRecord | EpisodeEnd] = TypeAdapter(Line)
 """Validates one line (``LINE.validate_json(raw)``)."""
+
+
+def read_line(raw: bytes | str) -> Header | StepRecord | EpisodeEnd:
+    """One line of a file as a reader takes it: :data:`LINE` validation, and a header
+    must *name* its format (a missing ``format`` is no file of any version: the default
+    a writer fills in is not a reader's guess).
+
+    Raises:
+        ValidationError: the line is not a valid line.
+        ValueError: a header without ``format``.
+    """
+    line = LINE.validate_json(raw)
+    if isinstance(line, Header) and "format" not in line.model_fields_set:
+        raise ValueError(
+            f"a header line must name its format ('format': {FORMAT!r}); this one has none"
+        )
+    return line
 
 
 def dump_line(line: Header | StepRecord | EpisodeEnd) -> bytes:

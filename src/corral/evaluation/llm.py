@@ -3,12 +3,13 @@
     policy = llm_policy("http://127.0.0.1:8000/v1", "qwen2.5-7b", action_type=WordleAction)
 
 Each episode is one conversation. The system message describes the environment; each
-observation goes in as JSON (the first as the user's message, later ones as the result
-of the previous tool call); the model answers by calling the one tool, ``act``, whose
-parameters are the Action's JSON Schema, forced with ``tool_choice``. A server that
-ignores tools may answer with the action as a JSON object in its text instead. When an
-action fails (an invalid action, an environment error) the model is told the error
-with the unchanged observation, and tries again.
+observation goes in as JSON, as :func:`corral.contract.readable.observation_text` shows
+it to TRL's and MCP's models too (its own fields, arrays as numbers; the first as the
+user's message, later ones as the result of the previous tool call); the model answers
+by calling the one tool, ``act``, whose parameters are the Action's JSON Schema, forced
+with ``tool_choice``. A server that ignores tools may answer with the action as a JSON
+object in its text instead. When an action fails (an invalid action, an environment
+error) the model is told the error with the unchanged observation, and tries again.
 
 Transient HTTP failures (connection errors, 429, 5xx) are retried with backoff; a
 model that gives no usable action after the retries fails the episode with
@@ -26,6 +27,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel
 
+from corral.contract.readable import observation_text
 from corral.contract.tasks import TaskRef
 from corral.evaluation.policies import Policy, PolicyError
 
@@ -142,7 +144,7 @@ class LLMAgent:
         Raises:
             PolicyError: the model gave no action.
         """
-        text = observation.model_dump_json(exclude={"metadata"})
+        text = observation_text(observation)
         if self._error is not None:
             text = f"That action failed: {self._error}. The observation is unchanged: {text}"
             self._error = None

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ValidationError
 from corral.contract import Environment
 from corral.contract.refs import RefError, SchemaReader
 from corral.contract.tasks import TaskRef
+from corral.errors import UsageError
 from corral.server.target import TargetError, load_target
 
 Agent = Callable[[Any], Any]
@@ -42,7 +43,7 @@ Agent = Callable[[Any], Any]
 _PARSER: Any = importlib.import_module("re._parser")  # the stdlib's regex parser
 
 
-class PolicyError(ValueError):
+class PolicyError(UsageError, ValueError):
     """A policy could not be loaded or cannot act; the message says how to fix it."""
 
 

@@ -47,6 +47,7 @@ from corral.contract.tasks import TaskRef
 from corral.episodes import (
     SESSION_ENDING_CODES,
     EnvInfo,
+    Episode,
     EpisodeRecorder,
     EpisodeWriter,
     ErrorInfo,
@@ -64,9 +65,12 @@ from corral.evaluation.rundir import (
     SUMMARY_FILE,
     EvalError,
     RunSettings,
+    check_settings,
     plan,
     previous_settings,
+    recorded,
     save_settings,
+    write_run_file,
 )
 from corral.server.target import TargetError, load_target
 
@@ -245,6 +249,13 @@ class _Evaluation:
 
     async def run(self) -> EvalSummary:
         previous = previous_settings(self.out, resume=self.resume)
+        if previous is not None and self.episodes_path.exists():
+            size = self.episodes_path.stat().st_size / 1e6
+            self.console.print(f"resuming the run in {self.out} ({size:,.1f} MB of episodes)")
+        episodes = recorded(self.episodes_path)  # read once: for the plan, and a finished run
+        finished = self._finished_run(previous, episodes)
+        if finished is not None:
+            return finished
         # A policy that needs no schema is loaded before any server starts: a typo in
         # its name fails at once.
         early = None if self._needs_schema() else self._policy(None, EnvInfo())
@@ -267,7 +278,7 @@ class _Evaluation:
             policy, closer = early or self._policy(pool.action_type, info)
             started = time.perf_counter()
             try:
-                settings = self._settle(previous, planned, policy)
+                settings = self._settle(previous, planned, policy, episodes)
                 header: Header | None = Header(
                     env=info,
                     source="eval",
@@ -277,10 +288,16 @@ class _Evaluation:
                 if self.episodes_path.exists() and not self.queue:
                     header = None  # nothing left to play: leave the file as it is
                 started = time.perf_counter()
-                with EpisodeWriter(self.episodes_path, header, append=True) as out:
-                    recorder = EpisodeRecorder(out)
-                    with self._progress(planned, policy.name, info.name) as bar:
-                        await self._play(pool, policy, recorder, tasks, bar)
+                try:
+                    with EpisodeWriter(
+                        self.episodes_path, header, append=True, follow_symlinks=False
+                    ) as out:
+                        recorder = EpisodeRecorder(out)
+                        with self._progress(planned, policy.name, info.name) as bar:
+                            await self._play(pool, policy, recorder, tasks, bar)
+                except (asyncio.CancelledError, KeyboardInterrupt):
+                    self._interrupted(planned)
+                    raise
             finally:
                 self.stats.duration_s = time.perf_counter() - started
                 if closer is not None:
@@ -292,15 +309,53 @@ class _Evaluation:
             split=self.split,
             throughput=self.stats,
         )
+        write_run_file(self.out, SUMMARY_FILE, summary.model_dump_json(indent=2) + "\n")
+        return summary
+
+    def _finished_run(
+        self, previous: RunSettings | None, episodes: list[Episode]
+    ) -> EvalSummary | None:
+        """The summary of a resumed run with nothing left to play, made from its file
+        without starting a server (None when there is something to play).
+
+        Raises:
+            EvalError: settings that would change the run's episodes (said before any
+                server starts).
+        """
+        if previous is None or (self._llm() and None in self.llm[:2]):
+            return None  # no run to resume, or an llm policy the full path refuses
+        # Not re-planned: the run's episode count is run.json's unless --episodes asks
+        # for another.
+        planned = self.wanted or previous.episodes
+        policy = self._policy_name()
+        check_settings(self.out, self._settings(planned, policy), previous)
+        todo = plan(episodes, planned, self.retries)
+        if todo.queue:
+            return None
+        self.console.print(
+            f"nothing left to play: {todo.finished:,} of {planned:,} episodes are finished "
+            "(the summary is made from the episode file; no server was started)"
+        )
+        summary = summarize(episodes, planned=planned, policy=policy, split=self.split)
         (self.out / SUMMARY_FILE).write_text(summary.model_dump_json(indent=2) + "\n")
         return summary
 
-    def _settle(self, previous: RunSettings | None, planned: int, policy: Policy) -> RunSettings:
-        """This run's settings, checked against the previous run's and saved; the
-        episodes still to play queued."""
-        settings = RunSettings(
+    def _interrupted(self, planned: int) -> None:
+        """Say what an interrupted run kept (every finished episode, flushed as it
+        ended) and that running it again resumes it."""
+        playing = len(self.running)
+        again = f"; the {playing:,} being played start over when resumed" if playing else ""
+        self.console.print(
+            f"interrupted: {self.finished:,} of {planned:,} episodes are finished and kept in "
+            f"{self.episodes_path}{again}. The same evaluation with the same output "
+            "directory resumes the run."
+        )
+
+    def _settings(self, planned: int, policy: str) -> RunSettings:
+        """This run's settings (``run.json``)."""
+        return RunSettings(
             target=self.target if isinstance(self.target, str) else repr(self.target),
-            policy=policy.name,
+            policy=policy,
             episodes=planned,
             split=self.split,
             seed=self.seed,
@@ -309,8 +364,19 @@ class _Evaluation:
             concurrency=self.concurrency,
             options=self.options,
         )
+
+    def _settle(
+        self,
+        previous: RunSettings | None,
+        planned: int,
+        policy: Policy,
+        episodes: list[Episode],
+    ) -> RunSettings:
+        """This run's settings, checked against the previous run's and saved; the
+        episodes still to play queued."""
+        settings = self._settings(planned, policy.name)
         save_settings(self.out, settings, previous)
-        todo = plan(self.episodes_path, planned, self.retries)
+        todo = plan(episodes, planned, self.retries)
         self.queue.extend(todo.queue)
         self.failures = todo.failures
         self.finished, self.successes = todo.finished, todo.successes
@@ -351,6 +417,20 @@ class _Evaluation:
     def _needs_schema(self) -> bool:
         return self.policy_spec in ("random", "llm")
 
+    def _llm(self) -> bool:
+        """The policy is the LLM's (``llm``, or ``random`` with an endpoint and model)."""
+        url, model, _ = self.llm
+        return self.policy_spec == "llm" or (
+            url is not None and self.policy_spec == "random" and model is not None
+        )
+
+    def _policy_name(self) -> str:
+        """The name the policy will have (what ``run.json`` compares), without loading it."""
+        spec = self.policy_spec
+        if isinstance(spec, Policy):
+            return spec.name
+        return f"llm:{self.llm[1]}" if self._llm() else spec
+
     def _policy(
         self, action_type: type[BaseModel] | None, info: EnvInfo
     ) -> tuple[Policy, Callable[[], Any] | None]:
@@ -358,7 +438,7 @@ class _Evaluation:
         if isinstance(spec, Policy):
             return spec, None
         url, model, key = self.llm
-        if spec == "llm" or (url is not None and spec == "random" and model is not None):
+        if self._llm():
             if url is None or model is None:
                 raise EvalError("--policy llm needs --llm-url and --model")
             assert action_type is not None

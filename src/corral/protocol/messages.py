@@ -27,7 +27,9 @@ reply cache, any other request under it is ``REQUEST_ID_REUSED``. A ``reset``, `
 ``reset_batch`` or ``step_batch`` may carry ``"acked": true``: the client holds the reply
 of every earlier (lower-id) request of each session it names, so the server forgets those
 replies at once instead of keeping a session's last few (see
-:meth:`corral.protocol.session.ReplyCache.forget_before`). A reward (and each
+:meth:`corral.protocol.session.ReplyCache.forget_before`); it still knows they were
+answered, and a request of that session under a lower id is ``REQUEST_ID_REUSED``
+(never run twice). A reward (and each
 reward component) is a finite number on every codec, or the step is ``BAD_OBSERVATION``
 (JSON has no NaN or infinity). ``hello`` may carry the client's ``max_frame_bytes``; a
 reply larger than that is ``REPLY_TOO_LARGE`` instead. Error replies echo what they

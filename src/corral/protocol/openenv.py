@@ -117,6 +117,7 @@ OPENENV_CODES: dict[str, OpenEnvCode] = {
     _E.UNSUPPORTED_PROTOCOL: _O.SESSION_ERROR,
     _E.CONTRACT_MISMATCH: _O.SESSION_ERROR,
     _E.UNAUTHORIZED: _O.SESSION_ERROR,
+    _E.FORBIDDEN: _O.SESSION_ERROR,
     _E.CAPACITY_REACHED: _O.CAPACITY_REACHED,
     _E.NOT_READY: _O.CAPACITY_REACHED,
     _E.TOO_MANY_SESSIONS: _O.CAPACITY_REACHED,
@@ -141,6 +142,9 @@ OPENENV_CODES: dict[str, OpenEnvCode] = {
     _E.REQUEST_TIMEOUT: _O.EXECUTION_ERROR,
     _E.CONNECTION_LOST: _O.SESSION_ERROR,
     _E.CLIENT_CLOSED: _O.SESSION_ERROR,
+    # Local families, never sent; mapped like the client-side codes above, for totality.
+    _E.USAGE_ERROR: _O.EXECUTION_ERROR,
+    _E.PLATFORM_ERROR: _O.EXECUTION_ERROR,
 }
 """Every corral code and the OpenEnv code it is reported as (see the module table)."""
 

@@ -6,7 +6,9 @@ them; the server's session manager only builds and closes environments around it
 * **Capacity**: a slot is *reserved* before an environment is built and becomes the
   session once it is (:meth:`~SessionRegistry.reserve`, :meth:`~SessionRegistry.add`);
   ``active`` counts both, so concurrent opens never overfill the server. Each owner (a
-  connection) holds at most ``max_per_owner`` sessions, its pending opens included.
+  connection) holds at most ``max_per_owner`` sessions, its pending opens included, and
+  each client address (the owner's ``client``, whatever way it opens sessions) at most
+  ``max_per_client``, so that one client cannot take every slot (issue 30.4).
   A server that cannot serve a new session for another reason (too many hung
   environment calls) says so through :attr:`~SessionRegistry.unavailable`, and
   ``reserve`` refuses with ``NOT_READY``.
@@ -19,9 +21,9 @@ them; the server's session manager only builds and closes environments around it
   :class:`~corral.protocol.identity.SessionIds` (:meth:`~SessionRegistry.mint`), and a
   session this server does not hold is asked of it (:meth:`~SessionRegistry.missing`,
   the one answer of every route): an id another server of the fleet minted is
-  ``SESSION_ELSEWHERE`` naming that server; anything else is ``UNKNOWN_SESSION``. Since
-  a registry refuses before it looks at any session, the answer reveals nothing of a
-  session but the server id its id already spells.
+  ``SESSION_ELSEWHERE`` naming that server; anything else is ``UNKNOWN_SESSION``. The
+  answer depends on the id's form and tag only, so it reveals nothing of a session but
+  the server id its id already spells.
 * **Reaping**: :meth:`~SessionRegistry.expired` names the sessions detached past the
   resume window or idle past ``idle_timeout_s``, for a timer to close.
 """
@@ -65,6 +67,9 @@ class SessionRegistry(Generic[S]):
             log: re-attaching is decided here, with no I/O side to report it).
         ids: mints this server's session ids and tells where another's live (default:
             this host's id with a key of this registry's own).
+        max_per_client: sessions one client address may hold (None: any); an owner
+            says its client's address in a ``client`` attribute (one without is not
+            counted: the in-process transport has no address).
     """
 
     def __init__(
@@ -76,10 +81,14 @@ class SessionRegistry(Generic[S]):
         idle_timeout_s: float | None,
         on_attach: Callable[[S], None] | None = None,
         ids: SessionIds | None = None,
+        max_per_client: int | None = None,
     ) -> None:
         self.ids = ids if ids is not None else SessionIds(default_server_id())
         self.max_sessions = max_sessions
         self.max_per_owner = max_per_owner
+        self.max_per_client = max_per_client
+        self._clients: dict[str, int] = {}
+        """Sessions (and reserved slots) by client address."""
         self.resume_window_s = resume_window_s
         self.idle_timeout_s = idle_timeout_s
         self._on_attach = on_attach
@@ -139,7 +148,8 @@ class SessionRegistry(Generic[S]):
                 registry's count, :meth:`held`).
 
         Raises:
-            TooManySessions: the owner holds its maximum.
+            TooManySessions: the owner (the connection) holds its maximum, or its client
+                address does (``details["scope"] == "client"``).
             CapacityReached: the server is full.
             NotReady: the server cannot serve a new session now (:attr:`unavailable`).
         """
@@ -151,6 +161,21 @@ class SessionRegistry(Generic[S]):
             )
         if not self.has_capacity():
             raise self.capacity_error()
+        # After capacity: a full server is CAPACITY_REACHED (retry elsewhere) whoever asks.
+        client = client_of(owner)
+        limit = self.max_per_client
+        if client and limit is not None and self._clients.get(client, 0) >= limit:
+            self.refused += 1
+            raise TooManySessions(
+                f"client {client} already holds {self._clients[client]} sessions on this "
+                f"server, its limit (of {self.max_sessions}: the rest stay for other clients)",
+                details={
+                    "limit": limit,
+                    "scope": "client",
+                    "active_sessions": self._clients[client],
+                    "max_sessions": limit,
+                },
+            )
         reason = self.unavailable()
         if reason is not None:
             self.refused += 1
@@ -160,18 +185,31 @@ class SessionRegistry(Generic[S]):
             )
         self._reserved += 1
         _bump(self._pending, owner, 1)
+        if client:
+            _bump(self._clients, client, 1)
 
     def release(self, owner: ReplySink) -> None:
         """Give back a slot reserved by ``owner`` that did not become a session."""
         self._reserved -= 1
         _bump(self._pending, owner, -1)
+        client = client_of(owner)
+        if client:
+            _bump(self._clients, client, -1)
 
     def add(self, session: S, reserved_by: ReplySink) -> None:
-        """The slot ``reserved_by`` reserved becomes ``session`` (owned by ``session.owner``)."""
+        """The slot ``reserved_by`` reserved becomes ``session`` (owned by ``session.owner``);
+        it counts for ``reserved_by``'s client for its whole life."""
         self.release(reserved_by)
         self.sessions[session.id] = session
         if session.owner is not None:
             _bump(self._held, session.owner, 1)
+        session.client = client_of(reserved_by)
+        if session.client:
+            _bump(self._clients, session.client, 1)
+
+    def client_sessions(self, client: str) -> int:
+        """Sessions (reserved ones included) client address ``client`` holds."""
+        return self._clients.get(client, 0)
 
     # -- finding and moving sessions ----------------------------------------------------
 
@@ -285,6 +323,8 @@ class SessionRegistry(Generic[S]):
             self._tombstones.popitem(last=False)
         if session.owner is not None:
             _bump(self._held, session.owner, -1)
+        if session.client:
+            _bump(self._clients, session.client, -1)
         return True
 
     # -- timers ------------------------------------------------------------------------
@@ -316,7 +356,17 @@ class SessionRegistry(Generic[S]):
         return max(0.05, min(5.0, min(windows) / 4))
 
 
-def _bump(counts: dict[ReplySink, int], owner: ReplySink, by: int) -> None:
+def client_of(owner: ReplySink) -> str:
+    """The client address ``owner`` (a connection, an HTTP session's channel) serves, or
+    ``""`` when it has none."""
+    client = getattr(owner, "client", "")
+    return client if isinstance(client, str) else ""
+
+
+K = TypeVar("K")
+
+
+def _bump(counts: dict[K, int], owner: K, by: int) -> None:
     left = counts.get(owner, 0) + by
     if left > 0:
         counts[owner] = left

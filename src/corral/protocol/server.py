@@ -376,6 +376,9 @@ class ServerConnection(Generic[S]):
         """The largest frame the client takes (announced in its ``hello``; None: any)."""
         self.session_hint: str | None = None
         """The session a frame that failed to parse named, if readable."""
+        self.client = ""
+        """The peer's address, set by the transport: the sessions opened here count in
+        that client's limit (:class:`~corral.protocol.registry.SessionRegistry`)."""
         self._write = write
         self._count_error = count_error
 

@@ -266,6 +266,18 @@ def reused_id(request_id: int, kind: str, earlier: str) -> RequestIdReused:
     )
 
 
+def answered_id(request_id: int, kind: str, acked: int) -> RequestIdReused:
+    """The error for request ``request_id`` (``kind``) below the session's acknowledged
+    id ``acked``: it was answered, the client said it holds the reply, and the reply is
+    forgotten; running it again would break at-most-once."""
+    return RequestIdReused(
+        f"request id {request_id} of this session was answered and its reply acknowledged "
+        f"(a later request, id {acked}, said 'acked'); it is not run twice: use a fresh id "
+        "for a new request",
+        details={"id": request_id, "now": kind, "acked": acked, "reason": "acked"},
+    )
+
+
 class ReplyCache:
     """The most recent replies of a session by request id, for at-most-once retries.
 
@@ -277,12 +289,21 @@ class ReplyCache:
     comes here, and one eviction in ``size // 4`` puts is cheaper than one each (a plain
     dict keeps insertion order; no linked list to maintain). Between ``3/4 size`` and
     ``size`` replies stay remembered.
+
+    Replies forgotten because the client acknowledged them (:meth:`forget_before`) are
+    still known to have been answered: :attr:`acked` is the highest acknowledging
+    request id, and every lower id of the session was answered and its reply received
+    (what ``acked`` says), so a re-send of one is refused rather than run again. One
+    int, whatever the number of forgotten ids.
     """
 
-    __slots__ = ("_replies", "lookup", "size")
+    __slots__ = ("_replies", "acked", "lookup", "size")
 
     def __init__(self, size: int = 8) -> None:
         self.size = size
+        self.acked = 0
+        """The highest id of a request that said ``acked``: every lower id of this
+        session was answered, and the client holds its reply."""
         # Until its first reply a session shares one empty table (a server holds 100,000
         # sessions; most of them hold one reply at a time, many none yet).
         self._replies: dict[int, tuple[RequestKey | None, Remembered]] = _NO_REPLIES
@@ -320,6 +341,8 @@ class ReplyCache:
         memory warm: with 1,024 sessions, eight remembered replies each were megabytes
         swept through the CPU's caches every round (issue 10's flatness).
         """
+        if request_id > self.acked:
+            self.acked = request_id
         replies = self._replies
         while replies:
             oldest = next(iter(replies))
@@ -366,6 +389,8 @@ class SessionState:
     detached_at: float | None = None
     running_key: RequestKey | None = None
     """The request key of the request admitted last (the running one, while one runs)."""
+    client: str = ""
+    """The address of the client that opened it (it counts in that client's limit)."""
 
     def touch(self, now: float | None = None) -> None:
         """Mark activity now (any request counts, ``state`` included); ``now`` is
@@ -388,12 +413,15 @@ class SessionState:
             for a request that is running now (its reply is on its way).
 
         Raises:
-            RequestIdReused: ``request_id`` belongs to another request of the session.
+            RequestIdReused: ``request_id`` belongs to another request of the session,
+                or is below an acknowledged one (:attr:`ReplyCache.acked`): answered, its
+                reply forgotten, and never run twice.
             SessionError: the lifecycle refuses the request (see :data:`LIFECYCLE`).
         """
+        cache = self.cache
         if acked:
-            self.cache.forget_before(request_id)
-        entry = self.cache.lookup(request_id)
+            cache.forget_before(request_id)
+        entry = cache.lookup(request_id)
         if entry is not None:
             earlier, reply = entry
             if earlier is not None and not same_request(earlier, key):
@@ -404,6 +432,8 @@ class SessionState:
             if running is not None and not same_request(running, key):
                 raise reused_id(request_id, key[0], running[0])
             return None
+        if request_id < cache.acked:
+            raise answered_id(request_id, kind, cache.acked)
         op = self.machine.begin(kind, request_id)
         self.running_key = key
         return op
@@ -417,10 +447,17 @@ class SessionState:
         if self.machine.running == request_id:
             self.machine.abort()
 
-    def deliver(self, reply: Reply) -> None:
-        """Send a reply to the attached connection; remembered for retries either way."""
+    def deliver(self, reply: Reply, *, remember: bool = True) -> None:
+        """Send a reply to the attached connection; remembered for retries either way,
+        unless ``remember`` is False: the answer to a request refused before the
+        environment ran (an invalid action), which a re-send gets again without anything
+        running twice, and whose payload (up to a frame) the cache would only hold on to."""
         if reply.id is not None:
-            self.cache.put(reply.id, reply, self._key_of(reply.id))
+            key = self._key_of(reply.id)
+            if remember:
+                self.cache.put(reply.id, reply, key)
+            elif key is not None:
+                self.running_key = None  # the refused request's payload goes with it
         if self.owner is not None:
             self.owner.send(reply)
 

@@ -35,6 +35,11 @@ from corral.client.health import READY, answers, probe_client
 from corral.errors import ServerStartError
 from corral.providers.manifest import MANIFEST_NAMES, Manifest, load_manifest
 
+OWNED_SERVER_ARGS = ("--max-sessions-per-client", "0")
+"""The option of a server a provider starts for its caller alone: the per-client share
+(all of ``--max-sessions`` but an eighth) keeps room for other clients of a shared
+server, and such a server has none: the trainer that started it may fill it."""
+
 
 @dataclass(frozen=True)
 class ServerSpec:
@@ -101,8 +106,13 @@ class ServerSpec:
         path = self.manifest_path
         return load_manifest(path) if path is not None else None
 
-    def serve_args(self, manifest: Manifest | None = None) -> list[str]:
-        """The ``corral serve`` options this spec sets (limits the manifest does not)."""
+    def serve_args(self, manifest: Manifest | None = None, *, owned: bool = False) -> list[str]:
+        """The ``corral serve`` options this spec sets (limits the manifest does not).
+
+        ``owned``: the server is started for its caller alone (a local process, a
+        container, a Ray actor the trainer's pool starts): its one client may take every
+        slot (:data:`OWNED_SERVER_ARGS`), unless ``server_args`` says otherwise.
+        """
         args: list[str] = []
         if self.max_sessions is not None:
             args += ["--max-sessions", str(self.max_sessions)]
@@ -112,6 +122,8 @@ class ServerSpec:
             args += ["--idle-timeout", f"{self.idle_timeout_s:g}"]
         elif manifest is not None:
             args += ["--idle-timeout", f"{manifest.concurrency.idle_timeout_s:g}"]
+        if owned and OWNED_SERVER_ARGS[0] not in self.server_args:
+            args += OWNED_SERVER_ARGS
         return [*args, *self.server_args]
 
 

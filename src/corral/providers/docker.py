@@ -314,7 +314,7 @@ class DockerProvider(Provider):
             environment={**server.environment, **(environment or {})},
             name=name,
             command=command,
-            extra_args=server.serve_args(),
+            extra_args=server.serve_args(owned=True),
             port=port,
             network=network,
             timeout=timeout if timeout is not None else server.startup_timeout,

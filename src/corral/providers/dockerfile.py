@@ -41,6 +41,7 @@ from pathlib import Path
 
 import corral
 from corral.contract.lock import LockError, read_lock
+from corral.errors import PlatformError
 from corral.providers.manifest import Manifest, load_contract, load_manifest
 
 Progress = Callable[[str], None]
@@ -78,7 +79,7 @@ IGNORED = (
 MAX_GLIBC_MINOR = 36
 
 
-class BuildError(RuntimeError):
+class BuildError(PlatformError, RuntimeError):
     """Preparing or building an image failed; the message says which step and why."""
 
 

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from corral.errors import UsageError
 from corral.protocol.handshake import ROUTE_HEADER
 from corral.protocol.identity import SERVER_ID
 
@@ -43,7 +44,7 @@ _HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]{0,252})")
 _PATH = re.compile(r"/[A-Za-z0-9._/-]*")
 
 
-class FrontDoorError(ValueError):
+class FrontDoorError(UsageError, ValueError):
     """A front door's settings are invalid (the message names the value and the rule)."""
 
 
@@ -251,7 +252,85 @@ def render_haproxy(
     return "\n".join(lines) + "\n"
 
 
+_IPV4_OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+POD_IP_ROUTE = rf"^(?<pod>{_IPV4_OCTET}(\.{_IPV4_OCTET}){{3}})$"
+"""The ``corral-server`` values the Pod router routes: a dotted IPv4 address (the servers
+of a ``corral deploy k8s --router`` fleet take their Pod IP as ``--server-id``)."""
+
+
+def render_nginx_pod_router(
+    fleet: str,
+    *,
+    pod_port: int,
+    listen: str = "0.0.0.0:8080",
+    prefix: str | Path | None = None,
+    websocket_timeout_s: int = 3600,
+    max_body_bytes: int = 32 * 1024 * 1024,
+) -> str:
+    """A standalone nginx that routes a ``corral-server`` header naming a Pod IP to that
+    Pod, and everything else to ``fleet`` (the balanced Service, ``host:port``).
+
+    The fleet's Pods come and go with the autoscaler, so the router has no list of them:
+    the header *is* the address (the servers' id is their Pod IP), checked against a
+    strict IPv4 pattern first; a value that is not one goes to the fleet. What the header
+    could reach is bounded where the router runs: its NetworkPolicy lets it reach only
+    the fleet's Pods on ``pod_port`` (``corral deploy k8s --router``). A forged header
+    gains nothing a client could not reach anyway: sessions are found by their ids,
+    which are signed.
+    """
+    _listen(listen)
+    host, _, port = fleet.rpartition(":")
+    if not _HOST.fullmatch(host) or not port.isdigit():
+        raise FrontDoorError(f"fleet address {fleet!r} must be host:port")
+    if not 0 < pod_port < 65536:
+        raise FrontDoorError(f"pod port {pod_port} is not a port")
+    root = None if prefix is None else Path(prefix)
+    if root is not None and not _PATH.fullmatch(str(root)):
+        raise FrontDoorError(f"prefix {str(root)!r} must be an absolute plain path")
+    lines = ["worker_processes 1;", "daemon off;"]
+    if root is not None:
+        lines += [f"pid {root}/nginx.pid;", f"error_log {root}/error.log warn;"]
+    lines += ["events { worker_connections 4096; }", "http {"]
+    if root is not None:
+        lines += [f"    access_log {root}/access.log;"] + [
+            f"    {kind}_temp_path {root}/{kind}_temp;"
+            for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+        ]
+    lines += [
+        "    map $http_upgrade $corral_connection {",
+        "        default upgrade;",
+        "        ''      close;",
+        "    }",
+        f"    # {ROUTE_HEADER}: a Pod IP goes to that Pod; anything else to the fleet.",
+        f"    map $http_{ROUTE_HEADER.replace('-', '_')} $corral_target {{",
+        "        default corral_fleet;",
+        f'        "~{POD_IP_ROUTE}" $pod:{pod_port};',
+        "    }",
+        "    upstream corral_fleet {",
+        f"        server {fleet} max_fails=1 fail_timeout=2s;",
+        "    }",
+        "    server {",
+        f"        listen {listen};",
+        f"        client_max_body_size {max_body_bytes};",
+        "        location / {",
+        "            proxy_pass http://$corral_target;",
+        "            proxy_http_version 1.1;",
+        "            proxy_set_header Upgrade $http_upgrade;",
+        "            proxy_set_header Connection $corral_connection;",
+        "            proxy_set_header Host $host;",
+        "            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;",
+        "            proxy_buffering off;",
+        f"            proxy_read_timeout {websocket_timeout_s}s;",
+        f"            proxy_send_timeout {websocket_timeout_s}s;",
+        "        }",
+        "    }",
+        "}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 __all__ = [
+    "POD_IP_ROUTE",
     "ROUTE_COOKIE",
     "ROUTE_HEADER",
     "SERVER_ID",
@@ -259,4 +338,5 @@ __all__ = [
     "FrontDoorError",
     "render_haproxy",
     "render_nginx",
+    "render_nginx_pod_router",
 ]

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from corral.contract.lock import LockError, read_lock
+from corral.errors import PlatformError, UsageError
 from corral.providers.dockerfile import BuildContext, Progress, prepare_context
 from corral.providers.manifest import Manifest, load_contract
 
@@ -36,11 +37,11 @@ SHORT_DESCRIPTION_MAX = 60
 """The longest ``short_description`` a Space card accepts."""
 
 
-class SpaceError(ValueError):
+class SpaceError(UsageError, ValueError):
     """Bad arguments for a Space (repo id, colours, folder)."""
 
 
-class HubUnreachable(ConnectionError):
+class HubUnreachable(PlatformError, ConnectionError):
     """The Hub could not be reached; nothing was uploaded and the staged Space is intact.
 
     Attributes:

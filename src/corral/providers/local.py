@@ -387,7 +387,7 @@ class LocalProcessProvider(Provider):
             server = LocalServer(
                 target,
                 python=python,
-                server_args=spec.serve_args(),
+                server_args=spec.serve_args(owned=True),
                 env=dict(spec.environment),
                 cwd=cwd,
                 startup_timeout=spec.startup_timeout or self.startup_timeout,

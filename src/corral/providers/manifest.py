@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from corral.contract import Environment
 from corral.contract.schema import SEMVER, Contract
+from corral.errors import UsageError
 from corral.server.target import load_target
 
 MANIFEST_NAMES = ("corral.yaml", "openenv.yaml")
@@ -231,7 +232,7 @@ class Manifest(BaseModel):
         return self
 
 
-class ManifestError(ValueError):
+class ManifestError(UsageError, ValueError):
     """A manifest could not be read or is invalid.
 
     Attributes:

@@ -667,7 +667,12 @@ class Zygote:
         if os.getppid() != 1:
             # kill(-1) is only safe as the child of a pid namespace's first process.
             raise SystemExit("corral zygote: not in a pid namespace of its own; refusing to run")
-        self.control = socket.socket(fileno=int(config["control_fd"]))
+        # The descriptor keeps its number from the parent, where it can be past 1023 (a
+        # server with many connections): select() refuses such numbers, and a worker
+        # closes only below its RLIMIT_NOFILE. A copy takes the lowest free number.
+        inherited = int(config["control_fd"])
+        self.control = socket.socket(fileno=os.dup(inherited))
+        os.close(inherited)
         self.control.set_inheritable(False)
         self.workers: set[int] = set()
         self.wake_r, self.wake_w = os.pipe()

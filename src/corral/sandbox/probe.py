@@ -2,6 +2,15 @@
 
 profile = resolve_profile("auto")   # the strongest mode that works, or SandboxUnavailable
 available_modes()                   # {mode: None if it works, else the reason}
+modes_in_use()                      # the modes resolved in this process (for /health)
+
+**No silent fall to the weak mode.** ``"auto"`` takes a namespace mode (``bwrap``,
+``unshare``) or fails: ``rlimits`` guards code at the Python level only (see
+:mod:`corral.sandbox`), so it is taken only when asked for by name, with
+``allow_weak=True``, or with ``$CORRAL_SANDBOX_ALLOW_WEAK=1`` (how an operator allows it
+for a server). A hardened container (no bwrap in the image, user namespaces refused by
+its seccomp profile) used to run the coding environment in ``rlimits`` without a word,
+while its capacity had been measured under ``bwrap`` (issue 30.16).
 """
 
 from __future__ import annotations
@@ -31,6 +40,12 @@ from corral.sandbox.uids import DEFAULT_UID_RANGE
 from corral.sandbox.workspace import Workspace
 
 _PROBE_TIMEOUT = 20.0
+
+ALLOW_WEAK_ENV = "CORRAL_SANDBOX_ALLOW_WEAK"
+"""``1`` lets ``"auto"`` settle for the ``rlimits`` mode (module docstring)."""
+
+_IN_USE: dict[SandboxMode, str] = {}
+"""The modes :func:`resolve_profile` returned in this process, with their strategies."""
 
 
 def default_python() -> str:
@@ -162,26 +177,57 @@ def _try_profile(profile: SandboxProfile) -> str | None:
     return None
 
 
+def weak_allowed() -> bool:
+    """``$CORRAL_SANDBOX_ALLOW_WEAK`` says ``"auto"`` may settle for ``rlimits``."""
+    return os.environ.get(ALLOW_WEAK_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
 def resolve_profile(
     sandbox: SandboxMode | Literal["auto"],
     python: str | None = None,
     uid_range: range | None = DEFAULT_UID_RANGE,
+    *,
+    allow_weak: bool | None = None,
 ) -> SandboxProfile:
-    """The profile for ``sandbox`` (``"auto"``: the strongest mode that works).
+    """The profile for ``sandbox`` (``"auto"``: the strongest namespace mode that works).
+
+    Args:
+        sandbox: a mode, or ``"auto"``.
+        python: the sandbox interpreter (default: corral's own).
+        uid_range: uids leased to sandboxes when running as root.
+        allow_weak: let ``"auto"`` settle for ``rlimits`` (default:
+            ``$CORRAL_SANDBOX_ALLOW_WEAK``); naming ``rlimits`` always allows it.
 
     Raises:
-        SandboxUnavailable: the requested mode (or, for ``"auto"``, every mode) does not
-            work here; the message gives the reason for each.
+        SandboxUnavailable: the requested mode (or, for ``"auto"``, every namespace mode,
+            and ``rlimits`` unless allowed) does not work here; the message gives the
+            reason for each and how to allow the weak mode.
     """
     executable = python or default_python()
+    weak_ok = sandbox != "auto" or (weak_allowed() if allow_weak is None else allow_weak)
     modes = list(SandboxMode) if sandbox == "auto" else [SandboxMode(sandbox)]
     reasons = []
     for mode in modes:
+        if mode is SandboxMode.RLIMITS and not weak_ok:
+            reasons.append(
+                "rlimits (Python-level guards, no isolation from other sessions or the "
+                f"server) is not taken by 'auto' unless allowed: ${ALLOW_WEAK_ENV}=1, "
+                "allow_weak=True or sandbox='rlimits'; or run where bwrap or unshare work "
+                "(docs/scaling.md, 'The coding environment in a Pod')"
+            )
+            continue
         result = probe(mode, executable, uid_range)
         if isinstance(result, SandboxProfile):
+            _IN_USE.setdefault(result.mode, result.strategy)
             return result
         reasons.append(result)
     raise SandboxUnavailable("no usable sandbox: " + " | ".join(reasons))
+
+
+def modes_in_use() -> dict[SandboxMode, str]:
+    """The modes resolved in this process so far, with their strategies (a server says
+    them in ``/health`` and ``/metrics``)."""
+    return dict(_IN_USE)
 
 
 def available_modes(

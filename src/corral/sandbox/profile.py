@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 
+from corral.errors import PlatformError
+
 PYTHON_FLAGS = ("-I", "-S", "-B", "-X", "utf8")
 """How every sandboxed interpreter runs: isolated, no site, no bytecode files, UTF-8."""
 
@@ -24,7 +26,7 @@ class SandboxMode(enum.StrEnum):
     """Resource limits, an unprivileged uid (as root) and Python-level guards only."""
 
 
-class SandboxError(RuntimeError):
+class SandboxError(PlatformError, RuntimeError):
     """The sandbox could not be set up or started (a problem of the machine, not the agent)."""
 
 

@@ -7,8 +7,10 @@ cannot drift apart:
   the wire action loaded into the Action model (after the action migration of a client
   of an older contract major; ``INVALID_ACTION`` with pydantic's errors otherwise), or
   the reset seed and options, checked against the keywords ``reset`` takes and the
-  names the server cannot pass on (non-string keys, ``seed``, ``timeout``): every
-  option problem is ``INVALID_ARGUMENT``, the client's fault, never ``ENV_ERROR``;
+  names no ``reset(seed, **options)`` call can carry (non-string keys, ``seed``,
+  ``self``): every option problem is ``INVALID_ARGUMENT``, the client's fault, never
+  ``ENV_ERROR``. The options reach the runner as one mapping, never as its own
+  keywords, so a name the runner uses (``method``, ``timeout``) is the environment's;
 * :meth:`Admission.result` and :meth:`Admission.state` check that the environment
   returned its contract's model and dump it with the connection's codec
   (``BAD_OBSERVATION``); a non-finite reward (NaN, ±inf) is ``BAD_OBSERVATION`` on
@@ -25,6 +27,10 @@ A ``snapshot`` is a call like ``state`` (its value is sealed by
 :class:`~corral.protocol.snapshot.SnapshotSeal`); the observation a ``restore`` returns
 is checked and dumped as a step's, without counting its reward again (the step that
 first returned it was counted, on whichever server ran it).
+
+Every error that leaves here as an answer is plain data, without its traceback
+(:func:`~corral.server.env_failures.as_data`): a refused action's frames hold the
+action, and must not outlive the refusal (issue 30.1).
 """
 
 from __future__ import annotations
@@ -57,7 +63,7 @@ from corral.protocol.fields import clip
 from corral.protocol.messages import GetState, Reset, Step, TakeSnapshot
 from corral.protocol.server import Peer
 from corral.protocol.session import Op, SessionState
-from corral.server.env_failures import env_failure
+from corral.server.env_failures import as_data, env_failure
 from corral.server.rewards import RewardStats
 
 Payload = Reset | Step | GetState | TakeSnapshot | ResetItem | StepItem
@@ -66,7 +72,7 @@ Payload = Reset | Step | GetState | TakeSnapshot | ResetItem | StepItem
 _STEPS = (Step, StepItem)
 _RESETS = (Reset, ResetItem)
 _NO_OPTIONS: dict[str, Any] = {}
-"""The keywords of every step call: shared, never written (the runner's ``**`` copies it)."""
+"""The keywords of every step call: shared, never written (the runner only reads it)."""
 
 RunnerCall = tuple[str, tuple[Any, ...], Any]
 """``(method, args, kwargs)`` of one environment call."""
@@ -80,9 +86,10 @@ def _method(op: Op) -> str:
     return _METHODS.get(op, "reset")
 
 
-RESERVED_OPTIONS = frozenset({"seed", "timeout"})
-"""Option names the server cannot pass to ``reset`` as keywords: the seed has its own
-field, and ``timeout`` is the runner's (the step timeout)."""
+RESERVED_OPTIONS = frozenset({"seed", "self"})
+"""Option names no ``reset(self, seed, **options)`` call can carry: they are its own
+positional parameters (the seed has its own field in the request). Nothing of the
+runner's is here: options reach it as a mapping (:meth:`~corral.server.runner.Runner.call`)."""
 
 
 def check_passable(options: dict[Any, Any]) -> None:
@@ -101,8 +108,8 @@ def check_passable(options: dict[Any, Any]) -> None:
     reserved = sorted(RESERVED_OPTIONS.intersection(options))
     if reserved:
         raise InvalidArgument(
-            f"reset option(s) {reserved} cannot be passed as options: send the seed in the "
-            "reset's 'seed' field; 'timeout' is the server's step timeout",
+            f"reset option(s) {reserved} cannot be passed as options: they are reset's "
+            "own parameters (send the seed in the reset's 'seed' field)",
             details={"reserved": reserved},
         )
 
@@ -233,7 +240,7 @@ class Admission:
             try:
                 out.append(self.call(peer, op, payload))
             except CorralError as exc:
-                out.append(exc)
+                out.append(as_data(exc))  # an outcome now: no frames (and payloads) held
         return out
 
     def actions(self, peer: Peer, raws: list[Any]) -> list[BaseModel | CorralError]:
@@ -257,7 +264,7 @@ class Admission:
             try:
                 out.append(self.action(peer, raw))
             except CorralError as exc:
-                out.append(exc)
+                out.append(as_data(exc))  # an outcome now: no frames (and payloads) held
         return out
 
     def results(

@@ -8,10 +8,11 @@ from typing import Any
 
 from fastapi import FastAPI, WebSocket
 
-from corral.server.auth import BearerAuth, auth_router
+from corral.server.auth import auth_router
 from corral.server.config import ServerConfig
 from corral.server.docs import docs_router
-from corral.server.http import info_router
+from corral.server.edge import install_edge
+from corral.server.http import PROBE_PATHS, info_router
 from corral.server.http_limits import HttpLimits
 from corral.server.metrics import metrics_router
 from corral.server.openenv import openenv_fallback, openenv_router, personality_of
@@ -107,18 +108,21 @@ def create_app(
         if cfg.token is not None:
             app.include_router(auth_router(cfg.token))
     app.include_router(tasks_router(personality.tasks))  # last: /{env}/... shadows nothing
-    # Added first, so the bearer check (added after) runs before any body is read.
+    # Added first, so the access rules (install_edge, after) run before any body is read.
     app.add_middleware(
         HttpLimits, max_body_bytes=cfg.max_frame_bytes, body_timeout_s=cfg.http_body_timeout_s
     )
-    if cfg.token is not None:
-        app.add_middleware(
-            BearerAuth, token=cfg.token, cookies=cfg.web, public=is_public if cfg.web else None
-        )
+    web = cfg.web
+
+    def public(path: str) -> bool:
+        # The probes' twins answer a status code only (corral.server.http.PROBE_PATHS).
+        return path in PROBE_PATHS or (web and is_public(path))
+
+    edge = install_edge(app, service, public=public)
 
     @app.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:
-        await ws_endpoint(websocket, service, fallback)
+        await ws_endpoint(websocket, edge, fallback)
 
     return app
 
@@ -142,5 +146,6 @@ def _worker_pool(env: Any, service: EnvService) -> WorkerPool:
             await manager.close(session, f"its worker process died: {reason}")
 
     pool.on_death = close_sessions
-    service.readiness_checks.append(pool.unavailable)
+    service.readiness_checks.append(lambda: pool.unavailable(manager.active))
+    service.workers = pool
     return pool

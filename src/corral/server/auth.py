@@ -1,140 +1,119 @@
-"""Bearer-token authentication for every route and the WebSocket handshake.
+"""Access to every route and WebSocket: the bearer token, the browser's Origin, the Host.
 
-A pure ASGI middleware, so it guards whatever the app mounts (the corral routes, the
-OpenEnv routes, the docs) without each route having to remember it. A WebSocket without
-the right token is refused at the handshake with HTTP 401, before it is accepted, so an
-unauthenticated peer never reaches the protocol.
+:class:`AccessGuard` is a pure ASGI middleware in front of everything the app mounts (the
+corral routes, the OpenEnv routes, the docs, the web UI), so no route has to remember
+it. It applies the rules of :mod:`corral.protocol.access` — the same function the
+WebSocket transports call in their upgrade decision — to every request:
 
-Browsers cannot set ``Authorization`` on a WebSocket, so with the web UI on the server
-also accepts the cookie a browser gets from ``POST /auth`` (the token sent once, in the
-header; see :func:`corral.auth.issue_cookie`): HttpOnly, SameSite=Strict, short-lived,
-and only from the server's own origin. :func:`authorised` is the one check; any
-transport (this middleware, a WebSocket server outside ASGI) calls it with the
-request's headers.
+* **Host** (DNS rebinding): on a loopback connection, an IP address, ``localhost`` or a
+  name of ``ServerConfig.allowed_hosts``; else 403 ``FORBIDDEN``;
+* **Origin**: a WebSocket, or a state-changing request (POST, PUT, PATCH, DELETE), sent
+  by a browser page must come from the server's own origin or one of
+  ``ServerConfig.allowed_origins``; else 403 ``FORBIDDEN``. Non-browser clients send no
+  ``Origin`` and pass;
+* **credentials** (with a token): exactly one ``Authorization: Bearer <token>``, or the
+  web UI's cookie from the server's own origin (browsers cannot set ``Authorization`` on
+  a WebSocket: the UI exchanges the token once, ``POST /auth``, for an HttpOnly,
+  SameSite=Strict, short-lived cookie; see :func:`corral.auth.issue_cookie`); else 401;
+* **content type**: a state-changing request with a body must declare JSON (415
+  ``BAD_FRAME``) — the types a page can post cross-origin without a preflight never are.
+
+A refused WebSocket is refused at the handshake, before it is accepted, so an
+unauthenticated or foreign peer never reaches the protocol.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from urllib.parse import urlsplit
+from collections.abc import Callable
 
 from fastapi import APIRouter, Request
-from fastapi.responses import Response
-from starlette.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from corral.auth import COOKIE_NAME, COOKIE_TTL_S, bearer_matches, cookie_matches, issue_cookie
-from corral.errors import Unauthorized
-from corral.protocol.messages import ErrorReply
-
-Headers = Iterable[tuple[bytes, bytes]]
-
-
-def authorised(headers: Headers, token: str, *, cookies: bool = False) -> bool:
-    """True when a request with ``headers`` may proceed on a server requiring ``token``.
-
-    It carries ``Authorization: Bearer <token>``, or, when ``cookies`` is on, a valid
-    browser cookie sent from the server's own origin (a page elsewhere cannot use it).
-    """
-    found = dict(_pick(headers, (b"authorization", b"cookie", b"origin", b"host")))
-    if bearer_matches(found.get(b"authorization"), token):
-        return True
-    if not cookies or not _same_origin(found.get(b"origin"), found.get(b"host")):
-        return False
-    return cookie_matches(_cookie(found.get(b"cookie"), COOKIE_NAME), token)
+from corral.auth import COOKIE_NAME, COOKIE_TTL_S, bearer_matches, issue_cookie
+from corral.protocol.access import (
+    AccessPolicy,
+    Refusal,
+    RequestHead,
+    check_access,
+    check_content_type,
+    check_credentials,
+)
+from corral.server.http_errors import error_response
 
 
-def _pick(headers: Headers, names: tuple[bytes, ...]) -> Iterable[tuple[bytes, str]]:
-    for key, value in headers:
-        lowered = key.lower()
-        if lowered in names:
-            yield lowered, value.decode("latin-1")
+def request_head(scope: Scope) -> RequestHead:
+    """The head of an HTTP request or WebSocket upgrade, as the access rules read it."""
+    client, server = scope.get("client"), scope.get("server")
+    websocket = scope["type"] == "websocket"
+    return RequestHead.of(
+        "GET" if websocket else scope.get("method", "GET"),
+        scope.get("path", ""),
+        scope.get("headers", []),
+        client=client[0] if client else "",
+        local=server[0] if server else None,
+        websocket=websocket,
+    )
 
 
-def _same_origin(origin: str | None, host: str | None) -> bool:
-    """No Origin (a same-origin GET) or an Origin naming this very host."""
-    if origin is None:
-        return True
-    return host is not None and urlsplit(origin).netloc.lower() == host.lower()
+async def refuse(websocket: WebSocket, refusal: Refusal) -> None:
+    """Refuse a WebSocket at the handshake: the refusal's status, headers and body, or
+    (when the server cannot send an HTTP answer) a close with its code."""
+    if "websocket.http.response" in websocket.scope.get("extensions", {}):
+        response = JSONResponse(
+            refusal.wire(), status_code=refusal.status, headers=dict(refusal.headers)
+        )
+        await websocket.send_denial_response(response)
+    else:
+        await websocket.close(code=refusal.close_code, reason=refusal.error.message[:120])
 
 
-def _cookie(header: str | None, name: str) -> str | None:
-    if not header:
-        return None
-    for part in header.split(";"):
-        key, _, value = part.strip().partition("=")
-        if key == name:
-            return value
-    return None
-
-
-class BearerAuth:
-    """Require ``Authorization: Bearer <token>`` on every HTTP request and WebSocket.
+class AccessGuard:
+    """The access rules on every HTTP request and WebSocket (see the module docstring).
 
     Args:
         app: the application to guard.
-        token: the bearer token.
-        cookies: also accept the browser cookie issued by ``POST /auth``.
-        public: paths served without authentication (the web UI's static files, which
-            hold no data and must load before the UI can ask for the token).
+        policy: the rules (``ServerConfig.access()``).
+        public: paths served without credentials (the web UI's static files, which hold
+            no data and must load before the UI can ask for the token); Host and Origin
+            still apply.
+        count: told the code of every refusal (the server's metrics).
     """
 
     def __init__(
         self,
         app: ASGIApp,
-        token: str,
-        *,
-        cookies: bool = False,
+        policy: AccessPolicy,
         public: Callable[[str], bool] | None = None,
+        count: Callable[[str], None] | None = None,
     ) -> None:
         self.app = app
-        self._token = token
-        self._cookies = cookies
+        self.policy = policy
         self._public = public
+        self._count = count
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Pass authorised requests to the app; answer the others with 401."""
-        if scope["type"] not in ("http", "websocket") or self._allowed(scope):
+        """Pass allowed requests to the app; answer the others with their refusal."""
+        kind = scope["type"]
+        if kind not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        response = _denial(scope)
-        if scope["type"] == "http":
-            await response(scope, receive, send)
+        head = request_head(scope)
+        public = kind == "http" and self._public is not None and self._public(head.path)
+        refusal = check_access(head, self.policy, public=public)
+        if refusal is None and kind == "http":
+            refusal = check_content_type(head)
+        if refusal is None:
+            await self.app(scope, receive, send)
             return
-        websocket = WebSocket(scope, receive, send)
-        if "websocket.http.response" in scope.get("extensions", {}):
-            await websocket.send_denial_response(response)
-        else:  # the server cannot send an HTTP response: refuse the handshake with a close
-            await websocket.close(code=1008, reason="unauthorized")
-
-    def _allowed(self, scope: Scope) -> bool:
-        if self._public is not None and scope["type"] == "http" and self._public(scope["path"]):
-            return True
-        return authorised(scope.get("headers", []), self._token, cookies=self._cookies)
-
-
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers", []):
-        if key.lower() == name:
-            decoded: str = value.decode("latin-1")
-            return decoded
-    return None
-
-
-def _denial(scope: Scope) -> JSONResponse:
-    given = _header(scope, b"authorization") is not None
-    error = Unauthorized(
-        "wrong bearer token" if given else "this server requires a bearer token",
-        details={
-            "fix": "send 'Authorization: Bearer <token>' (corral clients: token= or $CORRAL_TOKEN)"
-        },
-    )
-    return JSONResponse(
-        ErrorReply.of(error).to_wire(),
-        status_code=401,
-        headers={"WWW-Authenticate": 'Bearer realm="corral"'},
-    )
+        if self._count is not None:
+            self._count(str(refusal.error.code))
+        if kind == "http":
+            response = error_response(refusal.error, refusal.status, headers=dict(refusal.headers))
+            await response(scope, receive, send)
+        else:
+            await refuse(WebSocket(scope, receive, send), refusal)
 
 
 def auth_router(token: str) -> APIRouter:
@@ -152,7 +131,9 @@ def auth_router(token: str) -> APIRouter:
     async def exchange(request: Request) -> Response:
         # The header itself, not a cookie: a cookie must not renew itself forever.
         if not bearer_matches(request.headers.get("authorization"), token):
-            return _denial(request.scope)
+            refusal = check_credentials(request_head(request.scope), AccessPolicy(token))
+            assert refusal is not None  # no (or a wrong) bearer header: refused
+            return error_response(refusal.error, refusal.status, headers=dict(refusal.headers))
         response = Response(status_code=204, headers={"Cache-Control": "no-store"})
         response.set_cookie(
             COOKIE_NAME,

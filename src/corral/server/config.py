@@ -6,10 +6,27 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from corral.auth import check_fleet_key, check_token
+from corral.protocol.access import AccessPolicy
 from corral.protocol.identity import SERVER_ID
+from corral.protocol.inflow import InflowLimits
 
 TRANSPORTS = frozenset({"auto", "native", "asgi"})
 """The values of :attr:`ServerConfig.transport`."""
+
+AUTO = -1
+"""``max_sessions_per_client``'s default: derived from ``max_sessions`` (see
+:func:`client_share`)."""
+
+RESERVED_SHARE = 8
+"""One slot in this many is kept from any single client (the per-client default)."""
+
+
+def client_share(max_sessions: int) -> int:
+    """The sessions one client address may hold by default: all of ``max_sessions`` but
+    one in :data:`RESERVED_SHARE` (rounded down), so one client cannot fill the server.
+    A server of fewer than 8 sessions serves one user: it keeps none back."""
+    return max_sessions - max_sessions // RESERVED_SHARE
+
 
 SERVER_ONLY = (
     "executor_threads",
@@ -27,6 +44,12 @@ SERVER_ONLY = (
     "debug",
     "fleet_key",
     "server_id",
+    # The edge (corral.protocol.access / inflow), grouped:
+    "allowed_origins",
+    "allowed_hosts",
+    "frame_timeout_s",
+    "message_timeout_s",
+    "max_partial_bytes",
 )
 """Settings the handshake does not tell clients (the server id travels in ``server``)."""
 
@@ -43,10 +66,20 @@ class ServerConfig:
         max_sessions: sessions the server holds at once; more are refused with
             ``CAPACITY_REACHED`` (at the WebSocket handshake when already full).
         max_sessions_per_connection: sessions one connection may multiplex.
-        max_connections_per_client: WebSocket connections one client address may hold
-            at once; more are refused at the handshake with HTTP 429 and
-            ``TOO_MANY_CONNECTIONS`` (None: no limit; set None behind a reverse proxy,
-            where every client shares the proxy's address).
+        max_sessions_per_client: sessions one client address may hold, however it opens
+            them (corral/1 ``open``, OpenEnv's WebSocket, HTTP ``POST /sessions`` and
+            ``openenv/session/create``); more are refused with ``TOO_MANY_SESSIONS``
+            (OpenEnv clients: ``CAPACITY_REACHED``). The default, :data:`AUTO`, is
+            :func:`client_share`: an eighth of the slots stays for other clients. None: no
+            limit (behind a reverse proxy, where every client shares its address; a
+            server a single trainer owns). Peers without an address (the in-process
+            transport) are not limited.
+        max_connections_per_client: WebSocket connections (and HTTP sessions) one
+            client address may hold at once; more are refused at the handshake with
+            HTTP 429 and ``TOO_MANY_CONNECTIONS``. 256 by default: a pool carries 256
+            sessions per connection, and one address cannot take every file descriptor
+            of a server with the usual limit of 1,024. None: no limit — set it (or raise
+            it) behind a reverse proxy, where every client shares the proxy's address.
         idle_timeout_s: a session with no request for this long is reaped (None: never).
         resume_window_s: how long a session whose connection dropped waits to be
             re-attached before it is closed.
@@ -113,11 +146,32 @@ class ServerConfig:
             snapshots are signed and only signed ones are restored; without, they are
             unsigned and the snapshot model's validation is the only guard (see
             :mod:`corral.protocol.snapshot`). Never shown in the handshake or ``repr``.
+        allowed_origins: browser origins (``scheme://host[:port]``) allowed to open a
+            WebSocket or send a state-changing HTTP request, besides the server's own
+            (``"*"``: any page — only with a token). Clients that send no ``Origin``
+            (every non-browser client) are always allowed.
+        allowed_hosts: host names a request may name in ``Host`` besides IP addresses
+            and ``localhost`` (``"*"``: any). Without it a connection that arrives on a
+            loopback address must name one of those (DNS rebinding); with it, every
+            connection must. Behind a proxy on the same host that keeps the public
+            ``Host``, list that name here.
+        frame_timeout_s: a WebSocket that completes no frame for half of this is pinged;
+            if still none completes in the other half it is closed (1008). A frame
+            dribbled byte by byte cannot hold a connection longer (None: no deadline).
+        message_timeout_s: a fragmented WebSocket message must be whole within this of
+            its first fragment, else the connection is closed (1008; None: no deadline).
+        max_partial_bytes: bytes of unfinished fragmented WebSocket messages the server
+            holds across all connections (at least one message of the largest size); a
+            fragment past it closes its connection with 1013 (try again later).
+
+    The last five are the edge's (:mod:`corral.protocol.access`,
+    :mod:`corral.protocol.inflow`).
     """
 
     max_sessions: int = 1024
     max_sessions_per_connection: int = 1024
-    max_connections_per_client: int | None = 1024
+    max_sessions_per_client: int | None = AUTO
+    max_connections_per_client: int | None = 256
     idle_timeout_s: float | None = 600.0
     resume_window_s: float = 30.0
     step_timeout_s: float | None = 300.0
@@ -142,6 +196,11 @@ class ServerConfig:
     max_snapshot_bytes: int | None = None
     fleet_key: bytes | None = field(default=None, repr=False)
     server_id: str | None = None
+    allowed_origins: tuple[str, ...] = ()
+    allowed_hosts: tuple[str, ...] = ()
+    frame_timeout_s: float | None = 30.0
+    message_timeout_s: float | None = 60.0
+    max_partial_bytes: int = 128 * 1024 * 1024
 
     def __post_init__(self) -> None:
         for name in (
@@ -152,6 +211,7 @@ class ServerConfig:
             "max_pending_handshakes",
             "max_outgoing_bytes",
             "max_hung_calls",
+            "max_partial_bytes",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"ServerConfig.{name} must be >= 1, got {getattr(self, name)}")
@@ -166,13 +226,25 @@ class ServerConfig:
         if self.transport not in TRANSPORTS:
             choices = sorted(TRANSPORTS)
             raise ValueError(f"ServerConfig.transport must be one of {choices}: {self.transport!r}")
-        for name in ("idle_timeout_s", "step_timeout_s", "ping_interval_s", "ping_timeout_s"):
+        for name in (
+            "idle_timeout_s",
+            "step_timeout_s",
+            "ping_interval_s",
+            "ping_timeout_s",
+            "frame_timeout_s",
+            "message_timeout_s",
+        ):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"ServerConfig.{name} must be > 0 or None, got {value}")
         limit = self.max_connections_per_client
         if limit is not None and limit < 1:
             raise ValueError(f"ServerConfig.max_connections_per_client must be >= 1, got {limit}")
+        share = self.max_sessions_per_client
+        if share is not None and share != AUTO and share < 1:
+            raise ValueError(
+                f"ServerConfig.max_sessions_per_client must be >= 1, None or AUTO, got {share}"
+            )
         if self.token is not None:
             object.__setattr__(self, "token", check_token(self.token, "ServerConfig.token"))
         if self.inline_step_s < 0:
@@ -187,6 +259,13 @@ class ServerConfig:
         if self.fleet_key is not None:
             key = check_fleet_key(self.fleet_key, "ServerConfig.fleet_key")
             object.__setattr__(self, "fleet_key", key)
+        # The edge's lists: one origin or host string is a common slip for a tuple of them.
+        for name in ("allowed_origins", "allowed_hosts"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                raise ValueError(f"ServerConfig.{name} is a list of strings, got {value!r}")
+            object.__setattr__(self, name, tuple(value))
+        self.access()  # the origins and hosts parse
 
     @property
     def snapshot_limit(self) -> int:
@@ -196,10 +275,32 @@ class ServerConfig:
         frame = self.max_frame_bytes
         return max(frame // 2, frame - SNAPSHOT_MARGIN)
 
+    @property
+    def client_sessions(self) -> int | None:
+        """The sessions one client address may hold (``max_sessions_per_client`` with
+        :data:`AUTO` worked out); None: no limit."""
+        share = self.max_sessions_per_client
+        return client_share(self.max_sessions) if share == AUTO else share
+
+    def access(self) -> AccessPolicy:
+        """The access rules of a server with this configuration.
+
+        Raises:
+            ValueError: an allowed origin or host is malformed.
+        """
+        return AccessPolicy.of(
+            self.token, cookies=self.web, origins=self.allowed_origins, hosts=self.allowed_hosts
+        )
+
+    def inflow(self) -> InflowLimits:
+        """The deadlines of incoming WebSocket frames and messages."""
+        return InflowLimits(self.frame_timeout_s, self.message_timeout_s)
+
     def limits(self) -> dict[str, Any]:
         """The limits a client is told in the handshake."""
         data = asdict(self)
         for name in SERVER_ONLY:
             data.pop(name)
+        data["max_sessions_per_client"] = self.client_sessions
         data["max_snapshot_bytes"] = self.snapshot_limit
         return data

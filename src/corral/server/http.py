@@ -1,4 +1,11 @@
-"""Plain HTTP routes: liveness, readiness, schema and metadata."""
+"""Plain HTTP routes: liveness, readiness, schema and metadata.
+
+``/livez`` and ``/readyz`` are the probes' twins of ``/health`` and ``/ready``: the same
+status codes with an empty body, served without the bearer token (:data:`PROBE_PATHS`).
+A kubelet's ``httpGet`` probe cannot read a token from a Secret, and an ``exec`` probe
+that can starts a Python per probe (51-66 ms of CPU each, 12-16 % of a 250m Pod, issue
+30.17); an up/ready bit is all these two disclose.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +18,9 @@ from fastapi.responses import JSONResponse, Response
 from corral.server.openenv import Personality
 from corral.server.service import EnvService
 
+PROBE_PATHS = ("/livez", "/readyz")
+"""Served without authentication: a status code and no body."""
+
 
 def info_router(service: EnvService, personality: Personality) -> APIRouter:
     """``/health``, ``/ready``, ``/schema`` and ``/metadata`` for ``service``; the last two
@@ -18,9 +28,16 @@ def info_router(service: EnvService, personality: Personality) -> APIRouter:
     router = APIRouter()
 
     @router.get("/health")
-    async def health() -> dict[str, str]:
-        """Liveness: the process serves requests."""
-        return {"status": "healthy"}
+    async def health() -> dict[str, Any]:
+        """Liveness: the process serves requests (``degraded`` while worker processes
+        are being restarted, with their state); and the environment's preflight facts
+        (the coding environment's sandbox mode)."""
+        workers = service.workers
+        if workers is None:
+            return {"status": "healthy", **service.facts}
+        report = workers.report()
+        status = "degraded" if report["down"] else "healthy"
+        return {"status": status, **service.facts, "workers": report}
 
     @router.get("/ready")
     async def ready() -> JSONResponse:
@@ -44,8 +61,21 @@ def info_router(service: EnvService, personality: Personality) -> APIRouter:
                 "deadline_s": round(drain.remaining(time.monotonic()), 3),
                 "sessions": manager.active,
             }
+        if service.workers is not None:
+            body["workers"] = service.workers.report()
         headers = {} if body["ready"] else {"Retry-After": "1"}
         return JSONResponse(body, status_code=200 if body["ready"] else 503, headers=headers)
+
+    @router.get("/livez", include_in_schema=False)
+    async def livez() -> Response:
+        """``/health`` for a probe: 200, no body."""
+        return Response(status_code=200)
+
+    @router.get("/readyz", include_in_schema=False)
+    async def readyz() -> Response:
+        """``/ready`` for a probe: 200 or 503, no body."""
+        ready, _ = service.readiness()
+        return Response(status_code=200 if ready else 503)
 
     @router.get("/schema")
     async def schema() -> dict[str, Any]:

@@ -17,8 +17,8 @@ routes, ``/sessions``, ``/mcp``, the web UI):
   ``BAD_FRAME``. Plain invalid JSON is left to the route's own answer (422), and ``/mcp``
   keeps its JSON-RPC parse errors.
 
-Error bodies have the shape of the OpenEnv routes' errors: ``detail``, ``code``,
-``message``, ``details``.
+Error bodies are every HTTP error's (:func:`corral.server.http_errors.error_response`):
+``detail``, ``code``, ``message``, ``details``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from corral.errors import BadFrame, CorralError, FrameTooLarge, RequestTimeout
+from corral.server.http_errors import error_response
 
 _JSON_METHODS = frozenset({"POST", "PUT", "PATCH"})
 DRAIN_BYTES = 1024 * 1024
@@ -199,22 +200,9 @@ class _Body:
             return
         self.answered = True
         code = status or (413 if isinstance(error, FrameTooLarge) else 400)
-        body = orjson.dumps(
-            {
-                "detail": error.message,
-                "code": str(error.code),
-                "message": error.message,
-                "details": error.details,
-            }
-        )
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            # The unread rest of the body makes the connection unusable for another request.
-            (b"connection", b"close"),
-        ]
-        await self._send({"type": "http.response.start", "status": code, "headers": headers})
-        await self._send({"type": "http.response.body", "body": body})
+        # The unread rest of the body makes the connection unusable for another request.
+        response = error_response(error, code, headers={"connection": "close"})
+        await response(self.scope, self._receive, self._send)
 
 
 def _json_error(data: bytes) -> BadFrame | None:

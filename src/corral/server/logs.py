@@ -170,11 +170,13 @@ def banner(
     if openenv:
         protocols += "; OpenEnv on /ws and HTTP /reset /step /state /mcp (json)"
     per_connection = limits.get("max_sessions_per_connection")
+    per_client = limits.get("max_sessions_per_client") or "any"
     return [
         f"corral serving {env['name']} ({env['cls']}) at {url}",
         f"  contract  {env['contract_version']}, fingerprint {str(env['fingerprint'])[:23]}",
         f"  protocols {protocols}",
-        f"  limits    {limits['max_sessions']} sessions ({per_connection} per connection), "
+        f"  limits    {limits['max_sessions']} sessions ({per_connection} per connection, "
+        f"{per_client} per client), "
         f"idle {_seconds(limits.get('idle_timeout_s'))}, step timeout "
         f"{_seconds(limits.get('step_timeout_s'), 'none')}, resume window "
         f"{_seconds(limits.get('resume_window_s'))}, frames {_mib(limits['max_frame_bytes'])}, "

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import Response
@@ -52,6 +53,15 @@ class ServiceCollector(Collector):
         yield GaugeMetricFamily(
             "corral_connections_active", "Open WebSocket connections.", value=stats.connections
         )
+        facts = self.service.facts
+        if facts:
+            info = GaugeMetricFamily(
+                "corral_env_info",
+                "The environment's preflight facts as labels (e.g. its sandbox mode).",
+                labels=sorted(facts),
+            )
+            info.add_metric([facts[k] for k in sorted(facts)], 1)
+            yield info
         sessions = CounterMetricFamily(
             "corral_sessions", "Session lifecycle events.", labels=["event"]
         )
@@ -68,7 +78,7 @@ class ServiceCollector(Collector):
         yield CounterMetricFamily(
             "corral_snapshots", "Session snapshots taken.", value=stats.snapshots
         )
-        yield from self._drain()
+        yield from _drain_metrics(self.service)
         calls = CounterMetricFamily("corral_env_calls", "Environment calls.", labels=["op"])
         calls.add_metric(["step"], stats.steps)
         calls.add_metric(["reset"], stats.resets)
@@ -83,29 +93,56 @@ class ServiceCollector(Collector):
         for op, histogram in sorted(stats.latency.items()):
             latency.add_metric([op], histogram.cumulative(), sum_value=histogram.total)
         yield latency
+        workers = self.service.workers
+        if workers is not None:
+            yield from _worker_metrics(workers.report())
 
-    def _drain(self) -> Iterator[Metric]:
-        drain = self.service.draining
-        held = self.service.manager.active
-        yield GaugeMetricFamily(
-            "corral_draining", "1 while the server drains.", value=int(drain.draining)
-        )
-        yield GaugeMetricFamily(
-            "corral_drain_deadline_seconds",
-            "Seconds left until the drain closes what is left (0 when not draining).",
-            value=drain.remaining(time.monotonic()),
-        )
-        figures = drain.figures(held)
-        sessions = CounterMetricFamily(
-            "corral_drain_sessions",
-            "Sessions of the drain: held at its start, moved away before the deadline, "
-            "lost at the deadline.",
-            labels=["event"],
-        )
-        sessions.add_metric(["at_start"], figures.at_start)
-        sessions.add_metric(["moved_away"], figures.moved_away)
-        sessions.add_metric(["lost"], figures.lost)
-        yield sessions
+
+def _drain_metrics(service: EnvService) -> Iterator[Metric]:
+    """The drain: whether it runs, the time left, and its sessions' fates."""
+    drain = service.draining
+    held = service.manager.active
+    yield GaugeMetricFamily(
+        "corral_draining", "1 while the server drains.", value=int(drain.draining)
+    )
+    yield GaugeMetricFamily(
+        "corral_drain_deadline_seconds",
+        "Seconds left until the drain closes what is left (0 when not draining).",
+        value=drain.remaining(time.monotonic()),
+    )
+    figures = drain.figures(held)
+    sessions = CounterMetricFamily(
+        "corral_drain_sessions",
+        "Sessions of the drain: held at its start, moved away before the deadline, "
+        "lost at the deadline.",
+        labels=["event"],
+    )
+    sessions.add_metric(["at_start"], figures.at_start)
+    sessions.add_metric(["moved_away"], figures.moved_away)
+    sessions.add_metric(["lost"], figures.lost)
+    yield sessions
+
+
+def _worker_metrics(report: dict[str, Any]) -> Iterator[Metric]:
+    """The worker processes (``--workers``): how many run and are down, the capacity
+    they hold, restarts and failed starts (each retried with back-off)."""
+    slots = GaugeMetricFamily("corral_workers", "Worker process slots by state.", labels=["state"])
+    slots.add_metric(["alive"], report["alive"])
+    slots.add_metric(["down"], len(report["down"]))
+    yield slots
+    yield GaugeMetricFamily(
+        "corral_sessions_capacity",
+        "Sessions the live worker processes hold (max_sessions while none is down).",
+        value=report["capacity"],
+    )
+    yield CounterMetricFamily(
+        "corral_worker_restarts", "Worker processes restarted.", value=report["restarts"]
+    )
+    yield CounterMetricFamily(
+        "corral_worker_start_failures",
+        "Worker processes that failed to start (each retried with back-off).",
+        value=report["start_failures"],
+    )
 
 
 def metrics_router(service: EnvService) -> APIRouter:

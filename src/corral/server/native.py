@@ -6,23 +6,26 @@ ASGI message dicts: a frame goes straight to :meth:`EnvService.receive`, and wha
 connection emits is written from the same call when it is answered at once (a welcome,
 an error, a replay) or from the task that ran the environment.
 
-This module only moves bytes and applies the transport's limits; every protocol decision
-stays in :mod:`corral.protocol`. What it does by itself:
+This module only moves bytes and renders decisions made in :mod:`corral.protocol`,
+through the server's :class:`~corral.server.edge.Edge`:
 
-* the upgrade decision (:class:`NativeDoor`): the bearer token (or the web UI's
-  cookie, :func:`~corral.server.auth.authorised`), the per-client
-  connection gate (HTTP 429), the capacity check with the resume header (HTTP 503 and
-  ``Retry-After``), the subprotocol (the codec) and permessage-deflate — the same
-  answers as the ASGI ``/ws`` route, decided by the same registry and gate;
-* frames (:class:`NativeLink`): reassembly of fragmented messages and inflation of
-  compressed ones, both bounded before the bytes are held (a message longer than
-  ``2 * max_frame_bytes + 64 KiB`` closes the connection with 1009; one between the
-  limit and that bound is answered ``FRAME_TOO_LARGE`` by the protocol, with its id);
+* the upgrade (:class:`NativeDoor`): :func:`~corral.protocol.upgrade.admit_upgrade`
+  decides (Host, Origin, credentials, subprotocol, the per-address gate, room for
+  sessions, permessage-deflate); the door answers 101 with a link, or the refusal's
+  status, headers and structured body;
+* frames in (:class:`NativeLink`): a whole uncompressed message goes straight to the
+  service (the per-frame cost is a frame count); fragments go to the connection's
+  :class:`~corral.protocol.inflow.Reassembler` (bounded per message, and server-wide by
+  the budget of unfinished messages) and compressed messages are inflated within the
+  same bound (:mod:`corral.protocol.deflate`);
+* deadlines: the server's one :class:`~corral.server.edge.Sweep` asks each link's
+  :class:`~corral.protocol.inflow.Inflow` what to do — ping a quiet peer, close one whose
+  frame or message is late — and the link does it;
 * keepalive: picows pings an idle peer and drops it when the pong is late;
-* back-pressure: when the socket's write buffer passes its high-water mark the link
-  stops reading from that peer (TCP pushes back on it) and resumes once drained; past
-  ``max_outgoing_bytes`` the connection is closed with 1008, so a client that sends and
-  never reads cannot grow the server's memory.
+* back-pressure (:class:`~corral.protocol.outflow.Outflow`): the socket's write buffer
+  limits are the policy's high and low marks; past the high one the link stops reading
+  from that peer (TCP pushes back on it) and resumes once drained; past
+  ``max_outgoing_bytes`` the connection is closed with 1008.
 """
 
 from __future__ import annotations
@@ -46,61 +49,41 @@ from picows import (
 )
 from picows.picows import WSProtocol  # type: ignore[attr-defined]
 
-from corral.errors import CorralError, Unauthorized
-from corral.protocol.codecs import Codec, Frame, codec_for_subprotocols
-from corral.protocol.handshake import RESUME_HEADER
-from corral.protocol.messages import ErrorReply
-from corral.server.auth import authorised
-from corral.server.config import ServerConfig
-from corral.server.deflate import Deflater, InflateTooLarge, negotiate
-from corral.server.service import Connection, EnvService
+from corral.protocol.access import Refusal, RequestHead
+from corral.protocol.deflate import Deflater, InflateTooLarge
+from corral.protocol.inflow import PROBE, PROBE_PAYLOAD, Inflow, Refused
+from corral.protocol.outflow import SHUTDOWN, CloseCode, Closing, clean_close
+from corral.protocol.upgrade import Accept
+from corral.server.edge import Edge
+from corral.server.service import Connection
 
 log = logging.getLogger("corral.server")
 
-_CLEAN_CLOSE = {1000, 1001}
-_HIGH_WATER = 1024 * 1024
-"""Write-buffer bytes past which a link stops reading from its peer (at most half of
-``max_outgoing_bytes``); it reads again below a quarter of that."""
 _ABORT_AFTER_S = 1.0
 """Grace a closing peer gets to read the close frame before the socket is aborted."""
-
-
-def hard_frame_limit(config: ServerConfig) -> int:
-    """The longest message a link holds: past it the connection closes with 1009.
-
-    Twice the protocol's limit (plus room for the envelope), so that a frame over the
-    limit is still read whole and answered ``FRAME_TOO_LARGE`` with its request id.
-    """
-    return config.max_frame_bytes * 2 + 65536
-
-
-def subprotocols(request: WSUpgradeRequest) -> list[str]:
-    """The subprotocols a client offers, in its order of preference."""
-    offered: list[str] = []
-    for value in request.headers.getall("Sec-WebSocket-Protocol", ()):
-        offered.extend(part.strip() for part in value.split(",") if part.strip())
-    return offered
 
 
 class NativeLink(WSListener):
     """One native ``corral/1`` connection: picows frames in, protocol frames out."""
 
-    def __init__(self, door: NativeDoor, codec: Codec, address: str, deflater: Deflater | None):
+    def __init__(self, door: NativeDoor, accept: Accept, deflater: Deflater | None):
         super().__init__()
+        assert accept.codec is not None  # the front door sends only corral upgrades here
         self.door = door
+        self.edge = door.edge
         self.service = door.service
-        self.codec = codec
-        self.address = address
+        self.codec = accept.codec
+        self.address = accept.address
         self.deflater = deflater
         self.ws: WSTransport | None = None
         self.conn: Connection | None = None
-        self._kind = WSMsgType.BINARY if codec.binary else WSMsgType.TEXT
+        self.frames_in = 0
+        """Frames completed so far, of any kind (the deadlines' only per-frame input)."""
+        now = asyncio.get_running_loop().time()  # picows decides upgrades on the loop
+        self.inflow: Inflow = self.edge.inflow(now, compression=deflater is not None)
+        self._assembler = self.inflow.assembler
+        self._kind = WSMsgType.BINARY if self.codec.binary else WSMsgType.TEXT
         self._raw: asyncio.Transport | None = None
-        self._parts: list[bytes] | None = None
-        """Payloads of a fragmented message being reassembled."""
-        self._parts_size = 0
-        self._parts_kind = WSMsgType.BINARY
-        self._parts_compressed = False
         self._paused = False
         self._closing = False
 
@@ -111,14 +94,16 @@ class NativeLink(WSListener):
         self.ws = transport
         raw = transport.underlying_transport
         self._raw = raw
-        high = min(_HIGH_WATER, self.door.max_outgoing // 2)
-        raw.set_write_buffer_limits(high=high, low=high // 4)
-        self.conn = self.service.connect(self.codec, self.write)
+        outflow = self.edge.outflow
+        raw.set_write_buffer_limits(high=outflow.high, low=outflow.low)
+        self.conn = self.service.connect(self.codec, self.write, client=self.address)
         self.door.links.add(self)
+        self.edge.sweep.add(self)
 
     def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
         """One frame in: whole uncompressed messages go straight to the service."""
-        if frame.fin and not frame.rsv1 and self._parts is None:
+        self.frames_in += 1
+        if frame.fin and not frame.rsv1 and not self._assembler.pending:
             kind = frame.msg_type
             if kind is WSMsgType.BINARY:
                 self.service.receive(self.conn, frame.get_payload_as_bytes())  # type: ignore[arg-type]
@@ -128,22 +113,28 @@ class NativeLink(WSListener):
                 return
         self._frame(frame)
 
+    def is_user_specific_pong(self, frame: WSFrame) -> bool:
+        """picows's keepalive consumes the pong it waits for: count it as a frame too."""
+        self.frames_in += 1
+        return frame.msg_type is WSMsgType.PONG
+
     def on_ws_disconnected(self, transport: WSTransport) -> None:
-        """The socket is gone: free the gate's count and the connection's sessions."""
+        """The socket is gone: free the gate's count, the budget and the sessions."""
         self.door.links.discard(self)
-        self.door.service.gate.leave(self.address)
-        self._parts = None
+        self.edge.sweep.discard(self)
+        self.service.gate.leave(self.address)
+        self.inflow.close()
         conn = self.conn
         if conn is None:
             return
         # Clean only when the client closed first with 1000/1001: a close the server began
-        # (a keepalive timeout, back-pressure, shutdown) keeps the sessions for resume.
+        # (a keepalive timeout, back-pressure, a deadline, shutdown) keeps the sessions.
         handshake = transport.close_handshake
         clean = (
             handshake is not None
             and handshake.recv is not None
             and handshake.recv_then_sent
-            and _code(handshake.recv.code) in _CLEAN_CLOSE
+            and clean_close(_code(handshake.recv.code))
         )
         self.door.spawn(self.service.disconnect(conn, clean))
 
@@ -159,9 +150,23 @@ class NativeLink(WSListener):
             self._paused = False
             self._raw.resume_reading()
 
+    # -- the sweep -----------------------------------------------------------------
+
+    def sweep(self, now: float) -> None:
+        """Render what the inflow decides at ``now``: a ping, a close, or nothing."""
+        verdict = self.inflow.check(now, self.frames_in, self._paused)
+        if verdict is None or self._closing:
+            return
+        if verdict is PROBE:
+            if self.ws is not None:
+                self.ws.send_ping(PROBE_PAYLOAD)
+            return
+        assert isinstance(verdict, Closing)
+        self.close(verdict)
+
     # -- frames out ----------------------------------------------------------------
 
-    def write(self, frame: Frame) -> None:
+    def write(self, frame: bytes | str) -> None:
         """Send one frame the connection emits (never raises)."""
         ws = self.ws
         if ws is None or self._closing:
@@ -177,22 +182,26 @@ class NativeLink(WSListener):
             else:
                 ws.send(self._kind, frame)
             raw = self._raw
-            if raw is not None and raw.get_write_buffer_size() > self.door.max_outgoing:
-                self._overflow(raw.get_write_buffer_size())
+            if raw is not None:
+                outflow = self.edge.outflow
+                if outflow.overflowed(raw.get_write_buffer_size()):
+                    self.close(outflow.overflow())
         except Exception:  # the socket is gone; on_ws_disconnected follows
             log.debug("write on a closed native link", exc_info=True)
 
     def shutdown(self) -> None:
         """The server stops: close with 1012 (service restart) so the client resumes."""
-        self.close(WSCloseCode.SERVICE_RESTART, "server shutting down")
+        self.close(SHUTDOWN)
 
-    def close(self, code: WSCloseCode, reason: str) -> None:
-        """Send a close frame and drop the socket soon after, read or not."""
+    def close(self, closing: Closing) -> None:
+        """Send ``closing``'s close frame and drop the socket soon after, read or not."""
         ws = self.ws
         if ws is None or self._closing:
             return
         self._closing = True
-        ws.send_close(code, reason.encode())
+        if closing.counted is not None:
+            self.edge.closing(closing, self.address)
+        ws.send_close(WSCloseCode(closing.code), closing.reason_bytes())
         raw = self._raw
         if raw is not None:
             if not raw.is_closing():
@@ -201,24 +210,11 @@ class NativeLink(WSListener):
 
     # -- the rare paths ------------------------------------------------------------
 
-    def _overflow(self, size: int) -> None:
-        log.warning(
-            "closing the connection of %s: %d bytes of replies unread (limit %d)",
-            self.address,
-            size,
-            self.door.max_outgoing,
-        )
-        self.service.manager.stats.error("SLOW_CONSUMER")
-        self.close(
-            WSCloseCode.POLICY_VIOLATION,
-            f"replies unread past {self.door.max_outgoing} bytes; read your replies",
-        )
-
     def _receive_text(self, data: bytes) -> None:
         try:
             text = data.decode()
         except UnicodeDecodeError:
-            self.close(WSCloseCode.INVALID_TEXT, "text frame is not valid UTF-8")
+            self.close(Closing(CloseCode.INVALID_DATA, "text frame is not valid UTF-8"))
             return
         self.service.receive(self.conn, text)  # type: ignore[arg-type]
 
@@ -231,68 +227,48 @@ class NativeLink(WSListener):
                 ws.disconnect()
             return
         if kind is WSMsgType.PING or kind is WSMsgType.PONG:
-            return  # picows answers pings; a pong that no ping asked for is ignored
-        if kind is WSMsgType.CONTINUATION:
-            if self._parts is None:
-                self.close(WSCloseCode.PROTOCOL_ERROR, "continuation frame without a message")
-                return
-        else:
-            if self._parts is not None:
-                self.close(WSCloseCode.PROTOCOL_ERROR, "new message before the last one ended")
-                return
-            if frame.rsv1 and self.deflater is None:
-                self.close(WSCloseCode.PROTOCOL_ERROR, "compressed frame without deflate")
-                return
-            self._parts = []
-            self._parts_size = 0
-            self._parts_kind = kind
-            self._parts_compressed = frame.rsv1
-        self._parts_size += frame.payload_size
-        if self._parts_size > self.door.max_message:
-            self._parts = None
-            self._too_big()
+            return  # picows answers pings; a pong has been counted as a frame
+        try:
+            message = self._assembler.feed(
+                kind.value,
+                bool(frame.fin),
+                frame.get_payload_as_bytes(),
+                bool(frame.rsv1),
+                asyncio.get_running_loop().time(),
+            )
+        except Refused as exc:
+            self.close(exc.closing)
             return
-        self._parts.append(frame.get_payload_as_bytes())
-        if not frame.fin:
+        if message is None:
             return
-        data = b"".join(self._parts)
-        self._parts = None
-        if self._parts_compressed:
-            assert self.deflater is not None
+        data = message.data
+        if message.compressed:
+            assert self.deflater is not None  # the reassembler refuses RSV1 without it
             try:
                 data = self.deflater.inflate(data)
             except InflateTooLarge as exc:
-                self._too_big(str(exc))
+                self.close(Closing(CloseCode.MESSAGE_TOO_BIG, str(exc), "FRAME_TOO_LARGE"))
                 return
-        if self._parts_kind is WSMsgType.TEXT:
+        if message.text:
             self._receive_text(data)
         else:
             self.service.receive(self.conn, data)  # type: ignore[arg-type]
 
-    def _too_big(self, why: str = "") -> None:
-        self.service.manager.stats.error("FRAME_TOO_LARGE")
-        reason = why or f"message longer than {self.door.max_message} bytes"
-        self.close(WSCloseCode.MESSAGE_TOO_BIG, reason[:120])
-
 
 class NativeDoor:
-    """Decides native upgrades and owns the native links of one server.
+    """Renders native upgrade decisions and owns the native links of one server.
 
     Args:
-        service: the environment service.
-        config: the server's limits (frame size, keepalive, deflate, back-pressure).
+        edge: the server's edge (its service, limits and shared state).
         connections: uvicorn's open connections; each link joins it while open, so a
             server shutdown closes it (1012) and waits for it like any other.
     """
 
-    def __init__(
-        self, service: EnvService, config: ServerConfig, connections: set[Any] | None = None
-    ) -> None:
-        self.service = service
-        self.config = config
-        self.token = config.token
-        self.max_message = hard_frame_limit(config)
-        self.max_outgoing = config.max_outgoing_bytes
+    def __init__(self, edge: Edge, connections: set[Any] | None = None) -> None:
+        self.edge = edge
+        self.service = edge.service
+        config = self.service.config
+        self.max_message = edge.max_message
         self.links: set[Any] = connections if connections is not None else set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._logger = logging.getLogger("corral.server.native")
@@ -307,11 +283,12 @@ class NativeDoor:
 
     def adopt(self, transport: asyncio.Transport, head: bytes, address: str) -> None:
         """Take over ``transport`` (of peer ``address``) whose first bytes are ``head``."""
+        local = transport.get_extra_info("sockname")
         protocol = WSProtocol(
             None,
             None,
             False,
-            functools.partial(self.upgrade, address=address),
+            functools.partial(self.upgrade, address=address, local=local[0] if local else None),
             self._logger,
             True,  # a bug in a frame callback closes that connection, not the server
             None,  # the front door kept the handshake deadline
@@ -334,39 +311,23 @@ class NativeDoor:
             protocol.buffer_updated(n)
             view = view[n:]
 
-    def upgrade(self, request: WSUpgradeRequest, address: str) -> WSUpgradeResponseWithListener:
-        """picows's listener factory: accept with a link, or refuse with an HTTP status."""
-        headers = request.headers
-        service = self.service
-        if self.token is not None:
-            raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
-            if not authorised(raw, self.token, cookies=self.config.web):
-                given = headers.get("Authorization") is not None
-                error: CorralError = Unauthorized(
-                    "wrong bearer token" if given else "this server requires a bearer token",
-                    details={"fix": "send 'Authorization: Bearer <token>'"},
-                )
-                return _refusal(401, error, {"WWW-Authenticate": 'Bearer realm="corral"'})
-        codec = codec_for_subprotocols(subprotocols(request))
-        assert codec is not None  # the front door only sends corral subprotocols here
-        refusal = service.gate.enter(address)
-        if refusal is not None:
-            service.manager.stats.error(str(refusal.code))
-            return _refusal(429, refusal, {"Retry-After": "1"})
-        if not service.manager.registry.accepts(headers.get(RESUME_HEADER)):
-            service.gate.leave(address)
-            error = service.manager.capacity_error()
-            service.manager.stats.error(str(error.code))
-            return _refusal(503, error, {"Retry-After": "1"})
-        extra = {"Sec-WebSocket-Protocol": codec.subprotocol}
+    def upgrade(
+        self, request: WSUpgradeRequest, address: str, local: str | None = None
+    ) -> WSUpgradeResponseWithListener:
+        """picows's listener factory: render :meth:`Edge.admit`'s answer."""
+        path = request.path.decode("latin-1").split("?", 1)[0]
+        head = RequestHead.of(
+            "GET", path, request.headers.items(), client=address, local=local, websocket=True
+        )
+        answer = self.edge.admit(head)
+        if isinstance(answer, Refusal):
+            return _refusal(answer)
         deflater = None
-        if self.config.deflate:
-            params = negotiate(headers.getall("Sec-WebSocket-Extensions", []))
-            if params is not None:
-                deflater = Deflater(params, self.max_message)
-                extra["Sec-WebSocket-Extensions"] = params.response()
-        link = NativeLink(self, codec, address, deflater)
-        return WSUpgradeResponseWithListener(WSUpgradeResponse.create_101_response(extra), link)
+        if answer.deflate is not None:
+            deflater = Deflater(answer.deflate, self.max_message)
+        link = NativeLink(self, answer, deflater)
+        response = WSUpgradeResponse.create_101_response(answer.headers())
+        return WSUpgradeResponseWithListener(response, link)
 
     def spawn(self, work: Any) -> None:
         """Run ``work`` (a coroutine) as a task held until it ends."""
@@ -385,11 +346,11 @@ def _code(code: Any) -> int:
     return int(getattr(code, "value", code))
 
 
-def _refusal(
-    status: int, error: CorralError, headers: dict[str, str]
-) -> WSUpgradeResponseWithListener:
-    body = orjson.dumps(ErrorReply.of(error).to_wire())
-    response = WSUpgradeResponse.create_error_response(
-        status, body, {**headers, "Content-Type": "application/json"}
-    )
+def _refusal(refusal: Refusal) -> WSUpgradeResponseWithListener:
+    body = orjson.dumps(refusal.wire())
+    headers = {**dict(refusal.headers), "Content-Type": "application/json"}
+    response = WSUpgradeResponse.create_error_response(refusal.status, body, headers)
     return WSUpgradeResponseWithListener(response, None)
+
+
+__all__ = ["NativeDoor", "NativeLink"]

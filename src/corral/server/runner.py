@@ -48,8 +48,9 @@ import threading
 import time
 import weakref
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, ParamSpec, Protocol, TypeVar
 
 from corral.contract import Environment
@@ -76,8 +77,20 @@ class Runner(Protocol):
 
     closed: bool
 
-    async def call(self, method: str, *args: Any, timeout: float | None, **kwargs: Any) -> Any:
-        """Run ``env.<method>(*args, **kwargs)`` and return its result."""
+    async def call(
+        self,
+        method: str,
+        /,
+        *args: Any,
+        timeout: float | None,
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Run ``env.<method>(*args, **kwargs)`` and return its result.
+
+        The environment's keywords come as one mapping, never as this method's own
+        keywords: a reset option or tool argument named ``method`` or ``timeout`` is the
+        environment's, and can never be taken for the runner's (issue 30.12).
+        """
         ...
 
     async def close(self) -> None:
@@ -278,8 +291,17 @@ class EnvRunner:
             details={"method": method, "timeout_s": timeout, "session": "closed"},
         )
 
-    async def call(self, method: str, *args: Any, timeout: float | None, **kwargs: Any) -> Any:
+    async def call(
+        self,
+        method: str,
+        /,
+        *args: Any,
+        timeout: float | None,
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> Any:
         """Run ``env.<method>(*args, **kwargs)``; exceptions of the env propagate.
+
+        The environment's keywords are ``kwargs``, a mapping (see :meth:`Runner.call`).
 
         An ``async def`` method starts in the caller's task: if it finishes without
         suspending (no I/O to wait for) it costs no task and no timer at all; if it
@@ -291,6 +313,8 @@ class EnvRunner:
             StepTimeout: the call overran ``timeout``; this runner is then unusable.
         """
         fn = getattr(self.env, method)
+        if kwargs is None:
+            kwargs = _NO_KWARGS
         job: concurrent.futures.Future[Any] | None = None
         if self.is_async(method):
             future: asyncio.Future[Any] = eager_start(_guarded_async(method, fn(*args, **kwargs)))
@@ -346,6 +370,8 @@ class EnvRunner:
 
 
 _METHODS = ("reset", "step", "state", "close")
+_NO_KWARGS: Mapping[str, Any] = MappingProxyType({})
+"""The keywords of a call that has none (read-only: shared by every such call)."""
 _UNMEASURED: dict[str, float] = {}
 """Every runner's averages until its first measured call (never written to)."""
 
@@ -691,7 +717,9 @@ async def _await_async(
 async def _one(call: EnvCall, timeout: float | None) -> None:
     started = time.perf_counter()
     try:
-        call.value = await call.runner.call(call.method, *call.args, timeout=timeout, **call.kwargs)
+        call.value = await call.runner.call(
+            call.method, *call.args, timeout=timeout, kwargs=call.kwargs
+        )
     except Exception as exc:
         call.error = exc
     call.seconds = time.perf_counter() - started

@@ -33,7 +33,6 @@ SIGINT, stops it at once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import os
 import signal
@@ -54,9 +53,11 @@ from corral.protocol.identity import default_server_id
 from corral.server import logs
 from corral.server.app import create_app
 from corral.server.config import ServerConfig
+from corral.server.edge import hard_frame_limit
 from corral.server.front import HandshakeGuard, front_factory
 from corral.server.gc_pacer import GcPacer
 from corral.server.service import EnvService
+from corral.server.uvicorn_ws import protocol_factory
 
 LISTENING = "CORRAL_LISTENING"
 """The stdout line prefix a server prints once it is bound."""
@@ -105,12 +106,13 @@ def uvicorn_config(app: Any, config: ServerConfig, log_level: str) -> uvicorn.Co
     return uvicorn.Config(
         app,
         log_level=log_level,
-        ws="websockets-sansio" if _has_sansio() else "websockets",
+        ws="websockets-sansio",  # install_front replaces it with corral's subclass
         ws_ping_interval=config.ping_interval_s,
         ws_ping_timeout=config.ping_timeout_s,
         # The transport's cap sits above the protocol limit so that an oversized frame
         # gets a structured FRAME_TOO_LARGE reply instead of a dropped connection.
-        ws_max_size=config.max_frame_bytes * 2 + 65536,
+        ws_max_size=hard_frame_limit(config),
+        ws_per_message_deflate=config.deflate,
         loop="auto",
         http="auto",
         lifespan="on",
@@ -164,22 +166,17 @@ def install_front(server: uvicorn.Server, app: Any) -> HandshakeGuard:
         uvicorn.config.HTTP_PROTOCOLS[str(server.config.http)]
     )
     guard = HandshakeGuard(cfg.max_pending_handshakes, cfg.handshake_timeout_s)
+    edge = app.state.edge
     adopt = None
     if resolve_transport(cfg) == "native":
         from corral.server.native import NativeDoor
 
-        adopt = NativeDoor(service, cfg, server.server_state.connections).adopt
+        adopt = NativeDoor(edge, server.server_state.connections).adopt
     server.config.http = front_factory(http_class, guard, adopt)  # type: ignore[assignment]
+    # Every WebSocket uvicorn serves gets the edge's reassembly bounds and deadlines.
+    server.config.ws = protocol_factory(edge)  # type: ignore[assignment]
     app.state.handshakes = guard
     return guard
-
-
-def _has_sansio() -> bool:
-    with contextlib.suppress(ImportError):
-        import uvicorn.protocols.websockets.websockets_sansio_impl  # noqa: F401
-
-        return True
-    return False
 
 
 def inherited_socket(fd: int) -> socket.socket:

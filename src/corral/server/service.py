@@ -30,11 +30,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import time
 import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral import __version__
 from corral.auth import fleet_subkey
@@ -48,6 +49,7 @@ from corral.errors import (
     ErrorCode,
     HandshakeRequired,
     InternalError,
+    PlatformError,
     SessionLost,
     StepTimeout,
 )
@@ -76,8 +78,22 @@ from corral.server.admission import Admission
 from corral.server.batching import BatchHandler
 from corral.server.config import ServerConfig
 from corral.server.draining import Drainer
+from corral.server.env_failures import as_data
 from corral.server.runner import EnvFactory, eager_start
 from corral.server.sessions import Session, SessionManager
+
+if TYPE_CHECKING:
+    from corral.server.workers import WorkerPool
+
+
+class PreflightError(PlatformError, RuntimeError):
+    """The environment's preflight refused this machine (``Environment.preflight``): the
+    server does not start. Not a wire error: no client ever sees it; what corral runs on
+    lacks a feature (a ``PlatformError``, still a ``RuntimeError``)."""
+
+
+_LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""A Prometheus label name (the keys of an environment's preflight facts)."""
 
 log = logging.getLogger("corral.server")
 
@@ -98,6 +114,8 @@ class Channel:
     compat: Compat | None = None
     migrate: ActionMigration | None = None
     owned: int = 0
+    client: str = ""
+    """The client address its sessions count for (the per-client limit)."""
 
     def send(self, reply: m.Reply) -> None:
         """Hand ``reply`` over as its wire map."""
@@ -136,6 +154,22 @@ class EnvService:
     def __init__(self, target: Any, config: ServerConfig) -> None:
         env_type, factory = resolve_env(target)
         self.env_type = env_type
+        try:
+            facts = env_type.preflight()
+        except Exception as exc:
+            raise PreflightError(
+                f"{env_type.__name__} cannot run on this machine as configured, so the "
+                f"server does not start: {exc}"
+            ) from exc
+        self.facts: dict[str, str] = dict(facts)
+        bad = [key for key in self.facts if not _LABEL.fullmatch(key)]
+        if bad:
+            raise TypeError(
+                f"{env_type.__name__}.preflight() keys must be Prometheus label names "
+                f"(letters, digits, '_'): {bad}"
+            )
+        """What the environment's preflight reported (``/health``, ``/metrics``); a
+        preflight that raises stops the server here, before it listens."""
         self.contract: Contract = env_type.contract()
         for model in (self.contract.action, self.contract.observation, self.contract.state):
             make_wire_safe(model)
@@ -194,6 +228,9 @@ class EnvService:
             self._hung_calls,
         ]
         """Each says why no new session can be served now, or None (``/ready``)."""
+        self.workers: WorkerPool | None = None
+        """The worker processes holding the environments (``--workers``); their state
+        goes in ``/health``, ``/ready``, ``/status`` and ``/metrics``."""
         self.manager.registry.unavailable = self.unavailable
 
     # -- readiness and drain -------------------------------------------------------------
@@ -267,8 +304,9 @@ class EnvService:
 
     # -- connections ----------------------------------------------------------------
 
-    def connect(self, codec: Codec, write: Callable[[Frame], None]) -> Connection:
-        """A new ``corral/1`` connection; its frames out go to ``write``, in order.
+    def connect(self, codec: Codec, write: Callable[[Frame], None], client: str = "") -> Connection:
+        """A new ``corral/1`` connection of the peer at address ``client``; its frames
+        out go to ``write``, in order.
 
         This is the entry of every transport, the in-process one of tests included:
         feed each frame in to :meth:`receive`, end with :meth:`disconnect`.
@@ -286,6 +324,7 @@ class EnvService:
             drain=self.draining,
         )
         self.connections.add(conn)
+        conn.client = client
         return conn
 
     def receive(self, conn: Connection, frame: Frame) -> None:
@@ -388,7 +427,7 @@ class EnvService:
             session = await self.manager.build(conn, event.position, restore)
         except CorralError as exc:  # the slot is released, the environment closed
             exc.request_id = request.id
-            conn.fail(exc)
+            conn.fail(as_data(exc))  # its frames hold the snapshot: let it go (30.1)
             return
         except Exception as exc:  # a bug: answer the request all the same
             self.internal_error(conn, exc, request.id)
@@ -457,8 +496,14 @@ class EnvService:
             started = time.perf_counter()
             try:
                 method, args, kwargs = admission.call(peer, op, request)
+            except CorralError as exc:
+                # Refused before the environment ran: answered, not remembered (a
+                # re-send is refused again; the cache would keep the payload).
+                self._fail(session, request.id, admission.failure(exc, op, session), False)
+                return
+            try:
                 value = await session.runner.call(
-                    method, *args, timeout=self.config.step_timeout_s, **kwargs
+                    method, *args, timeout=self.config.step_timeout_s, kwargs=kwargs
                 )
                 reply: m.Reply
                 if op is Op.STATE:
@@ -485,10 +530,7 @@ class EnvService:
                 raise
             except Exception as exc:
                 error = admission.failure(exc, op, session)
-                error.request_id = request.id
-                self.manager.stats.error(str(error.code))
-                session.end(request.id)
-                session.deliver(m.ErrorReply.of(error, session.id))
+                self._fail(session, request.id, error, True)
                 if isinstance(error, StepTimeout):
                     await self.manager.close(session, "a call overran the step timeout")
                 return
@@ -496,6 +538,13 @@ class EnvService:
             stats.observe(str(op), time.perf_counter() - started)
             stats.count(op)
             session.deliver(reply)
+
+    def _fail(self, session: Session, request_id: int, error: CorralError, remember: bool) -> None:
+        """Answer request ``request_id`` of ``session`` with ``error`` (counted)."""
+        error.request_id = request_id
+        self.manager.stats.error(str(error.code))
+        session.end(request_id)
+        session.deliver(m.ErrorReply.of(error, session.id), remember=remember)
 
     def internal_error(self, peer: Peer, exc: BaseException, request_id: int | None = None) -> None:
         """Report a bug in corral to the client without dropping the connection.

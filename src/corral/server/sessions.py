@@ -109,6 +109,7 @@ class SessionManager:
             idle_timeout_s=config.idle_timeout_s,
             on_attach=logs.session_resumed,
             ids=ids,
+            max_per_client=config.client_sessions,
         )
         self.stats = Stats()
         self._executor = EnvThreads(config.executor_threads)

@@ -143,6 +143,7 @@ class StatusView:
                 "uptime_s": round(time.time() - service.started, 3),
                 "workers": service.config.workers,
             },
+            "workers": service.workers.report() if service.workers is not None else None,
             "env": {"name": service.contract.name, "fingerprint": service.fingerprint},
             "capacity": {
                 "active": manager.active,

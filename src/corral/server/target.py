@@ -15,10 +15,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from corral.errors import UsageError
+
 _REFERENCE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
-class TargetError(ImportError, ValueError):
+class TargetError(UsageError, ImportError, ValueError):
     """A reference is malformed, or its module or attribute cannot be found.
 
     It is both an ``ImportError`` and a ``ValueError`` so that callers catching either

@@ -40,7 +40,7 @@ from corral.contract import Environment
 from corral.contract.tasks import count_tasks, resolve_task, split_kind, task_range
 from corral.errors import CorralError, FactoryError, InvalidArgument
 from corral.server.bodies import with_body
-from corral.server.http_errors import ErrorReply
+from corral.server.http_errors import ErrorReply, error_response
 from corral.server.service import EnvService
 
 T = TypeVar("T")
@@ -305,12 +305,4 @@ def _dump(task: BaseModel) -> dict[str, Any]:
 def _error(exc: CorralError) -> JSONResponse:
     reason = exc.details.get("reason")
     status = _STATUS_BY_REASON.get(str(reason), 400 if isinstance(exc, InvalidArgument) else 500)
-    return JSONResponse(
-        {
-            "detail": exc.message,
-            "code": str(exc.code),
-            "message": exc.message,
-            "details": exc.details,
-        },
-        status_code=status,
-    )
+    return error_response(exc, status)

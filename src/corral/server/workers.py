@@ -22,7 +22,14 @@ still hold their threads; a worker reaching ``max_hung_calls`` is replaced (its
 sessions end with ``SESSION_LOST``), which frees those threads for good.
 If a worker does not answer well past that timeout (its event loop itself is wedged), or
 if it dies, the front kills it, closes its sessions with ``SESSION_LOST`` and starts a
-replacement; the other workers' sessions never notice.
+replacement; the other workers' sessions never notice. A replacement that fails to start
+(it dies while starting, or the environment no longer imports) is retried with back-off
+(:func:`backoff_s`: 0.5 s doubling to 30 s) for as long as the server runs, never given
+up on. Meanwhile the server says the truth: a slot without a live worker is *down*
+(:meth:`WorkerPool.report`, in ``/health``, ``/ready``, ``/status`` and ``/metrics``), the
+server's capacity shrinks with its live workers (``max_sessions`` x alive / configured:
+``/ready`` answers 503 and new sessions get ``NOT_READY`` past it), and with none alive
+it is not ready at all.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -67,6 +74,17 @@ _GRACE_S = 10.0
 """How long past the step timeout the front waits for a worker before replacing it."""
 PATH_ENV = "CORRAL_WORKER_SYS_PATH"
 _QUICK_DEATH_S = 10.0
+"""A worker that dies this soon after it started counts as failing to start."""
+BACKOFF_FIRST_S = 0.5
+BACKOFF_MAX_S = 30.0
+
+
+def backoff_s(failures: int) -> float:
+    """Seconds to wait before starting a slot's worker again after ``failures`` failed
+    starts (or quick deaths) in a row: 0 for none, then 0.5 s doubling to 30 s."""
+    if failures <= 0:
+        return 0.0
+    return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2.0 ** min(failures - 1, 16))
 
 
 def env_reference(target: Any) -> str:
@@ -153,15 +171,23 @@ class WorkerRunner:
         """The worker that runs this session's calls, batched."""
         return self.worker
 
-    async def call(self, method: str, *args: Any, timeout: float | None, **kwargs: Any) -> Any:
-        """Run ``env.<method>(*args, **kwargs)`` in the worker and return the typed result.
+    async def call(
+        self,
+        method: str,
+        /,
+        *args: Any,
+        timeout: float | None,
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Run ``env.<method>(*args, **kwargs)`` in the worker and return the typed result
+        (the environment's keywords as one mapping, see :class:`~corral.server.runner.Runner`).
 
         Raises:
             StepTimeout: the worker's runner timed the call out.
             SessionLost: the worker died or was replaced.
             EnvError: the environment raised (its exception type is kept in the message).
         """
-        call = EnvCall(self, method, args, kwargs)
+        call = EnvCall(self, method, args, dict(kwargs or {}))
         await self.worker.run_calls([call], timeout)
         if call.error is not None:
             raise call.error
@@ -231,7 +257,13 @@ class Worker:
             hello = None
         if hello is None or hello.get("op") != "ready":
             self.kill()
-            detail = hello.get("error") if hello else "no answer"
+            code = self.process.poll()
+            if hello is not None:
+                detail = hello.get("error")
+            elif code is not None:
+                detail = f"it exited with code {code} while starting"
+            else:
+                detail = f"no answer within {timeout:g} s"
             raise RuntimeError(
                 f"worker {self.index} for {self.pool.reference!r} did not start: {detail}"
             )
@@ -429,6 +461,13 @@ class WorkerPool:
         self.contract = contract
         self.workers = [Worker(i, self) for i in range(count)]
         self._streak = [0] * count
+        """Failed starts (and quick deaths) in a row, per slot: its back-off."""
+        self.down: dict[int, str] = {}
+        """Slots without a live worker (being restarted), with why."""
+        self.restarts = 0
+        """Replacement workers that started."""
+        self.start_failures = 0
+        """Replacement workers that failed to start (each one retried)."""
         self.on_death: Callable[[Worker, str], Awaitable[None]] | None = None
         """Called when a worker died: the service closes that worker's sessions."""
         self.startup_timeout = 60.0
@@ -449,11 +488,39 @@ class WorkerPool:
             await self.shutdown()
             raise failure
 
-    def unavailable(self) -> str | None:
-        """Why no session can be opened now (no worker alive), or None."""
-        if any(w.alive for w in self.workers):
-            return None
-        return "no worker process is running (they are being restarted)"
+    @property
+    def alive(self) -> int:
+        """Worker processes running now."""
+        return sum(1 for w in self.workers if w.alive)
+
+    def capacity(self) -> int:
+        """The sessions the live workers hold: ``max_sessions`` shrunk in proportion to the
+        slots that are down (each worker carries its share)."""
+        return int(self.config.max_sessions) * self.alive // len(self.workers)
+
+    def unavailable(self, active: int = 0) -> str | None:
+        """Why no session can be opened now, with ``active`` sessions held, or None: no
+        worker alive, or the live ones hold their share of the capacity."""
+        alive, count = self.alive, len(self.workers)
+        if alive == 0:
+            return f"no worker process is running: all {count} are being restarted"
+        if alive < count and active >= self.capacity():
+            return (
+                f"{count - alive} of {count} worker processes are being restarted: the "
+                f"{alive} alive hold {self.capacity()} sessions until they are back"
+            )
+        return None
+
+    def report(self) -> dict[str, Any]:
+        """The workers' state for ``/health``, ``/ready`` and ``/status``."""
+        return {
+            "configured": len(self.workers),
+            "alive": self.alive,
+            "down": {str(index): why for index, why in sorted(self.down.items())},
+            "capacity": self.capacity(),
+            "restarts": self.restarts,
+            "start_failures": self.start_failures,
+        }
 
     async def create_runner(self) -> WorkerRunner:
         """A new session on the least loaded live worker.
@@ -472,28 +539,48 @@ class WorkerPool:
         if self._stopping:
             return
         log.warning("worker %d died (%s); restarting it", worker.index, reason)
+        self.down[worker.index] = f"died ({reason}); restarting"
         task = asyncio.get_running_loop().create_task(self._replace(worker, reason))
         self._respawns.add(task)
         task.add_done_callback(self._respawns.discard)
 
     async def _replace(self, worker: Worker, reason: str) -> None:
+        index = worker.index
         worker.kill()
         if self.on_death is not None:
             await self.on_death(worker, reason)
-        # A worker that keeps dying right after it starts is restarted less and less often
-        # (0.5 s, 1 s, 2 s ... 30 s) instead of burning the machine on restarts.
+        # A worker that keeps dying right after it starts, or whose replacement does not
+        # start, is tried less and less often (0.5 s, 1 s, 2 s ... 30 s) instead of
+        # burning the machine on restarts; but always tried again.
         if time.monotonic() - worker.started_at < _QUICK_DEATH_S:
-            self._streak[worker.index] += 1
-            await asyncio.sleep(min(30.0, 0.25 * 2 ** self._streak[worker.index]))
+            self._streak[index] += 1
         else:
-            self._streak[worker.index] = 0
-        fresh = Worker(worker.index, self)
-        try:
-            await fresh.start(self.startup_timeout)
-        except Exception as exc:
-            log.error("could not restart worker %d: %s", worker.index, exc)
+            self._streak[index] = 0
+        while not self._stopping:
+            await asyncio.sleep(backoff_s(self._streak[index]))
+            fresh = Worker(index, self)
+            try:
+                await fresh.start(self.startup_timeout)
+            except asyncio.CancelledError:
+                fresh.kill()  # shutting down mid-start: no orphan process
+                raise
+            except Exception as exc:
+                self.start_failures += 1
+                self._streak[index] += 1
+                wait = backoff_s(self._streak[index])
+                self.down[index] = f"its replacement failed to start ({exc}); retrying"
+                log.warning(
+                    "worker %d: its replacement failed to start (%s); retrying in %.1f s",
+                    index,
+                    exc,
+                    wait,
+                )
+                continue
+            self.workers[index] = fresh
+            self.down.pop(index, None)
+            self.restarts += 1
+            log.info("worker %d restarted (pid %s)", index, fresh.process and fresh.process.pid)
             return
-        self.workers[worker.index] = fresh
 
     async def shutdown(self) -> None:
         """Stop every worker."""

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from tests.support.envs import CountAction, CounterEnv
 from tests.support.faultproxy import FaultProxy
+from tests.support.rawwsserver import RawPeer, frame, serving
 from tests.support.servers import port_of, running
 from websockets.asyncio.server import ServerConnection, serve
 
@@ -179,6 +180,33 @@ async def test_a_message_over_the_limit_closes_the_socket(dialer, plain_ws):
     assert "exceeded 1000 bytes" in await asyncio.wait_for(closed, 10)
     assert frames == []
     assert socket.close_code == 1009
+
+
+@pytest.mark.parametrize("dialer", DIALERS)
+@pytest.mark.parametrize(
+    ("wire", "words"),
+    [
+        (frame(0x2, b"ab", fin=False) + frame(0x2, b"cd"), "a new message inside"),
+        (frame(0x0, b"cd"), "continuation frame without a start"),
+    ],
+    ids=["new-inside-unfinished", "continuation-without-start"],
+)
+async def test_broken_fragmentation_closes_1002(dialer, wire, words):
+    # Both dialers reassemble through protocol.inflow.Reassembler: the same rule, the
+    # same close code.
+    async def script(peer: RawPeer) -> None:
+        await peer.accept()
+        await peer.send(frame(0x2, b"before") + wire)
+        answer = await peer.read_frame()
+        assert answer.opcode == 0x8 and answer.payload[:2] == (1002).to_bytes(2, "big")
+        await peer.at_eof()
+
+    async with serving(script) as url:
+        socket = await dialer.open(url, SUBPROTOCOL, {}, 5.0, 1024)
+        frames, closed = await _listen(socket)
+        why = await asyncio.wait_for(closed, 10)
+        assert frames == [b"before"]
+        assert socket.close_code == 1002 and words in why
 
 
 @pytest.mark.parametrize("dialer", DIALERS)

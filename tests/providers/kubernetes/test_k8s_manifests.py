@@ -33,6 +33,7 @@ from corral.providers.kubernetes.api import LEASES, PODS
 from corral.providers.kubernetes.manifests import (
     HEADLESS_LABEL,
     FleetOptions,
+    fleet_warnings,
     kustomization,
     render_fleet,
 )
@@ -89,9 +90,11 @@ def test_the_deployment(fleet: list[dict[str, Any]]) -> None:
         <= deployment.spec.template.metadata.labels.items()
     )
     container = pod.containers[0]
-    # exec probes: the token is required on every route.
-    assert container.readiness_probe.var_exec.command[-1] == "/ready"
-    assert container.liveness_probe.var_exec.command[-1] == "/health"
+    # Plain httpGet probes even with a token: the token-free probe paths.
+    assert container.readiness_probe.http_get.path == "/readyz"
+    assert container.liveness_probe.http_get.path == "/livez"
+    # No count beside the autoscaler: a GitOps re-apply would reset the fleet.
+    assert "replicas" not in one(fleet, "Deployment")["spec"]
     assert container.resources.limits == {"cpu": "500m", "memory": "256Mi"}
     assert container.security_context.read_only_root_filesystem is True
     assert container.security_context.capabilities.drop == ["ALL"]
@@ -118,7 +121,7 @@ def test_services(fleet: list[dict[str, Any]]) -> None:
 def test_autoscaler_on_cpu_and_active_sessions(fleet: list[dict[str, Any]]) -> None:
     hpa = typed(one(fleet, "HorizontalPodAutoscaler"), "V2HorizontalPodAutoscaler")
     assert hpa.spec.scale_target_ref.name == "corral-echo"
-    assert (hpa.spec.min_replicas, hpa.spec.max_replicas) == (1, 10)
+    assert (hpa.spec.min_replicas, hpa.spec.max_replicas) == (2, 10)
     cpu, sessions = hpa.spec.metrics
     assert cpu.resource.name == "cpu" and cpu.resource.target.average_utilization == 70
     assert sessions.pods.metric.name == "corral_sessions_active"
@@ -130,14 +133,66 @@ def test_autoscaler_on_cpu_and_active_sessions(fleet: list[dict[str, Any]]) -> N
 def test_disruption_budget_prepull_and_network_policy(fleet: list[dict[str, Any]]) -> None:
     pdb = typed(one(fleet, "PodDisruptionBudget"), "V1PodDisruptionBudget")
     assert pdb.spec.max_unavailable == 1
+    assert pdb.spec.unhealthy_pod_eviction_policy == "AlwaysAllow"
+    hpa = one(fleet, "HorizontalPodAutoscaler")
+    assert hpa["spec"]["minReplicas"] > pdb.spec.max_unavailable
     daemonset = typed(one(fleet, "DaemonSet"), "V1DaemonSet")
     pull = daemonset.spec.template.spec.init_containers[0]
     assert pull.image == "corral-echo:0.1.0"
     assert daemonset.spec.template.spec.containers[0].image.startswith("registry.k8s.io/pause")
+    # Under the servers' RuntimeClass: its scheduling puts the pull on the gVisor nodes.
+    assert daemonset.spec.template.spec.runtime_class_name == "gvisor"
     policy = typed(one(fleet, "NetworkPolicy"), "V1NetworkPolicy")
     assert policy.spec.policy_types == ["Ingress", "Egress"]
     assert policy.spec.egress == []  # egress closed by default
-    assert policy.spec.ingress[0].ports[0].port == 8000
+    (rule,) = policy.spec.ingress
+    assert rule.ports[0].port == 8000
+    # A `from`: the namespace's Pods and namespaces labelled as clients, no one else.
+    assert [(p.pod_selector, p.namespace_selector) for p in rule._from] == [
+        (typed({}, "V1LabelSelector"), None),
+        (None, typed({"matchLabels": {"corral.dev/clients": "true"}}, "V1LabelSelector")),
+    ]
+
+
+def test_prepull_follows_the_servers_placement(echo_env_dir: Path) -> None:
+    tolerations = ({"key": "sandbox.gke.io/runtime", "operator": "Equal", "value": "gvisor",
+                    "effect": "NoSchedule"},)  # fmt: skip
+    options = FleetOptions(
+        runtime_class="gvisor", node_selector={"pool": "envs"}, tolerations=tolerations
+    )
+    objects = render_fleet(load_manifest(echo_env_dir), options)
+    server = one(objects, "Deployment")["spec"]["template"]["spec"]
+    pull = one(objects, "DaemonSet")["spec"]["template"]["spec"]
+    for key in ("runtimeClassName", "nodeSelector", "tolerations"):
+        assert pull[key] == server[key], key
+
+
+def test_cli_placement_options(echo_env_dir: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["deploy", "k8s", str(echo_env_dir), "--runtime-class", "gvisor",
+              "--toleration", "sandbox.gke.io/runtime=gvisor:NoSchedule",
+              "--toleration", "dedicated", "--node-selector", "pool=envs"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    documents = [d for d in yaml.safe_load_all(result.stdout) if d is not None]
+    pull = one(documents, "DaemonSet")["spec"]["template"]["spec"]
+    assert pull["tolerations"] == [
+        {"key": "sandbox.gke.io/runtime", "operator": "Equal", "value": "gvisor",
+         "effect": "NoSchedule"},
+        {"key": "dedicated", "operator": "Exists"},
+    ]  # fmt: skip
+    assert pull["nodeSelector"] == {"pool": "envs"} and pull["runtimeClassName"] == "gvisor"
+    bad = CliRunner().invoke(app, ["deploy", "k8s", str(echo_env_dir), "--toleration", "a:Never"])
+    assert bad.exit_code == 2 and "effect" in bad.output
+
+
+def test_a_single_pod_fleet_has_no_disruption_budget(echo_env_dir: Path) -> None:
+    with pytest.raises(ValueError, match="min_replicas must be at least 2"):
+        FleetOptions(min_replicas=1)
+    options = FleetOptions(min_replicas=1, disruption_budget=False)
+    objects = render_fleet(load_manifest(echo_env_dir), options)
+    assert by_kind(objects, "PodDisruptionBudget") == []
+    assert one(objects, "HorizontalPodAutoscaler")["spec"]["minReplicas"] == 1
 
 
 def test_ingress_sets_websocket_timeouts(fleet: list[dict[str, Any]]) -> None:
@@ -148,6 +203,27 @@ def test_ingress_sets_websocket_timeouts(fleet: list[dict[str, Any]]) -> None:
     assert ingress.spec.rules[0].host == "envs.example.com"
     assert ingress.spec.rules[0].http.paths[0].backend.service.name == "corral-echo"
     assert ingress.spec.tls[0].secret_name == "envs-tls"
+
+
+@pytest.mark.parametrize(
+    ("controller", "expected"),
+    [
+        ("haproxy", {"haproxy.org/timeout-tunnel": "600s", "haproxy.org/timeout-server": "600s"}),
+        ("traefik", None),
+        ("none", None),
+    ],
+)
+def test_ingress_annotations_follow_the_controller(
+    echo_env_dir: Path, controller: str, expected: dict[str, str] | None
+) -> None:
+    options = FleetOptions(
+        host="envs.example.com", ingress_controller=controller, websocket_timeout=600
+    )
+    ingress = one(render_fleet(load_manifest(echo_env_dir), options), "Ingress")
+    assert roundtrip(ingress, "V1Ingress") == ingress
+    assert ingress["metadata"].get("annotations") == expected
+    with pytest.raises(ValueError, match="ingress_controller"):
+        FleetOptions(ingress_controller="istio")
 
 
 def test_gateway_route_instead_of_ingress(echo_env_dir: Path) -> None:
@@ -176,6 +252,7 @@ def test_monitoring(fleet: list[dict[str, Any]]) -> None:
     assert names == {
         "CorralEnvMemoryHigh",
         "CorralEnvCPUHigh",
+        "CorralEnvCPUThrottled",
         "CorralEnvConnectionsHigh",
         "CorralEnvErrorRate",
         "CorralEnvSessionsRefused",
@@ -185,6 +262,48 @@ def test_monitoring(fleet: list[dict[str, Any]]) -> None:
     for rule in rules:
         assert rule["expr"].count("(") == rule["expr"].count(")"), rule["alert"]
         assert rule["labels"]["severity"] in ("warning", "critical")
+
+
+def test_alerts_can_fire_in_the_pod_shape_rendered(echo_env_dir: Path) -> None:
+    """Issue 30.17: without a CPU limit no limit series exists (the CPU alert divided by
+    it could never fire); one client per session must be able to reach the connections
+    threshold (it was twice max_sessions)."""
+    manifest = load_manifest(echo_env_dir)
+    max_sessions = manifest.concurrency.max_sessions
+
+    def rules(**options: Any) -> dict[str, str]:
+        objects = render_fleet(manifest, FleetOptions(**options))
+        found = one(objects, "PrometheusRule")["spec"]["groups"][0]["rules"]
+        return {r["alert"]: r["expr"] for r in found}
+
+    limited = rules()
+    assert "kube_pod_container_resource_limits" in limited["CorralEnvCPUHigh"]
+    assert "container_cpu_cfs_throttled_periods_total" in limited["CorralEnvCPUThrottled"]
+    burstable = rules(cpu_limit=False)
+    assert 'resource="cpu"' in burstable["CorralEnvCPUHigh"]
+    assert "limits" not in burstable["CorralEnvCPUHigh"]
+    assert "kube_pod_container_resource_requests" in burstable["CorralEnvCPUHigh"]
+    assert "CorralEnvCPUThrottled" not in burstable  # nothing throttles without a limit
+    threshold = int(limited["CorralEnvConnectionsHigh"].rsplit(">=", 1)[1])
+    assert 1 < threshold <= max_sessions
+
+
+def test_plain_http_to_token_less_servers_is_warned_about(echo_env_dir: Path) -> None:
+    open_door = fleet_warnings(FleetOptions(host="envs.example.com"))
+    assert len(open_door) == 1 and "plain HTTP" in open_door[0] and "no token" in open_door[0]
+    tls_only = fleet_warnings(FleetOptions(host="envs.example.com", tls_secret="tls"))
+    assert len(tls_only) == 1 and "require no token" in tls_only[0]
+    clear_token = fleet_warnings(FleetOptions(host="envs.example.com", token_secret="t"))
+    assert len(clear_token) == 1 and "in clear" in clear_token[0]
+    assert (
+        fleet_warnings(FleetOptions(host="e.example.com", token_secret="t", tls_secret="s")) == []
+    )
+    assert fleet_warnings(FleetOptions()) == []  # no Ingress, nothing exposed
+    result = CliRunner().invoke(
+        app, ["deploy", "k8s", str(echo_env_dir), "--host", "x.example.com"]
+    )
+    assert result.exit_code == 0
+    assert "warning:" in result.stderr and "plain HTTP" in result.stderr
 
 
 async def test_alert_rules_use_the_metrics_a_server_exports(fleet: list[dict[str, Any]]) -> None:
@@ -329,3 +448,46 @@ async def test_gc_command_sweeps_through_a_kubeconfig(tmp_path: Path) -> None:
         swept = (await done.communicate())[0].decode()
         assert "deleted 2 objects of 1 dead owners" in swept
         assert kube.objects("pods") == [] and kube.objects("leases") == []
+
+
+def test_the_pod_router(echo_env_dir: Path) -> None:
+    """Issue 29: one host reaches the Pod holding a client's sessions. The router's nginx
+    runs for real in tests/providers/test_frontdoor_router.py; here, its objects."""
+    options = FleetOptions(namespace="rl", host="envs.example.com", router=True)
+    objects = render_fleet(load_manifest(echo_env_dir), options)
+    server = by_kind(objects, "Deployment")[0]
+    container = server["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"][-2:] == ["--server-id", "$(POD_IP)"]
+    pod_ip = next(e for e in container["env"] if e["name"] == "POD_IP")
+    assert pod_ip["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    config = next(o for o in objects if o["kind"] == "ConfigMap")
+    assert config["metadata"]["name"] == "corral-echo-router"
+    assert roundtrip(config, "V1ConfigMap") == config
+    conf = config["data"]["nginx.conf"]
+    assert "server corral-echo:80" in conf and "$pod:8000" in conf
+    router = by_kind(objects, "Deployment")[1]
+    assert roundtrip(router, "V1Deployment") == router
+    spec = typed(router, "V1Deployment").spec.template.spec
+    assert spec.containers[0].security_context.read_only_root_filesystem is True
+    assert spec.volumes[0].config_map.name == "corral-echo-router"
+    policy = by_kind(objects, "NetworkPolicy")[1]
+    assert roundtrip(policy, "V1NetworkPolicy") == policy
+    to_servers, dns = policy["spec"]["egress"]
+    assert to_servers["to"] == [
+        {"podSelector": {"matchLabels": server["spec"]["selector"]["matchLabels"]}}
+    ]
+    assert [p["port"] for p in dns["ports"]] == [53, 53]
+    ingress = one(objects, "Ingress")
+    assert ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"] == (
+        "corral-echo-router"
+    )
+    route = one(
+        render_fleet(load_manifest(echo_env_dir), FleetOptions(gateway="gw", router=True)),
+        "HTTPRoute",
+    )
+    assert route["spec"]["rules"][0]["backendRefs"] == [{"name": "corral-echo-router", "port": 80}]
+    # Without the router: no POD_IP id, the Ingress goes to the fleet's Service.
+    plain = render_fleet(load_manifest(echo_env_dir), FleetOptions(host="envs.example.com"))
+    assert "--server-id" not in by_kind(plain, "Deployment")[0]["spec"]["template"]["spec"][
+        "containers"][0]["command"]  # fmt: skip
+    assert by_kind(plain, "ConfigMap") == []

@@ -9,12 +9,12 @@ from tests.support.k8s_models import roundtrip, typed
 
 from corral.providers.kubernetes.pods import (
     OWNER_LABEL,
-    PROBE_SCRIPT,
     ServerTemplate,
     cpu_quantity,
     dns_label,
 )
 from corral.providers.manifest import load_manifest
+from corral.server.http import PROBE_PATHS
 
 
 @pytest.fixture
@@ -47,10 +47,10 @@ def test_requests_and_limits_come_from_the_manifest(template: ServerTemplate) ->
 
 def test_probes(template: ServerTemplate) -> None:
     container = typed(template.pod("p"), "V1Pod").spec.containers[0]
-    assert container.readiness_probe.http_get.path == "/ready"
+    assert container.readiness_probe.http_get.path == "/readyz"
     assert container.readiness_probe.http_get.port == "http"
-    assert container.liveness_probe.http_get.path == "/health"
-    assert container.startup_probe.http_get.path == "/health"
+    assert container.liveness_probe.http_get.path == "/livez"
+    assert container.startup_probe.http_get.path == "/livez"
     assert container.startup_probe.failure_threshold * container.startup_probe.period_seconds >= 60
 
 
@@ -94,14 +94,15 @@ def test_runtime_class_placement_and_pull_options() -> None:
     assert spec.containers[0].command is None
 
 
-def test_a_token_makes_exec_probes_that_send_it() -> None:
+def test_a_token_keeps_plain_http_probes_on_the_token_free_paths() -> None:
+    """Issue 30.17: an exec probe sending the token started a Python per probe."""
     template = ServerTemplate(name="x", image="x", token_secret="corral-token")
     body = template.pod("p")
     assert roundtrip(body, "V1Pod") == body
     container = typed(body, "V1Pod").spec.containers[0]
-    assert container.readiness_probe.http_get is None
-    assert container.readiness_probe.var_exec.command == ["python", "-c", PROBE_SCRIPT, "/ready"]
-    assert container.liveness_probe.var_exec.command[-1] == "/health"
+    for probe in (container.readiness_probe, container.liveness_probe, container.startup_probe):
+        assert probe.var_exec is None
+        assert probe.http_get.path in PROBE_PATHS
     token = next(e for e in container.env if e.name == "CORRAL_TOKEN")
     assert token.value_from.secret_key_ref.name == "corral-token"
     assert token.value_from.secret_key_ref.key == "token"

@@ -51,18 +51,6 @@ async def wait_for(predicate: object, timeout: float = 30.0) -> None:
         await asyncio.sleep(0.05)
 
 
-@pytest.fixture
-def crashing_env(tmp_path: Path) -> Path:
-    """An environment whose entry point does not import: its server exits at start."""
-    env = tmp_path / "crashing"
-    env.mkdir()
-    (env / "corral.yaml").write_text(
-        "name: crashing\nentry_point: corral.envs.no_such_module:Env\n"
-        "resources:\n  cpu: 0.5\n  memory: 256Mi\n"
-    )
-    return env
-
-
 async def test_a_pod_per_server_reached_in_cluster(kube: Cluster, echo_env_dir: Path) -> None:
     async with provider_for(kube) as provider:
         endpoint = await provider.start(echo_env_dir)
@@ -246,7 +234,8 @@ async def test_a_token_is_stored_in_a_secret_and_required(
         assert secret["stringData"] == {"token": token}
         assert secret["metadata"]["labels"][OWNER_LABEL] == provider.owner
         container = kube.objects("pods")[0]["spec"]["containers"][0]
-        assert "exec" in container["readinessProbe"]
+        # The kubelet's plain httpGet probe made it ready: the probe paths need no token.
+        assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
         assert await echo_once(endpoint.url, token=token) == "hi"
         with pytest.raises(CorralError):
             await echo_once(endpoint.url)

@@ -55,6 +55,7 @@ from pydantic_core import core_schema
 from corral.contract.arrays import Array
 from corral.contract.models import Observation, WireModel
 from corral.contract.refs import RefError, SchemaReader
+from corral.errors import UsageError
 
 GYM_SPACE_KEY = "x-gym-space"
 """The JSON Schema keyword carrying what standard keywords cannot say about a space."""
@@ -78,7 +79,7 @@ _MAX_DISCRETE = 2**62
 """Bounded integers wider than this stay a ``Box``: ``Discrete.n`` must fit in int64."""
 
 
-class SpaceConversionError(ValueError):
+class SpaceConversionError(UsageError, ValueError):
     """A space or schema has no counterpart on the other side; the message says where."""
 
 

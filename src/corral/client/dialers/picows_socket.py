@@ -8,7 +8,8 @@ future, in the same callback: no reader task, no queue, no extra loop turn per r
 It gives what the other dialers give: the subprotocol offered and checked, the
 extra (resume, auth) headers, the handshake refusal mapped to corral's errors (HTTP
 503/429/401 with their structured bodies), a frame limit, pings for the connection's
-keepalive, fragmented messages reassembled within the limit, and a close handshake.
+keepalive, fragmented messages reassembled within the limit (by the protocol's one
+:class:`~corral.protocol.inflow.Reassembler`, the servers' too), and a close handshake.
 
 :class:`PicowsDialer` is its :class:`~corral.client.dialers.base.Dialer`; ``auto`` picks it
 when ``picows`` is importable and the loop stays on one thread (see
@@ -39,6 +40,8 @@ from corral.client.dialers.base import Dialer, Inbox, OnClosed, OnFrame, SocketC
 from corral.client.dialers.refusal import refusal
 from corral.errors import ConnectionLost, UnsupportedProtocol
 from corral.protocol.codecs import Frame
+from corral.protocol.inflow import Reassembler, Refused
+from corral.protocol.outflow import CloseCode, Closing
 
 
 class PicowsSocket(WSListener):
@@ -59,8 +62,7 @@ class PicowsSocket(WSListener):
         self.close_reason: str | None = None
         self._inbox = Inbox()
         self._pongs: deque[asyncio.Future[float]] = deque()
-        self._parts: bytearray | None = None
-        self._parts_text = False
+        self._assembler = Reassembler(max_size)
         self._gone = False
         self._refused = False
         self._why = "connection lost"
@@ -122,9 +124,9 @@ class PicowsSocket(WSListener):
         if frame.payload_size > self.max_size or self._refused:
             # picows refuses such a frame but may still hand it over while it closes
             self._refuse(transport)
-        elif kind is WSMsgType.BINARY and frame.fin and self._parts is None:
+        elif kind is WSMsgType.BINARY and frame.fin and not self._assembler.pending:
             self._inbox.deliver(frame.get_payload_as_bytes())
-        elif kind is WSMsgType.TEXT and frame.fin and self._parts is None:
+        elif kind is WSMsgType.TEXT and frame.fin and not self._assembler.pending:
             self._inbox.deliver(frame.get_payload_as_utf8_text())
         elif kind is WSMsgType.PONG:
             if self._pongs:
@@ -140,31 +142,33 @@ class PicowsSocket(WSListener):
             self._fragment(transport, frame)
 
     def _fragment(self, transport: WSTransport, frame: WSFrame) -> None:
-        """Reassemble a fragmented message, refusing it once it outgrows the limit."""
-        if frame.msg_type is not WSMsgType.CONTINUATION:
-            self._parts = bytearray()
-            self._parts_text = frame.msg_type is WSMsgType.TEXT
-        elif self._parts is None:
-            transport.send_close(WSCloseCode.PROTOCOL_ERROR, b"continuation without a start")
-            transport.disconnect()
+        """A part of a fragmented message (or a new message inside one): the protocol's
+        reassembler decides."""
+        try:
+            message = self._assembler.feed(
+                frame.msg_type.value, bool(frame.fin), frame.get_payload_as_bytes()
+            )
+        except Refused as exc:
+            self._refuse(transport, exc.closing)
             return
-        self._parts += frame.get_payload_as_memoryview()
-        if len(self._parts) > self.max_size:
-            self._refuse(transport)
-            return
-        if frame.fin:
-            whole, self._parts = bytes(self._parts), None
-            self._inbox.deliver(whole.decode() if self._parts_text else whole)
+        if message is not None:
+            self._inbox.deliver(message.data.decode() if message.text else message.data)
 
-    def _refuse(self, transport: WSTransport) -> None:
-        """A message over the limit: nothing more is delivered, the socket closes (1009)."""
-        self._parts = None
+    def _refuse(self, transport: WSTransport, closing: Closing | None = None) -> None:
+        """A message over the limit (or, given ``closing``, one breaking the fragmentation
+        rules): nothing more is delivered, the socket closes with its code."""
+        self._assembler.abandon()
         if self._refused:
             return
         self._refused = True
-        self._why = f"a message from the server exceeded {self.max_size} bytes"
+        if closing is None or closing.code == CloseCode.MESSAGE_TOO_BIG:
+            self._why = f"a message from the server exceeded {self.max_size} bytes"
+            code, reason = WSCloseCode.MESSAGE_TOO_BIG, b"message too big"
+        else:
+            self._why = f"the server broke the WebSocket protocol: {closing.reason}"
+            code, reason = WSCloseCode(closing.code), closing.reason_bytes()
         with contextlib.suppress(Exception):
-            transport.send_close(WSCloseCode.MESSAGE_TOO_BIG, b"message too big")
+            transport.send_close(code, reason)
         transport.disconnect()
 
     def on_ws_disconnected(self, transport: WSTransport) -> None:

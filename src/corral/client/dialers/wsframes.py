@@ -12,12 +12,9 @@ must get right whatever carries the bytes:
   requires of a client (:class:`Masker`, :data:`mask`);
 * frames in (:class:`FrameReader`): unmasked, no reserved bit, a known opcode, control
   frames whole and short, a message's size refused from its header on (1009) before its
-  payload is read, fragments reassembled (control frames may come between them), text
-  valid UTF-8 (1007), a close frame's code one an endpoint may send.
-
-Fragment reassembly (:meth:`FrameReader._event`, and the picows socket's ``_fragment``,
-whose frames picows parses) is the part the server's edge repeats: it is to be the
-protocol layer's one reassembler, shared by both sides.
+  payload is read, fragments reassembled by the protocol's
+  :class:`~corral.protocol.inflow.Reassembler` (the servers' too; control frames may come
+  between them), text valid UTF-8 (1007), a close frame's code one an endpoint may send.
 """
 
 from __future__ import annotations
@@ -28,6 +25,8 @@ import os
 import struct
 from collections.abc import Callable
 from typing import NamedTuple
+
+from corral.protocol.inflow import Reassembler, Refused
 
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 """What §1.3 appends to the key before hashing it into ``Sec-WebSocket-Accept``."""
@@ -277,7 +276,7 @@ class FrameReader:
         max_size: the largest message accepted, fragments together (1009 past it).
     """
 
-    __slots__ = ("_buffer", "_parts", "_text", "done", "failure", "max_size")
+    __slots__ = ("_assembler", "_buffer", "done", "failure", "max_size")
 
     def __init__(self, max_size: int) -> None:
         self.max_size = max_size
@@ -285,13 +284,12 @@ class FrameReader:
         self.done = False
         """A close frame or a failure ended the stream."""
         self._buffer = bytearray()
-        self._parts: bytearray | None = None
-        self._text = False
+        self._assembler = Reassembler(max_size)
 
     def feed(self, data: bytes) -> list[Event]:
         """The events ``data`` completes, in order (see :attr:`failure` after)."""
         buffer = self._buffer
-        if not buffer and self._parts is None and len(data) > 3 and data[0] == 0x82:
+        if not buffer and not self._assembler.pending and len(data) > 3 and data[0] == 0x82:
             # The common read: one whole binary frame, nothing pending (no loop, one slice).
             second = data[1]
             if second < 126:
@@ -338,7 +336,7 @@ class FrameReader:
                 if opcode & 0x8:
                     if not first & 0x80 or length > 125:
                         raise FrameError(PROTOCOL_ERROR, "a fragmented or long control frame")
-                elif length > self.max_size - (len(self._parts) if self._parts else 0):
+                elif length > self.max_size - self._assembler.size:
                     raise FrameError(TOO_BIG, f"a message exceeded {self.max_size} bytes")
                 stop = start + length
                 if stop > end:
@@ -356,7 +354,7 @@ class FrameReader:
             self.done = True
         if self.done:
             self._buffer = bytearray()
-            self._parts = None
+            self._assembler.abandon()
         elif at < end:
             if view is buffer:
                 del buffer[:at]
@@ -367,23 +365,14 @@ class FrameReader:
         return events
 
     def _event(self, fin: int, opcode: int, payload: bytes) -> Event | None:
-        if opcode in (BINARY, TEXT):
-            if self._parts is not None:
-                raise FrameError(PROTOCOL_ERROR, "a new message inside a fragmented one")
-            if fin:
-                return _text(payload) if opcode == TEXT else payload
-            self._parts = bytearray(payload)
-            self._text = opcode == TEXT
-            return None
-        if opcode == CONTINUATION:
-            parts = self._parts
-            if parts is None:
-                raise FrameError(PROTOCOL_ERROR, "a continuation frame without a start")
-            parts += payload
-            if not fin:
+        if opcode <= BINARY:  # a data frame: BINARY, TEXT or CONTINUATION
+            try:
+                message = self._assembler.feed(opcode, bool(fin), payload)
+            except Refused as exc:
+                raise FrameError(exc.closing.code, exc.closing.reason) from None
+            if message is None:
                 return None
-            self._parts = None
-            return _text(bytes(parts)) if self._text else bytes(parts)
+            return _text(message.data) if message.text else message.data
         if opcode == PING:
             return PingFrame(payload)
         if opcode == PONG:

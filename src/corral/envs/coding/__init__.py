@@ -15,7 +15,8 @@ clock, capped output and a private working directory deleted with the episode; w
 mode guarantees is listed there. The expected answers never enter the sandbox: the
 parent compares. ``CodingEnv(sandbox=...)`` chooses the mode (``"auto"``: the strongest
 that works); the mode in use is in ``state().sandbox_mode`` and in each observation's
-``metadata``.
+``metadata``. An episode (not ``persistent``) can be snapshotted with its working
+directory's files and restored elsewhere (:class:`CodingSnapshot`).
 """
 
 from corral.envs.coding.env import (
@@ -24,7 +25,9 @@ from corral.envs.coding.env import (
     CodeObservation,
     CodeState,
     CodingEnv,
+    CodingSnapshot,
 )
+from corral.envs.coding.files import WorkspaceEntry
 from corral.envs.coding.tasks import TASKS, CodingTask, Problem, TaskCase
 from corral.sandbox import (
     KilledReason,
@@ -42,6 +45,7 @@ __all__ = [
     "CodeObservation",
     "CodeState",
     "CodingEnv",
+    "CodingSnapshot",
     "CodingTask",
     "KilledReason",
     "Problem",
@@ -50,5 +54,6 @@ __all__ = [
     "SandboxMode",
     "SandboxUnavailable",
     "TaskCase",
+    "WorkspaceEntry",
     "available_modes",
 ]

@@ -25,6 +25,17 @@ removed) or retired. Each action runs in a fresh worker forked in the sandbox (i
 persistent mode, one per episode), and everything of the agent is killed when it ends,
 as with a sandbox per action. ``warm=0`` starts a sandbox per action instead (what every
 other machine does).
+
+Snapshots: an episode that does not keep one interpreter (``persistent`` off) can be
+snapshotted between actions (:class:`CodingSnapshot`): its state, its last observation
+and its working directory's files (:mod:`corral.envs.coding.files`, at most
+``snapshot_bytes`` of them), restored into a fresh sandbox's directory. A persistent
+episode's interpreter holds variables no snapshot can carry: it refuses with
+``SNAPSHOT_UNSUPPORTED`` (a pool replays such an episode instead).
+
+One module for the environment, its wire models and its episode's life (reset, step,
+snapshot, restore, the warm or cold sandbox under each): they share the episode record
+and its lock, and the models document the observations the methods build.
 """
 
 from __future__ import annotations
@@ -39,11 +50,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from corral.contract import Action, Environment, Observation, State, WireModel
+from corral.contract import Action, Environment, Observation, Snapshot, State, WireModel
 from corral.contract.options import parse_reset_options
 from corral.contract.tasks import resolve_task, task_ref
+from corral.envs.coding import files
+from corral.envs.coding.files import WorkspaceEntry
 from corral.envs.coding.tasks import SPLITS, TASKS, CodingTask, Problem, matches
-from corral.errors import InvalidArgument
+from corral.errors import BadSnapshot, InvalidArgument, SnapshotUnsupported
 from corral.sandbox import (
     DEFAULT_UID_RANGE,
     ExecOutcome,
@@ -60,6 +73,7 @@ from corral.sandbox.channel import WorkerChannel
 from corral.sandbox.command import keeps_capabilities
 from corral.sandbox.forkserver import ForkedWorker, WarmSandbox
 from corral.sandbox.pool import SandboxPool, shared_pool
+from corral.sandbox.probe import modes_in_use
 
 MAX_CODE_CHARS = 100_000
 """Largest accepted action, in characters."""
@@ -67,6 +81,9 @@ DEFAULT_MAX_STEPS = 8
 MAX_STEPS_LIMIT = 1000
 DEFAULT_WARM = 2
 """Spare warm sandboxes kept ready by default (see ``CodingEnv(warm=...)``)."""
+DEFAULT_SNAPSHOT_BYTES = 8 * 1024 * 1024
+"""The most a snapshot's workspace files hold together by default: in base64 (the
+snapshot's JSON form) it stays under the server's default frame limit of 16 MiB."""
 _PACKAGE_DIR = str(Path(__file__).resolve().parents[2])
 _OPTIONS_HELP = (
     f"task (a task name), split (train or test) with index (int >= 0), persistent (bool), "
@@ -190,6 +207,22 @@ class CodeState(State):
     worker_restarts: int = 0
 
 
+class CodingSnapshot(Snapshot):
+    """An episode between actions: its state, last observation and working directory.
+
+    Attributes:
+        state: the episode's state (None: the environment was never reset); its sandbox
+            fields describe the sandbox it was taken in and are replaced on restore.
+        files: the working directory's entries, parents first
+            (:class:`~corral.envs.coding.files.WorkspaceEntry`).
+        last: the observation the last ``reset`` or ``step`` returned.
+    """
+
+    state: CodeState | None = None
+    files: list[WorkspaceEntry] = Field(default_factory=list)
+    last: CodeObservation | None = None
+
+
 class _ResetOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -215,6 +248,8 @@ class _Episode:
     """The episode's warm sandbox (None: a cold sandbox per worker)."""
     worker: WorkerChannel | None = None
     worker_lost: bool = False
+    last: CodeObservation | None = None
+    """What the last reset or step returned (a snapshot's)."""
 
 
 class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
@@ -242,6 +277,9 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
             coding environments of the same configuration), where the machine allows
             warm sandboxes (:func:`~corral.sandbox.command.keeps_capabilities`); 0: a
             cold sandbox per action, as on other machines.
+        snapshot_bytes: the most a snapshot's workspace files may hold together (never
+            above ``limits.max_disk_bytes``); a larger workspace refuses the snapshot
+            with ``SNAPSHOT_TOO_LARGE``.
 
     Raises:
         SandboxUnavailable: no (requested) sandbox mode works on this machine.
@@ -271,6 +309,7 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
         hidden_paths: Sequence[str] | None = None,
         uid_range: range = DEFAULT_UID_RANGE,
         warm: int = DEFAULT_WARM,
+        snapshot_bytes: int = DEFAULT_SNAPSHOT_BYTES,
     ) -> None:
         chosen = tuple(TASKS if tasks is None else tasks)
         names = [t.name for t in chosen]
@@ -280,9 +319,14 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
             raise ValueError(f"max_steps must be in 1..{MAX_STEPS_LIMIT}, got {max_steps}")
         if warm < 0:
             raise ValueError(f"warm must be >= 0, got {warm}")
+        if snapshot_bytes < 0:
+            raise ValueError(f"snapshot_bytes must be >= 0, got {snapshot_bytes}")
         self._tasks = {t.name: t for t in chosen}
         self._splits = {name: [t for t in chosen if t.split == name] for name in SPLITS}
         self._limits = limits or SandboxLimits()
+        self._snapshot_bytes = min(snapshot_bytes, self._limits.max_disk_bytes)
+        # The tmpfs's inode bound (one per 4 KiB of the disk limit, at least 1024).
+        self._snapshot_entries = max(1024, self._limits.max_disk_bytes // 4096)
         self._max_steps = max_steps
         self._persistent = persistent
         self._workdir_root = workdir_root
@@ -316,6 +360,23 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
         sandbox per action; see the class docstring)."""
         return self._pool
 
+    @classmethod
+    def preflight(cls) -> dict[str, str]:
+        """The sandbox mode a server of this environment runs: a namespace mode, or
+        ``rlimits`` only where allowed (:func:`~corral.sandbox.probe.resolve_profile`);
+        otherwise the server refuses to start, with the reason of each mode.
+
+        A mode already resolved in this process (a factory's explicit ``sandbox=``) is
+        the one reported.
+        """
+        used = modes_in_use()
+        if used:
+            # The weakest one, should two be in use: the one a user must know about.
+            weakest = max(used, key=list(SandboxMode).index)
+            return {"sandbox": str(weakest), "sandbox_strategy": used[weakest]}
+        profile = resolve_profile("auto")
+        return {"sandbox": str(profile.mode), "sandbox_strategy": profile.strategy}
+
     @property
     def sandbox_profile(self) -> SandboxProfile:
         """How this environment's sandboxes are started (mode, strategy, interpreter)."""
@@ -343,17 +404,7 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
             task = self._choose(seed, opts)
             self._end_episode()
             persistent = self._persistent if opts.persistent is None else opts.persistent
-            sandbox = self._pool.acquire() if self._pool is not None else None
-            workspace = (
-                sandbox.workspace
-                if sandbox is not None
-                else Workspace(
-                    self._profile,
-                    self._hidden_paths,
-                    self._workdir_root,
-                    max_disk_bytes=self._limits.max_disk_bytes,
-                )
-            )
+            sandbox, workspace = self._take_workspace()
             state = CodeState(
                 episode_id=opts.episode_id or str(uuid.uuid4()),
                 task=task.name,
@@ -377,12 +428,8 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
                 self._release(episode)
                 raise
             self._episode = episode
-            return CodeObservation(
-                task=task.name,
-                prompt=task.prompt(persistent),
-                tests_total=len(task.cases),
-                metadata=self._metadata(episode) | {"limits": self._limits.model_dump()},
-            )
+            episode.last = self._first_observation(episode)
+            return episode.last
 
     def step(self, action: CodeAction) -> CodeObservation:
         """Run the action's code, then the hidden tests; score the result.
@@ -424,7 +471,8 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
                     episode.worker_lost = episode.persistent
                     self._end_worker(episode, worker, ahead=not state.done)
             state.worker_alive = episode.worker is not None
-            return self._observe(episode, worker, outcome, tests, restarted)
+            episode.last = self._observe(episode, worker, outcome, tests, restarted)
+            return episode.last
 
     def state(self) -> CodeState:
         """A copy of the current state (``worker_alive`` is checked now, not at the last step)."""
@@ -435,6 +483,78 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
             state = episode.state.model_copy(deep=True)
             state.worker_alive = episode.worker is not None and episode.worker.alive()
             return state
+
+    def snapshot(self) -> CodingSnapshot:
+        """The episode between actions: state, last observation, working directory.
+
+        Raises:
+            SnapshotUnsupported: the episode keeps one interpreter (``persistent``), or
+                its directory holds what a snapshot cannot carry (a FIFO, a socket).
+            SnapshotTooLarge: its files hold more than ``snapshot_bytes``.
+            RuntimeError: the environment was closed.
+        """
+        with self._lock:
+            self._check_open()
+            episode = self._episode
+            if episode is None:
+                return CodingSnapshot()
+            if episode.persistent:
+                raise SnapshotUnsupported(
+                    "a persistent coding episode keeps its variables in a live interpreter, "
+                    "which no snapshot can carry: replay its actions instead, or reset with "
+                    "persistent=False",
+                    details={"persistent": True},
+                )
+            state = episode.state.model_copy(deep=True)
+            state.worker_alive = False
+            entries = files.capture(
+                episode.workspace.host_workdir, self._snapshot_bytes, self._snapshot_entries
+            )
+            return CodingSnapshot(state=state, files=entries, last=episode.last)
+
+    def restore(self, snapshot: CodingSnapshot) -> CodeObservation:
+        """Continue the episode ``snapshot`` captured, in a fresh sandbox whose working
+        directory holds its files and nothing else; returns its last observation.
+
+        Raises:
+            BadSnapshot: its task is not one of this environment's, its state is out of
+                this environment's bounds, or its files are malformed, too many or too
+                large (nothing is written then).
+            SandboxError: no sandbox could be had.
+            RuntimeError: the environment was closed.
+        """
+        with self._lock:
+            self._check_open()
+            saved = snapshot.state
+            if saved is None:
+                self._end_episode()
+                return CodeObservation()
+            task = self._restorable(saved)
+            files.check(snapshot.files, self._snapshot_bytes, self._snapshot_entries)
+            self._end_episode()
+            sandbox, workspace = self._take_workspace()
+            state = saved.model_copy(
+                deep=True,
+                update={
+                    "sandbox_mode": self._profile.mode,
+                    "sandbox_strategy": self._profile.strategy,
+                    "sandbox_uid": workspace.uid,
+                    "workdir": workspace.inside_workdir,
+                    "worker_alive": False,
+                },
+            )
+            episode = _Episode(
+                task=task, persistent=False, workspace=workspace, state=state, sandbox=sandbox
+            )
+            try:
+                files.write(workspace.host_workdir, snapshot.files, workspace.uid)
+            except BaseException:
+                self._release(episode)
+                raise
+            self._episode = episode
+            last = snapshot.last
+            episode.last = last.model_copy(deep=True) if last else self._first_observation(episode)
+            return episode.last
 
     def close(self) -> None:
         """Kill the sandbox's processes (even mid-step, from another thread) and end the
@@ -488,6 +608,55 @@ class CodingEnv(Environment[CodeAction, CodeObservation, CodeState]):
                 )
             return task
         return random.Random(seed).choice(list(self._tasks.values()))
+
+    def _take_workspace(self) -> tuple[WarmSandbox | None, Workspace]:
+        """A new episode's sandbox: a warm one from the pool, or a workspace for cold ones."""
+        sandbox = self._pool.acquire() if self._pool is not None else None
+        if sandbox is not None:
+            return sandbox, sandbox.workspace
+        workspace = Workspace(
+            self._profile,
+            self._hidden_paths,
+            self._workdir_root,
+            max_disk_bytes=self._limits.max_disk_bytes,
+        )
+        return None, workspace
+
+    def _restorable(self, saved: CodeState) -> Problem:
+        """The task of a snapshot's state, if this environment can continue it.
+
+        Raises:
+            BadSnapshot: why not.
+        """
+        task = self._tasks.get(saved.task or "")
+        if task is None:
+            raise BadSnapshot(
+                f"the snapshot's task {saved.task!r} is not one of this environment's "
+                f"({len(self._tasks)} tasks)",
+                details={"task": saved.task},
+            )
+        if saved.persistent:
+            raise BadSnapshot("a persistent coding episode is never snapshotted")
+        if saved.tests_total != len(task.cases):
+            raise BadSnapshot(
+                f"the snapshot's task {task.name!r} has {saved.tests_total} hidden tests; "
+                f"this environment's has {len(task.cases)}: another version of the task"
+            )
+        if not 1 <= saved.max_steps <= MAX_STEPS_LIMIT or saved.step_count > saved.max_steps:
+            raise BadSnapshot(
+                f"the snapshot's episode has {saved.step_count} of {saved.max_steps} steps "
+                f"taken; max_steps must be in 1..{MAX_STEPS_LIMIT} and not below them"
+            )
+        return task
+
+    def _first_observation(self, episode: _Episode) -> CodeObservation:
+        task = episode.task
+        return CodeObservation(
+            task=task.name,
+            prompt=task.prompt(episode.persistent),
+            tests_total=len(task.cases),
+            metadata=self._metadata(episode) | {"limits": self._limits.model_dump()},
+        )
 
     def _cpu_hard(self, episode: _Episode) -> int:
         # The hard CPU limit is a lifetime cap: one budget for each action and each test

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from corral.errors import PlatformError
+
 try:
     from kubernetes_asyncio import client as k8s
     from kubernetes_asyncio import config as k8s_config
@@ -46,7 +48,7 @@ SANDBOX_GROUP = "agents.x-k8s.io"
 """The API group of agent-sandbox's Sandbox."""
 
 
-class KubeError(RuntimeError):
+class KubeError(PlatformError, RuntimeError):
     """The API refused a request.
 
     Attributes:
@@ -238,6 +240,8 @@ class KubeAPI:
         try:
             if kind == LEASES:
                 patched: Any = await self._leases.patch_namespaced_lease(name, ns, payload)
+            elif kind == PODS:
+                patched = await self._core.patch_namespaced_pod(name, ns, payload)
             else:
                 patched = await self._custom.patch_namespaced_custom_object(
                     kind.group, kind.version, ns, kind.plural, name, payload

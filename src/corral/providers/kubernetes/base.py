@@ -41,6 +41,7 @@ from corral.providers.kubernetes.api import PODS, Kind, KubeAPI, KubeError, conn
 from corral.providers.kubernetes.owner import Ownership
 from corral.providers.kubernetes.pods import dns_label
 from corral.providers.kubernetes.portforward import PortForward
+from corral.providers.kubernetes.rbac import Mode
 from corral.providers.kubernetes.status import Verdict
 from corral.providers.manifest import ManifestError
 from corral.runtime import wait_event
@@ -110,6 +111,8 @@ class KubeProvider(Provider):
     """
 
     kind = "kubernetes"
+    mode: Mode = "pods"
+    """What the provider creates (see :mod:`corral.providers.kubernetes.rbac`)."""
     _kind: Kind = PODS
 
     def __init__(
@@ -143,7 +146,13 @@ class KubeProvider(Provider):
         self.context = context
         self.configuration = configuration
         self.log_lines = log_lines
-        self.ownership = Ownership(lease_seconds=lease_seconds, guard=guard, token=self.token)
+        self.ownership = Ownership(
+            lease_seconds=lease_seconds,
+            guard=guard,
+            token=self.token,
+            mode=self.mode,
+            kind=self._kind,
+        )
         self._api: KubeAPI | None = None
         self._opening: asyncio.Lock | None = None
         self._records: dict[str, _Record] = {}

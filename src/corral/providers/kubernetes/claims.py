@@ -66,6 +66,7 @@ class AgentSandboxProvider(KubeProvider):
     """
 
     kind = "agent-sandbox"
+    mode = "agent-sandbox"
 
     def __init__(
         self,
@@ -77,11 +78,11 @@ class AgentSandboxProvider(KubeProvider):
     ) -> None:
         if claim_version not in ("v1beta1", "v1alpha1"):
             raise ValueError(f"claim_version must be v1beta1 or v1alpha1, not {claim_version!r}")
+        self._kind = claims(claim_version)
         super().__init__(**options)
         self.port = port
         self.claim_version = claim_version
         self.template_name = template
-        self._kind = claims(claim_version)
 
     def _pool(self, spec: ServerSpec) -> tuple[str, int]:
         try:

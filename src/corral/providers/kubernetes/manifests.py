@@ -5,7 +5,9 @@ in the order ``kubectl apply`` wants them:
 
 * **Deployment**: the server Pods of :class:`~corral.providers.kubernetes.pods.ServerTemplate`
   (probes, requests and limits, hardened), spread over nodes and zones, rolled one surge
-  Pod at a time and never below the wanted count; on SIGTERM a server **drains**:
+  Pod at a time and never below the wanted count, with **no** ``spec.replicas``: the
+  autoscaler owns the count (a GitOps sync re-applying a count would fight it, resetting
+  the fleet at every sync); on SIGTERM a server **drains**:
   ``/ready`` answers 503 (no new clients), open sessions go on up to ``drain_seconds``
   (``$CORRAL_DRAIN_SECONDS``), and the grace period covers the drain;
 * **Service** (port 80, for the ingress and the autoscaler) and a **headless Service**
@@ -15,13 +17,26 @@ in the order ``kubectl apply`` wants them:
 * **HorizontalPodAutoscaler** on CPU and on active sessions per Pod
   (``corral_sessions_active`` from ``/metrics``, through the custom metrics API, e.g.
   prometheus-adapter), scaling down slowly since each removed Pod drains its sessions;
-* **PodDisruptionBudget** (one Pod at a time);
-* an image **pre-pull DaemonSet**, so that a new Pod on any node starts without a pull;
-* a **NetworkPolicy**: the server's port open, egress closed (``egress=True`` opens it);
-* an **Ingress** (ingress-nginx annotations: WebSocket read/send timeouts, frame size) or,
-  with ``gateway=``, a Gateway API **HTTPRoute** whose request timeout is disabled;
-* a **ServiceMonitor** and **PrometheusRule** (prometheus-operator): memory and CPU
-  against the limits, WebSocket connections, error rate, refused sessions, fleet
+* **PodDisruptionBudget** (one Pod at a time; the autoscaler's minimum is at least 2, as
+  one Pod under that budget could be evicted at any time, and under a stricter one never);
+* an image **pre-pull DaemonSet**, so that a new Pod on any node starts without a pull:
+  under the servers' RuntimeClass and with their node selector and tolerations, so it
+  reaches the nodes they may land on (gVisor nodes are usually tainted);
+* a **NetworkPolicy**: the server's port open to the namespace's Pods and to the
+  namespaces labelled ``corral.dev/clients=true`` (the ingress controller's, the
+  trainers'; ``allow_from`` adds more), egress closed (``egress=True`` opens it);
+* an **Ingress** with the timeouts and body size set for the chosen controller
+  (``ingress_controller``: ingress-nginx, HAProxy, Traefik or none) or, with ``gateway=``,
+  a Gateway API **HTTPRoute** whose request timeout is disabled;
+* with ``router=True``: a **Pod router** (ConfigMap, Deployment, Service and NetworkPolicy
+  ``<name>-router``): nginx routing a ``corral-server`` header that names a Pod (the
+  servers' id is their Pod IP) to that Pod, and everything else to the fleet's Service;
+  the Ingress or HTTPRoute points at it, so a client reaches the server holding its
+  sessions through the one host (:func:`~corral.providers.frontdoor.render_nginx_pod_router`
+  says why a router rather than the ingress controller's own features);
+* a **ServiceMonitor** and **PrometheusRule** (prometheus-operator): memory against the
+  limit, CPU against the limit and CFS throttling (or, with ``cpu_limit=False``, against
+  the request), WebSocket connections per session, error rate, refused sessions, fleet
   capacity, autoscaler at its maximum;
 * with ``agent_sandbox=N``: a **SandboxTemplate** and a **SandboxWarmPool** of N warm
   Pods for kubernetes-sigs/agent-sandbox
@@ -42,11 +57,11 @@ data, as ``kubectl get -o yaml`` shows them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from corral.providers.kubernetes.pods import ServerTemplate, dns_label
+from corral.providers.kubernetes.pods import SANDBOXES, ServerTemplate, dns_label
 from corral.providers.manifest import Manifest
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
@@ -55,6 +70,30 @@ HEADLESS_LABEL = "corral.dev/headless"
 """Marks the headless Service (so that Prometheus scrapes each Pod once)."""
 SESSIONS_METRIC = "corral_sessions_active"
 """The per-Pod gauge the autoscaler scales on."""
+ROUTER_IMAGE = "nginxinc/nginx-unprivileged:1.27-alpine"
+"""The Pod router's nginx: the official image's unprivileged build (uid 101, port 8080)."""
+ROUTER_PORT = 8080
+CLIENTS_LABEL = "corral.dev/clients"
+"""A namespace labelled ``corral.dev/clients=true`` may reach the servers (NetworkPolicy)."""
+
+INGRESS_ANNOTATIONS: dict[str, Callable[[int], dict[str, str]]] = {
+    # ingress-nginx: proxy timeouts in seconds; the body cap (twice the server's default
+    # frame cap, 16 MiB, so that the server's own error answers, not the proxy's).
+    "nginx": lambda t: {
+        "nginx.ingress.kubernetes.io/proxy-read-timeout": str(t),
+        "nginx.ingress.kubernetes.io/proxy-send-timeout": str(t),
+        "nginx.ingress.kubernetes.io/proxy-body-size": "32m",
+    },
+    # HAProxy Technologies' kubernetes-ingress: a WebSocket is a tunnel once upgraded.
+    "haproxy": lambda t: {
+        "haproxy.org/timeout-tunnel": f"{t}s",
+        "haproxy.org/timeout-server": f"{t}s",
+    },
+    # Traefik has no per-Ingress timeouts (they are the entry point's); nothing to set.
+    "traefik": lambda t: {},
+    "none": lambda t: {},
+}
+"""Per Ingress controller: the annotations for a WebSocket that lives ``t`` seconds."""
 
 
 @dataclass(frozen=True)
@@ -64,25 +103,35 @@ class FleetOptions:
     Attributes:
         image: the image (default: ``corral build``'s tag, ``corral-<name>:<version>``).
         namespace: set on every object (default: none, ``kubectl -n`` decides).
-        replicas: Pods to start with (the autoscaler moves them after).
-        min_replicas / max_replicas: the autoscaler's range.
+        min_replicas / max_replicas: the autoscaler's range (the Deployment has no count of
+            its own); at least 2 while a disruption budget is rendered.
+        disruption_budget: render the PodDisruptionBudget.
         target_cpu: average CPU utilisation (% of requests) the autoscaler aims at.
         target_sessions: average active sessions per Pod it aims at (default: 80 % of
             ``concurrency.max_sessions``).
         drain_seconds: how long a stopping Pod serves its open sessions.
         host: the Ingress / HTTPRoute host name (no Ingress without a host or gateway).
         ingress_class: the Ingress class (default: the cluster's).
+        ingress_controller: whose annotations the Ingress carries: ``nginx``
+            (ingress-nginx), ``haproxy`` (haproxytech kubernetes-ingress), ``traefik``
+            or ``none``.
         tls_secret: a TLS Secret for the Ingress host.
         gateway: ``name`` or ``namespace/name`` of a Gateway: an HTTPRoute instead of an
             Ingress.
         websocket_timeout: seconds a WebSocket may stay silent at the ingress (the
             server pings every 20 s, so this is a backstop).
         egress: allow the servers outbound traffic.
+        allow_from: more namespaces (names) whose Pods may reach the servers.
         prepull: render the image pre-pull DaemonSet.
         monitoring: render the ServiceMonitor and the PrometheusRule.
         agent_sandbox: warm Pods of a SandboxWarmPool (0: no agent-sandbox objects).
         token_secret: a Secret holding the bearer token under ``token``.
         runtime_class: a RuntimeClass for the server Pods (gVisor, Kata).
+        router: render the Pod router and send the Ingress/HTTPRoute through it.
+        router_image: the router's nginx image (non-root, listening on 8080).
+        sandbox: how an environment that sandboxes code gets its boundary in the Pod:
+            ``none``, ``namespaces`` or ``runtime-class``
+            (:mod:`corral.providers.kubernetes.pods`).
         image_pull_secrets: Secrets to pull the image with.
         node_selector / tolerations: where the Pods may run.
         cpu_limit: limit CPU to the request (Guaranteed QoS).
@@ -90,23 +139,28 @@ class FleetOptions:
 
     image: str | None = None
     namespace: str | None = None
-    replicas: int = 2
-    min_replicas: int = 1
+    min_replicas: int = 2
     max_replicas: int = 10
+    disruption_budget: bool = True
     target_cpu: int = 70
     target_sessions: float | None = None
     drain_seconds: float = 300.0
     host: str | None = None
     ingress_class: str | None = None
+    ingress_controller: str = "nginx"
     tls_secret: str | None = None
     gateway: str | None = None
     websocket_timeout: int = 3600
     egress: bool = False
+    allow_from: tuple[str, ...] = ()
     prepull: bool = True
     monitoring: bool = True
     agent_sandbox: int = 0
     token_secret: str | None = None
     runtime_class: str | None = None
+    sandbox: str = "none"
+    router: bool = False
+    router_image: str = ROUTER_IMAGE
     image_pull_secrets: tuple[str, ...] = ()
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: tuple[Mapping[str, Any], ...] = ()
@@ -117,8 +171,25 @@ class FleetOptions:
             raise ValueError(
                 f"replicas must satisfy 1 <= min ({self.min_replicas}) <= max ({self.max_replicas})"
             )
-        if self.replicas < 1:
-            raise ValueError(f"replicas must be at least 1, got {self.replicas}")
+        if self.disruption_budget and self.min_replicas < 2:
+            raise ValueError(
+                f"min_replicas must be at least 2 under the disruption budget, got "
+                f"{self.min_replicas}: with one Pod, a node drain evicts the only server "
+                "(or, under a stricter budget, can never proceed); turn the budget off "
+                "to run a single Pod"
+            )
+        if self.sandbox not in SANDBOXES:
+            raise ValueError(f"sandbox must be one of {', '.join(SANDBOXES)}, not {self.sandbox!r}")
+        if self.sandbox == "runtime-class" and self.runtime_class is None:
+            raise ValueError(
+                "--sandbox runtime-class makes the RuntimeClass the boundary: "
+                "give --runtime-class (gvisor, kata)"
+            )
+        if self.ingress_controller not in INGRESS_ANNOTATIONS:
+            raise ValueError(
+                f"ingress_controller must be one of {', '.join(INGRESS_ANNOTATIONS)}, "
+                f"not {self.ingress_controller!r}"
+            )
         if not 1 <= self.target_cpu <= 100:
             raise ValueError(f"target_cpu is a percentage of the request, got {self.target_cpu}")
         if self.target_sessions is not None and self.target_sessions <= 0:
@@ -152,11 +223,13 @@ class _Fleet:
             image=options.image,
             token_secret=options.token_secret,
             runtime_class=options.runtime_class,
+            sandbox=options.sandbox,
             image_pull_secrets=options.image_pull_secrets,
             node_selector=options.node_selector,
             tolerations=options.tolerations,
             cpu_limit=options.cpu_limit,
             drain_seconds=options.drain_seconds,
+            pod_ip_id=options.router,
         )
         self.name = self.template.app_name
         self.labels = self.template.labels()
@@ -185,7 +258,6 @@ class _Fleet:
             "kind": "Deployment",
             "metadata": self.meta(self.name),
             "spec": {
-                "replicas": self.options.replicas,
                 "revisionHistoryLimit": 5,
                 "minReadySeconds": 5,
                 "selector": {"matchLabels": self.selector},
@@ -279,7 +351,13 @@ class _Fleet:
             "apiVersion": "policy/v1",
             "kind": "PodDisruptionBudget",
             "metadata": self.meta(self.name),
-            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": self.selector}},
+            "spec": {
+                "maxUnavailable": 1,
+                "selector": {"matchLabels": self.selector},
+                # A Pod that is not ready serves nobody: evicting it never costs a session,
+                # and must not be blocked by the budget (a stuck Pod would block a drain).
+                "unhealthyPodEvictionPolicy": "AlwaysAllow",
+            },
         }
 
     def prepull(self) -> dict[str, Any]:
@@ -311,7 +389,9 @@ class _Fleet:
             "securityContext": spec["securityContext"],
             "terminationGracePeriodSeconds": 1,
         }
-        for key in ("imagePullSecrets", "nodeSelector", "tolerations"):
+        # The servers' RuntimeClass (its scheduling adds its node selector and tolerations,
+        # e.g. for tainted gVisor nodes) and placement: the image is pulled where they run.
+        for key in ("runtimeClassName", "imagePullSecrets", "nodeSelector", "tolerations"):
             if key in spec:
                 pod_spec[key] = spec[key]
         return {
@@ -336,21 +416,142 @@ class _Fleet:
             "spec": {
                 "podSelector": {"matchLabels": self.selector},
                 "policyTypes": ["Ingress", "Egress"],
-                "ingress": [{"ports": [{"port": self.template.port, "protocol": "TCP"}]}],
+                "ingress": [
+                    {
+                        "from": self._peers(),
+                        "ports": [{"port": self.template.port, "protocol": "TCP"}],
+                    }
+                ],
                 # No rule: nothing leaves the servers, DNS included (they need none).
                 "egress": [{}] if self.options.egress else [],
             },
         }
 
+    def _peers(self) -> list[dict[str, Any]]:
+        """Who may reach the servers: the namespace's own Pods (trainers, the metrics
+        scraper deployed beside them), namespaces labelled as clients, and ``allow_from``.
+        Kubelet probes come from the node and are not subject to the policy."""
+        peers: list[dict[str, Any]] = [
+            {"podSelector": {}},
+            {"namespaceSelector": {"matchLabels": {CLIENTS_LABEL: "true"}}},
+        ]
+        peers += [
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
+            for name in self.options.allow_from
+        ]
+        return peers
+
+    @property
+    def entry(self) -> str:
+        """The Service the Ingress or HTTPRoute sends clients to."""
+        return f"{self.name}-router" if self.options.router else self.name
+
+    def router(self) -> list[dict[str, Any]]:
+        """The Pod router: its configuration, Pods, Service and NetworkPolicy."""
+        from corral.providers.frontdoor import render_nginx_pod_router
+
+        name = f"{self.name}-router"
+        selector = {"app.kubernetes.io/name": name, "app.kubernetes.io/component": "router"}
+        labels = {**self.labels, **selector}
+        conf = render_nginx_pod_router(
+            f"{self.name}:80",
+            pod_port=self.template.port,
+            listen=f"0.0.0.0:{ROUTER_PORT}",
+            prefix="/tmp",
+            websocket_timeout_s=self.options.websocket_timeout,
+        )
+        meta = _meta(name, labels, self.options.namespace)
+        config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
+                      "data": {"nginx.conf": conf}}  # fmt: skip
+        probe = {"tcpSocket": {"port": "http"}, "periodSeconds": 5}
+        container = {
+            "name": "router",
+            "image": self.options.router_image,
+            "command": ["nginx", "-p", "/tmp", "-c", "/etc/corral-router/nginx.conf"],
+            "ports": [{"name": "http", "containerPort": ROUTER_PORT, "protocol": "TCP"}],
+            "resources": {
+                "requests": {"cpu": "100m", "memory": "64Mi"},
+                "limits": {"memory": "128Mi"},
+            },
+            "readinessProbe": probe,
+            "livenessProbe": {**probe, "periodSeconds": 10},
+            "securityContext": {
+                "allowPrivilegeEscalation": False,
+                "readOnlyRootFilesystem": True,
+                "privileged": False,
+                "runAsNonRoot": True,
+                "capabilities": {"drop": ["ALL"]},
+            },
+            "volumeMounts": [
+                {"name": "config", "mountPath": "/etc/corral-router", "readOnly": True},
+                {"name": "tmp", "mountPath": "/tmp"},
+            ],
+        }
+        deployment = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": meta,
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": selector},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "containers": [container],
+                        "automountServiceAccountToken": False,
+                        "enableServiceLinks": False,
+                        "securityContext": {
+                            "runAsNonRoot": True,
+                            "runAsUser": 101,
+                            "seccompProfile": {"type": "RuntimeDefault"},
+                        },
+                        "volumes": [
+                            {"name": "config", "configMap": {"name": name}},
+                            {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
+                        ],
+                    },
+                },
+            },
+        }
+        service = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": meta,
+            "spec": {
+                "type": "ClusterIP",
+                "selector": selector,
+                "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
+            },
+        }
+        policy = {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": meta,
+            "spec": {
+                "podSelector": {"matchLabels": selector},
+                "policyTypes": ["Ingress", "Egress"],
+                "ingress": [
+                    {"from": self._peers(), "ports": [{"port": ROUTER_PORT, "protocol": "TCP"}]}
+                ],
+                # A forged header reaches nothing but the fleet's servers (and DNS, which
+                # resolves the fleet's Service at start).
+                "egress": [
+                    {
+                        "to": [{"podSelector": {"matchLabels": self.selector}}],
+                        "ports": [{"port": self.template.port, "protocol": "TCP"}],
+                    },
+                    {
+                        "to": [{"namespaceSelector": {}}],
+                        "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}],
+                    },
+                ],
+            },
+        }
+        return [config_map, deployment, service, policy]
+
     def ingress(self) -> dict[str, Any]:
         options = self.options
-        timeout = str(options.websocket_timeout)
-        annotations = {
-            "nginx.ingress.kubernetes.io/proxy-read-timeout": timeout,
-            "nginx.ingress.kubernetes.io/proxy-send-timeout": timeout,
-            # Twice the server's default frame cap (16 MiB): its own error, not the proxy's.
-            "nginx.ingress.kubernetes.io/proxy-body-size": "32m",
-        }
+        annotations = INGRESS_ANNOTATIONS[options.ingress_controller](options.websocket_timeout)
         spec: dict[str, Any] = {
             "rules": [
                 {
@@ -361,7 +562,7 @@ class _Fleet:
                                 "path": "/",
                                 "pathType": "Prefix",
                                 "backend": {
-                                    "service": {"name": self.name, "port": {"name": "http"}}
+                                    "service": {"name": self.entry, "port": {"name": "http"}}
                                 },
                             }
                         ]
@@ -392,7 +593,7 @@ class _Fleet:
             "rules": [
                 {
                     "matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
-                    "backendRefs": [{"name": self.name, "port": 80}],
+                    "backendRefs": [{"name": self.entry, "port": 80}],
                     # "0s" disables the request timeout: a WebSocket lives as long as the
                     # training run, and the server's pings detect dead peers.
                     "timeouts": {"request": "0s", "backendRequest": "0s"},
@@ -440,7 +641,11 @@ class _Fleet:
         if self.options.namespace is not None:
             pods += f', namespace="{self.options.namespace}"'
         per_pod = "max by (namespace, pod)"
-        connections = max(64, 2 * self.max_sessions)
+        # One client per session reaches as many connections as sessions (up to
+        # max_sessions); an EnvPool multiplexes up to 256 sessions per connection. Half
+        # the Pod's sessions on their own connections is the pattern to flag.
+        connections = max(2, self.max_sessions // 2)
+        cpu_use = f"sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{{{pods}}}[5m]))"
         hpa = f'horizontalpodautoscaler="{self.name}"'
 
         def rule(
@@ -464,22 +669,15 @@ class _Fleet:
                 "{{ $labels.pod }} uses over 90% of its memory limit: raise resources.memory "
                 "or lower concurrency.max_sessions",
             ),
-            rule(
-                "CorralEnvCPUHigh",
-                f"sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{{{pods}}}[5m]))"
-                f' / {per_pod} (kube_pod_container_resource_limits{{{pods}, resource="cpu"}})'
-                " > 0.9",
-                "15m",
-                "warning",
-                "{{ $labels.pod }} runs at over 90% of its CPU limit: steps slow down",
-            ),
+            *self._cpu_rules(rule, cpu_use, pods, per_pod),
             rule(
                 "CorralEnvConnectionsHigh",
-                f"{per_pod} (corral_connections_active{{{job}}}) > {connections}",
+                f"{per_pod} (corral_connections_active{{{job}}}) >= {connections}",
                 "10m",
                 "warning",
-                "{{ $labels.pod }} holds many WebSocket connections: a client per session "
-                "instead of an EnvPool, or connections leaking",
+                f"{{{{ $labels.pod }}}} holds {connections}+ WebSocket connections (its "
+                f"max_sessions is {self.max_sessions}): a client per session instead of an "
+                "EnvPool, or connections leaking",
             ),
             rule(
                 "CorralEnvErrorRate",
@@ -519,6 +717,49 @@ class _Fleet:
             "spec": {"groups": [{"name": self.name, "rules": rules}]},
         }
 
+    def _cpu_rules(
+        self, rule: Callable[..., dict[str, Any]], cpu_use: str, pods: str, per_pod: str
+    ) -> list[dict[str, Any]]:
+        """CPU alerts that can fire in the Pod shape rendered: against the limit, and CFS
+        throttling (what makes steps slow under a limit, docs/scaling.md), when there is
+        a limit; against the request when there is none (no limit series exists then)."""
+        if not self.options.cpu_limit:
+            return [
+                rule(
+                    "CorralEnvCPUHigh",
+                    f"{cpu_use} / {per_pod} "
+                    f'(kube_pod_container_resource_requests{{{pods}, resource="cpu"}}) > 1.5',
+                    "15m",
+                    "warning",
+                    "{{ $labels.pod }} uses over 150% of its CPU request (no limit): the "
+                    "node is overcommitted or target_cpu is too high for the autoscaler",
+                )
+            ]
+        throttled = (
+            f"sum by (namespace, pod) (rate(container_cpu_cfs_throttled_periods_total{{{pods}}}"
+            f"[5m])) / sum by (namespace, pod) (rate(container_cpu_cfs_periods_total{{{pods}}}"
+            "[5m])) > 0.25"
+        )
+        return [
+            rule(
+                "CorralEnvCPUHigh",
+                f"{cpu_use}"
+                f' / {per_pod} (kube_pod_container_resource_limits{{{pods}, resource="cpu"}})'
+                " > 0.9",
+                "15m",
+                "warning",
+                "{{ $labels.pod }} runs at over 90% of its CPU limit: steps slow down",
+            ),
+            rule(
+                "CorralEnvCPUThrottled",
+                throttled,
+                "15m",
+                "warning",
+                "{{ $labels.pod }} is CPU-throttled in over 25% of its CFS periods: batched "
+                "steps wait for the next period (raise resources.cpu or render --no-cpu-limit)",
+            ),
+        ]
+
     def agent_sandbox(self) -> list[dict[str, Any]]:
         """A SandboxTemplate of the server Pod and a SandboxWarmPool of it."""
         # Sandboxes are single servers: no drain, and the template carries no env a claim
@@ -551,10 +792,14 @@ class _Fleet:
 
     def objects(self) -> list[dict[str, Any]]:
         options = self.options
-        objects = [self.deployment(), *self.services(), self.autoscaler(), self.disruption_budget()]
+        objects = [self.deployment(), *self.services(), self.autoscaler()]
+        if options.disruption_budget:
+            objects.append(self.disruption_budget())
         if options.prepull:
             objects.append(self.prepull())
         objects.append(self.network_policy())
+        if options.router:
+            objects += self.router()
         if options.gateway is not None:
             objects.append(self.http_route())
         elif options.host is not None:
@@ -569,6 +814,30 @@ class _Fleet:
 def render_fleet(manifest: Manifest, options: FleetOptions | None = None) -> list[dict[str, Any]]:
     """The objects of a fleet serving ``manifest``'s environment (see the module docstring)."""
     return _Fleet(manifest, options or FleetOptions()).objects()
+
+
+def fleet_warnings(options: FleetOptions) -> list[str]:
+    """What an operator should hear about before applying ``options``' fleet."""
+    found = []
+    exposed = options.host is not None or options.gateway is not None
+    if exposed and options.token_secret is None:
+        if options.gateway is None and options.tls_secret is None:
+            found.append(
+                f"the Ingress serves {options.host} over plain HTTP to servers that require "
+                "no token: anyone who reaches it can open and drive sessions; give "
+                "--token-secret (and --tls-secret)"
+            )
+        else:
+            found.append(
+                "the servers are exposed outside the cluster and require no token: anyone "
+                "who reaches the host can open and drive sessions; give --token-secret"
+            )
+    elif options.host is not None and options.gateway is None and options.tls_secret is None:
+        found.append(
+            f"the Ingress serves {options.host} over plain HTTP: the bearer token crosses "
+            "the network in clear; give --tls-secret"
+        )
+    return found
 
 
 def file_name(index: int, obj: Mapping[str, Any]) -> str:

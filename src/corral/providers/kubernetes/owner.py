@@ -34,14 +34,16 @@ from typing import Any
 
 from corral.providers.guardian import guardian
 from corral.providers.kubernetes import gc
-from corral.providers.kubernetes.api import LEASES, SECRETS, KubeAPI, KubeError
+from corral.providers.kubernetes.api import LEASES, PODS, SECRETS, Kind, KubeAPI, KubeError
 from corral.providers.kubernetes.pods import (
     DOMAIN,
     MANAGED_BY,
+    MODE_LABEL,
     OWNER_LABEL,
     ROLE_LABEL,
     TOKEN_KEY,
 )
+from corral.providers.kubernetes.rbac import Mode
 
 log = logging.getLogger("corral.providers.kubernetes")
 
@@ -61,11 +63,26 @@ class Ownership:
         lease_seconds: the Lease's duration.
         guard: register the sweep with the process's guardian.
         token: a bearer token to store in a Secret for the servers.
+        mode: the provider's mode (``pods``, ``agent-sandbox``): a label of the Lease.
+        kind: what the provider creates per server (Pods, SandboxClaims): with its
+            Secret, the kinds its cleanup sweeps, and no other (see
+            :mod:`corral.providers.kubernetes.rbac`).
     """
 
-    def __init__(self, *, lease_seconds: float, guard: bool, token: str | None) -> None:
+    def __init__(
+        self,
+        *,
+        lease_seconds: float,
+        guard: bool,
+        token: str | None,
+        mode: Mode = "pods",
+        kind: Kind | None = None,
+    ) -> None:
         self.owner = secrets.token_hex(6)
         """The value of the owner label on everything the provider creates."""
+        self.mode = mode
+        self.kinds: list[Kind] = [kind or PODS, SECRETS]
+        """What the cleanup sweeps (the Lease aside)."""
         self.lease_seconds = lease_seconds
         self.guard = guard
         self.token = token
@@ -105,7 +122,7 @@ class Ownership:
                 "kind": "Lease",
                 "metadata": {
                     "name": self.lease,
-                    "labels": {**self.labels(), ROLE_LABEL: "owner"},
+                    "labels": {**self.labels(), ROLE_LABEL: "owner", MODE_LABEL: self.mode},
                     "annotations": {f"{DOMAIN}/host": host, f"{DOMAIN}/pid": str(pid)},
                 },
                 "spec": {
@@ -154,27 +171,43 @@ class Ownership:
             api.namespace,
             "--owner",
             self.owner,
+            "--mode",
+            self.mode,
+            "--claim-version",
+            self.kinds[0].version,
             *api.access.arguments(),
         ]
         if self.guard:
             guardian().run_at_death(self._sweep)
         self._finalizer = weakref.finalize(holder, _sweep_blocking, self._sweep)
 
+    async def renew(self, api: KubeAPI) -> None:
+        """Renew the Lease once.
+
+        Raises:
+            KubeError: the API refused.
+        """
+        await api.patch(LEASES, self.lease, {"spec": {"renewTime": micro_time()}})
+
     async def renew_forever(self, api: KubeAPI) -> None:
         """Renew the Lease every third of its duration (until cancelled)."""
         while True:
             await asyncio.sleep(self.lease_seconds / 3)
             try:
-                await api.patch(LEASES, self.lease, {"spec": {"renewTime": micro_time()}})
+                await self.renew(api)
             except KubeError as exc:
                 log.warning("cannot renew the owner Lease %s: %s", self.lease, exc)
 
     async def release(self, api: KubeAPI) -> None:
         """Delete every object of the owner and the Lease; drop the exit-time cleanups."""
         try:
-            await gc.sweep(api, owner=self.owner)
+            swept = await gc.sweep(api, owner=self.owner, kinds=self.kinds)
         except KubeError as exc:
             log.warning("cannot sweep the objects of owner %s: %s", self.owner, exc)
+            return
+        if swept.refused:
+            for plural, message in swept.refused.items():
+                log.warning("cannot sweep the %s of owner %s: %s", plural, self.owner, message)
             return
         if self._finalizer is not None:
             self._finalizer.detach()

@@ -9,16 +9,44 @@ DaemonSet) and the agent-sandbox ``SandboxTemplate``. The Pod:
   the manifest's port (named ``http``);
 * requests the manifest's CPU and memory and is limited to them (Guaranteed QoS, unless
   ``cpu_limit=False``);
-* probes ``/ready`` for readiness (503 while full or draining), ``/health`` for liveness,
-  and ``/health`` as a startup probe so that slow imports are not killed;
+* probes ``/readyz`` for readiness (503 while full or draining), ``/livez`` for liveness,
+  and ``/livez`` as a startup probe so that slow imports are not killed: the token-free,
+  bodiless twins of ``/ready`` and ``/health`` (:data:`corral.server.http.PROBE_PATHS`),
+  so the probes are plain ``httpGet`` probes even when the server requires a token (an
+  ``exec`` probe sending the token started a Python each time: 51-66 ms of CPU, 12-16 %
+  of a 250m Pod at a 2 s period);
 * runs hardened: non-root (the image's uid 10001), read-only root filesystem with an
   in-memory ``/tmp``, no privilege escalation, every capability dropped, seccomp
   ``RuntimeDefault``, no service-account token, no service links; optionally under a
   RuntimeClass (gVisor, Kata) for a stronger boundary;
 * carries the standard ``app.kubernetes.io`` labels and corral's own.
 
+**Environments that sandbox code** (the coding environment) need more than the hardened
+Pod allows: under it every namespace mode fails (``RuntimeDefault`` seccomp refuses new
+user namespaces; with seccomp off, the masked ``/proc`` cannot be mounted in a new pid
+namespace), and ``"auto"`` used to fall silently to the weak ``rlimits`` mode. Measured
+with Docker's equivalents of these settings (``tests/providers/kubernetes/test_k8s_sandbox.py``).
+``sandbox=`` says how such a Pod gets its boundary:
+
+* ``"namespaces"``: the Pod runs in a **user namespace of its own** (``hostUsers:
+  false``: its uids, root included, are nobody on the node), and the server container
+  may create namespaces (``seccompProfile: Unconfined``) and mount an unmasked ``/proc``
+  in them (``procMount: Unmasked``). Still non-root, no capabilities, no privilege
+  escalation, read-only root. util-linux's ``unshare`` (in every Debian image) then runs
+  the ``unshare`` mode; ``bwrap`` where the image has it. Needs Kubernetes with user
+  namespaces (1.33+, or 1.30+ with the feature gate) and a runtime that supports them;
+  Pod Security ``restricted`` rejects these settings: label the namespace ``baseline``
+  at most and see docs/scaling.md;
+* ``"runtime-class"``: the RuntimeClass (gVisor, Kata; ``runtime_class=``) is the
+  boundary between the agents' code and the node, and the server is allowed the weak
+  mode inside it (``$CORRAL_SANDBOX_ALLOW_WEAK=1``): sessions of one Pod are separated
+  by resource limits and Python-level guards only, which code written to escape them
+  gets past (:mod:`corral.sandbox`). Use it where one Pod's sessions may see each other;
+* ``"none"`` (default): the hardened Pod; a sandboxing environment refuses to start in
+  it (its preflight finds no namespace mode), which ``/health`` and the Pod's logs say.
+
 With a bearer token (``token_secret``: a Secret holding it under the key ``token``), the
-server requires it on every route, so the probes are ``exec`` probes that send it.
+server requires it on every route but the two probe paths.
 
 Everything here renders plain dicts in the API's JSON shape: no Kubernetes client needed.
 """
@@ -33,6 +61,7 @@ from typing import Any
 from corral.auth import TOKEN_ENV
 from corral.providers.dockerfile import IMAGE_UID, image_tag, serve_command
 from corral.providers.manifest import Manifest, format_memory
+from corral.sandbox.probe import ALLOW_WEAK_ENV
 
 DOMAIN = "corral.dev"
 """The prefix of corral's own labels and annotations."""
@@ -40,6 +69,10 @@ OWNER_LABEL = f"{DOMAIN}/owner"
 """Marks what a provider created with the provider's owner id (swept by ``corral k8s gc``)."""
 ROLE_LABEL = f"{DOMAIN}/role"
 """``owner`` on a provider's Lease (its liveness)."""
+MODE_LABEL = f"{DOMAIN}/provider"
+"""On a provider's Lease: its mode (``pods``, ``agent-sandbox``), so a sweep of a dead
+owner lists the kinds that owner created and no other (see
+:mod:`corral.providers.kubernetes.rbac`)."""
 ENV_LABEL = f"{DOMAIN}/env"
 CONTRACT_LABEL = f"{DOMAIN}/contract"
 MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -47,18 +80,8 @@ CONTAINER = "server"
 """The name of the server's container."""
 TOKEN_KEY = "token"
 """The key of the bearer token in its Secret."""
-PROBE_HOST_ENV = "CORRAL_PROBE_HOST"
-"""Where an ``exec`` probe reaches the server (default 127.0.0.1, inside the Pod)."""
-
-PROBE_SCRIPT = (
-    "import os, sys, urllib.request; "
-    f"t = os.environ.get({TOKEN_ENV!r}, ''); "
-    f"h = os.environ.get({PROBE_HOST_ENV!r}, '127.0.0.1'); "
-    "u = 'http://' + h + ':' + os.environ.get('CORRAL_PORT', '8000') + sys.argv[1]; "
-    "r = urllib.request.Request(u, headers={'Authorization': 'Bearer ' + t} if t else {}); "
-    "sys.exit(0 if urllib.request.urlopen(r, timeout=2).status == 200 else 1)"
-)
-"""An ``exec`` probe: GET the path in ``argv[1]`` with the bearer token; exit 0 on 200."""
+SANDBOXES = ("none", "namespaces", "runtime-class")
+"""The values of :attr:`ServerTemplate.sandbox` (see the module docstring)."""
 
 _DNS_LABEL = re.compile(r"[^a-z0-9-]+")
 
@@ -101,6 +124,10 @@ class ServerTemplate:
         drain_seconds: on SIGTERM, keep serving open sessions this long
             (``$CORRAL_DRAIN_SECONDS``); the Pod's grace period covers it.
         probe_period: seconds between readiness probes.
+        sandbox: how a sandboxing environment gets its boundary: ``"none"``,
+            ``"namespaces"`` or ``"runtime-class"`` (see the module docstring).
+        pod_ip_id: the server's id is its Pod IP (``--server-id $(POD_IP)``), what the
+            Pod router of ``corral deploy k8s --router`` routes by.
     """
 
     name: str
@@ -122,6 +149,16 @@ class ServerTemplate:
     cpu_limit: bool = True
     drain_seconds: float | None = None
     probe_period: int = 2
+    sandbox: str = "none"
+    pod_ip_id: bool = False
+
+    def __post_init__(self) -> None:
+        if self.sandbox not in SANDBOXES:
+            raise ValueError(f"sandbox must be one of {', '.join(SANDBOXES)}, not {self.sandbox!r}")
+        if self.sandbox == "runtime-class" and self.runtime_class is None:
+            raise ValueError(
+                "sandbox='runtime-class' makes the RuntimeClass the boundary: give runtime_class"
+            )
 
     @classmethod
     def from_manifest(
@@ -187,30 +224,28 @@ class ServerTemplate:
             limits["cpu"] = requests["cpu"]
         return {"requests": requests, "limits": limits}
 
-    def _probe(self, path: str) -> dict[str, Any]:
-        if self.token_secret is None:
-            return {"httpGet": {"path": path, "port": "http"}}
-        return {"exec": {"command": ["python", "-c", PROBE_SCRIPT, path]}}
-
     def probes(self) -> dict[str, dict[str, Any]]:
         """The readiness, liveness and startup probes of the server's container."""
-        # exec probes start a Python: give them the time that takes on a busy node.
-        timeout = 5 if self.token_secret is not None else 3
+        timeout = 3
+
+        def probe(path: str) -> dict[str, Any]:
+            return {"httpGet": {"path": path, "port": "http"}}
+
         return {
             "readinessProbe": {
-                **self._probe("/ready"),
+                **probe("/readyz"),
                 "periodSeconds": self.probe_period,
                 "timeoutSeconds": timeout,
                 "failureThreshold": 2,
             },
             "livenessProbe": {
-                **self._probe("/health"),
+                **probe("/livez"),
                 "periodSeconds": 10,
                 "timeoutSeconds": timeout,
                 "failureThreshold": 3,
             },
             "startupProbe": {
-                **self._probe("/health"),
+                **probe("/livez"),
                 "periodSeconds": 1,
                 "timeoutSeconds": timeout,
                 # Two minutes for imports and a cold page cache before liveness applies.
@@ -223,7 +258,11 @@ class ServerTemplate:
         values = {"CORRAL_PORT": str(self.port), "PYTHONUNBUFFERED": "1", **self.environment}
         if self.drain_seconds:
             values["CORRAL_DRAIN_SECONDS"] = f"{self.drain_seconds:g}"
+        if self.sandbox == "runtime-class":
+            values[ALLOW_WEAK_ENV] = "1"
         env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in values.items()]
+        if self.pod_ip_id:
+            env.append({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
         if self.token_secret is not None:
             env.append(
                 {
@@ -251,8 +290,16 @@ class ServerTemplate:
             },
             "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
         }
+        if self.sandbox == "namespaces":
+            # In the Pod's own user namespace (hostUsers: false): what these open is
+            # confined to uids that are nobody on the node.
+            container["securityContext"]["procMount"] = "Unmasked"
+            container["securityContext"]["seccompProfile"] = {"type": "Unconfined"}
         if self.command is not None:
             container["command"] = list(self.command)
+            if self.pod_ip_id:
+                # Kubernetes expands $(POD_IP) from the container's environment.
+                container["command"] += ["--server-id", "$(POD_IP)"]
         if self.image_pull_policy is not None:
             container["imagePullPolicy"] = self.image_pull_policy
         return container
@@ -276,6 +323,8 @@ class ServerTemplate:
         }
         if self.runtime_class is not None:
             spec["runtimeClassName"] = self.runtime_class
+        if self.sandbox == "namespaces":
+            spec["hostUsers"] = False
         if self.service_account is not None:
             spec["serviceAccountName"] = self.service_account
         if self.image_pull_secrets:

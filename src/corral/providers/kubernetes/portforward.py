@@ -16,12 +16,13 @@ from typing import Any
 
 import aiohttp
 
+from corral.errors import PlatformError
 from corral.providers.kubernetes.api import KubeAPI
 
 log = logging.getLogger("corral.providers.kubernetes")
 
 
-class PortForwardError(RuntimeError):
+class PortForwardError(PlatformError, RuntimeError):
     """The API server or the kubelet broke the port-forward protocol or reported an error."""
 
 

@@ -77,7 +77,8 @@ SESSION_HEADER = "X-Corral-Session"
 
 
 def client_address(connection: HTTPConnection) -> str:
-    """The peer address an HTTP session counts against (per-client connection limit)."""
+    """The peer address a session opened over HTTP or an OpenEnv WebSocket counts for
+    (the per-client limits)."""
     return connection.client.host if connection.client is not None else ""
 
 
@@ -110,13 +111,16 @@ class LinkRegistry(Generic[L]):
         """A link of the served environment's kind (not opened yet)."""
         return self._make_link(self)
 
-    async def start(self) -> L:
-        """A link on a new session of its own (a WebSocket's: not registered).
+    async def start(self, address: str = "") -> L:
+        """A link on a new session of its own (a WebSocket's: not registered), for the
+        client at ``address`` (its sessions count in that client's limit).
 
         Raises:
-            CapacityReached / FactoryError: counted, and the half-made session closed.
+            CapacityReached / TooManySessions / FactoryError: counted, and the half-made
+                session closed.
         """
         link = self.new_link()
+        link.channel.client = address
         try:
             await link.open()
             await link.begin()
@@ -143,6 +147,7 @@ class LinkRegistry(Generic[L]):
         if refusal is not None:
             raise refusal
         link = self.new_link()
+        link.channel.client = address
         try:
             session = await link.open()
             await link.begin()
@@ -443,7 +448,7 @@ class LockstepLink(Link):
                 plan.tool.method,
                 *plan.args,
                 timeout=self.service.config.step_timeout_s,
-                **plan.kwargs,
+                kwargs=plan.kwargs,
             )
         except StepTimeout as exc:
             await self.service.manager.close(session, "a tool call overran the step timeout")

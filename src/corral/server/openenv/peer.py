@@ -31,6 +31,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from corral.errors import CorralError, ErrorCode
+from corral.protocol.fields import echo
 from corral.protocol.jsonrpc import RpcCode
 from corral.protocol.openenv import OpenEnvCode, PeerRuntime, peer_error
 from corral.server.http_errors import error_response
@@ -142,7 +143,8 @@ class PeerPersonality(Personality):
         try:
             action = self.runtime.deserialize_action(body.action)  # type: ignore[attr-defined]
         except ValidationError as exc:
-            return JSONResponse({"detail": to_json(exc.errors())}, status_code=422)
+            # OpenEnv's own 422 shape, its echo of the action bounded as every error's is.
+            return JSONResponse({"detail": echo(to_json(exc.errors()))}, status_code=422)
         kwargs = body.model_dump(exclude_unset=True, exclude={"action"})
         try:
             result = await self._on_session(session_id, "openenv_step", action, kwargs)

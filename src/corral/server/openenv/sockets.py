@@ -41,7 +41,7 @@ from corral.errors import CorralError
 from corral.protocol.codecs import JsonCodec
 from corral.protocol.jsonrpc import RpcCode
 from corral.protocol.openenv import is_fatal
-from corral.server.openenv.links import Link, capacity_message
+from corral.server.openenv.links import Link, capacity_message, client_address
 from corral.server.openenv.personality import Personality
 
 VERSION_HEADER = "X-OpenEnv-Version"
@@ -77,7 +77,7 @@ async def serve_openenv(websocket: WebSocket, personality: Personality) -> None:
         attached = wanted
     else:
         try:
-            link = await registry.start()
+            link = await registry.start(client_address(websocket))
         except CorralError as exc:
             # OpenEnv reports a full server (or a failing factory) after accepting: one
             # error frame, then close 1000.
@@ -144,7 +144,7 @@ async def serve_mcp_socket(websocket: WebSocket, personality: Personality) -> No
     await websocket.accept()
     codec = JsonCodec()
     try:
-        link = await personality.registry.start()
+        link = await personality.registry.start(client_address(websocket))
     except CorralError as exc:
         data = {k: v for k, v in exc.details.items() if k in ("active_sessions", "max_sessions")}
         reason = capacity_message(exc) if data else exc.message

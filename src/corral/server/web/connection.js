@@ -129,8 +129,7 @@ export class Connection {
     return session;
   }
 
-  // Play on `session` from now on (restored from a snapshot, or a branch); the session
-  // played so far is closed.
+  // Play on `session` from now on (restored, or a branch); the previous one is closed.
   async adopt(session) {
     const previous = this.session;
     session.whenBack = () => this.whenBack();

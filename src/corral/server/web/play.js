@@ -6,9 +6,7 @@
 // Nothing the page did is lost on the way: a step cut by a dropped connection is sent
 // again once the session is back (connection.js); a session the server no longer holds
 // leaves its episode kept and exportable, with an offer to restore it in a new session.
-// Where the environment declares snapshots the page keeps one per step it plays
-// (restore.js's keepSnapshot): a restore then uses the last one instead of replaying, and
-// any such step can be branched from ("what if": a new session in that exact state).
+// With snapshots, each step's is kept: restore uses the last, any step can be branched.
 
 import { h, $, clear, download } from './dom.js';
 import { diff, json, sessionLabel, shown } from './values.js';
@@ -92,8 +90,7 @@ export class Play {
 
   // -- reset and step ----------------------------------------------------------------
 
-  // Keep the server's snapshot of `session` as step `index` of `ep`, when the environment
-  // declares snapshots. A failure leaves the step without one (restore then replays).
+  // Keep the snapshot of step `index` (none on failure: restore then replays).
   async snapshotStep(ep, index, session) {
     if (!this.conn.welcome?.env?.snapshots) return;
     try {
@@ -198,11 +195,7 @@ export class Play {
         { class: 'banner warn', role: 'alert', 'data-code': error?.code ?? 'SESSION_LOST' },
         h('p', {}, h('b', { text: 'The session expired' }), `: the server no longer holds it (`, h('span', { class: 'code', text: error?.code ?? 'SESSION_LOST' }), ` ${error?.message ?? ''}).`),
         ep
-          ? h('p', {
-              text: snapshot
-                ? `Its episode (seed ${ep.seed ?? '—'}, ${plural(steps, 'step')}) is kept here: export it, or restore it in a new session from the server's snapshot of its last step.`
-                : `Its episode (seed ${ep.seed ?? '—'}, ${plural(steps, 'step')}) is kept here: export it, or restore it in a new session by replaying its actions and comparing each observation.`,
-            })
+          ? h('p', { text: `Its episode (seed ${ep.seed ?? '—'}, ${plural(steps, 'step')}) is kept here: export it, or restore it in a new session ${snapshot ? "from the server's snapshot of its last step" : 'by replaying its actions and comparing each observation'}.` })
           : null,
         ep && !snapshot && (ep.seed === null || ep.seed === undefined)
           ? h('p', { class: 'hint', text: 'It was reset without a seed: a replay may well give another episode (the comparison will say where).' })
@@ -293,10 +286,7 @@ export class Play {
     }
   }
 
-  // -- branch from a step ----------------------------------------------------------------
-
-  // A new live session in the exact state of step `index` of `ep` (its snapshot), whose
-  // episode is that one's up to the step; the episode it leaves stays in the list.
+  // -- branch: a live session from a step's snapshot; the episode left is kept --------
   async branch(ep, index) {
     const envelope = snapshotAt(ep, index);
     if (!envelope || this.busy || !this.conn.live) return;
@@ -308,12 +298,12 @@ export class Play {
       if (left) this.book.keep(left, 'branched');
       await this.conn.adopt(session);
       const steps = ep.steps.slice(0, index + 1).map((s) => ({ ...s }));
-      const branch = { seed: ep.seed, options: ep.options, steps, episode: ep.episode, parent: { episode: ep.episode ?? null, step: index } };
+      const branch = { seed: ep.seed, options: ep.options, steps, episode: ep.episode };
       keepSnapshot(branch, index, envelope);
       this.book.begin(branch);
       this.book.select(index);
       $('#session-info').textContent = `session ${sessionLabel(session.id)}… (branched from step ${index})`;
-      this.note(`branched from step ${index}: a new session in that exact state; the episode it left stays in the list above`, 'ok branch-result');
+      this.note(`branched from step ${index}: a new session in that exact state`, 'ok branch-result');
       this.render();
       this.updateLink();
     } catch (e) {
@@ -370,9 +360,7 @@ export class Play {
     renderDetail(ep, book.selected);
     const at = book.selected;
     if (snapshotAt(ep, at)) {
-      $('#detail').append(
-        h('div', { class: 'row buttons' }, h('button', { type: 'button', id: 'branch', disabled: this.busy || !this.conn.live, onclick: () => this.branch(ep, at), text: 'Branch from this step' })),
-      );
+      $('#detail').append(h('button', { type: 'button', id: 'branch', disabled: this.busy || !this.conn.live, onclick: () => this.branch(ep, at), text: 'Branch from this step' }));
     }
     this.renderView(obs, book.selected === ep.steps.length - 1 && !book.readOnly, (action) => this.step(action));
   }

@@ -4,9 +4,7 @@
 // code) with the recording; restore keeps the session and what it replayed as the live
 // episode. Pure: the session comes in (anything with reset/step/state), no DOM.
 //
-// A server-side snapshot, where the environment has one, restores without replaying:
-// the page keeps the snapshot of each step it plays (keepSnapshot), and
-// restoreFromSnapshot() restores the last one into a new session.
+// Where the env has snapshots, restoreFromSnapshot() restores the last one instead.
 
 import { equal } from './values.js';
 import { sessionGone } from './reconnect.js';
@@ -61,14 +59,12 @@ export async function replayEpisode(session, ep, { onStep = () => {}, withState 
   return { diverged: null, replayed: steps.length };
 }
 
-// Snapshots an episode keeps at most, the latest ones (each is as large as the
-// environment's state; the oldest go first).
+// Snapshots an episode keeps, the latest (each as large as the env's state).
 export const SNAPSHOTS_KEPT = 32;
 
-// Keep `envelope`, the server's snapshot taken right after step `index` of `ep`, for a
-// restore or a branch. Kept beside the steps (ep.snapshots), never in an episode file.
+// Keep the snapshot taken after step `index` of `ep` (ep.snapshots, never in a file).
 export function keepSnapshot(ep, index, envelope) {
-  if (!ep.snapshots) ep.snapshots = new Map();
+  ep.snapshots ??= new Map();
   ep.snapshots.delete(index);
   ep.snapshots.set(index, envelope);
   while (ep.snapshots.size > SNAPSHOTS_KEPT) ep.snapshots.delete(ep.snapshots.keys().next().value);
@@ -79,20 +75,17 @@ export function snapshotAt(ep, index) {
   return ep.snapshots?.get(index) ?? null;
 }
 
-// Answers to a restore that mean "this snapshot cannot be used here": replay instead.
+// A restore refused with these: replay instead.
 const UNUSABLE = new Set(['BAD_SNAPSHOT', 'SNAPSHOT_UNSUPPORTED', 'SNAPSHOT_TOO_LARGE', 'CONTRACT_MISMATCH']);
 
-// Bring the expired episode `ep` back from the snapshot of its last step, when it has
-// one: a session restored from it replaces `session` (the fresh one opened after the
-// expiry; see wire.js's Session.replacedBy). Returns {restored: steps, session} — the
-// steps to show as live, the session to play on — or null when no snapshot can be used
-// (none kept, or the server refuses it), in which case the episode is replayed.
+// Restore `ep` from the snapshot of its last step in place of `session` (the fresh one):
+// {restored: steps, session}, or null (no snapshot, or refused: replay instead).
 export async function restoreFromSnapshot(session, ep) {
   const steps = replayable(ep);
   const envelope = snapshotAt(ep, steps.length - 1);
   if (!envelope || typeof session.replacedBy !== 'function') return null;
   try {
-    // A copy: the live episode grows from here, the expired one stays as it was.
+    // A copy: the live episode grows, the expired one stays.
     return { restored: steps.map((step) => ({ ...step })), session: await session.replacedBy(envelope) };
   } catch (e) {
     if (UNUSABLE.has(e.code)) return null;

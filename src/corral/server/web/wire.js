@@ -161,20 +161,18 @@ export class Session {
     return (await this.timed({ type: 'state' })).reply.state;
   }
 
-  // The session's snapshot (corral/1 `snapshot`: the signed envelope, opaque here), for
-  // a later restore or a branch.
+  // The session's snapshot envelope (opaque here).
   async snapshot() {
     return (await this.timed({ type: 'snapshot' })).reply.snapshot;
   }
 
-  // A new session on `wire` with the state of a snapshot (corral/1 `restore`).
+  // A new session restored from a snapshot.
   static async restore(wire, snapshot) {
     const reply = await wire.request({ type: 'restore', snapshot });
     return new Session(wire, reply.session, reply.token);
   }
 
-  // A new session with the state of `snapshot`, on this session's connection, in place of
-  // this one (which is closed once the new one exists).
+  // A session restored from `snapshot` in place of this one (closed once it exists).
   async replacedBy(snapshot) {
     const restored = await Session.restore(this.wire, snapshot);
     await this.close().catch(() => {});

@@ -1,7 +1,9 @@
 """permessage-deflate (RFC 7692) for the native transport, with the inflated size bounded.
 
-picows exposes a frame's ``rsv1`` bit but does no compression, so corral negotiates the
-extension and compresses itself with :mod:`zlib`. A compressed message is never inflated
+Sans-I/O (zlib only), here because the upgrade decision
+(:func:`corral.protocol.upgrade.admit_upgrade`) negotiates it. picows exposes a frame's
+``rsv1`` bit but does no compression, so corral negotiates the extension and compresses
+itself with :mod:`zlib`. A compressed message is never inflated
 past a bound chosen *before* inflating (``zlib``'s ``max_length``): a 16 KiB frame that
 would inflate to gigabytes stops at the bound and is refused (issue 11.4).
 
