@@ -242,3 +242,33 @@ def openenv_models() -> dict[str, Any]:
         "EchoClient": client_class(OEEchoObservation),
         "ImageClient": client_class(OEImageObservation),
     }
+
+
+class CountAction(Action):
+    """Add ``amount`` to the count."""
+
+    amount: int = 1
+
+
+class CountObservation(Observation):
+    count: int = 0
+
+
+class CountEnv(Environment[CountAction, CountObservation, State]):
+    """A count, and no snapshot: a session of it moves, or forks, by replay only."""
+
+    name = "count"
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def reset(self, seed: int | None = None, **options: Any) -> CountObservation:
+        self.count = 0
+        return CountObservation()
+
+    def step(self, action: CountAction) -> CountObservation:
+        self.count += action.amount
+        return CountObservation(count=self.count, reward=float(action.amount))
+
+    def state(self) -> State:
+        return State(step_count=self.count)

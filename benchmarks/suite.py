@@ -26,7 +26,7 @@ from typing import Any
 
 from rich.console import Console
 
-from benchmarks import batched, ceiling, density, measure, sandboxed, slow
+from benchmarks import batched, ceiling, density, fleet, measure, sandboxed, slow
 from benchmarks.measure import (
     PPO_BOUND,
     PPO_LOCAL,
@@ -50,6 +50,7 @@ SECTIONS = (
     "sandbox",
     "slow",
     "density",
+    "fleet",
 )
 QUIET_LOAD = 1.0
 """The 1-minute load average a full run waits for (up to ``--wait-quiet`` seconds)."""
@@ -580,6 +581,7 @@ async def run(
         "sandbox": sandboxed.sandboxed,
         "slow": slow.slow,
         "density": density.density,
+        "fleet": fleet.fleet,
     }
     chosen = [name for name in SECTIONS if name in only]
     if settings.openenv:
@@ -615,6 +617,7 @@ async def run(
         "sandbox": sandboxed.section,
         "slow": slow.section,
         "density": density.section,
+        "fleet": fleet.section,
     }
     for name in chosen:
         summary[name] = formatters[name](report, results[name])

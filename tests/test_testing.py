@@ -159,7 +159,11 @@ async def test_a_server_that_goes_away_and_comes_back_keeps_its_episodes():
             "http://server-1.in-process.invalid",
             "http://server-2.in-process.invalid",
         }
-        pool = EnvPool(4, [a.url, b.url], env=CounterEnv, dialer=network, progress=False)
+        # Without recovery: with it, a refused dial moves a's sessions to b at once
+        # (tests/client/test_rehoming.py); here they wait for their server.
+        pool = EnvPool(
+            4, [a.url, b.url], env=CounterEnv, dialer=network, progress=False, recover=False
+        )
         async with pool:
             await pool.reset(options={"limit": 100})
             await pool.step([CountAction(amount=1)] * 4)

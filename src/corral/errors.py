@@ -117,7 +117,8 @@ class ErrorCode(StrEnum):
     """The server holds its maximum number of sessions; retry later or elsewhere."""
     NOT_READY = "NOT_READY"
     """The server cannot serve new sessions now (``/ready`` says 503 with the reason, e.g.
-    too many environment calls hung past the step timeout); retry elsewhere."""
+    too many environment calls hung past the step timeout, or it drains: then
+    ``details["draining"]`` is True); retry elsewhere."""
     TOO_MANY_CONNECTIONS = "TOO_MANY_CONNECTIONS"
     """This client address holds the server's maximum of WebSocket connections."""
     TOO_MANY_SESSIONS = "TOO_MANY_SESSIONS"

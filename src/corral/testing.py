@@ -18,6 +18,9 @@
             a.come_back()                            # ... and comes back
         # a fleet that starts, stops and replaces its servers itself:
         pool = EnvPool(8, network.launcher(CounterEnv), servers=2, dialer=network)
+        # several servers behind one front door (routing by the corral-server header):
+        door = network.door(a, b)
+        pool = EnvPool(8, [door] * 2, env=CounterEnv, dialer=network)
 
 Everything but the socket is the real thing. The clients are the same code as over the
 network (:class:`~corral.client.AsyncEnvClient`, :class:`~corral.client.EnvPool` with its
@@ -73,6 +76,7 @@ from corral.client.env_client import AsyncEnvClient, SyncEnvClient
 from corral.errors import ConnectionLost
 from corral.protocol.access import Refusal, RequestHead
 from corral.protocol.codecs import Codec, Frame
+from corral.protocol.handshake import ROUTE_HEADER
 from corral.server.app import create_app
 from corral.server.config import ServerConfig
 from corral.server.edge import Edge
@@ -412,6 +416,30 @@ class InProcessNetwork(Dialer):
     def __init__(self) -> None:
         self._servers: dict[str, InProcessServer] = {}
         self._numbers = itertools.count(1)
+        self._doors: dict[str, list[InProcessServer]] = {}
+        self._turns = itertools.count()
+
+    def door(self, *servers: InProcessServer) -> str:
+        """A front door's URL before ``servers``, as :mod:`corral.providers.frontdoor`
+        renders one: a socket naming a server in the ``corral-server`` header goes to
+        it (refused when it does not answer, as a proxy's 502), any other socket and
+        every HTTP request to the next server that answers, in turn."""
+        url = f"http://door-{next(self._numbers)}.in-process.invalid"
+        self._doors[urlsplit(url).netloc] = list(servers)
+        return url
+
+    def _through(self, url: str, headers: Mapping[str, str]) -> InProcessServer | None:
+        """The server a request to a door reaches (see :meth:`door`)."""
+        behind = self._doors[urlsplit(url).netloc]
+        wanted = headers.get(ROUTE_HEADER)
+        if wanted is not None:
+            named = [s for s in behind if s.service.server_id == wanted]
+            if named:
+                return named[0] if named[0].reachable else None
+        answering = [s for s in behind if s.reachable]
+        if not answering:
+            return None
+        return answering[next(self._turns) % len(answering)]
 
     def join(self, server: InProcessServer, url: str | None = None) -> str:
         """Give ``server`` a URL on this network (``url``, or the next free
@@ -453,7 +481,9 @@ class InProcessNetwork(Dialer):
         that starts, stops and replaces its servers itself."""
         return lambda: InProcessHandle(self, env, config, settings)
 
-    def _reach(self, url: str) -> InProcessServer | None:
+    def _reach(self, url: str, headers: Mapping[str, str] | None = None) -> InProcessServer | None:
+        if urlsplit(url).netloc in self._doors:
+            return self._through(url, headers or {})
         server = self._servers.get(urlsplit(url).netloc)
         return server if server is not None and server.reachable else None
 
@@ -466,7 +496,7 @@ class InProcessNetwork(Dialer):
         max_size: int,
     ) -> InProcessSocket:
         """A socket to the server at ``url`` (see :meth:`Dialer.open`)."""
-        server = self._reach(url)
+        server = self._reach(url, headers)
         if server is None:
             raise ConnectionLost(f"cannot connect to {url}: no in-process server answers there")
         return await server.accept(subprotocol, headers)

@@ -20,6 +20,7 @@ SECTIONS = [
     "## 7. Sandboxed code execution",
     "## 8. Many slow sessions",
     "## 9. Density",
+    "## 10. Sessions that outlive their server",
     "## Targets",
 ]
 
@@ -75,7 +76,11 @@ def test_smoke_run_writes_every_table(tmp_path):
     assert [row[0] for row in batched] == ["1", "16"]
     assert all(_number(cell) > 0 for row in batched for cell in row[1:4])  # three modes
     assert "Soak:" in report and "client RSS" in report
-    assert report.count("Load average (1 min) during this section") == 10
+    assert report.count("Load average (1 min) during this section") == 11
+    fleet = {row[0]: row for row in _rows(report, SECTIONS[10])}
+    assert _number(fleet["snapshot / restore, echo"][1]) > 0
+    assert _number(fleet["fork of 64 from one state, by replay"][1]) > 0
+    assert "0 truncated" in report  # the rolling restart moved every session
     scale = {row[0]: row for row in _rows(report, SECTIONS[3])}
     assert _number(scale["corral"][1]) == 200 and _number(scale["corral"][3]) > 0
     payload = {row[0]: row for row in _rows(report, SECTIONS[4])}
@@ -112,7 +117,7 @@ def test_smoke_run_writes_every_table(tmp_path):
     assert _number(density["sessions opened (`EnvPool.start()`), s"][1]) > 0
     assert _number(density["server RSS per session after the reset, KB"][1]) > 0
     assert _number(density["one more session in lockstep, step p99 µs"][1]) > 0
-    targets = _rows(report, SECTIONS[10])
+    targets = _rows(report, SECTIONS[-1])
     assert any(row[0].startswith("lockstep p50 within 1.3x") for row in targets)
     # The sync twin's ratio is one figure of one run, the two clients stepping in turns:
     # what the README's claim about the twin must quote.

@@ -284,6 +284,7 @@ async def test_many_servers_started_by_the_pool_with_a_progress_bar():
 
 
 async def test_a_dead_server_is_replaced_and_its_sessions_reset():
+    # Without recovery (with it, see test_rehoming: the sessions move, episodes intact).
     pool = EnvPool(
         4,
         "tests.support.envs:CounterEnv",
@@ -292,6 +293,7 @@ async def test_a_dead_server_is_replaced_and_its_sessions_reset():
         health_interval=0.2,
         on_error="return",
         progress=False,
+        recover=False,
     )
     async with pool:
         await pool.reset(options={"limit": 100})

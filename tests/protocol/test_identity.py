@@ -65,3 +65,12 @@ def test_server_ids_are_checked_and_defaults_fit() -> None:
     assert SERVER_ID.fullmatch(default_server_id(8000))
     assert default_server_id(8000).endswith("-8000")
     assert SERVER_ID.fullmatch(default_server_id())
+
+
+def test_a_server_may_give_the_random_part_from_its_own_bulk_source() -> None:
+    ids = SessionIds("pod-0", b"k")
+    sid = ids.mint("ab" * 16)
+    assert sid.split(SEPARATOR)[1] == "ab" * 16 and ids.locate(sid).verified
+    for bad in ("ab" * 8, "AB" * 16, "zz" * 16, "ab~" * 11):
+        with pytest.raises(ValueError, match="random part"):
+            ids.mint(bad)

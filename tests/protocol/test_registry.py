@@ -6,11 +6,13 @@ import pytest
 
 from corral.errors import (
     CapacityReached,
+    SessionElsewhere,
     SessionLost,
     TooManySessions,
     Unauthorized,
     UnknownSession,
 )
+from corral.protocol.identity import SessionIds, server_of
 from corral.protocol.position import Phase
 from corral.protocol.registry import TOMBSTONES, SessionRegistry
 from corral.protocol.session import ReplyCache, SessionMachine, SessionState
@@ -149,3 +151,45 @@ def test_a_full_server_accepts_connections_that_resume():
     assert not reg.accepts(None) and not reg.accepts("") and not reg.accepts("other")
     assert reg.accepts("other, s1")
     assert not reg.accepts(",".join(["x"] * 16 + ["s1"]))  # only the first 16 ids count
+
+
+# -- identity: another server's sessions ----------------------------------------------
+
+
+def fleet(server: str, key: bytes | None = b"fleet key") -> SessionRegistry[SessionState]:
+    return registry(ids=SessionIds(server, key))
+
+
+def test_ids_are_minted_for_this_server_and_a_peers_are_elsewhere():
+    a, b, owner = fleet("srv-a"), fleet("srv-b"), Owner()
+    sid = a.mint()
+    assert server_of(sid) == "srv-a"
+    opened(a, owner, sid)
+    for ask in (lambda: b.get(sid, owner), lambda: b.attach(sid, f"tok-{sid}", owner)):
+        with pytest.raises(SessionElsewhere) as caught:
+            ask()
+        assert caught.value.details == {"server": "srv-a", "session": sid}
+        assert str(caught.value.code) == "SESSION_ELSEWHERE"
+    assert b.elsewhere == 2 and a.elsewhere == 0
+
+
+def test_own_unknown_forged_and_unverified_ids_stay_unknown():
+    a, b, owner, other = fleet("srv-a"), fleet("srv-b"), Owner(), Owner()
+    live = opened(a, owner, a.mint())
+    # Another connection naming a live session of this server: unknown, as before.
+    with pytest.raises(UnknownSession):
+        a.get(live.id, other)
+    # An id of this server it never made; a forged tag; another fleet's id; a server
+    # without a fleet key cannot verify a peer's id either: never a redirect.
+    forged = live.id.rsplit("~", 1)[0] + "~" + "0" * 24
+    strangers = [b.mint(), forged, SessionIds("srv-a", b"another fleet").mint()]
+    for sid in strangers:
+        with pytest.raises(UnknownSession):
+            b.get(sid, owner)
+    with pytest.raises(UnknownSession):
+        fleet("srv-b", None).get(SessionIds("srv-a").mint(), owner)
+    assert b.elsewhere == 0
+    # A tombstone wins: a session this server closed is lost here, whoever asks.
+    a.remove(live, "drained")
+    with pytest.raises(SessionLost, match="drained"):
+        a.get(live.id, other)

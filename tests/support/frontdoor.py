@@ -94,6 +94,12 @@ class ServerProcess:
         return Backend(self.id, f"127.0.0.1:{self.port}")
 
     def start(self) -> ServerProcess:
+        self.launch()
+        wait_until(self.ready, f"server {self.id} on port {self.port} to be ready")
+        return self
+
+    def launch(self) -> None:
+        """Start the process (not waiting for it to be ready: :meth:`ready`)."""
         command = [
             sys.executable, "-m", "corral", "serve", self.target,
             "--port", str(self.port), "--server-id", self.id, *self.args,
@@ -103,8 +109,6 @@ class ServerProcess:
                 command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         self.starts += 1
-        wait_until(self.ready, f"server {self.id} on port {self.port} to be ready")
-        return self
 
     def ready(self) -> bool:
         process = self.process
@@ -145,17 +149,27 @@ class ServerProcess:
 
 
 class ServerProcesses:
-    """``count`` servers of ``target`` with ids ``s0``, ``s1``, ... on fixed ports."""
+    """``count`` servers of ``target`` with ids ``s0``, ``s1``, ... (``prefix`` + index)
+    on fixed ports."""
 
-    def __init__(self, target: str, count: int, workdir: Path, args: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        target: str,
+        count: int,
+        workdir: Path,
+        args: Sequence[str] = (),
+        prefix: str = "s",
+    ) -> None:
         self.servers = [
-            ServerProcess(target, f"s{i}", free_port(), workdir, args) for i in range(count)
+            ServerProcess(target, f"{prefix}{i}", free_port(), workdir, args) for i in range(count)
         ]
 
     def __enter__(self) -> ServerProcesses:
         try:
+            for server in self.servers:  # all at once: each takes seconds to import
+                server.launch()
             for server in self.servers:
-                server.start()
+                wait_until(server.ready, f"server {server.id} on port {server.port} to be ready")
         except BaseException:
             self.close()
             raise
@@ -163,6 +177,16 @@ class ServerProcesses:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @staticmethod
+    @contextlib.contextmanager
+    def together(*fleets: ServerProcesses) -> Iterator[None]:
+        """Start several fleets at once (every process launched before any is waited
+        for); close them all at the end."""
+        together = ServerProcesses.__new__(ServerProcesses)
+        together.servers = [server for fleet in fleets for server in fleet.servers]
+        with together:
+            yield
 
     def __getitem__(self, index: int) -> ServerProcess:
         return self.servers[index]

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 from corral.contract import Action, Environment, Observation, State
 from corral.contract.arrays import Array
 from corral.contract.tools import tool
+from corral.envs.wordle import WordleEnv
 
 
 class Colour(StrEnum):
@@ -183,3 +184,10 @@ class BrokenViewEnv(CalcEnv):
 
     def web_actions(self, observation: CalcObservation) -> list[tuple[str, CalcAction]]:
         return [("bad", {"value": "not a number"})]  # type: ignore[list-item]
+
+
+class ReplayOnlyWordle(WordleEnv):
+    """Wordle that declares no snapshot: the web UI restores its episodes by replay."""
+
+    snapshot = Environment.snapshot  # type: ignore[assignment]
+    restore = Environment.restore  # type: ignore[assignment]

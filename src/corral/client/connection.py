@@ -18,6 +18,12 @@ never saw, so no step is lost and none is applied twice. Callers just see a slow
 reply. A session the server no longer has (it restarted, or reaped the session) fails
 its requests with :class:`~corral.errors.SessionLost` and the reason, at once.
 
+Behind a front door, every socket after the first names the server holding the
+connection's sessions (the ``corral-server`` header; see
+:class:`~corral.protocol.client.ClientProtocol`), and the connection follows a session
+the server says lives elsewhere. A server's ``going_away`` notice (it drains) goes to
+``on_notice``, for whoever moves the sessions off it (the pool, the client).
+
 A keepalive ping every ``ping_interval`` seconds detects a server or network that
 stopped answering (a half-open socket) within ``ping_interval + ping_timeout`` and
 treats it as a drop.
@@ -57,8 +63,8 @@ from corral.protocol.client import (
 from corral.protocol.client_requests import RequestTracker
 from corral.protocol.client_sessions import SessionBook
 from corral.protocol.codecs import Codec, Frame, get_codec
-from corral.protocol.handshake import RESUME_HEADER
-from corral.protocol.messages import ContractRef, ErrorReply, Reply, Request
+from corral.protocol.handshake import RESUME_HEADER, ROUTE_HEADER
+from corral.protocol.messages import ContractRef, ErrorReply, GoingAway, Reply, Request
 
 log = logging.getLogger("corral.client")
 
@@ -105,6 +111,9 @@ class Connection:
             ``"asyncio"`` or ``"websockets"``; ignored with ``dialer``.
         dialer: what opens the sockets (default: the ``transport``'s); the seam of
             :mod:`corral.testing`'s in-process servers.
+        server: the id of the server to reach behind a front door (None: the door's
+            pick; the connection then stays with it).
+        on_notice: called with a server's ``going_away`` notice, on the loop.
     """
 
     def __init__(
@@ -122,6 +131,8 @@ class Connection:
         seed: int | None = None,
         transport: str = "auto",
         dialer: Dialer | None = None,
+        server: str | None = None,
+        on_notice: Callable[[GoingAway], None] | None = None,
     ) -> None:
         if ping_interval is not None and ping_interval <= 0:
             raise ValueError(f"ping_interval must be > 0 or None, got {ping_interval}")
@@ -144,7 +155,15 @@ class Connection:
             client=f"corral/{__version__}",
             seed=seed,
             accept_frame_bytes=max_frame_bytes,
+            server=server,
         )
+        self.on_notice = on_notice
+        """Called with a ``going_away`` notice (the server drains)."""
+        self.on_unreachable: Callable[[BaseException], None] | None = None
+        """Called when a socket of a resume could not be opened at all (the error): its
+        server is unreachable now, whoever owns the sessions may move them."""
+        self.going_away_at: float | None = None
+        """When (``time.monotonic()``) the home server said it closes, after a notice."""
         self._ws: Socket | None = None
         """The socket of the protocol's current generation, once it is open."""
         self._waiters: dict[int, asyncio.Future[Reply]] = {}
@@ -187,6 +206,17 @@ class Connection:
     def sessions(self) -> SessionBook:
         """The sessions this connection carries, live and lost."""
         return self.protocol.sessions
+
+    @property
+    def server_id(self) -> str | None:
+        """The id of the server holding this connection's sessions (its home)."""
+        return self.protocol.home
+
+    @property
+    def going_away(self) -> GoingAway | None:
+        """The home server's drain notice, if one came (and the server was not replaced
+        since)."""
+        return self.protocol.going_away
 
     @property
     def reconnects(self) -> int:
@@ -337,6 +367,9 @@ class Connection:
         resume = self.protocol.resume_ids()
         if resume:
             headers[RESUME_HEADER] = ",".join(resume)
+        route = self.protocol.route()
+        if route is not None:
+            headers[ROUTE_HEADER] = route
         try:
             ws = await self.dialer.open(
                 self.url,
@@ -348,7 +381,10 @@ class Connection:
         except Exception as exc:  # refused, unreachable, or a dialer that cannot serve
             if not isinstance(exc, CorralError):
                 log.warning("opening a socket to %s failed: %r", self.url, exc)
+            resuming = self.protocol.resuming
             self._on_lost(generation, exc)
+            if resuming and self.on_unreachable is not None:
+                self.on_unreachable(exc)
             return
         hello = self.protocol.opened(generation)
         if hello is None:  # closed or superseded meanwhile
@@ -403,6 +439,11 @@ class Connection:
                     future.set_result(out.reply)  # type: ignore[arg-type]
         elif isinstance(out, Actions):
             self._act(out)
+        elif isinstance(out, GoingAway):
+            self.going_away_at = time.monotonic() + out.deadline_s
+            log.info("%s goes away within %g s (%s)", self.url, out.deadline_s, out.reason)
+            if self.on_notice is not None:
+                self.on_notice(out)
         elif isinstance(out, ErrorReply):
             log.warning("server reported: %s", out.message)
 

@@ -9,9 +9,15 @@ or ``action_type=``/``observation_type=``/``state_type=``), or, when you pass no
 models built from the server's published schemas. No per-environment parsing code.
 
 A dropped connection is re-established and the session resumed without the caller
-noticing (see :mod:`corral.client.connection`); a session the server no longer has
-raises :class:`~corral.errors.SessionLost` with the reason, and is never silently
-replaced by a new one.
+noticing (see :mod:`corral.client.connection`). The session outlives its server too
+(``recover=True``, the default): the client keeps an
+:class:`~corral.protocol.recovery.EpisodeLog` of its episode; when its server says it is
+going away (it drains), the session moves before the next call — by snapshot where the
+env declares one, else by a verified replay of the episode — to whichever server the URL
+(a front door) reaches next; a session found lost is restored by verified replay and the
+call sent again. A session that can be neither snapshotted nor replayed raises
+:class:`~corral.errors.SessionLost` with the reason, and is never silently replaced by
+a new one.
 
 An environment that declares a snapshot (:mod:`corral.contract.snapshot`) can be
 snapshotted (:meth:`AsyncEnvClient.snapshot`), restored into a new session
@@ -53,7 +59,9 @@ from corral.errors import (
     ClientClosed,
     CorralError,
     InvalidAction,
+    SessionLost,
     SnapshotUnsupported,
+    UnknownSession,
     UnsupportedProtocol,
 )
 from corral.protocol.client import ReconnectPolicy
@@ -72,6 +80,7 @@ from corral.protocol.messages import (
     Step,
     TakeSnapshot,
 )
+from corral.protocol.recovery import EpisodeLog
 from corral.protocol.snapshot import SessionSnapshot
 
 if TYPE_CHECKING:
@@ -79,6 +88,9 @@ if TYPE_CHECKING:
 
 _MARGIN = 5.0
 """Seconds a blocking call waits beyond the client's own timeout before giving up."""
+
+_MOVE_DIALS = 4
+"""Connections a moving session dials, at most, to land off the server it leaves."""
 
 
 class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
@@ -112,6 +124,8 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
             answers a larger reply with ``REPLY_TOO_LARGE`` instead).
         record: a directory to record every reset and step of this session into, as an
             episode file (:mod:`corral.client.recording`); closed with the client.
+        recover: move the session when its server goes away, restore it by replay when
+            it is lost (module docstring); False: such calls raise ``SessionLost``.
     """
 
     def __init__(
@@ -136,6 +150,7 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
         dialer: Dialer | None = None,
         max_frame_bytes: int = 64 * 1024 * 1024,
         record: RecordTarget | None = None,
+        recover: bool = True,
     ) -> None:
         self.url = http_url(url)
         self.timeout = timeout
@@ -154,8 +169,15 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
             "transport": transport,
             "dialer": dialer,
             "max_frame_bytes": max_frame_bytes,
+            "recover": recover,
         }
         """What this client was built with (but ``record``), for :meth:`fork`."""
+        self.recover = recover
+        self.log = EpisodeLog()
+        """The current episode, as a verified replay needs it (when ``recover``)."""
+        self.moves: dict[str, int] = {"snapshot": 0, "replay": 0}
+        """Times the session moved (or was restored), by how."""
+        self._leaving = False
         self.typed: TypedModels[ActT, ObsT, StateT] = TypedModels(
             env, action_type, observation_type, state_type, check_contract=check_contract
         )
@@ -173,6 +195,7 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
             dialer=dialer,
             max_frame_bytes=max_frame_bytes,
         )
+        self._watch(self.connection)
         self.session_id: str | None = None
         self.resume_token: str | None = None
         self._server: LocalServer | None = None
@@ -270,8 +293,17 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
         """The server's ``welcome``: env name, contract version, fingerprint, limits."""
         return self.connection.welcome
 
+    def _watch(self, connection: Connection | OpenEnvConnection) -> None:
+        if isinstance(connection, Connection) and self.recover:
+            connection.on_notice = lambda notice: setattr(self, "_leaving", True)
+
     async def _session(self) -> str:
-        """This client's session id, connecting first if needed."""
+        """This client's session id, connecting first if needed (and moving it first
+        when its server is going away)."""
+        if self._leaving:
+            self._leaving = False
+            with contextlib.suppress(CorralError):  # it stays; a later loss replays it
+                await self._move(snapshot=True)
         session = self.session_id
         if session is None:
             await self.connect()
@@ -307,7 +339,11 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
         ref = as_task(task)
         request = Reset(connection.next_id(), session, seed, options, ref)
         if self.recording is None:
-            return self._result(await connection.request(request, timeout=self.timeout))
+            reply = await self._recovering(request)
+            if self.recover:
+                assert isinstance(reply, Result)
+                self.log.reset(seed, options, ref, reply.observation)
+            return self._result(reply)
         recorder = self._recorder()
         sent, clock = now()
         try:
@@ -332,8 +368,12 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
         connection = self.connection
         if self.recording is None:
             model = self.typed.action(action)
-            request = Step(connection.next_id(), session, connection.codec.dump(model))
-            return self._result(await connection.request(request, timeout=self.timeout))
+            payload = connection.codec.dump(model)
+            reply = await self._recovering(Step(connection.next_id(), session, payload))
+            if self.recover:
+                assert isinstance(reply, Result)
+                self.log.step(payload, reply.observation)
+            return self._result(reply)
         recorder = self._recorder()
         sent, clock = now()
         try:
@@ -355,6 +395,115 @@ class AsyncEnvClient(TypedFace[ActT, ObsT, StateT]):
             latency_s=time.perf_counter() - clock,
         )
         return result
+
+    async def _recovering(self, request: Reset | Step) -> Reply:
+        """Send ``request``; if its session turns out lost, restore the episode by
+        verified replay on whichever server the URL reaches and send it again (once)."""
+        try:
+            return await self.connection.request(request, timeout=self.timeout)
+        except (SessionLost, UnknownSession):
+            if not self.recover or not (self.log.replayable or isinstance(request, Reset)):
+                raise
+        await self._move(snapshot=False)
+        connection = self.connection
+        assert self.session_id is not None
+        again = (
+            Reset(connection.next_id(), self.session_id, request.seed, request.options,
+                  request.task)
+            if isinstance(request, Reset)
+            else Step(connection.next_id(), self.session_id, request.action)
+        )  # fmt: skip
+        return await connection.request(again, timeout=self.timeout)
+
+    async def _move(self, *, snapshot: bool) -> None:
+        """Move the session to a new connection (which the URL's front door balances
+        away from a draining server): by snapshot from the old server when asked and
+        possible, else by verified replay of the log, else a fresh session if no
+        episode is under way.
+
+        Raises:
+            SessionLost: the episode can be neither snapshotted nor replayed.
+        """
+        old, old_session = self.connection, self.session_id
+        assert isinstance(old, Connection)
+        for attempt in range(_MOVE_DIALS):  # the door may land it where it was: again
+            fresh = Connection(
+                self.url,
+                codec=old.codec.name,
+                connect_timeout=old.connect_timeout,
+                ping_interval=old.ping_interval,
+                ping_timeout=old.ping_timeout,
+                headers=old.headers,
+                token=old.token,
+                reconnect=old.protocol.policy or False,
+                dialer=old.dialer,
+                max_frame_bytes=old.max_frame_bytes,
+            )
+            await fresh.connect(self.typed.local_contract())
+            if fresh.server_id != old.server_id or attempt == _MOVE_DIALS - 1:
+                break
+            await fresh.close()
+        try:
+            session, token = await self._rebuild(old, fresh, snapshot)
+        except BaseException:
+            await fresh.close()
+            raise
+        self.connection, self.session_id, self.resume_token = fresh, session, token
+        self._watch(fresh)
+        if old_session is not None and old.connected:
+            with contextlib.suppress(CorralError):
+                await old.request(Close(old.next_id(), old_session), timeout=5.0)
+        await old.close()
+
+    async def _rebuild(self, old: Connection, fresh: Connection, snapshot: bool) -> tuple[str, str]:
+        """The session on ``fresh`` in the episode's state: (id, token)."""
+        if (
+            snapshot
+            and self.session_id is not None
+            and fresh.welcome.get("env", {}).get("snapshots")
+        ):
+            with contextlib.suppress(CorralError):
+                taken = await old.request(
+                    TakeSnapshot(old.next_id(), self.session_id), timeout=self.timeout
+                )
+                assert isinstance(taken, SnapshotReply)
+                restored = await fresh.request(
+                    Restore(fresh.next_id(), taken.snapshot), timeout=self.timeout
+                )
+                assert isinstance(restored, Restored)
+                self.moves["snapshot"] += 1
+                return restored.session, restored.token
+        opened = await fresh.request(Open(fresh.next_id()), timeout=self.timeout)
+        assert isinstance(opened, Opened)
+        log = self.log
+        if not log.started:
+            return opened.session, opened.token
+        if not log.replayable:
+            raise SessionLost(
+                f"session {self.session_id} had to leave its server and its episode can be "
+                f"neither snapshotted nor replayed ({log.why_not})",
+                details={"reason": log.why_not, "session": self.session_id},
+            )
+        reset = Reset(fresh.next_id(), opened.session, log.seed, log.options, log.task)
+        reply = await fresh.request(reset, timeout=self.timeout)
+        assert isinstance(reply, Result)
+        why = log.check_reset(reply.observation)
+        for index, action in enumerate(log.actions):
+            if why is not None:
+                break
+            reply = await fresh.request(
+                Step(fresh.next_id(), opened.session, action), timeout=self.timeout
+            )
+            assert isinstance(reply, Result)
+            why = log.check_step(index, reply.observation)
+        if why is not None:
+            log.clear(why)
+            raise SessionLost(
+                f"session {self.session_id}'s episode could not be replayed: {why}",
+                details={"reason": why, "session": self.session_id},
+            )
+        self.moves["replay"] += 1
+        return opened.session, opened.token
 
     async def state(self) -> StateT:
         """The environment's current state, typed."""

@@ -42,9 +42,23 @@ A dead server's connections are closed at once, so its requests in flight fail w
 connections give up reconnecting by themselves only after ``dead_after``: the fleet,
 not a socket's backoff, decides when a server is gone.
 
-This module is one thing over ~600 lines: the servers' handles (local, provider, URL),
-their connections and the health and recovery loop share the fleet's state; splitting
-them would pass that state around instead.
+**Sessions that move** (issue 29; the pool applies the remedies, see
+:mod:`corral.client.rehoming`). A session must leave its server when the server sends
+``going_away`` (it drains), when a connection cannot be re-dialed at all (refused:
+nothing listens there, or the front door cannot reach that server — *unreachable*, at
+once, no ``dead_after`` wait), or when the membership (:mod:`corral.client.membership`,
+:meth:`Fleet.refresh`) no longer lists its server. The fleet marks such sessions
+(:attr:`Slot.move`) and places them elsewhere (:meth:`Fleet.place`): on the server, by
+``welcome.server.id``, holding the fewest sessions that is neither leaving nor draining.
+Behind one front door several entries of the URL list are the same URL: each connection
+is balanced by the door and counted by the server it lands on, and one that lands where
+the others already are is dialed again (:meth:`Fleet.connect`), so ``[door] * 2`` puts
+half the sessions on each of two servers.
+
+This module is one thing over ~900 lines: the servers' handles (local, provider, URL),
+their connections, the health and recovery loop, and where a session may go (placement,
+membership, drains) share the fleet's state; splitting them would pass that state around
+instead. What is done to a session that moves is :mod:`corral.client.rehoming`'s.
 """
 
 from __future__ import annotations
@@ -55,7 +69,7 @@ import dataclasses
 import logging
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -64,10 +78,12 @@ from corral.auth import bearer_header, resolve_token
 from corral.client.connection import Connection, http_url
 from corral.client.dialers import Dialer, dialer_for
 from corral.client.health import answers
+from corral.client.membership import Membership
 from corral.client.typed import TypedModels
-from corral.errors import SessionLost
+from corral.errors import ConnectionLost, CorralError, RequestTimeout, SessionLost
 from corral.protocol.client import ReconnectPolicy
-from corral.protocol.messages import Open, Opened
+from corral.protocol.messages import GoingAway, Open, Opened
+from corral.protocol.recovery import Cause, EpisodeLog
 
 if TYPE_CHECKING:
     import httpx
@@ -197,6 +213,8 @@ class FleetServer:
     dead: str | None = None
     """Why the server is gone, when it could not be recovered."""
     recovering: asyncio.Task[None] | None = None
+    leaving: bool = False
+    """The membership no longer lists it: no new sessions; its sessions move."""
 
 
 @dataclass(eq=False)
@@ -210,6 +228,24 @@ class Link:
     """At most ``max_in_flight`` messages outstanding on this connection."""
     batch_limit: int
     """The server's ``max_batch``: items per batch message."""
+    capacity: int = 256
+    """Sessions this connection may carry (the server's limit per connection)."""
+
+    @property
+    def server_id(self) -> str | None:
+        """The id of the server holding this link's sessions (``welcome.server.id``)."""
+        return self.connection.server_id
+
+    @property
+    def usable(self) -> bool:
+        """It may take a session: not closed, gave up, draining, or full."""
+        connection = self.connection
+        return (
+            not connection.protocol.closed
+            and not _failed(connection)
+            and connection.going_away is None
+            and len(self.slots) < self.capacity
+        )
 
 
 @dataclass(eq=False)
@@ -226,6 +262,17 @@ class Slot:
     """A step sent with ``EnvPool.send`` waits for ``recv``."""
     lost: str | None = None
     """Why the session is gone for good."""
+    log: EpisodeLog = field(default_factory=EpisodeLog)
+    """The current episode, as a verified replay needs it."""
+    ended: bool = False
+    """The current episode ended (nothing to restore if it moves)."""
+    move: Cause | None = None
+    """It must leave its server, for this reason (the pool re-homes it before its next
+    request)."""
+    stays: bool = False
+    """It finishes its episode where it is (neither snapshot nor replay can move it)."""
+    parent: tuple[int, int] | None = None
+    """A forked session's source: (its index, the step it was forked at)."""
 
 
 class Fleet:
@@ -248,6 +295,8 @@ class Fleet:
             terminal and the fleet is large).
         transport / dialer: what opens every connection and reaches the servers over
             HTTP (the health checks): ``dialer``, else the ``transport``'s.
+        membership: where the server URLs come from over time (read at each health
+            check and by :meth:`refresh`); ``source`` is its first answer.
     """
 
     def __init__(
@@ -272,6 +321,7 @@ class Fleet:
         probe_interval: float = 0.5,
         transport: str = "auto",
         dialer: Dialer | None = None,
+        membership: Membership | None = None,
     ) -> None:
         if dead_after is not None and dead_after <= 0:
             raise ValueError(f"dead_after must be > 0 or None, got {dead_after}")
@@ -304,6 +354,23 @@ class Fleet:
         self._monitor: asyncio.Task[None] | None = None
         self.deaths: list[tuple[str, str, float]] = []
         """Servers declared dead: ``(url, reason, seconds from suspicion to the verdict)``."""
+        self.membership = membership
+        self.rehome = False
+        """The pool re-homes sessions (see :mod:`corral.client.rehoming`): sessions that
+        cannot stay are marked to move rather than reset or lost."""
+        self.draining: dict[str, object] = {}
+        """Server id → the instance that said ``going_away`` (a new instance of the same
+        id, after a restart, takes sessions again)."""
+        self.known: set[str] = set()
+        """Every server id a connection of the fleet landed on so far."""
+        self.misplaced = 0
+        """Connections dialed again because the door put them where others already were."""
+        self._placing = asyncio.Lock()
+        self._url_locks: dict[str, asyncio.Lock] = {}
+        """One per URL: the entries of one front door open their first link in turn."""
+        self._closing: set[asyncio.Task[None]] = set()
+        """Closes running in the background (retired links, sessions that left)."""
+        self._per_connection = sessions_per_connection
 
     @property
     def urls(self) -> list[str]:
@@ -320,6 +387,11 @@ class Fleet:
                 server could not be started or reached, or refused the pool (what was
                 started is left for :meth:`close`).
         """
+        if self.membership is not None and not self.source:
+            self.source = [http_url(u) for u in await self.membership.urls()]
+            self.num_servers = len(self.source)
+            if not self.source:
+                raise ConnectionLost("the fleet's membership lists no server")
         with self._bar() as bar:
             await self._start_servers(bar)
             task = bar.add("opening sessions", self.n)
@@ -352,24 +424,27 @@ class Fleet:
         ]
 
     async def _open(self, server: FleetServer, bar: _Bar, task: TaskID | None) -> None:
-        """Connect to ``server`` and open its block of sessions."""
+        """Connect to ``server`` and open its block of sessions.
+
+        Entries of the URL list that are one front door take turns (one lock per URL)
+        so that each can see where the others landed and land elsewhere."""
         slots = self.slots_of(server)
         server.links = []
-        first = await self.connect(server)
+        async with self._lock_of(server.url):
+            first = await self.connect(server, avoid=self._ids_of_url(server.url))
         limits = first.welcome.get("limits", {})
         self._resolve_dead_after(limits)
         per = min(
             self.sessions_per_connection,
             int(limits.get("max_sessions_per_connection", self.sessions_per_connection)),
         )
+        self._per_connection = per
         batch_limit = int(limits.get("max_batch", per))
-        groups = [slots[i : i + per] for i in range(0, len(slots), per)]
-        connections = [first] + [await self.connect(server) for _ in groups[1:]]
+        groups = [slots[i : i + per] for i in range(0, len(slots), per)] or [[]]
+        pin = first.server_id
+        connections = [first] + [await self.connect(server, pin=pin) for _ in groups[1:]]
         for connection, group in zip(connections, groups, strict=True):
-            link = Link(
-                server, connection, group, asyncio.Semaphore(self.max_in_flight), batch_limit
-            )
-            server.links.append(link)
+            link = self._link(server, connection, group, batch_limit, per)
             for slot in group:
                 slot.link = link
 
@@ -400,19 +475,75 @@ class Fleet:
                 "holds the sessions"
             )
 
-    async def connect(self, server: FleetServer) -> Connection:
-        """A new connection to ``server``, handshake done (schemas adopted if needed)."""
-        connection = Connection(
-            server.url,
-            codec=self.codec,
-            connect_timeout=self.connect_timeout,
-            headers=self.headers,
-            token=self.token,
-            reconnect=self._reconnect_policy(),
-            dialer=self.dialer,
+    def _link(
+        self,
+        server: FleetServer,
+        connection: Connection,
+        slots: list[Slot],
+        batch_limit: int,
+        capacity: int,
+    ) -> Link:
+        """A new link of ``server``; its connection's notices and losses reach the fleet."""
+        link = Link(
+            server, connection, slots, asyncio.Semaphore(self.max_in_flight), batch_limit, capacity
         )
-        await self._handshake(connection)
-        return connection
+        connection.on_notice = lambda notice: self._going_away(link, notice)
+        connection.on_unreachable = lambda error: self._unreachable(link, error)
+        server.links.append(link)
+        return link
+
+    def _lock_of(self, url: str) -> asyncio.Lock:
+        return self._url_locks.setdefault(url, asyncio.Lock())
+
+    def _ids_of_url(self, url: str) -> set[str]:
+        """Server ids the links of ``url`` already landed on."""
+        return {
+            sid
+            for server in self.servers
+            if server.url == url
+            for link in server.links
+            if (sid := link.server_id) is not None
+        }
+
+    async def connect(
+        self,
+        server: FleetServer,
+        *,
+        pin: str | None = None,
+        avoid: set[str] | frozenset[str] = frozenset(),
+        tries: int = 6,
+    ) -> Connection:
+        """A new connection to ``server``, handshake done (schemas adopted if needed).
+
+        ``pin`` names the server id to reach behind a front door; a connection the door
+        puts on a server of ``avoid`` (or on a draining one) is closed and dialed again
+        (at most ``tries`` times; the last one is kept: the door may have nowhere else
+        to go).
+        """
+        for attempt in range(tries):
+            connection = Connection(
+                server.url,
+                codec=self.codec,
+                connect_timeout=self.connect_timeout,
+                headers=self.headers,
+                token=self.token,
+                reconnect=self._reconnect_policy(),
+                dialer=self.dialer,
+                server=pin,
+            )
+            try:
+                await self._handshake(connection)
+            except BaseException:
+                await connection.close()
+                raise
+            if connection.server_id is not None:
+                self.known.add(connection.server_id)
+            fits = connection.server_id not in avoid and self._fresh(connection)
+            if fits or attempt == tries - 1:
+                return connection
+            self.misplaced += 1
+            await connection.close()
+        raise AssertionError("unreachable: the last try returns")
 
     def _reconnect_policy(self) -> ReconnectPolicy:
         # The fleet decides when a server is dead: a connection keeps trying a while longer.
@@ -447,6 +578,7 @@ class Fleet:
             if server.recovering is not None:
                 server.recovering.cancel()
         await asyncio.gather(*(self._close_server(s) for s in self.servers))
+        await asyncio.gather(*self._closing, return_exceptions=True)
 
     async def _close_server(self, server: FleetServer) -> None:
         for link in server.links:
@@ -461,6 +593,189 @@ class Fleet:
     def slots_of(self, server: FleetServer) -> list[Slot]:
         """The sessions ``server`` holds, in order."""
         return [s for s in self.slots if s.server is server]
+
+    def spread(self) -> dict[str, int]:
+        """Sessions per server id (``welcome.server.id``; the URL where a server has none)."""
+        counts: dict[str, int] = {}
+        for slot in self.slots:
+            if slot.link is not None and slot.lost is None:
+                key = slot.link.server_id or slot.server.url
+                counts[key] = counts.get(key, 0) + 1
+        return counts
+
+    # -- sessions that move ---------------------------------------------------------
+
+    def _going_away(self, link: Link, notice: GoingAway) -> None:
+        """``link``'s server drains: its sessions move (the pool, before their next
+        request, when it re-homes); it takes no new ones."""
+        welcome = link.connection.protocol.welcome
+        instance = welcome.server.get("instance") if welcome is not None else None
+        self.draining[notice.server or link.server_id or ""] = instance
+        log.info("server %s goes away (%s): moving its sessions", notice.server, notice.reason)
+        for slot in link.slots if self.rehome else ():
+            if slot.move is None:
+                slot.move = Cause.GOING_AWAY
+
+    def _unreachable(self, link: Link, error: BaseException) -> None:
+        """``link``'s server cannot be dialed again (refused): its sessions move now,
+        its connection is closed (requests waiting on it fail, for the pool to re-home
+        and re-send)."""
+        if not self.rehome or isinstance(error, (RequestTimeout, TimeoutError)):
+            return  # silent, not refused (maybe stalled), or nobody moves sessions: the
+            # health checks decide
+        reason = error.message if isinstance(error, CorralError) else repr(error)
+        log.warning("server %s is unreachable (%s): moving its sessions", link.server_id, reason)
+        for slot in link.slots:
+            slot.move = Cause.UNREACHABLE
+        self.retire(link)
+
+    def retire(self, link: Link) -> None:
+        """Close ``link`` (in the background) and forget it; its slots stay where they
+        are until moved."""
+        if link in link.server.links:
+            link.server.links.remove(link)
+        self.in_background(link.connection.close())
+
+    def in_background(self, closing: Coroutine[Any, Any, None]) -> None:
+        """Run ``closing`` (a close that nobody waits for) as a task the fleet awaits
+        when it closes."""
+        task = asyncio.get_running_loop().create_task(closing)
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    def _takes_sessions(self, link: Link) -> bool:
+        """``link`` may take sessions: usable, its server neither leaving nor draining."""
+        if not link.usable or link.server.leaving or not link.server.ready.is_set():
+            return False
+        sid = link.server_id
+        if sid is None or sid not in self.draining:
+            return True
+        welcome = link.connection.protocol.welcome
+        instance = welcome.server.get("instance") if welcome is not None else None
+        return instance != self.draining[sid]
+
+    async def place(self, avoid: set[str]) -> Link:
+        """A link to put one more session on: the least-loaded healthy server by id,
+        not one of ``avoid`` (the server a session leaves); a new connection when no
+        link fits or a server of the fleet holds no link yet (it joined, or came back).
+
+        Raises:
+            ConnectionLost: no server of the fleet can take it.
+        """
+        async with self._placing:
+            load = self.spread()
+            fits = [
+                link
+                for server in self.servers
+                for link in server.links
+                if (link.server_id or server.url) not in avoid and self._takes_sessions(link)
+            ]
+            unlinked = [
+                s
+                for s in self.servers
+                if not s.links and s.ready.is_set() and not s.leaving and s.dead is None
+            ]
+            if unlinked or not fits:
+                link = await self._new_link(avoid, unlinked or None)
+                if link is not None:
+                    return link
+            if fits:
+                return min(fits, key=lambda link: load.get(link.server_id or "", 0))
+        raise ConnectionLost("no server of the fleet can take a session now")
+
+    async def _new_link(
+        self, avoid: set[str], servers: list[FleetServer] | None = None
+    ) -> Link | None:
+        """A new connection to a server of the fleet (of ``servers``, by default any)
+        landing outside ``avoid``, as a link (None: every server refused, or the doors
+        only led to ``avoid``)."""
+        candidates = sorted(
+            servers
+            or [s for s in self.servers if s.ready.is_set() and not s.leaving and s.dead is None],
+            key=lambda s: len(self.slots_of(s)),
+        )
+        # Through a door, the servers known by id are asked for by name first (a door
+        # may keep sending the unnamed to a draining one); then the door's own pick.
+        pins: list[str | None] = [sid for sid in sorted(self.known) if sid not in avoid]
+        for server in candidates:
+            for pin in [*pins, None]:
+                try:
+                    connection = await self.connect(
+                        server, pin=pin, avoid=avoid, tries=1 if pin else 4
+                    )
+                except CorralError as exc:
+                    log.info("cannot place a session on %s (%s): %s", server.url, pin, exc)
+                    continue
+                sid = connection.server_id
+                if sid is not None and (sid in avoid or not self._fresh(connection)):
+                    await connection.close()
+                    continue
+                break
+            else:
+                continue
+            limits = connection.welcome.get("limits", {})
+            batch_limit = int(limits.get("max_batch", self._per_connection))
+            return self._link(server, connection, [], batch_limit, self._per_connection)
+        return None
+
+    def _fresh(self, connection: Connection) -> bool:
+        """The connection's server is not the draining instance of its id."""
+        sid = connection.server_id
+        if sid is None or sid not in self.draining:
+            return True
+        instance = connection.welcome.get("server", {}).get("instance")
+        return bool(instance != self.draining[sid])
+
+    def move_to(self, slot: Slot, link: Link, session: str) -> None:
+        """``slot`` is now ``session`` on ``link``."""
+        old = slot.link
+        if old is not None and slot in old.slots:
+            old.slots.remove(slot)
+        link.slots.append(slot)
+        slot.server, slot.link, slot.session = link.server, link, session
+        slot.lost, slot.move, slot.stays = None, None, False
+
+    async def open_on(self, link: Link) -> str:
+        """Open a fresh session on ``link``; its id."""
+        return await self._open_session(link.connection)
+
+    # -- membership -----------------------------------------------------------------
+
+    async def refresh(self, urls: Sequence[str] | None = None) -> tuple[list[str], list[str]]:
+        """Take the fleet's membership now: ``urls``, else the membership's answer.
+
+        A new URL becomes a server taking new and moving sessions; a server whose URL is
+        gone is *leaving*: its sessions move before their next request. Returns the URLs
+        added and removed. An empty answer changes nothing (a resolver's hiccup must not
+        empty the fleet).
+        """
+        if urls is None:
+            if self.membership is None:
+                return [], []
+            urls = await self.membership.urls()
+        wanted = [http_url(u) for u in urls]
+        if not wanted:
+            return [], []
+        present = {s.url for s in self.servers if not s.leaving}
+        removed = sorted(present - set(wanted))
+        added = [u for u in dict.fromkeys(wanted) if u not in present]
+        for server in self.servers:
+            if server.url in removed:
+                server.leaving = True
+                for slot in self.slots_of(server):
+                    if slot.move is None:
+                        slot.move = Cause.LEAVING
+            elif server.url in wanted and server.leaving:
+                server.leaving = False
+        for url in added:
+            known = next((s for s in self.servers if s.url == url), None)
+            if known is not None:
+                continue
+            server = FleetServer(len(self.servers), None, url)
+            server.ready.set()
+            self.servers.append(server)
+            self.num_servers = len(self.servers)
+        return added, removed
 
     async def wait_ready(self, server: FleetServer) -> None:
         """Wait (bounded) while ``server`` is being recovered; never raises."""
@@ -500,6 +815,11 @@ class Fleet:
         async with self._http() as http:
             while True:
                 await asyncio.sleep(self.health_interval)
+                if self.membership is not None:
+                    try:
+                        await self.refresh()
+                    except Exception as exc:  # a source's failure must not stop the checks
+                        log.warning("reading the fleet's membership failed: %r", exc)
                 for server in self.servers:
                     if server.recovering is None and not await self._healthy(server, http):
                         self.suspect(server)
@@ -571,15 +891,33 @@ class Fleet:
 
         Each connection re-attaches its own sessions (episodes intact, request ids going
         on, so the server's reply cache stays right); a session the server no longer has
-        is opened afresh and marked ``needs_reset``.
+        is opened afresh and marked ``needs_reset`` — or, when the pool re-homes
+        (:attr:`rehome`), marked to move (restored from its log). Behind a front door
+        the URL answers while one server behind it does not: with re-homing, a
+        connection that cannot come back is retired and its sessions marked to move,
+        instead of the whole URL being declared dead.
         """
-        for link in server.links:
+        for link in list(server.links):
             connection = link.connection
             if not _failed(connection):
                 continue
-            await self._handshake(connection)
+            if self.rehome and not link.slots:
+                self.retire(link)
+                continue
+            try:
+                await self._handshake(connection)
+            except CorralError:
+                if not self.rehome:
+                    raise
+                for slot in link.slots:
+                    slot.move = Cause.UNREACHABLE
+                self.retire(link)
+                continue
             for slot in link.slots:
                 if connection.sessions.reason(slot.session) is not None:
+                    if self.rehome:
+                        slot.move = slot.move or Cause.LOST
+                        continue
                     connection.sessions.forget(slot.session)
                     slot.session = await self._open_session(connection)
                     slot.needs_reset = True

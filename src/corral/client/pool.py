@@ -81,13 +81,28 @@ memory is bounded by the batches the caller holds.
 auto-reset mode its next step resets it like an ended episode. A dropped connection to a
 live server resumes with the episodes intact.
 
+**Sessions outlive their server** (``recover=True``, the default; issue 29). Every
+session keeps an :class:`~corral.protocol.recovery.EpisodeLog` of its episode (its
+seed, options and task, each action and a digest of each observation). A session whose
+server drains (``going_away``), cannot be reached, leaves the membership, or that is
+found lost or unknown after a reconnect is re-homed before its next request (see
+:mod:`corral.client.rehoming`): by snapshot where its server still answers and the env
+declares one, else by a verified replay of its log, else its episode ends visibly — the
+step returns ``truncated=True`` with ``info["corral"] = {"truncated": reason}`` and the
+session is fresh for the next step. A request that failed because its session was gone
+is sent again to the restored session (the log holds only answered steps, so nothing is
+applied twice). ``reset()`` always recovers every session. Auto-resets draw their seed
+from the pool's generator so their episodes stay replayable. :meth:`EnvPool.stats`
+counts what was re-opened, restored by snapshot or replay, and truncated, and how long
+each took; :meth:`EnvPool.fork` branches a session.
+
 The blocking twin is :meth:`EnvPool.sync` (:class:`SyncEnvPool`): same methods, same errors.
 
 **Recording.** With ``record="dir/"`` every exchange's results are recorded where the
 engine has them (auto-resets as resets), from the reply's columns; see
 :mod:`corral.client.recording`.
 
-This module is one thing over ~900 lines: the pool's API, the auto-reset engine under it
+This module is one thing over ~1,100 lines: the pool's API, the auto-reset engine under it
 and its recording hooks share every piece of per-session state (what is pending, what
 needs a reset, what was sent); the servers, the batch type, the recording file and the
 typed face live in their own modules.
@@ -98,6 +113,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import random
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -118,12 +134,22 @@ from corral.client.batch import (
     stack_observations,
 )
 from corral.client.dialers import Dialer
-from corral.client.fleet import Fleet, Link, ServerHandle, ServerProvider, Slot, server_source
+from corral.client.fleet import (
+    Fleet,
+    Link,
+    ServerHandle,
+    ServerProvider,
+    ServerSource,
+    Slot,
+    server_source,
+)
+from corral.client.membership import Membership
 from corral.client.recording import Recording, RecordTarget, as_task
+from corral.client.rehoming import MOVABLE, Rehoming, cause_of, row_digest
 from corral.client.typed import ActT, ObsT, StateT, TypedFace, TypedModels
 from corral.contract import Environment
 from corral.contract.tasks import TaskRef, with_task
-from corral.episodes import EpisodeRecorder
+from corral.episodes import EpisodeRecorder, Lineage
 from corral.errors import (
     BadObservation,
     ClientClosed,
@@ -144,6 +170,7 @@ from corral.protocol.batch import (
 )
 from corral.protocol.codecs import get_codec
 from corral.protocol.messages import GetState, StateReply
+from corral.protocol.recovery import Cause
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -212,6 +239,11 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             replaces a dead one) but leaves the provider open.
         record: a directory to record every session's resets and steps into, as one
             episode file (:mod:`corral.client.recording`), closed with the pool.
+        recover: re-home sessions whose server drains, fails or leaves (module
+            docstring); False: such a session's requests fail with ``SessionLost``.
+        membership: where the fleet's URLs come from over time
+            (:mod:`corral.client.membership`); ``target`` may be one instead of URLs.
+        seed: seeds the auto-resets' seeds (None: from the OS).
     """
 
     def __init__(
@@ -246,6 +278,9 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         gc_control: bool = False,
         provider: ServerProvider | None = None,
         record: RecordTarget | None = None,
+        recover: bool = True,
+        membership: Membership | None = None,
+        seed: int | None = None,
     ) -> None:
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"EnvPool needs n >= 1 sessions, got {n!r}")
@@ -261,7 +296,15 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         self.typed: TypedModels[ActT, ObsT, StateT] = TypedModels(
             env, action_type, observation_type, state_type, check_contract=check_contract
         )
-        source, num_servers = server_source(target, servers, server_args, startup_timeout, provider)
+        if isinstance(target, Membership) and not isinstance(target, (str, list, tuple)):
+            membership, target = target, None
+        source: ServerSource
+        if target is None:  # the membership's first answer, at start()
+            source, num_servers = [], 0
+        else:
+            source, num_servers = server_source(
+                target, servers, server_args, startup_timeout, provider
+            )
         if token is None and provider is not None:
             token = getattr(provider, "token", None)  # its servers require the provider's
         self.fleet = Fleet(
@@ -283,7 +326,12 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             console=console,
             transport=transport,
             dialer=dialer,
+            membership=membership,
         )
+        self.rehoming = Rehoming(self.fleet, self._request, timeout) if recover else None
+        self.fleet.rehome = recover
+        """Re-homes sessions that must leave their server (None: ``recover=False``)."""
+        self._rng = random.Random(seed)
         self._ready: deque[ResultTable] = deque()
         """Results of ``send`` groups, in the order they completed (``recv`` takes them)."""
         self._ready_count = 0
@@ -475,6 +523,10 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         """The current state of each session in ``ids`` (default: all), typed."""
         slots = self._select(ids, None)
 
+        moving = [s for s in slots if s.move is not None or s.lost is not None]
+        if moving and self.rehoming is not None:
+            await self.rehoming.rehome(moving)
+
         async def one(slot: Slot) -> StateT:
             await self.fleet.wait_ready(slot.server)
             error = self.fleet.unusable(slot)
@@ -605,18 +657,19 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         order = [s.index for s in slots]
         # A server being recovered may come back replaced, its sessions to be reset: what
         # each session needs is decided once it is back, not before.
-        await self._recovered(slots)
+        await self._recovered([s for s in slots if s.move is None])
         if mode is AutoresetMode.DISABLED or not any(s.needs_reset for s in slots):
             resets: list[Slot] = []
             steps = list(zip(slots, payloads, strict=True))
         else:
             resets = [s for s in slots if s.needs_reset]
             steps = [(s, p) for s, p in zip(slots, payloads, strict=True) if not s.needs_reset]
+        auto: list[tuple[Slot, Any]] = [(s, (self._auto_seed(), {})) for s in resets]
         sent, clock = time.time(), time.perf_counter()
         if not resets:  # most steps: one exchange, awaited as it is
             parts = [await self._exchange(StepBatch.type, steps)] if steps else []
         else:
-            exchanges = [self._exchange(ResetBatch.type, [(s, (None, {})) for s in resets])]
+            exchanges = [self._exchange(ResetBatch.type, auto)]
             if steps:
                 exchanges.insert(0, self._exchange(StepBatch.type, steps))
             parts = await _all(exchanges)
@@ -624,8 +677,7 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             if steps:
                 self._record(parts[0], "step", {s.index: p for s, p in steps}, sent, clock)
             if resets:
-                auto: dict[int, Any] = {s.index: (None, {}) for s in resets}
-                self._record(parts[-1], "reset", auto, sent, clock)
+                self._record(parts[-1], "reset", {s.index: p for s, p in auto}, sent, clock)
         if resets:
             reset_part = parts[-1]
             for index in reset_part.ids:
@@ -654,17 +706,22 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         does not know ``autoreset``)."""
         fresh = table.resets
         table.resets = {}
+        for index, row in fresh.items():  # the server's own resets: not seeded, not replayable
+            if isinstance(row, dict):
+                self.fleet.slots[index].log.reset(None, {}, None, row)
+                self.fleet.slots[index].ended = False
         if fresh and self.recording is not None:
             served = [i for i in ended if i in fresh]
             self._record(_table_of(fresh, served), "reset", _no_seeds(served), sent, clock)
         missing = [i for i in ended if i not in fresh]
         if missing:
             sent, clock = time.time(), time.perf_counter()
-            done = await self._exchange(
-                ResetBatch.type, [(self.fleet.slots[i], (None, {})) for i in missing]
-            )
+            auto: list[tuple[Slot, Any]] = [
+                (self.fleet.slots[i], (self._auto_seed(), {})) for i in missing
+            ]
+            done = await self._exchange(ResetBatch.type, auto)
             if self.recording is not None:
-                self._record(done, "reset", _no_seeds(missing), sent, clock)
+                self._record(done, "reset", {s.index: p for s, p in auto}, sent, clock)
             fresh = {**fresh, **done.errors}
             for k, index in enumerate(done.ids):
                 fresh[index] = done.row(k)
@@ -699,6 +756,150 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         return table
 
     async def _exchange(
+        self, kind: str, items: list[tuple[Slot, Any]], order: list[int] | None = None
+    ) -> ResultTable:
+        """:meth:`_exchange_once`, with the sessions that must move re-homed first and
+        the ones found gone re-homed and sent again (module docstring); each session's
+        episode log fed with the results."""
+        rehoming = self.rehoming
+        if rehoming is None:
+            return await self._exchange_once(kind, items, order)
+        fresh = kind == ResetBatch.type
+        order = [s.index for s, _ in items] if order is None else order
+        moving = [s for s, _ in items if s.move is not None or s.lost is not None]
+        if fresh:  # a session that stayed for its episode's end leaves at the next reset
+            for slot, _ in items:
+                if slot.stays and slot.move is None:
+                    slot.move = Cause.GOING_AWAY
+                    moving.append(slot)
+        truncated, stuck = await rehoming.rehome(moving, fresh=fresh) if moving else ({}, {})
+        sending = [(s, p) for s, p in items if s.index not in truncated and s.index not in stuck]
+        table = await self._exchange_once(kind, sending) if sending else ResultTable()
+        table.errors.update(stuck)
+        for _ in range(_REHOME_ROUNDS):
+            failed = [s for s, _ in sending if isinstance(table.errors.get(s.index), MOVABLE)]
+            if not failed:
+                break
+            for slot in failed:
+                slot.move = slot.move or cause_of(table.errors[slot.index])
+            lost, stuck = await rehoming.rehome(failed, fresh=fresh)
+            truncated.update(lost)
+            for slot in failed:
+                if slot.index not in stuck:
+                    del table.errors[slot.index]
+            table.errors.update(stuck)
+            sending = [(s, p) for s, p in sending if s in failed and s.index not in lost]
+            sending = [(s, p) for s, p in sending if s.index not in stuck]
+            if sending:
+                table = ResultTable.concat([table, await self._exchange_once(kind, sending)], order)
+        self._log(kind, items, table)
+        if truncated and kind == StepBatch.type:
+            table = ResultTable.concat([table, await self._truncated(truncated)], order)
+        return ResultTable.concat([table], order)
+
+    def _log(self, kind: str, items: list[tuple[Slot, Any]], table: ResultTable) -> None:
+        """Feed each session's episode log the results of ``items``."""
+        position = {index: k for k, index in enumerate(table.ids)}
+        if kind == ResetBatch.type:
+            for slot, (seed, options) in items:
+                k = position.get(slot.index)
+                if k is not None:
+                    slot.log.reset(seed, options, None, table.row(k))
+                    slot.ended = False
+            return
+        done = table.fields.get("done")
+        for slot, payload in items:
+            k = position.get(slot.index)
+            if k is not None:  # the hot path: no row is built
+                slot.log.step_digested(payload, row_digest(table, k))
+                slot.ended = done is not None and done[k] is True
+
+    async def _truncated(self, truncated: dict[int, str]) -> ResultTable:
+        """The rows of steps whose episode ended truncated: each session, fresh now, is
+        reset (a seeded, replayable episode) and its step returns that observation with
+        ``truncated`` and the reason in ``info["corral"]``."""
+        items: list[tuple[Slot, Any]] = [
+            (self.fleet.slots[i], (self._auto_seed(), {})) for i in truncated
+        ]
+        table = await self._exchange(ResetBatch.type, items)
+        next_step = self.autoreset_mode is AutoresetMode.NEXT_STEP
+        for index in table.ids:
+            table.flags[index] = (0.0, False, True)
+            table.extra[index] = {"corral": {"truncated": truncated[index]}}
+            # NEXT_STEP: the step after a truncated one starts the next episode
+            self.fleet.slots[index].needs_reset = next_step
+        return table
+
+    def _auto_seed(self) -> int | None:
+        """The seed of an auto-reset: drawn, so that its episode can be replayed (None
+        without recovery: the environment's own generator, as before)."""
+        return self._rng.getrandbits(31) if self.rehoming is not None else None
+
+    def stats(self) -> dict[str, Any]:
+        """What the pool did to keep its sessions: re-homing counts and times
+        (``reopened``, ``restored_by_snapshot``, ``restored_by_replay``, ``truncated``,
+        ...), sessions per server id (``servers``), reconnects."""
+        links = [link for server in self.fleet.servers for link in server.links]
+        out: dict[str, Any] = self.rehoming.stats.as_dict() if self.rehoming else {}
+        out["servers"] = self.fleet.spread()
+        out["reconnects"] = sum(link.connection.reconnects for link in links)
+        out["redialed_for_spread"] = self.fleet.misplaced
+        return out
+
+    async def fork(self, index: int, n: int) -> list[int]:
+        """Branch session ``index``: ``n`` new sessions in its exact current state (by
+        one snapshot restored ``n`` times where the environment declares one, else by a
+        verified replay of its episode), spread over the servers. The pool grows by
+        ``n``: the new sessions are ``pool.n - n .. pool.n - 1`` (returned), and from
+        then on ``step`` takes one action for each. They evolve independently; each
+        remembers its parent and the step it branched at (:meth:`lineage`).
+
+        Raises:
+            ValueError: ``n`` < 1, ``index`` out of range, or a step of it in flight.
+            SnapshotUnsupported: the environment can be neither snapshotted nor
+                replayed (an unseeded reset, a log past its bounds): the message says why.
+        """
+        self._require_started()
+        if n < 1:
+            raise ValueError(f"fork(index, n) needs n >= 1, got {n}")
+        if not 0 <= index < self.n:
+            raise ValueError(f"session id {index} is out of range 0..{self.n - 1}")
+        source = self.fleet.slots[index]
+        if source.pending:
+            raise ValueError(f"session {index} has a step in flight; recv() it first")
+        rehoming = self.rehoming or Rehoming(self.fleet, self._request, self.timeout)
+        if source.move is not None or source.lost is not None:
+            await rehoming.rehome([source])
+        made = await rehoming.fork(source, n, self.n)
+        children = [child for child, _ in made]
+        self.fleet.slots += children
+        self.fleet.n = self.n = self.n + n
+        if self.recording is not None:  # each child's episode starts with its lineage
+            if self._recorder is None:
+                self._record(ResultTable(), "reset", {}, time.time(), time.perf_counter())
+            assert self._recorder is not None
+            parent = Lineage(
+                episode=self._recorder.episode_of(f"pool-{index}"),
+                session=f"pool-{index}",
+                step=source.log.steps,
+            )
+            for child, observation in made:
+                self._recorder.reset(
+                    f"pool-{child.index}",
+                    seed=source.log.seed,
+                    options=source.log.options,
+                    task=source.log.task,
+                    observation=observation,
+                    t=time.time(),
+                    parent=parent,
+                )
+        return [child.index for child in children]
+
+    def lineage(self, index: int) -> tuple[int, int] | None:
+        """``(parent index, step)`` of a session made by :meth:`fork`, else None."""
+        return self.fleet.slots[index].parent
+
+    async def _exchange_once(
         self, kind: str, items: list[tuple[Slot, Any]], order: list[int] | None = None
     ) -> ResultTable:
         """Send ``items`` as batch messages (one per connection and chunk); their results
@@ -921,6 +1122,10 @@ def _per_session(
 
 _MARGIN = 5.0
 """Seconds a blocking call waits beyond its own bound before giving up."""
+
+_REHOME_ROUNDS = 3
+"""Times a request whose sessions were found gone is re-homed and sent again (a second
+server may fail meanwhile; a third time, the failure is the caller's)."""
 
 
 class SyncEnvPool(BlockingTwin[EnvPool[ActT, ObsT, StateT]], Generic[ActT, ObsT, StateT]):

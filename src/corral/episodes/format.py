@@ -167,6 +167,22 @@ def format_version(value: str) -> int:
     return int(digits)
 
 
+class Lineage(BaseModel):
+    """Where a forked episode branched off: its parent episode and the step it was at.
+
+    Attributes:
+        episode: the parent episode's id (in the same file, when both were recorded).
+        session: the session that ran the parent.
+        step: how many steps the parent had taken when it was forked.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    episode: str | None = None
+    session: str | None = None
+    step: int = Field(ge=0)
+
+
 class StepRecord(_Line):
     """One ``reset`` or ``step`` request and its outcome.
 
@@ -188,6 +204,8 @@ class StepRecord(_Line):
         t: when the request was sent (Unix time, seconds).
         latency_s: how long its reply took, as the recorder measured it.
         error: the error the request got, when it failed.
+        parent: on the first line of a forked episode, where it branched off
+            (:class:`Lineage`).
     """
 
     kind: Literal["step"] = "step"
@@ -208,6 +226,7 @@ class StepRecord(_Line):
     t: float = 0.0
     latency_s: float | None = Field(default=None, ge=0)
     error: ErrorInfo | None = None
+    parent: Lineage | None = None
 
     @model_validator(mode="after")
     def _has_outcome(self) -> StepRecord:

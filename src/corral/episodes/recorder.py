@@ -23,6 +23,7 @@ from corral.episodes.format import (
     SESSION_ENDING_CODES,
     EpisodeEnd,
     ErrorInfo,
+    Lineage,
     Outcome,
     StepRecord,
 )
@@ -89,11 +90,13 @@ class EpisodeRecorder:
         state: BaseModel | Mapping[str, Any] | None = None,
         episode: str | None = None,
         action: BaseModel | Mapping[str, Any] | None = None,
+        parent: Lineage | None = None,
     ) -> str:
         """Record a reset of ``session``; returns the new episode's id.
 
         ``task`` defaults to the ``split``/``index`` reset options when both are given.
         ``action`` is for a step an auto-resetting environment answered with a reset.
+        ``parent``: the episode is a fork of another (its first line says of which).
         """
         self.end(session, "abandoned")
         options = dict(options or {})
@@ -103,7 +106,18 @@ class EpisodeRecorder:
         self._open[session] = current
         self._ended.discard(session)
         self._add(
-            session, current, 0, "reset", options, action, observation, error, t, latency_s, state
+            session,
+            current,
+            0,
+            "reset",
+            options,
+            action,
+            observation,
+            error,
+            t,
+            latency_s,
+            state,
+            parent,
         )
         return current.episode
 
@@ -174,6 +188,7 @@ class EpisodeRecorder:
         t: float,
         latency_s: float | None,
         state: BaseModel | Mapping[str, Any] | None,
+        parent: Lineage | None = None,
     ) -> None:
         obs = _json(observation) if error is None else None
         info = (
@@ -217,6 +232,8 @@ class EpisodeRecorder:
             fields["latency_s"] = float(latency_s)
         if info is not None:
             fields["error"] = info.model_dump(mode="json", exclude_none=True)
+        if parent is not None:
+            fields["parent"] = parent.model_dump(mode="json", exclude_none=True)
         if self._writer is None or not self._writer.write_fields(fields):
             self._write(StepRecord.model_validate(fields))
         current.tally.count(op, t, latency_s, info, reward, components, terminated, truncated, obs)

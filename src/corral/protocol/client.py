@@ -43,10 +43,21 @@ sequences it. The rules it keeps:
   while the connection is being re-established wait for that re-send. The backoff
   between attempts (:class:`ReconnectPolicy`) and when to give up are decided here.
 
-Where the fleet's decisions go: a server's drain notice (``going away by T``) is an
-unsolicited message, a new event of this table from ``OPEN`` (a ``DRAINING`` state that
-refuses new sessions while the open ones move); what happens to one session (it lives
-elsewhere, it is lost and restored or replayed) is the session book's table.
+* **the home server.** Behind a front door a socket may land on any server. The
+  connection's sessions live on one server, its *home* (``welcome.server.id``, or the
+  one it was built for): every socket after the first names it
+  (:data:`~corral.protocol.handshake.ROUTE_HEADER`, :meth:`ClientProtocol.route`), and
+  a ``welcome`` from another server while sessions are held is not taken for a restart
+  of theirs: they become ``MOVING`` and the attempt is retried — up to
+  :data:`MAX_MISROUTES` times in a row, after which the address no longer reaches their
+  server and they are lost, as after a restart. An ``attach`` answered
+  ``SESSION_ELSEWHERE`` follows the session to the server it names when nothing else is
+  held here; else its requests fail with
+  :class:`~corral.errors.SessionElsewhere`, for the pool to re-home it.
+* **notices.** The ``hello`` asks for them; a ``going_away`` (the server drains, by a
+  deadline) is kept (:attr:`ClientProtocol.going_away`) and handed to the transport,
+  which tells whoever moves sessions; the connection itself carries on until the
+  server closes it.
 
 The object never blocks and never reads a clock: a transport passes ``now`` where time
 matters and fires the delays it is given. Frames are encoded and decoded with the
@@ -76,6 +87,7 @@ from corral.errors import (
     FrameTooLarge,
     InternalError,
     RequestTimeout,
+    SessionElsewhere,
     SessionLost,
     TooManyConnections,
     Unauthorized,
@@ -94,6 +106,7 @@ from corral.protocol.messages import (
     ContractRef,
     ErrorReply,
     GetState,
+    GoingAway,
     Hello,
     Open,
     Opened,
@@ -132,6 +145,11 @@ _RETRYABLE = (ConnectionLost, RequestTimeout, CapacityReached, TooManyConnection
 """Failures of a reconnect attempt worth another attempt; anything else is final."""
 
 _NOT_ATTACHABLE = (SessionLost, UnknownSession, Unauthorized)
+
+MAX_MISROUTES = 3
+"""Sockets in a row that may land on another server than the one they named before its
+sessions count as gone: a door may lose the header now and then, but one that keeps
+leading elsewhere no longer reaches that server (it was replaced under a new id)."""
 """Refusals of an ``attach`` that lose that session (any other failure fails the attempt)."""
 
 
@@ -356,6 +374,8 @@ class ClientProtocol:
         accept_frame_bytes: the largest frame this side's socket takes, announced in
             the ``hello`` so that the server answers a larger reply with an error
             (``REPLY_TOO_LARGE``) instead of a frame the socket would drop (None: any).
+        server: the id of the server to reach behind a front door (None: whichever the
+            door picks first; the connection's home from then on).
     """
 
     def __init__(
@@ -367,6 +387,7 @@ class ClientProtocol:
         client: str = "",
         seed: int | None = None,
         accept_frame_bytes: int | None = None,
+        server: str | None = None,
     ) -> None:
         self.codec = codec
         self.url = url
@@ -399,6 +420,14 @@ class ClientProtocol:
         """The last clock reading a transport passed (see :meth:`_attempt_failed`)."""
         self._cause = ""
         """Why the connection is resuming (the last failure), for the give-up message."""
+        self.home: str | None = server
+        """The id of the server this connection's sessions live on (see :meth:`route`)."""
+        self.going_away: GoingAway | None = None
+        """The home server's drain notice, once one came."""
+        self.misroutes = 0
+        """Sockets that landed on another server than the home (and were re-dialed)."""
+        self._misrouted = 0
+        """Misroutes since the last socket that was ready (see :data:`MAX_MISROUTES`)."""
 
     def _to(self, event: ConnEvent) -> ConnState:
         """Take ``event`` by :data:`TRANSITIONS`; the only place the state changes."""
@@ -460,6 +489,8 @@ class ClientProtocol:
         session = getattr(request, "session", None)
         if isinstance(session, str) and session in self.sessions.lost:
             raise self.sessions.lost_error(session, rid)
+        if isinstance(session, str) and session in self.sessions.moving and admit is Admit.SEND:
+            raise self.sessions.elsewhere_error(session, rid)
         batch_sessions = None
         if isinstance(request, BATCHES):
             batch_sessions = sessions_of(request)
@@ -523,7 +554,11 @@ class ClientProtocol:
 
     def resume_ids(self) -> list[str]:
         """Live sessions to name in a new socket's ``corral-resume`` header."""
-        return list(self.sessions.live)[:MAX_RESUME_IDS]
+        return [*self.sessions.live, *self.sessions.follow(self.home or "")][:MAX_RESUME_IDS]
+
+    def route(self) -> str | None:
+        """The server a new socket names in its route header (the home), if known."""
+        return self.home
 
     def close(self) -> list[int]:
         """Closed by this side; return the ids of every waiting request."""
@@ -548,6 +583,7 @@ class ClientProtocol:
             contract=self._contract,
             want_schemas=self._want_schemas,
             max_frame_bytes=self.accept_frame_bytes,
+            notices=True,
         )
         self._want_schemas = False  # a resume's hello asks for none: they were adopted
         self._hello = hello.id
@@ -559,18 +595,22 @@ class ClientProtocol:
         self.tracker.add(request, frame, replay=False).sent = self.generation
         return frame
 
-    def receive(self, frame: Frame) -> Answer | ErrorReply | Actions | None:
+    def receive(self, frame: Frame) -> Answer | ErrorReply | GoingAway | Actions | None:
         """Read one frame from the server.
 
         Returns the :class:`Answer` to a request still waited for; the :class:`Actions`
         of a handshake step (a ``welcome``, an ``attached``); a notice the server sent
-        without a request id (an :class:`ErrorReply` with ``id`` None); or None for a
-        stale reply (its caller gave up).
+        without a request id (an :class:`ErrorReply` with ``id`` None, or a
+        :class:`GoingAway`, also kept in :attr:`going_away`); or None for a stale reply
+        (its caller gave up).
 
         Raises:
             CorralError: the frame is unreadable or not a valid reply (drop it).
         """
         reply = parse_reply(self.codec.decode(frame))
+        if isinstance(reply, GoingAway):
+            self.going_away = reply
+            return reply
         entry = self.tracker.match(reply)
         if entry is None:
             return reply if isinstance(reply, ErrorReply) and reply.id is None else None
@@ -606,6 +646,9 @@ class ClientProtocol:
             return None
         if isinstance(reply, ErrorReply):
             error = reply.exception()
+            if isinstance(error, SessionElsewhere):
+                self.sessions.elsewhere(attach.session, str(error.details.get("server") or ""))
+                return None if self._attaching else self._ready()
             if not isinstance(error, _NOT_ATTACHABLE):
                 return self._attempt_failed(error)
             reason = (
@@ -624,14 +667,36 @@ class ClientProtocol:
 
     def _welcomed(self, welcome: Welcome) -> Actions:
         """Adopt the ``welcome``; re-attach the live sessions (a new server instance
-        loses them all), or be ready at once."""
+        loses them all), or be ready at once. A ``welcome`` of another server than the
+        home while sessions are held: they are elsewhere, the attempt is retried."""
+        server = welcome.server.get("id")
+        if isinstance(server, str):
+            held = self.sessions.live or self.sessions.follow(self.home or "")
+            if self.home is not None and server != self.home and held:
+                self._misrouted += 1
+                if self._misrouted <= MAX_MISROUTES:
+                    self.sessions.move_all(self.home)
+                    self.misroutes += 1
+                    return self._attempt_failed(
+                        ConnectionLost(
+                            f"the front door sent this connection to server {server}; its "
+                            f"sessions live on server {self.home}"
+                        )
+                    )
+                # Named, and still led elsewhere: the address no longer reaches the home.
+                self.sessions.replaced(self.home, server, welcome.server.get("instance"))
+            if self.home != server:
+                self.home, self.going_away = server, None
         if self.welcome is not None and welcome.schemas is None:
             welcome = dataclasses.replace(welcome, schemas=self.welcome.schemas)
         self.welcome = welcome
         instance = welcome.server.get("instance")
+        if instance != self.sessions.instance:
+            self.going_away = None  # a notice of an earlier process of the server
         self.sessions.welcome(instance if isinstance(instance, str) else None)
         frames = []
-        for sid, token in self.sessions.live.items():
+        back = self.sessions.follow(server) if isinstance(server, str) else {}
+        for sid, token in [*self.sessions.live.items(), *back.items()]:
             attach = Attach(self.next_id(), sid, token)
             self._attaching[attach.id] = attach
             frames.append(self._bound(attach))
@@ -641,14 +706,28 @@ class ClientProtocol:
         return Actions(write=frames)
 
     def _ready(self) -> Actions:
-        """The handshake is done: fail the requests of lost sessions, re-send the rest
-        (original ids, oldest first), and open."""
+        """The handshake is done: follow sessions that are all elsewhere, fail the
+        requests of lost (or elsewhere) sessions, re-send the rest (original ids, oldest
+        first), and open."""
+        moving = self.sessions.moving
+        if moving and not self.sessions.live:
+            self.home = next(iter(moving.values()))[0] or self.home
+            self.misroutes += 1
+            return self._attempt_failed(
+                ConnectionLost(f"the sessions live on server {self.home}: following them")
+            )
+        self._misrouted = 0
         failed: list[tuple[int, CorralError]] = []
         for rid in self.tracker.of_sessions(self.sessions.lost):
             entry = self.tracker.get(rid)
             self.tracker.forget(rid)
             if entry is not None and entry.session is not None:
                 failed.append((rid, self.sessions.lost_error(entry.session, rid)))
+        for rid in self.tracker.of_sessions(moving):
+            entry = self.tracker.get(rid)
+            self.tracker.forget(rid)
+            if entry is not None and entry.session is not None:
+                failed.append((rid, self.sessions.elsewhere_error(entry.session, rid)))
         frames = []
         for entry in self.tracker.unsent(self.generation):
             if entry.sent >= 0:
@@ -749,6 +828,7 @@ def copy_error(error: CorralError, request_id: int | None) -> CorralError:
 
 __all__ = [
     "ADMISSION",
+    "MAX_MISROUTES",
     "RESUMING",
     "TRANSITIONS",
     "WITH_SOCKET",

@@ -13,7 +13,7 @@ first, with their original ids) and which sessions have a request outstanding (t
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection
+from collections.abc import Collection, Container
 from dataclasses import dataclass
 
 from corral.protocol.batch import ResetBatch, StepBatch
@@ -146,7 +146,7 @@ class RequestTracker:
         """Ids of outstanding requests that die with their socket (not replayable)."""
         return [rid for rid, entry in self._pending.items() if not entry.replay]
 
-    def of_sessions(self, sessions: set[str] | dict[str, str]) -> list[int]:
+    def of_sessions(self, sessions: Container[str]) -> list[int]:
         """Ids of outstanding requests addressing any of ``sessions``."""
         return [rid for rid, entry in self._pending.items() if entry.session in sessions]
 

@@ -31,6 +31,11 @@ RESUME_HEADER = "corral-resume"
 sessions it comes back to re-attach. A full server still admits such a client, because
 those sessions hold their slots already."""
 
+ROUTE_HEADER = "corral-server"
+"""WebSocket handshake header naming the server a client wants (its sessions' home, the
+id a ``welcome`` reports): a front door routes by it (:mod:`corral.providers.frontdoor`),
+so a client that reconnects through one address comes back to its sessions."""
+
 MAX_RESUME_IDS = 16
 """Session ids a client lists in :data:`RESUME_HEADER` (one live one is enough)."""
 

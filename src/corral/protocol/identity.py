@@ -38,6 +38,7 @@ SEPARATOR = "~"
 
 _TAG_BYTES = 12
 _RANDOM_BYTES = 16
+_HEX = re.compile(r"[0-9a-f]+")
 
 
 def default_server_id(port: int | None = None) -> str:
@@ -91,9 +92,22 @@ class SessionIds:
         digest = hmac.new(self._key, body.encode(), hashlib.sha256).digest()
         return digest[:_TAG_BYTES].hex()
 
-    def mint(self) -> str:
-        """A new session id of this server."""
-        body = f"{self.server_id}{SEPARATOR}{secrets.token_hex(_RANDOM_BYTES)}"
+    def mint(self, random: str | None = None) -> str:
+        """A new session id of this server.
+
+        Args:
+            random: its random part, hex from a CSPRNG (default: 16 bytes of
+                :func:`secrets.token_hex`); a server that draws random bytes in bulk
+                passes its own.
+
+        Raises:
+            ValueError: ``random`` is not lowercase hex of at least 16 bytes.
+        """
+        if random is None:
+            random = secrets.token_hex(_RANDOM_BYTES)
+        elif len(random) < 2 * _RANDOM_BYTES or not _HEX.fullmatch(random):
+            raise ValueError(f"a session id's random part must be >= {_RANDOM_BYTES} bytes of hex")
+        body = f"{self.server_id}{SEPARATOR}{random}"
         return f"{body}{SEPARATOR}{self._tag(body)}"
 
     def locate(self, session_id: str) -> Located:

@@ -42,7 +42,8 @@ SNAPSHOT_UNSUPPORTED, SNAPSHOT_TOO_LARGE, ...
 CAPACITY_REACHED, NOT_READY                        CAPACITY_REACHED      closed (1000)
                                                    (+ ``active_sessions``, ``max_sessions``)
 FACTORY_ERROR                                      FACTORY_ERROR         closed (1000)
-STEP_TIMEOUT, SESSION_LOST, UNKNOWN_SESSION, ...   SESSION_ERROR         closed (1000)
+STEP_TIMEOUT, SESSION_LOST, UNKNOWN_SESSION,       SESSION_ERROR         closed (1000)
+SESSION_ELSEWHERE, ...
 =================================================  ====================  ==============
 
 One module (~600 lines) because the envelope's two directions and its error table are one

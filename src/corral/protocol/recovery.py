@@ -49,6 +49,13 @@ def digest(observation: Any) -> int:
     return hash(_CODEC.encode({"o": observation}))
 
 
+def digest_values(values: list[Any]) -> int:
+    """The digest of an observation given as its field values in a fixed order (a
+    batch reply's columns: no map is built for it). Comparable only with digests made
+    the same way, from the same columns."""
+    return hash(_CODEC.encode({"v": values}))
+
+
 class EpisodeLog:
     """The current episode of one session, as far as a verified replay needs it.
 
@@ -118,6 +125,12 @@ class EpisodeLog:
         """A step with ``action`` (its wire object) answered with ``observation``."""
         if self.why_not is not None:
             return
+        self.step_digested(action, digest(observation))
+
+    def step_digested(self, action: Any, observed: int) -> None:
+        """:meth:`step`, the observation's digest made by the caller."""
+        if self.why_not is not None:
+            return
         try:
             size = len(_CODEC.encode({"a": action}))
         except Exception as exc:
@@ -131,7 +144,16 @@ class EpisodeLog:
             return
         self.size += size
         self.actions.append(action)
-        self.digests.append(digest(observation))
+        self.digests.append(observed)
+
+    def copy(self) -> EpisodeLog:
+        """An independent log of the same episode (a fork's: it goes on its own way)."""
+        twin = EpisodeLog(self.max_steps, self.max_bytes)
+        for name in self.__slots__:
+            value = getattr(self, name)
+            setattr(twin, name, list(value) if isinstance(value, list) else value)
+        twin.options = dict(self.options)
+        return twin
 
     def _give_up(self, why: str) -> None:
         self.why_not = why
@@ -157,7 +179,11 @@ class EpisodeLog:
 
     def check_step(self, index: int, observation: Any) -> str | None:
         """None when replayed step ``index`` (from 0) matches the record, else what differs."""
-        if digest(observation) != self.digests[index]:
+        return self.check_step_digest(index, digest(observation))
+
+    def check_step_digest(self, index: int, observed: int) -> str | None:
+        """:meth:`check_step`, the replayed observation's digest made by the caller."""
+        if observed != self.digests[index]:
             return f"the replayed step {index + 1}'s observation differs from the recorded one"
         return None
 
@@ -253,5 +279,6 @@ __all__ = [
     "Remedy",
     "allows",
     "digest",
+    "digest_values",
     "remedy",
 ]

@@ -17,6 +17,13 @@ them; the server's session manager only builds and closes environments around it
   to re-attach it with its token (:meth:`~SessionRegistry.attach`).
 * **Tombstones**: a closed session leaves its reason behind, so a late request gets
   ``SESSION_LOST`` with the reason rather than a bare ``UNKNOWN_SESSION``.
+* **Identity**: session ids are minted by the server's
+  :class:`~corral.protocol.identity.SessionIds` (:meth:`~SessionRegistry.mint`), and a
+  session this server does not hold is asked of it (:meth:`~SessionRegistry.missing`,
+  the one answer of every route): an id another server of the fleet minted is
+  ``SESSION_ELSEWHERE`` naming that server; anything else is ``UNKNOWN_SESSION``. The
+  answer depends on the id's form and tag only, so it reveals nothing of a session but
+  the server id its id already spells.
 * **Reaping**: :meth:`~SessionRegistry.expired` names the sessions detached past the
   resume window or idle past ``idle_timeout_s``, for a timer to close.
 """
@@ -32,12 +39,14 @@ from typing import Generic, TypeVar
 from corral.errors import (
     CapacityReached,
     NotReady,
+    SessionElsewhere,
     SessionLost,
     TooManySessions,
     Unauthorized,
     UnknownSession,
 )
 from corral.protocol.handshake import MAX_RESUME_IDS
+from corral.protocol.identity import SessionIds, Where, default_server_id
 from corral.protocol.session import ReplySink, SessionState
 
 S = TypeVar("S", bound=SessionState)
@@ -56,6 +65,8 @@ class SessionRegistry(Generic[S]):
         idle_timeout_s: a session with no request for this long expires (None: never).
         on_attach: called with each session a client re-attaches (the server's access
             log: re-attaching is decided here, with no I/O side to report it).
+        ids: mints this server's session ids and tells where another's live (default:
+            this host's id with a key of this registry's own).
         max_per_client: sessions one client address may hold (None: any); an owner
             says its client's address in a ``client`` attribute (one without is not
             counted: the in-process transport has no address).
@@ -69,8 +80,10 @@ class SessionRegistry(Generic[S]):
         resume_window_s: float,
         idle_timeout_s: float | None,
         on_attach: Callable[[S], None] | None = None,
+        ids: SessionIds | None = None,
         max_per_client: int | None = None,
     ) -> None:
+        self.ids = ids if ids is not None else SessionIds(default_server_id())
         self.max_sessions = max_sessions
         self.max_per_owner = max_per_owner
         self.max_per_client = max_per_client
@@ -82,6 +95,8 @@ class SessionRegistry(Generic[S]):
         self.sessions: dict[str, S] = {}
         self.refused = 0
         """How many times a new session or connection was refused for capacity."""
+        self.elsewhere = 0
+        """How many requests named a session of another server (``SESSION_ELSEWHERE``)."""
         self._reserved = 0
         self._held: dict[ReplySink, int] = {}
         self._pending: dict[ReplySink, int] = {}
@@ -204,6 +219,7 @@ class SessionRegistry(Generic[S]):
 
         Raises:
             SessionLost: the session existed and was closed (with the reason).
+            SessionElsewhere: the id names another server of the fleet.
             UnknownSession: no such session on this connection.
         """
         session = self.sessions.get(session_id)
@@ -212,13 +228,34 @@ class SessionRegistry(Generic[S]):
         session.touch(now)
         return session
 
-    def missing(self, session_id: str, where: str) -> SessionLost | UnknownSession:
-        """``SessionLost`` with the reason for a closed session, else ``UnknownSession``."""
+    def mint(self, random: str | None = None) -> str:
+        """A new session id of this server (``random``: its random part, see
+        :meth:`SessionIds.mint`)."""
+        return self.ids.mint(random)
+
+    def missing(
+        self, session_id: str, where: str
+    ) -> SessionLost | SessionElsewhere | UnknownSession:
+        """Why ``session_id`` is not a live session here: ``SessionLost`` with the reason
+        for one this server closed, ``SessionElsewhere`` naming the server of an id
+        another server of the fleet minted (verified under the fleet key), else
+        ``UnknownSession``."""
         reason = self._tombstones.get(session_id)
         if reason is not None:
             return SessionLost(
                 f"session {session_id} is gone: {reason}",
                 details={"reason": reason, "session": session_id},
+            )
+        found = self.ids.locate(session_id)
+        # Only a verified id is another server's: without a fleet key an id naming
+        # another server may be anything, and a client that wants to read its server
+        # can (``server_of``) without this server vouching for it.
+        if found.where is Where.ELSEWHERE and found.verified and found.server is not None:
+            self.elsewhere += 1
+            return SessionElsewhere(
+                f"session {session_id} lives on server {found.server!r}: reconnect there "
+                "(through the front door with the corral-server header) and attach it",
+                details={"server": found.server, "session": session_id},
             )
         return UnknownSession(f"no session {session_id!r} {where}", details={"session": session_id})
 
@@ -227,7 +264,7 @@ class SessionRegistry(Generic[S]):
 
         Raises:
             TooManySessions: ``owner`` holds its maximum already.
-            SessionLost / UnknownSession: as for :meth:`get`.
+            SessionLost / SessionElsewhere / UnknownSession: as for :meth:`get`.
             Unauthorized: the resume token is wrong.
         """
         session = self.sessions.get(session_id)

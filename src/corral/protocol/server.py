@@ -20,8 +20,11 @@ session's lifecycle has admitted it already
 (:meth:`~corral.protocol.session.SessionState.admit`). A ``snapshot`` is a call of its
 session; a ``restore`` is checked here (signature, environment, contract, the snapshot
 model: :class:`~corral.protocol.snapshot.SnapshotSeal`) and reserves a slot like
-``open``. Frames go out
-through the ``write`` callback, in the order replies are sent; nothing here awaits.
+``open``. Every request is first asked of the server's drain
+(:class:`~corral.protocol.drain.Drain`: a draining server opens and restores nothing);
+a client whose ``hello`` asked for notices gets the drain's ``going_away`` once
+(:meth:`~ServerConnection.going_away`), also when it connects during the drain. Frames
+go out through the ``write`` callback, in the order replies are sent; nothing here awaits.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from corral.protocol.batch import (
     check_batch_size,
 )
 from corral.protocol.codecs import Codec, Frame
+from corral.protocol.drain import Drain
 from corral.protocol.fields import peek_id, peek_session
 from corral.protocol.handshake import Compat, check_protocol, negotiate
 from corral.protocol.messages import (
@@ -66,6 +70,7 @@ from corral.protocol.messages import (
     Close,
     ErrorReply,
     GetState,
+    GoingAway,
     Hello,
     Open,
     Opened,
@@ -333,11 +338,13 @@ class ServerConnection(Generic[S]):
         count_error: told the code of every error this connection answers with.
         snapshots: seals and opens the server's snapshots (None: the server takes
             none; ``snapshot`` and ``restore`` are ``SNAPSHOT_UNSUPPORTED``).
+        drain: the server's drain (None: it never drains).
 
     Attributes:
         compat: how the handshake treats the client's contract; None before ``hello``.
         migrate: the action migration of a client of an older contract major.
         closed: the transport is gone; replies are dropped, new sessions closed.
+        notices: the client's ``hello`` asked for notices (``going_away``).
     """
 
     def __init__(
@@ -351,9 +358,13 @@ class ServerConnection(Generic[S]):
         max_batch: int,
         count_error: Callable[[str], None] = lambda _: None,
         snapshots: SnapshotSeal | None = None,
+        drain: Drain | None = None,
     ) -> None:
         self.codec = codec
         self.snapshots = snapshots
+        self.drain = drain
+        self.notices = False
+        self._told = False
         self.registry = registry
         self.greeting = greeting
         self.max_frame_bytes = max_frame_bytes
@@ -430,6 +441,8 @@ class ServerConnection(Generic[S]):
                 raise HandshakeRequired(
                     "send 'hello' (and get 'welcome') first", details={"type": request.type}
                 )
+            if self.drain is not None:
+                self.drain.admit(request.type)
             if isinstance(request, _CALLS):
                 if request.type == "snapshot":
                     self._snapshots()  # refused before the session is touched
@@ -470,6 +483,7 @@ class ServerConnection(Generic[S]):
         if self.compat is Compat.MIGRATED and hello.contract is not None:
             self.migrate = greeting.migrations[parse_semver(hello.contract.version)[0]]
         self.reply_limit = hello.max_frame_bytes
+        self.notices = hello.notices
         self.send(
             Welcome(
                 hello.id,
@@ -480,6 +494,21 @@ class ServerConnection(Generic[S]):
                 schemas=greeting.schemas if hello.want_schemas else None,
             )
         )
+        if self.drain is not None and self.drain.draining:
+            # A client arriving during the drain (to re-attach, or by a stale route) is
+            # told at once, with the time that is left.
+            self.going_away(time.monotonic())
+
+    def going_away(self, now: float) -> GoingAway | None:
+        """Send the drain's ``going_away`` notice if this connection reads notices and
+        was not told yet; return what was sent."""
+        if self._told or self.drain is None or self.closed:
+            return None
+        notice = self.drain.notice(now, self.notices)
+        if notice is not None:
+            self._told = True
+            self.send(notice)
+        return notice
 
     # -- what the I/O side reports back ---------------------------------------------
 

@@ -34,10 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corral.errors import UsageError
+from corral.protocol.handshake import ROUTE_HEADER
 from corral.protocol.identity import SERVER_ID
-
-ROUTE_HEADER = "corral-server"
-"""The request header naming the server a client wants (its sessions' home)."""
 
 ROUTE_COOKIE = "corral-server"
 """HAProxy's affinity cookie (inserted on the upgrade's response, sent back by clients)."""

@@ -9,6 +9,7 @@ that can starts a Python per probe (51-66 ms of CPU each, 12-16 % of a 250m Pod,
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fastapi import APIRouter
@@ -40,7 +41,9 @@ def info_router(service: EnvService, personality: Personality) -> APIRouter:
 
     @router.get("/ready")
     async def ready() -> JSONResponse:
-        """Readiness: 200 while a new session can be accepted now, else 503."""
+        """Readiness: 200 while a new session can be accepted now, else 503; while the
+        server drains, ``draining`` says how many sessions it still holds and how long
+        is left."""
         manager = service.manager
         ready, reason = service.readiness()
         body: dict[str, Any] = {
@@ -51,6 +54,13 @@ def info_router(service: EnvService, personality: Personality) -> APIRouter:
             "instance": service.instance,
             "server_id": service.server_id,
         }
+        drain = service.draining
+        if drain.draining:
+            body["draining"] = {
+                "phase": str(drain.phase),
+                "deadline_s": round(drain.remaining(time.monotonic()), 3),
+                "sessions": manager.active,
+            }
         if service.workers is not None:
             body["workers"] = service.workers.report()
         headers = {} if body["ready"] else {"Retry-After": "1"}

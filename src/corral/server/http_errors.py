@@ -5,8 +5,10 @@ Every HTTP error of a corral server is JSON ``{"detail", "code", "message", "det
 with ``code`` corral's stable error code (:mod:`corral.errors`): the routes' own errors
 (``422`` for invalid input, ``detail`` then being the validation error list, as
 FastAPI's; ``409`` for lifecycle errors; ``404``/``410`` for unknown/lost sessions;
-``413`` for an oversized request; ``429``/``503`` + ``Retry-After`` when a limit is
-reached; ``504`` for a step timeout; ``500`` when the environment raised), the access and
+``421`` (Misdirected Request) for a session another server of the fleet holds
+(``details.server`` names it); ``413`` for an oversized request; ``429``/``503`` +
+``Retry-After`` when a limit is reached or the server drains; ``504`` for a step
+timeout; ``500`` when the environment raised), the access and
 body refusals of the middlewares, and what the framework raises on its own — an unknown
 route or method (404/405, ``UNKNOWN_TYPE``), a body that fails the route's model (422,
 ``BAD_MESSAGE``), any other ``HTTPException``, and an unexpected exception (500,
@@ -63,6 +65,8 @@ HTTP_STATUS: dict[str, int] = {
     ErrorCode.SESSION_BUSY: 409,
     ErrorCode.UNKNOWN_SESSION: 404,
     ErrorCode.SESSION_LOST: 410,
+    ErrorCode.SESSION_ELSEWHERE: 421,
+    ErrorCode.NOT_READY: 503,
     ErrorCode.CAPACITY_REACHED: 503,
     ErrorCode.TOO_MANY_SESSIONS: 503,
     ErrorCode.TOO_MANY_CONNECTIONS: 429,
@@ -106,8 +110,9 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (409, "The session's lifecycle does not allow this now (e.g. step before reset)."),
         (410, "The session is gone (reaped, timed out); the reason is in the message."),
         (413, "The request is larger than the server's frame limit."),
+        (421, "The session lives on another server of the fleet (details.server)."),
         (500, "The environment raised; the session stays usable."),
-        (503, "The server is at capacity; retry after Retry-After seconds."),
+        (503, "The server is at capacity or draining; retry after Retry-After seconds."),
         (504, "The environment overran the step timeout; the session was closed."),
     ]
 }

@@ -2,10 +2,20 @@
 
 A custom collector reads :class:`~corral.server.stats.Stats` at scrape time, so the hot
 path only bumps plain integers and nothing is counted twice.
+
+The fleet's figures: ``corral_sessions_total{event="restored"}`` (sessions restored from
+a snapshot; how long each took is ``corral_env_call_seconds{op="restore"}``),
+``{event="elsewhere"}`` (requests refused ``SESSION_ELSEWHERE``: the session lives on
+another server), ``corral_snapshots_total`` (taken; their time is
+``corral_env_call_seconds{op="snapshot"}``), and the drain: ``corral_draining`` (1 while
+draining), ``corral_drain_deadline_seconds`` (left), ``corral_drain_sessions`` by
+``event``: ``at_start``, ``moved_away`` (gone before the deadline), ``lost`` (closed at
+the deadline); ``corral_sessions_active`` is how many it still holds.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -60,9 +70,15 @@ class ServiceCollector(Collector):
             ("closed", stats.closed),
             ("reaped", stats.reaped),
             ("refused", manager.registry.refused),
+            ("restored", stats.restores),
+            ("elsewhere", manager.registry.elsewhere),
         ):
             sessions.add_metric([event], value)
         yield sessions
+        yield CounterMetricFamily(
+            "corral_snapshots", "Session snapshots taken.", value=stats.snapshots
+        )
+        yield from _drain_metrics(self.service)
         calls = CounterMetricFamily("corral_env_calls", "Environment calls.", labels=["op"])
         calls.add_metric(["step"], stats.steps)
         calls.add_metric(["reset"], stats.resets)
@@ -80,6 +96,31 @@ class ServiceCollector(Collector):
         workers = self.service.workers
         if workers is not None:
             yield from _worker_metrics(workers.report())
+
+
+def _drain_metrics(service: EnvService) -> Iterator[Metric]:
+    """The drain: whether it runs, the time left, and its sessions' fates."""
+    drain = service.draining
+    held = service.manager.active
+    yield GaugeMetricFamily(
+        "corral_draining", "1 while the server drains.", value=int(drain.draining)
+    )
+    yield GaugeMetricFamily(
+        "corral_drain_deadline_seconds",
+        "Seconds left until the drain closes what is left (0 when not draining).",
+        value=drain.remaining(time.monotonic()),
+    )
+    figures = drain.figures(held)
+    sessions = CounterMetricFamily(
+        "corral_drain_sessions",
+        "Sessions of the drain: held at its start, moved away before the deadline, "
+        "lost at the deadline.",
+        labels=["event"],
+    )
+    sessions.add_metric(["at_start"], figures.at_start)
+    sessions.add_metric(["moved_away"], figures.moved_away)
+    sessions.add_metric(["lost"], figures.lost)
+    yield sessions
 
 
 def _worker_metrics(report: dict[str, Any]) -> Iterator[Metric]:

@@ -21,10 +21,13 @@ launcher's network namespace, which is how a server in a sandbox without network
 reachable on the host's 127.0.0.1.
 
 **Draining** (for rolling updates and scale-down on Kubernetes): with ``drain_timeout`` set
-(or ``$CORRAL_DRAIN_SECONDS``), SIGTERM does not stop the server at once. ``/ready``
-answers 503 from then on, so the orchestrator routes no new clients here, while the
-sessions already open keep working; the server stops once none is left, or at the
-deadline, whichever comes first. A second SIGTERM, or SIGINT, stops it at once.
+(or ``$CORRAL_DRAIN_SECONDS``), SIGTERM does not stop the server at once: it drains
+(:meth:`~corral.server.service.EnvService.drain`). ``/ready`` answers 503 from then on,
+so the orchestrator routes no new clients here, and new sessions are ``NOT_READY``;
+clients that read notices are told ``going_away`` with the deadline and move their
+sessions; the sessions still open keep working. The server stops once none is left, or
+at the deadline (closing what is left), whichever comes first. A second SIGTERM, or
+SIGINT, stops it at once.
 """
 
 from __future__ import annotations
@@ -43,8 +46,6 @@ from typing import Any
 import uvicorn
 import uvicorn.config
 import uvicorn.importer
-from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from corral import runtime
 from corral.auth import TOKEN_ENV, TOKEN_FILE_ENV, resolve_fleet_key, resolve_token
@@ -55,7 +56,7 @@ from corral.server.config import ServerConfig
 from corral.server.edge import hard_frame_limit
 from corral.server.front import HandshakeGuard, front_factory
 from corral.server.gc_pacer import GcPacer
-from corral.server.sessions import SessionManager
+from corral.server.service import EnvService
 from corral.server.uvicorn_ws import protocol_factory
 
 LISTENING = "CORRAL_LISTENING"
@@ -216,67 +217,33 @@ def drain_seconds(value: float | None = None) -> float | None:
     return value or None
 
 
-class _Draining:
-    """Answers ``/ready`` with 503 once the server drains; passes everything else on.
-
-    It sits outside the app, so that readiness flips without the app knowing about it.
-    """
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-        self.draining = False
-
-    def refusing(self) -> str | None:
-        """Why no new session is served: the server is draining (a readiness check)."""
-        return "draining: the server is stopping" if self.draining else None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.draining and scope["type"] == "http" and scope["path"] in ("/ready", "/readyz"):
-            response = JSONResponse(
-                {"ready": False, "draining": True}, status_code=503, headers={"Retry-After": "5"}
-            )
-            await response(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
-
-
 class _DrainingServer(uvicorn.Server):
-    """uvicorn's server, where the first SIGTERM drains the sessions before stopping."""
+    """uvicorn's server, where the first SIGTERM drains the service before stopping
+    (:meth:`~corral.server.service.EnvService.drain`)."""
 
-    def __init__(
-        self, config: uvicorn.Config, gate: _Draining, manager: SessionManager, deadline: float
-    ) -> None:
+    def __init__(self, config: uvicorn.Config, service: EnvService, deadline: float) -> None:
         super().__init__(config)
-        self.gate = gate
-        self.manager = manager
+        self.service = service
         self.deadline = deadline
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.draining = False
         self._drain: asyncio.Task[None] | None = None
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if sig != signal.SIGTERM or self.gate.draining or self.loop is None:
+        if sig != signal.SIGTERM or self.draining or self.loop is None:
             super().handle_exit(sig, frame)
             return
-        self.gate.draining = True
+        self.draining = True
         self.loop.call_soon_threadsafe(self._start_drain)
 
     def _start_drain(self) -> None:
-        self._drain = asyncio.ensure_future(self._drain_sessions())
+        self._drain = asyncio.ensure_future(self._drain_then_stop())
 
-    async def _drain_sessions(self) -> None:
-        manager = self.manager
-        loop = asyncio.get_running_loop()
-        end = loop.time() + self.deadline
-        print(
-            f"draining: {manager.active} sessions open, stopping when none is left "
-            f"or in {self.deadline:g} s",
-            file=sys.stderr,
-            flush=True,
-        )
-        # A 10 Hz check of a counter: the drain has no event of its own to wait on.
-        while manager.active and loop.time() < end:
-            await asyncio.sleep(0.1)
-        super().handle_exit(signal.SIGTERM, None)
+    async def _drain_then_stop(self) -> None:
+        try:
+            await self.service.drain(self.deadline, "draining on SIGTERM")
+        finally:
+            super().handle_exit(signal.SIGTERM, None)
 
 
 def serve(
@@ -345,11 +312,8 @@ def serve(
     if deadline is None:
         server = build_server(app, log_level)
     else:
-        gate = _Draining(app)
-        # While draining, new connections and sessions are refused (NOT_READY).
-        app.state.service.readiness_checks.append(gate.refusing)
-        settings = uvicorn_config(gate, cfg, log_level)
-        server = _DrainingServer(settings, gate, app.state.service.manager, deadline)
+        settings = uvicorn_config(app, cfg, log_level)
+        server = _DrainingServer(settings, app.state.service, deadline)
         install_front(server, app)
     logs.configure(log_format, log_level)  # after uvicorn's own logging set-up, replacing it
     runtime.tune_gc()

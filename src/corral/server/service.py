@@ -18,6 +18,11 @@ it, under the same runner rules and step timeout.
 
 A link that carries typed requests instead of frames (the OpenEnv envelope) uses a
 :class:`Channel` and :meth:`EnvService.handle`.
+
+Session ids name this server (:class:`~corral.protocol.identity.SessionIds`, signed with
+a key derived from the fleet key), so that a server of the same fleet asked about one
+answers ``SESSION_ELSEWHERE`` with its holder's id. :meth:`EnvService.drain` drains the
+server (:mod:`corral.server.draining`).
 """
 
 from __future__ import annotations
@@ -45,12 +50,14 @@ from corral.errors import (
     HandshakeRequired,
     InternalError,
     PlatformError,
+    SessionLost,
     StepTimeout,
 )
 from corral.protocol import messages as m
 from corral.protocol.codecs import Codec, Frame
+from corral.protocol.drain import Drain, DrainFigures
 from corral.protocol.handshake import Compat
-from corral.protocol.identity import default_server_id
+from corral.protocol.identity import SessionIds, default_server_id
 from corral.protocol.server import (
     CallRequest,
     CloseSession,
@@ -70,6 +77,7 @@ from corral.protocol.snapshot import SnapshotSeal
 from corral.server.admission import Admission
 from corral.server.batching import BatchHandler
 from corral.server.config import ServerConfig
+from corral.server.draining import Drainer
 from corral.server.env_failures import as_data
 from corral.server.runner import EnvFactory, eager_start
 from corral.server.sessions import Session, SessionManager
@@ -188,7 +196,16 @@ class EnvService:
             config,
             auto_reset=env_type.auto_reset,
             thread_affinity=env_type.thread_affinity,
+            on_close=self._session_closed,
+            ids=SessionIds(
+                self.server_id, None if key is None else fleet_subkey(key, "session-ids")
+            ),
         )
+        self.connections: set[Connection] = set()
+        """The open ``corral/1`` connections (a drain tells each it is going away)."""
+        self.draining = Drain(self.server_id)
+        """The drain's state: every request and ``/ready`` ask it."""
+        self.drainer = Drainer(self.draining, self.manager, self.connections)
         self.admission = Admission(env_type, self.contract, factory)
         self.admission.debug = config.debug
         self.rewards = self.admission.rewards
@@ -206,14 +223,33 @@ class EnvService:
         )
         self.batches = BatchHandler(self.manager, self.admission, config.step_timeout_s)
         self._tasks: set[asyncio.Future[None]] = set()
-        self.readiness_checks: list[Callable[[], str | None]] = [self._hung_calls]
+        self.readiness_checks: list[Callable[[], str | None]] = [
+            self.draining.unavailable,
+            self._hung_calls,
+        ]
         """Each says why no new session can be served now, or None (``/ready``)."""
         self.workers: WorkerPool | None = None
         """The worker processes holding the environments (``--workers``); their state
         goes in ``/health``, ``/ready``, ``/status`` and ``/metrics``."""
         self.manager.registry.unavailable = self.unavailable
 
-    # -- readiness ------------------------------------------------------------------
+    # -- readiness and drain -------------------------------------------------------------
+
+    def _session_closed(self, session: Session, reason: str) -> None:
+        if self.draining.draining:
+            self.drainer.session_closed()
+
+    async def drain(self, deadline_s: float, reason: str = "draining") -> DrainFigures:
+        """Drain the server: open and restore no new session (``NOT_READY``, ``/ready``
+        503), tell the clients that read notices it is ``going_away``, keep serving the
+        sessions held (steps, ``snapshot``, ``close``) until none is left or
+        ``deadline_s`` passes, then close what is left (``SESSION_LOST``, reason
+        ``"drained"``). Returns the drain's figures; the server keeps running (refusing
+        new sessions) until its owner stops it, as ``corral serve`` does on SIGTERM.
+
+        A second call while a drain runs waits for the first (its deadline stands).
+        """
+        return await self.drainer.run(deadline_s, reason)
 
     def _hung_calls(self) -> str | None:
         hung, bound = self.manager.executor.hung, self.config.max_hung_calls
@@ -276,7 +312,7 @@ class EnvService:
         feed each frame in to :meth:`receive`, end with :meth:`disconnect`.
         """
         self.manager.stats.connections += 1
-        conn = ServerConnection(
+        conn: Connection = ServerConnection(
             codec,
             self.manager.registry,
             self.greeting,
@@ -285,7 +321,9 @@ class EnvService:
             max_batch=self.config.max_batch,
             count_error=self.manager.stats.error,
             snapshots=self.seal,
+            drain=self.draining,
         )
+        self.connections.add(conn)
         conn.client = client
         return conn
 
@@ -302,6 +340,7 @@ class EnvService:
     async def disconnect(self, conn: Connection, clean: bool) -> None:
         """``conn`` closed: free its sessions now (clean) or after the resume window."""
         conn.close()
+        self.connections.discard(conn)
         self.manager.stats.connections -= 1
         if clean:
             await self.manager.close_owned(conn, "the client disconnected")
@@ -394,6 +433,7 @@ class EnvService:
             self.internal_error(conn, exc, request.id)
             return
         self.manager.stats.observe(str(Op.RESTORE), time.perf_counter() - started)
+        self.manager.stats.restores += 1
         if not conn.restored(request, session, observation):
             await self.manager.close(session, "the connection closed while it restored")
 
@@ -473,11 +513,20 @@ class EnvService:
                     envelope = self.seal.seal(session.machine.position(), value, time.time())
                     reply = m.SnapshotReply(request.id, session.id, envelope)
                     session.machine.finish(op)
+                    self.manager.stats.snapshots += 1
                 else:
                     payload, done = admission.result(peer, value, op)
                     reply = m.Result(request.id, session.id, payload)
                     session.machine.finish(op, done)
             except asyncio.CancelledError:
+                reason = session.machine.closed_reason
+                if reason:  # closed under it (a drain's deadline): say so, not silence
+                    lost = SessionLost(
+                        f"session {session.id} is gone: {reason}",
+                        details={"reason": reason, "session": session.id},
+                        request_id=request.id,
+                    )
+                    session.deliver(m.ErrorReply.of(lost, session.id))
                 raise
             except Exception as exc:
                 error = admission.failure(exc, op, session)

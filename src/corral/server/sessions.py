@@ -23,6 +23,7 @@ from typing import Any
 
 from corral.contract import Environment
 from corral.errors import CapacityReached
+from corral.protocol.identity import SessionIds
 from corral.protocol.position import Position
 from corral.protocol.registry import SessionRegistry
 from corral.protocol.session import ReplyCache, ReplySink, SessionMachine, SessionState
@@ -95,6 +96,7 @@ class SessionManager:
         auto_reset: bool,
         thread_affinity: bool,
         on_close: Callable[[Session, str], None] | None = None,
+        ids: SessionIds | None = None,
     ) -> None:
         self.factory = factory
         self.config = config
@@ -106,6 +108,7 @@ class SessionManager:
             resume_window_s=config.resume_window_s,
             idle_timeout_s=config.idle_timeout_s,
             on_attach=logs.session_resumed,
+            ids=ids,
             max_per_client=config.client_sessions,
         )
         self.stats = Stats()
@@ -194,7 +197,7 @@ class SessionManager:
             else SessionMachine.restored(position, auto_reset=self.auto_reset)
         )
         session = Session(
-            id=self._random.take(16).hex(),
+            id=self.registry.mint(self._random.take(16).hex()),
             token=base64.urlsafe_b64encode(self._random.take(24)).decode(),
             runner=runner,
             machine=machine,

@@ -74,6 +74,10 @@ class Stats:
     steps: int = 0
     resets: int = 0
     connections: int = 0
+    snapshots: int = 0
+    """Session snapshots taken (``snapshot`` answered)."""
+    restores: int = 0
+    """Sessions restored from a snapshot (``restore`` answered)."""
     errors: dict[str, int] = field(default_factory=dict)
     latency: dict[str, Histogram] = field(default_factory=dict)
 

@@ -19,6 +19,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from corral import __version__
+from corral.protocol.identity import SEPARATOR
 from corral.server.service import EnvService
 from corral.server.stats import Histogram
 
@@ -113,7 +114,7 @@ class StatusView:
             codec = getattr(session.owner, "codec", None)
             sessions.append(
                 {
-                    "id": session.id[:8],
+                    "id": _short(session.id),
                     "age_s": round(now - session.created, 3),
                     "idle_s": round(now - session.last_active, 3),
                     "episodes": session.machine.episodes,
@@ -177,3 +178,10 @@ def status_router(service: EnvService) -> APIRouter:
         return view.body()
 
     return router
+
+
+def _short(session_id: str) -> str:
+    """A session's id as the status page lists it: 8 characters of its random part
+    (every id of this server begins with the server's id)."""
+    parts = session_id.split(SEPARATOR)
+    return (parts[1] if len(parts) == 3 else session_id)[:8]

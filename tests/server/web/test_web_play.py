@@ -249,7 +249,7 @@ async def test_server_view_lists_live_sessions(context, wordle):
     page = await open_ui(ctx, wordle.url)
     session = await js(page, "window.corral.session.id")
     await page.click("#tab-server")
-    await expect(page.locator("#server table.sessions")).to_contain_text(session[:8])
+    await expect(page.locator("#server table.sessions")).to_contain_text(session.split("~")[1][:8])
     await expect(page.locator("#server [data-stat=active]")).to_contain_text("/ 1024")
     await expect(page.locator("#server svg.spark")).to_have_count(4)
     if os.environ.get("CORRAL_WEB_SCREENSHOTS"):  # let the sparklines gather a few samples

@@ -36,7 +36,7 @@ from starlette.requests import HTTPConnection
 
 from corral.contract.options import accepted_reset_options
 from corral.contract.tools import Tool
-from corral.errors import CorralError, SessionLost, StepTimeout, UnknownSession
+from corral.errors import CorralError, SessionElsewhere, SessionLost, StepTimeout, UnknownSession
 from corral.protocol import messages as m
 from corral.protocol.codecs import JsonCodec
 from corral.protocol.handshake import Compat
@@ -182,22 +182,34 @@ class LinkRegistry(Generic[L]):
 
         Raises:
             SessionLost: it existed and was closed or reaped (with the reason).
+            SessionElsewhere: another server of the fleet holds it (``details.server``).
             UnknownSession: no HTTP session has that id.
         """
         link = self.find(session_id)
         if link is not None:
             return link
-        try:
-            self.service.manager.get(session_id, _NoOwner())
-        except SessionLost:
-            raise
-        except CorralError:
-            pass
-        raise UnknownSession(
+        raise self.missing(session_id)
+
+    def missing(self, session_id: str) -> CorralError:
+        """Why ``session_id`` names no HTTP session here: the registry's answer (lost,
+        or another server's), else ``UNKNOWN_SESSION`` saying how to open one. A live
+        session of a ``corral/1`` connection is unknown here too: it is not this
+        route's to drive."""
+        error = self.service.manager.registry.missing(session_id, "")
+        if isinstance(error, SessionLost | SessionElsewhere):
+            return error
+        return UnknownSession(
             f"no HTTP session {session_id!r}; open one with POST /sessions and send its "
             f"id in the {SESSION_HEADER} header",
             details={"session": session_id},
         )
+
+    def unknown(self, session_id: str) -> str:
+        """OpenEnv's text for a session id it cannot use (``Unknown session_id: ...``),
+        naming the server that holds it when another server of the fleet does."""
+        text = f"Unknown session_id: {session_id}"
+        error = self.missing(session_id)
+        return f"{text} ({error.message})" if isinstance(error, SessionElsewhere) else text
 
     async def close(self, session_id: str, reason: str) -> str:
         """Close ``session_id``: ``"closed"``, ``"closing"`` (a WebSocket is attached;
@@ -221,7 +233,7 @@ class LinkRegistry(Generic[L]):
         """
         link = self.find(session_id)
         if link is None:
-            raise KeyError(f"Unknown session_id: {session_id}")
+            raise KeyError(self.unknown(session_id))
         if session_id in self.attached:
             raise KeyError(f"Session {session_id} already has an attached WebSocket")
         self.attached.add(session_id)
@@ -233,13 +245,6 @@ class LinkRegistry(Generic[L]):
         if session_id in self.pending_close:
             self.pending_close.discard(session_id)
             await self.close(session_id, "closed over MCP while a WebSocket was attached")
-
-
-class _NoOwner:
-    """An owner no session has: looking a session up with it yields its tombstone."""
-
-    def send(self, reply: object) -> None:
-        """Never called."""
 
 
 class Link(ABC):

@@ -229,7 +229,7 @@ class CorralPersonality(Personality):
         if isinstance(plan, CloseRpcSession):
             outcome = await self.registry.close(plan.session_id, "closed over MCP")
             if outcome == "unknown":
-                message = f"Unknown session_id: {plan.session_id}"
+                message = self.registry.unknown(plan.session_id)
                 return rpc_error(plan.id, RpcCode.INVALID_PARAMS, message)
             return rpc_result(plan.id, close_result(plan.session_id, outcome))
         assert isinstance(plan, CallTool)

@@ -214,14 +214,14 @@ class PeerPersonality(Personality):
                 return runtime.rpc_error(RpcCode.INVALID_PARAMS, message, rpc.id)
             outcome = await self.registry.close(target, "closed over MCP")
             if outcome == "unknown":
-                message = f"Unknown session_id: {target}"
+                message = self.registry.unknown(target)
                 return runtime.rpc_error(RpcCode.INVALID_PARAMS, message, rpc.id)
             return runtime.rpc_success(rpc.id, close_result(target, outcome))
         target = params.get("session_id") or session_id
         if target:
             found = self.registry.find(target)
             if found is None:
-                message = f"Unknown session_id: {target}"
+                message = self.registry.unknown(target)
                 return runtime.rpc_error(RpcCode.INVALID_PARAMS, message, rpc.id)
             async with found.lock:
                 return await found.rpc(rpc.method, params, rpc.id)

@@ -23,6 +23,10 @@ Lifecycle and envelope:
 
 ``/mcp`` as a WebSocket is OpenEnv's raw JSON-RPC channel: one session per connection,
 JSON-RPC objects in and out without the ``{"type": ...}`` envelope.
+
+OpenEnv knows no ``going_away`` notice: when the server drains, these sockets keep
+working until the drain's deadline and are then closed normally (1000), as OpenEnv's own
+server closes them.
 """
 
 from __future__ import annotations
@@ -81,6 +85,9 @@ async def serve_openenv(websocket: WebSocket, personality: Personality) -> None:
             return
     link.speak(nested_metadata=attached is not None or wants_nested_metadata(websocket))
     reason = "the OpenEnv client disconnected"
+    closers = personality.service.drainer.closers
+    closer = _Closer(websocket)
+    closers.add(closer)
     try:
         while True:
             message = await websocket.receive()
@@ -99,13 +106,31 @@ async def serve_openenv(websocket: WebSocket, personality: Personality) -> None:
                 break
     except WebSocketDisconnect:
         pass
+    except RuntimeError:
+        if not closer.closed:  # Starlette's "send after close": ours, at the deadline
+            raise
     finally:
+        closers.discard(closer)
         if attached is not None:
             await registry.detach(attached)
         else:
             await link.close(reason)
     with contextlib.suppress(Exception):
         await websocket.close(_CLOSE_NORMAL)
+
+
+class _Closer:
+    """Closes one socket with 1000 at the drain's deadline; its loop then ends (a reply
+    it was about to send is dropped: its session is closed already)."""
+
+    def __init__(self, websocket: WebSocket) -> None:
+        self.websocket = websocket
+        self.closed = False
+
+    async def __call__(self) -> None:
+        self.closed = True
+        with contextlib.suppress(Exception):
+            await self.websocket.close(_CLOSE_NORMAL)
 
 
 async def _finish(websocket: WebSocket, codec: JsonCodec, frame: dict[str, Any]) -> None:
@@ -126,6 +151,9 @@ async def serve_mcp_socket(websocket: WebSocket, personality: Personality) -> No
         body = personality.rpc_error(RpcCode.SERVER_ERROR, reason, data or None)
         await _finish(websocket, codec, body)
         return
+    closers = personality.service.drainer.closers
+    closer = _Closer(websocket)
+    closers.add(closer)
     try:
         while True:
             message = await websocket.receive()
@@ -143,7 +171,11 @@ async def serve_mcp_socket(websocket: WebSocket, personality: Personality) -> No
             await websocket.send_text(codec.encode(out))
     except WebSocketDisconnect:
         pass
+    except RuntimeError:
+        if not closer.closed:  # Starlette's "send after close": ours, at the deadline
+            raise
     finally:
+        closers.discard(closer)
         await link.close("the MCP WebSocket closed")
     with contextlib.suppress(Exception):
         await websocket.close(_CLOSE_NORMAL)

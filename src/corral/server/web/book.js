@@ -70,7 +70,7 @@ export class Book {
     const out = [];
     if (this.live) out.push({ ep: this.live, label: `live · ${describe(this.live)}` });
     for (const ep of this.kept) {
-      const why = ep.kept === 'expired' ? 'expired session' : `imported ${ep.file ?? ''}`.trim();
+      const why = ep.kept === 'expired' ? 'expired session' : ep.kept === 'branched' ? 'left for a branch' : `imported ${ep.file ?? ''}`.trim();
       out.push({ ep, label: `${why} · ${describe(ep)}` });
     }
     return out;

@@ -129,6 +129,14 @@ export class Connection {
     return session;
   }
 
+  // Play on `session` from now on (restored, or a branch); the previous one is closed.
+  async adopt(session) {
+    const previous = this.session;
+    session.whenBack = () => this.whenBack();
+    this.session = session;
+    if (previous && previous !== session) await previous.close().catch(() => {});
+  }
+
   async closeSession() {
     const session = this.session;
     this.session = null;

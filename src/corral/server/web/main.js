@@ -14,7 +14,7 @@ import { h, $, clear } from './dom.js';
 import { http } from './wire.js';
 import { Connection } from './connection.js';
 import { FormWithJson, InputError } from './forms.js';
-import { json } from './values.js';
+import { json, sessionLabel } from './values.js';
 import { Inspector, showContract, ServerView, showSnippet } from './panels.js';
 import { pythonSnippet, curlSnippet } from './snippets.js';
 import { Play } from './play.js';
@@ -161,7 +161,7 @@ async function start() {
     try {
       await conn.openSession();
       $('#open').hidden = true;
-      $('#session-info').textContent = `session ${conn.session.id.slice(0, 8)}…`;
+      $('#session-info').textContent = `session ${sessionLabel(conn.session.id)}…`;
       play.setBusy(false);
       await play.reset();
     } catch (e) {
@@ -205,7 +205,7 @@ async function start() {
     clear($('#options'), play.optionsForm.el);
     await conn.start();
     await conn.openSession();
-    $('#session-info').textContent = `session ${conn.session.id.slice(0, 8)}…`;
+    $('#session-info').textContent = `session ${sessionLabel(conn.session.id)}…`;
     $('#env-version').textContent = `contract ${identity().contract_version}`;
     showContract($('#contract'), { schema, identity: identity(), welcome: conn.welcome });
     tools.load();

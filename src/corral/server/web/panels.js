@@ -1,7 +1,7 @@
 // The other views: contract, protocol inspector, the snippet dialog, server view.
 
 import { h, $, clear } from './dom.js';
-import { json, mask } from './values.js';
+import { json, mask, sessionLabel } from './values.js';
 import { fieldTable, sparkline } from './observe.js';
 
 const MAX_FRAMES = 500;
@@ -28,7 +28,7 @@ export class Inspector {
         h('td', { text: dir === 'out' ? '→' : '←', 'aria-label': dir === 'out' ? 'sent' : 'received' }),
         h('td', { text: m.id ?? '' }),
         h('td', { text: m.type ?? '?' }),
-        h('td', { text: m.session ? m.session.slice(0, 8) : '' }),
+        h('td', { text: m.session ? sessionLabel(m.session) : '' }),
         h('td', { text: String(text.length) }),
         h('td', { text: frame.t.toLocaleTimeString() }),
       ),

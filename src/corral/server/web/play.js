@@ -6,15 +6,16 @@
 // Nothing the page did is lost on the way: a step cut by a dropped connection is sent
 // again once the session is back (connection.js); a session the server no longer holds
 // leaves its episode kept and exportable, with an offer to restore it in a new session.
+// With snapshots, each step's is kept: restore uses the last, any step can be branched.
 
 import { h, $, clear, download } from './dom.js';
-import { diff, json, shown } from './values.js';
+import { diff, json, sessionLabel, shown } from './values.js';
 import { WireError, Session } from './wire.js';
 import { flagsOf, pathText } from './observe.js';
 import { toJsonl, fromJsonl } from './episode.js';
 import { Book } from './book.js';
 import { formatLink, parseLink } from './link.js';
-import { replayEpisode, restoreEpisode } from './restore.js';
+import { replayEpisode, restoreEpisode, keepSnapshot, snapshotAt } from './restore.js';
 import { sessionGone } from './reconnect.js';
 import { renderObservation, renderDetail, renderTimeline, renderPicker } from './playview.js';
 
@@ -89,6 +90,16 @@ export class Play {
 
   // -- reset and step ----------------------------------------------------------------
 
+  // Keep the snapshot of step `index` (none on failure: restore then replays).
+  async snapshotStep(ep, index, session) {
+    if (!this.conn.welcome?.env?.snapshots) return;
+    try {
+      keepSnapshot(ep, index, await session.snapshot());
+    } catch (e) {
+      if (!(e instanceof WireError)) throw e;
+    }
+  }
+
   async reset(seed = this.seedValue(), options = null) {
     if (this.busy || !this.conn.live) return;
     let opts;
@@ -105,7 +116,9 @@ export class Play {
       const { reply, ms } = await session.reset(seed, opts);
       const first = record('reset', null, reply, ms, null);
       first.state = await session.state().catch(() => null);
-      this.book.begin({ seed, options: opts, steps: [first], episode: first.state?.episode_id ?? null });
+      const ep = { seed, options: opts, steps: [first], episode: first.state?.episode_id ?? null };
+      await this.snapshotStep(ep, 0, session);
+      this.book.begin(ep);
       this.note('');
       clear($('#import-note'));
       clear($('#session-banner'));
@@ -137,6 +150,7 @@ export class Play {
       const { reply, ms } = await session.step(action);
       entry = record('step', action, reply, ms, null);
       entry.state = await session.state().catch(() => null);
+      await this.snapshotStep(ep, ep.steps.length, session);
     } catch (e) {
       if (!(e instanceof WireError)) throw e;
       if (this.lostSession(e)) return;
@@ -173,6 +187,7 @@ export class Play {
     this.setBusy(false);
     $('#session-info').textContent = 'session expired';
     const steps = ep ? ep.steps.length - 1 : 0;
+    const snapshot = ep ? snapshotAt(ep, ep.steps.length - 1) : null;
     clear(
       $('#session-banner'),
       h(
@@ -180,17 +195,17 @@ export class Play {
         { class: 'banner warn', role: 'alert', 'data-code': error?.code ?? 'SESSION_LOST' },
         h('p', {}, h('b', { text: 'The session expired' }), `: the server no longer holds it (`, h('span', { class: 'code', text: error?.code ?? 'SESSION_LOST' }), ` ${error?.message ?? ''}).`),
         ep
-          ? h('p', { text: `Its episode (seed ${ep.seed ?? '—'}, ${plural(steps, 'step')}) is kept here: export it, or restore it in a new session by replaying its actions and comparing each observation.` })
+          ? h('p', { text: `Its episode (seed ${ep.seed ?? '—'}, ${plural(steps, 'step')}) is kept here: export it, or restore it in a new session ${snapshot ? "from the server's snapshot of its last step" : 'by replaying its actions and comparing each observation'}.` })
           : null,
-        ep && (ep.seed === null || ep.seed === undefined)
+        ep && !snapshot && (ep.seed === null || ep.seed === undefined)
           ? h('p', { class: 'hint', text: 'It was reset without a seed: a replay may well give another episode (the comparison will say where).' })
           : null,
-        ep ? h('div', { class: 'row buttons' }, h('button', { type: 'button', id: 'restore', class: 'primary', onclick: () => this.restore(ep), text: `Restore (replay ${plural(steps, 'action')})` })) : null,
+        ep ? h('div', { class: 'row buttons' }, h('button', { type: 'button', id: 'restore', class: 'primary', onclick: () => this.restore(ep), text: snapshot ? 'Restore (from its snapshot)' : `Restore (replay ${plural(steps, 'action')})` })) : null,
       ),
     );
     try {
       await this.conn.openSession();
-      $('#session-info').textContent = `new session ${this.conn.session.id.slice(0, 8)}… (the expired episode is kept)`;
+      $('#session-info').textContent = `new session ${sessionLabel(this.conn.session.id)}… (the expired episode is kept)`;
     } catch (e) {
       this.showError(e); // e.g. the server is full: Open session tries again
       $('#open').hidden = false;
@@ -231,8 +246,12 @@ export class Play {
       const outcome = await run(session, ep, { onStep, withState: true });
       if (outcome.steps) {
         live.steps = outcome.steps; // restored from a snapshot: nothing was replayed
+        live.snapshots = new Map(ep.snapshots);
+        await this.conn.adopt(outcome.session);
         this.book.begin(live);
         this.book.select(live.steps.length - 1);
+      } else if (!outcome.diverged && live.steps.length) {
+        await this.snapshotStep(live, live.steps.length - 1, this.conn.session);
       }
       live.diverged = outcome.diverged;
       if (outcome.diverged) this.book.select(outcome.diverged.index);
@@ -249,7 +268,8 @@ export class Play {
 
   async restore(ep) {
     const steps = ep.steps.length - 1;
-    this.note(`restoring: replaying ${plural(steps, 'action')} in a new session…`);
+    const how = snapshotAt(ep, steps) ? 'from its snapshot' : `replaying ${plural(steps, 'action')}`;
+    this.note(`restoring: ${how} in a new session…`);
     const outcome = await this.replayLive(ep, { restore: true });
     if (!outcome) return;
     clear($('#session-banner'));
@@ -263,6 +283,33 @@ export class Play {
       );
     } else {
       this.note(`restored: replayed ${plural(outcome.replayed - 1, 'action')} in a new session, every observation identical; the expired episode stays in the list above`, 'ok restore-result');
+    }
+  }
+
+  // -- branch: a live session from a step's snapshot; the episode left is kept --------
+  async branch(ep, index) {
+    const envelope = snapshotAt(ep, index);
+    if (!envelope || this.busy || !this.conn.live) return;
+    this.setBusy(true);
+    this.showError(null);
+    try {
+      const session = await Session.restore(this.conn.wire, envelope);
+      const left = this.book.live;
+      if (left) this.book.keep(left, 'branched');
+      await this.conn.adopt(session);
+      const steps = ep.steps.slice(0, index + 1).map((s) => ({ ...s }));
+      const branch = { seed: ep.seed, options: ep.options, steps, episode: ep.episode };
+      keepSnapshot(branch, index, envelope);
+      this.book.begin(branch);
+      this.book.select(index);
+      $('#session-info').textContent = `session ${sessionLabel(session.id)}… (branched from step ${index})`;
+      this.note(`branched from step ${index}: a new session in that exact state`, 'ok branch-result');
+      this.render();
+      this.updateLink();
+    } catch (e) {
+      if (!this.lostSession(e)) this.showError(e);
+    } finally {
+      this.setBusy(false);
     }
   }
 
@@ -311,6 +358,10 @@ export class Play {
     if (!ep) return;
     const obs = renderObservation(ep, book.selected);
     renderDetail(ep, book.selected);
+    const at = book.selected;
+    if (snapshotAt(ep, at)) {
+      $('#detail').append(h('button', { type: 'button', id: 'branch', disabled: this.busy || !this.conn.live, onclick: () => this.branch(ep, at), text: 'Branch from this step' }));
+    }
     this.renderView(obs, book.selected === ep.steps.length - 1 && !book.readOnly, (action) => this.step(action));
   }
 

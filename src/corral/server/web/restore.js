@@ -4,8 +4,7 @@
 // code) with the recording; restore keeps the session and what it replayed as the live
 // episode. Pure: the session comes in (anything with reset/step/state), no DOM.
 //
-// A server-side snapshot, where the environment has one, restores without replaying:
-// restoreFromSnapshot() is the one place it plugs in (see there).
+// Where the env has snapshots, restoreFromSnapshot() restores the last one instead.
 
 import { equal } from './values.js';
 import { sessionGone } from './reconnect.js';
@@ -60,22 +59,44 @@ export async function replayEpisode(session, ep, { onStep = () => {}, withState 
   return { diverged: null, replayed: steps.length };
 }
 
-// THE PLUG-IN POINT for server-side snapshot/restore (the fleet work's corral/1 `snapshot`
-// and `restore` requests). Given the new session and the expired episode, bring the
-// session to the state the episode had reached and return {restored: steps} — the steps
-// to show as live — or null when no snapshot can be used, in which case the episode is
-// replayed. It needs a snapshot taken while the old session lived (kept with the episode,
-// e.g. `ep.snapshot` refreshed after each step) or held by the server, and the welcome's
-// word that the environment has one. corral/1 on this server has no snapshot request yet,
-// so there is none to use.
-export async function restoreFromSnapshot(_session, _ep) {
-  return null;
+// Snapshots an episode keeps, the latest (each as large as the env's state).
+export const SNAPSHOTS_KEPT = 32;
+
+// Keep the snapshot taken after step `index` of `ep` (ep.snapshots, never in a file).
+export function keepSnapshot(ep, index, envelope) {
+  ep.snapshots ??= new Map();
+  ep.snapshots.delete(index);
+  ep.snapshots.set(index, envelope);
+  while (ep.snapshots.size > SNAPSHOTS_KEPT) ep.snapshots.delete(ep.snapshots.keys().next().value);
+}
+
+// The snapshot kept of step `index` of `ep`, or null.
+export function snapshotAt(ep, index) {
+  return ep.snapshots?.get(index) ?? null;
+}
+
+// A restore refused with these: replay instead.
+const UNUSABLE = new Set(['BAD_SNAPSHOT', 'SNAPSHOT_UNSUPPORTED', 'SNAPSHOT_TOO_LARGE', 'CONTRACT_MISMATCH']);
+
+// Restore `ep` from the snapshot of its last step in place of `session` (the fresh one):
+// {restored: steps, session}, or null (no snapshot, or refused: replay instead).
+export async function restoreFromSnapshot(session, ep) {
+  const steps = replayable(ep);
+  const envelope = snapshotAt(ep, steps.length - 1);
+  if (!envelope || typeof session.replacedBy !== 'function') return null;
+  try {
+    // A copy: the live episode grows, the expired one stays.
+    return { restored: steps.map((step) => ({ ...step })), session: await session.replacedBy(envelope) };
+  } catch (e) {
+    if (UNUSABLE.has(e.code)) return null;
+    throw e;
+  }
 }
 
 // Restore `ep` on `session`: from a snapshot when there is one, else by replay (see
 // replayEpisode). Returns {how: 'snapshot' | 'replay', diverged, replayed}.
 export async function restoreEpisode(session, ep, options = {}) {
   const snapshot = await restoreFromSnapshot(session, ep);
-  if (snapshot) return { how: 'snapshot', diverged: null, replayed: snapshot.restored.length, steps: snapshot.restored };
+  if (snapshot) return { how: 'snapshot', diverged: null, replayed: snapshot.restored.length, steps: snapshot.restored, session: snapshot.session };
   return { how: 'replay', ...(await replayEpisode(session, ep, { ...options, withState: true })) };
 }

@@ -78,3 +78,9 @@ export function unmask(typed, real) {
 
 // A value as the page shows it in text: secrets masked, arrays as numbers.
 export const shown = (value) => plain(mask(value));
+
+// A session id's label: 8 characters of its random part (`<server>~<random>~<tag>`).
+export function sessionLabel(id) {
+  const parts = String(id).split('~');
+  return (parts.length === 3 ? parts[1] : String(id)).slice(0, 8);
+}

@@ -161,6 +161,24 @@ export class Session {
     return (await this.timed({ type: 'state' })).reply.state;
   }
 
+  // The session's snapshot envelope (opaque here).
+  async snapshot() {
+    return (await this.timed({ type: 'snapshot' })).reply.snapshot;
+  }
+
+  // A new session restored from a snapshot.
+  static async restore(wire, snapshot) {
+    const reply = await wire.request({ type: 'restore', snapshot });
+    return new Session(wire, reply.session, reply.token);
+  }
+
+  // A session restored from `snapshot` in place of this one (closed once it exists).
+  async replacedBy(snapshot) {
+    const restored = await Session.restore(this.wire, snapshot);
+    await this.close().catch(() => {});
+    return restored;
+  }
+
   close() {
     return this.wire.request({ type: 'close', session: this.id });
   }

@@ -2,7 +2,7 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { replayEpisode, restoreEpisode, restoreFromSnapshot, compareStep, replayable } from '../../../../src/corral/server/web/restore.js';
+import { replayEpisode, restoreEpisode, restoreFromSnapshot, compareStep, replayable, keepSnapshot, snapshotAt, SNAPSHOTS_KEPT } from '../../../../src/corral/server/web/restore.js';
 
 // A session whose env adds the action's `n` to a total; `drift` adds 1 from that step on.
 function counter({ drift = Infinity, failAt = -1, goneAt = -1 } = {}) {
@@ -82,4 +82,58 @@ test('restore replays while there is no snapshot to restore from', async () => {
   assert.equal(await restoreFromSnapshot(counter(), recorded(1)), null);
   const outcome = await restoreEpisode(counter(), recorded(1, 2));
   assert.deepEqual(outcome, { how: 'replay', diverged: null, replayed: 3 });
+});
+
+// A counter session that can be replaced by one restored from a snapshot ({total}).
+function restorable(refuse = null) {
+  const session = counter();
+  session.closed = false;
+  session.close = async () => {
+    session.closed = true;
+  };
+  session.replacedBy = async (snapshot) => {
+    if (refuse) throw Object.assign(new Error(refuse), { code: refuse, details: {} });
+    const next = counter();
+    await next.reset(null, { start: snapshot.total });
+    next.restoredFrom = snapshot;
+    await session.close();
+    return next;
+  };
+  return session;
+}
+
+test('snapshots are kept per step, the latest ones only', () => {
+  const ep = recorded(1, 2);
+  for (let i = 0; i < SNAPSHOTS_KEPT + 5; i++) keepSnapshot(ep, i, { total: i });
+  assert.equal(ep.snapshots.size, SNAPSHOTS_KEPT);
+  assert.equal(snapshotAt(ep, 4), null);
+  assert.deepEqual(snapshotAt(ep, SNAPSHOTS_KEPT + 4), { total: SNAPSHOTS_KEPT + 4 });
+  keepSnapshot(ep, 5, { total: 'again' }); // a step snapshotted again is the newest
+  assert.deepEqual(snapshotAt(ep, 5), { total: 'again' });
+  assert.equal(snapshotAt(recorded(1), 0), null);
+});
+
+test('restore uses the snapshot of the last step and nothing is replayed', async () => {
+  const ep = recorded(1, 2);
+  keepSnapshot(ep, 1, { total: 11 });
+  const fresh = restorable();
+  assert.equal(await restoreFromSnapshot(fresh, ep), null); // the last step has none
+  keepSnapshot(ep, 2, { total: 13 });
+  const outcome = await restoreEpisode(fresh, ep);
+  assert.equal(outcome.how, 'snapshot');
+  assert.equal(outcome.replayed, 3);
+  assert.equal(outcome.steps.length, 3);
+  outcome.steps.push({ kind: 'step' });
+  assert.equal(ep.steps.length, 3); // the live copy grows, the expired episode does not
+  assert.deepEqual(outcome.session.restoredFrom, { total: 13 });
+  assert.ok(fresh.closed);
+  assert.deepEqual(fresh.calls, []); // no reset, no step on the fresh session
+});
+
+test('a snapshot the server refuses falls back to replay; other failures are thrown', async () => {
+  const ep = recorded(1, 2);
+  keepSnapshot(ep, 2, { total: 13 });
+  const outcome = await restoreEpisode(restorable('BAD_SNAPSHOT'), ep);
+  assert.deepEqual(outcome, { how: 'replay', diverged: null, replayed: 3 });
+  await assert.rejects(restoreEpisode(restorable('CONNECTION_LOST'), ep), (e) => e.code === 'CONNECTION_LOST');
 });

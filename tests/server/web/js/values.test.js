@@ -2,7 +2,7 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { equal, diff, mask, unmask, short, shown, MASK } from '../../../../src/corral/server/web/values.js';
+import { equal, diff, mask, unmask, short, shown, sessionLabel, MASK } from '../../../../src/corral/server/web/values.js';
 
 const int8 = (values, shape = [values.length]) => ({ dtype: '|i1', shape, data: Buffer.from(Int8Array.from(values).buffer).toString('base64') });
 
@@ -46,4 +46,10 @@ test('short text cuts with an ellipsis, arrays as numbers', () => {
   assert.equal(short({ board: int8([0, -1, 1]) }, 60), '{"board":[0,-1,1]}');
   assert.equal(short(undefined), '');
   assert.deepEqual(shown({ api_key: 'k', board: int8([1, 2]) }), { api_key: MASK, board: [1, 2] });
+});
+
+test('a session is labelled by its random part, not its server', () => {
+  assert.equal(sessionLabel('pod-3~0123456789abcdef~feedbeef'), '01234567');
+  assert.equal(sessionLabel('0123456789abcdef'), '01234567');
+  assert.equal(sessionLabel('a~b'), 'a~b');
 });
