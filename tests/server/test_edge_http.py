@@ -213,3 +213,27 @@ def test_an_unexpected_exception_is_an_internal_error_without_its_insides():
         srv.stop()
     assert answer.status_code == 500 and answer.json()["code"] == "INTERNAL_ERROR"
     assert "secret" not in answer.text and answer.json()["details"] == {"exception": "RuntimeError"}
+
+
+def test_openenv_routes_answer_a_bad_body_as_openenv_does_bounded():
+    """OpenEnv's clients read its 422 body, FastAPI's ``{"detail": [...]}`` alone; corral
+    keeps that shape on those routes, and still cuts what the items echo."""
+    with running(WordleEnv) as srv, httpx.Client(base_url=srv.url, timeout=20) as http:
+        seed = http.post("/reset", json={"seed": -1})
+        huge = http.post("/step", json={"actions": "x" * 100_000})
+        task = http.post("/wordle/task", json={"split": "test", "index": "x"})
+    assert seed.status_code == 422 and seed.json() == {
+        "detail": [
+            {
+                "type": "greater_than_equal",
+                "loc": ["body", "seed"],
+                "msg": "Input should be greater than or equal to 0",
+                "input": -1,
+                "ctx": {"ge": 0},
+            }
+        ]
+    }
+    assert huge.status_code == 422 and huge.json().keys() == {"detail"}
+    assert len(huge.content) < 8 * 1024
+    # corral's own routes keep corral's error body.
+    assert task.status_code == 422 and task.json()["code"] == "BAD_MESSAGE"

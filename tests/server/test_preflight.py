@@ -16,20 +16,27 @@ import httpx
 import pytest
 from tests.support.servers import running
 
-from corral.envs.coding import CodingEnv
+from corral.client.local_server import LocalServer
 from corral.envs.echo import EchoEnv
 from corral.sandbox import DEFAULT_UID_RANGE, SandboxMode
 from corral.sandbox.probe import ALLOW_WEAK_ENV, default_python, probe
 
 
-def test_health_and_metrics_say_the_sandbox_mode() -> None:
-    with running(CodingEnv) as server:
-        health = httpx.get(f"{server.url}/health", timeout=10).json()
-        mode = health["sandbox"]
-        assert mode in ("bwrap", "unshare")  # a namespace mode works on these machines
-        assert health["sandbox_strategy"]
-        metrics = httpx.get(f"{server.url}/metrics", timeout=10).text
-        assert f'corral_env_info{{sandbox="{mode}",' in metrics
+async def test_health_and_metrics_say_the_sandbox_mode() -> None:
+    # A server process of its own: the mode reported is the weakest resolved in the
+    # process, and this test process may have resolved rlimits for other tests.
+    server = LocalServer("corral.envs.coding:CodingEnv", startup_timeout=120)
+    await server.start()
+    try:
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+            health = (await http.get("/health")).json()
+            metrics = (await http.get("/metrics")).text
+    finally:
+        await server.stop()
+    mode = health["sandbox"]
+    assert mode in ("bwrap", "unshare")  # a namespace mode works on these machines
+    assert health["sandbox_strategy"]
+    assert f'corral_env_info{{sandbox="{mode}",' in metrics
 
 
 def test_an_env_without_a_preflight_reports_nothing_more() -> None:

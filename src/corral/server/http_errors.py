@@ -12,7 +12,10 @@ timeout; ``500`` when the environment raised), the access and
 body refusals of the middlewares, and what the framework raises on its own — an unknown
 route or method (404/405, ``UNKNOWN_TYPE``), a body that fails the route's model (422,
 ``BAD_MESSAGE``), any other ``HTTPException``, and an unexpected exception (500,
-``INTERNAL_ERROR``, logged, nothing of it sent).
+``INTERNAL_ERROR``, logged, nothing of it sent). One exception: on OpenEnv's own routes
+(``/reset``, ``/step``, ...) a body that fails the route's model is answered with
+OpenEnv's 422 body, FastAPI's ``{"detail": [...]}`` alone, bounded the same way, because
+OpenEnv's clients read exactly that.
 
 :func:`error_response` is the one renderer: it bounds what an error echoes of its request
 as the protocol does (:meth:`corral.protocol.messages.ErrorReply.of`: messages to 2,048
@@ -29,6 +32,7 @@ from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
@@ -187,8 +191,15 @@ def http_exception_response(exc: HTTPException) -> Response:
     return error_response(cls(message), status, detail=exc.detail, headers=exc.headers)
 
 
-def validation_response(exc: RequestValidationError) -> Response:
-    """The 422 answer to a body or parameter that fails the route's model."""
+OPENENV_TAG = "OpenEnv"
+"""The tag of OpenEnv's routes (:mod:`corral.server.openenv.routes`): their 422 is
+OpenEnv's own body, ``{"detail": [...]}``, which its clients read."""
+
+
+def validation_response(exc: RequestValidationError, *, openenv: bool = False) -> Response:
+    """The 422 answer to a body or parameter that fails the route's model: FastAPI's list
+    of errors, each item's ``input`` and ``ctx`` bounded; on OpenEnv's routes that list
+    alone, as OpenEnv answers, elsewhere in corral's error body."""
     items = []
     for err in list(exc.errors())[:64]:
         item: dict[str, Any] = {
@@ -198,7 +209,12 @@ def validation_response(exc: RequestValidationError) -> Response:
         }
         if "input" in err:
             item["input"] = bounded_input(err["input"])
+        if "ctx" in err:
+            # As FastAPI encodes it (an exception in the context becomes its text).
+            item["ctx"] = bounded_input(jsonable_encoder(err["ctx"]))
         items.append(item)
+    if openenv:
+        return JSONResponse({"detail": items}, 422)
     first = items[0] if items else {"loc": [], "msg": "invalid request"}
     where = ".".join(first["loc"]) or "request"
     error = BadMessage(f"invalid request: {where}: {first['msg']}", details={"errors": items})
@@ -215,7 +231,9 @@ def install_errors(app: FastAPI) -> None:
 
     async def on_validation(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
-        return validation_response(exc)
+        route = request.scope.get("route")
+        tags = getattr(route, "tags", None) or ()
+        return validation_response(exc, openenv=OPENENV_TAG in tags)
 
     async def on_crash(request: Request, exc: Exception) -> Response:
         # Logged with its traceback by the server; the client learns only that it happened.
@@ -234,6 +252,7 @@ def install_errors(app: FastAPI) -> None:
 __all__ = [
     "ERROR_RESPONSES",
     "HTTP_STATUS",
+    "OPENENV_TAG",
     "ErrorReply",
     "ErrorResponse",
     "error_body",

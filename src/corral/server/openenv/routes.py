@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from corral.errors import CorralError
 from corral.protocol.jsonrpc import RpcCode, rpc_error
 from corral.server.bodies import with_body
-from corral.server.http_errors import ERROR_RESPONSES, error_response
+from corral.server.http_errors import ERROR_RESPONSES, OPENENV_TAG, error_response
 from corral.server.openenv.links import SESSION_HEADER, client_address, close_result
 from corral.server.openenv.personality import Personality
 from corral.server.openenv.sockets import serve_mcp_socket
@@ -71,7 +71,7 @@ async def mcp_transport_request(request: Request, body: bytes) -> Response | Non
 
 def openenv_router(personality: Personality) -> APIRouter:
     """OpenEnv's HTTP routes (and the ``/mcp`` WebSocket), answered by ``personality``."""
-    router = APIRouter(tags=["OpenEnv"])
+    router = APIRouter(tags=[OPENENV_TAG])
     registry = personality.registry
 
     async def reset(body: BaseModel, x_corral_session: SessionHeader = None) -> Response:
