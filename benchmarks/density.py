@@ -38,14 +38,7 @@ async def density(s: Any, log: Log) -> dict[str, Any]:
 
     log("9. density")
     n = s.density_sessions
-    server = await servers.corral_server(
-        "corral.envs.echo:EchoEnv",
-        "--max-sessions",
-        str(n + 16),
-        "--idle-timeout",
-        "0",
-        *servers.OWNED,
-    )
+    server = await servers.holding_server("corral.envs.echo:EchoEnv", n)
     try:
         await asyncio.sleep(0.5)
         idle = server.rss_kb()

@@ -455,14 +455,7 @@ async def _latencies(step: Callable[[], Awaitable[Any]], steps: int) -> dict[str
 
 async def _corral_scale(s: Settings, log: Log) -> dict[str, Any]:
     n = s.scale_sessions
-    server = await servers.corral_server(
-        "corral.envs.echo:EchoEnv",
-        "--max-sessions",
-        str(n + 16),
-        "--idle-timeout",
-        "0",
-        *servers.OWNED,
-    )
+    server = await servers.holding_server("corral.envs.echo:EchoEnv", n)
     try:
         await asyncio.sleep(0.5)
         before = server.rss_kb()

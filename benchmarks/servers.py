@@ -126,6 +126,22 @@ class _Child:
         self._tmp.cleanup()
 
 
+async def holding_server(
+    target: str, sessions: int, *, env: dict[str, str] | None = None
+) -> Served:
+    """A ``corral serve`` process one benchmark fills with ``sessions`` long-held sessions:
+    room for them and 16 more, none reaped for idling, no share kept for other clients."""
+    return await corral_server(
+        target,
+        "--max-sessions",
+        str(sessions + 16),
+        "--idle-timeout",
+        "0",
+        *OWNED,
+        env=env,
+    )
+
+
 async def openenv_server(
     kind: str, max_sessions: int = 1024, env: dict[str, str] | None = None
 ) -> Served:

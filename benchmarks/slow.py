@@ -129,13 +129,9 @@ async def corral_case(n: int, delay: float, s: Any, log: Log) -> dict[str, Any]:
     from corral.envs.echo import EchoAction
     from corral.protocol.messages import Step
 
-    server = await servers.corral_server(
+    server = await servers.holding_server(
         "benchmarks.envs:SleepEnv",
-        "--max-sessions",
-        str(2 * n + 16),  # the own loops' sessions may still be closing when the pool opens
-        "--idle-timeout",
-        "0",
-        *servers.OWNED,
+        2 * n,  # the own loops' sessions may still be closing when the pool opens
         env={DELAY_VARIABLE: str(delay)},
     )
     try:
