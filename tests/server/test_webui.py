@@ -16,7 +16,7 @@ from corral.server.webui import CSP, WEB_DIR, is_public, load_assets
 
 NDJSON = {"content-type": "application/x-ndjson"}
 
-BUDGET = 150 * 1024
+BUDGET = 152 * 1024  # 150 KiB, and boot.js (a load cut by a network change reloads)
 """The UI's files, all together, stay under this many bytes (issue 12)."""
 
 
@@ -70,7 +70,7 @@ def test_the_page_preloads_every_module():
     # loaded machine the page is up several round trips sooner.
     page = (WEB_DIR / "index.html").read_text()
     preloaded = set(re.findall(r'<link rel="modulepreload" href="([\w-]+\.js)">', page))
-    modules = {p.name for p in WEB_DIR.glob("*.js")} - {"main.js"}
+    modules = {p.name for p in WEB_DIR.glob("*.js")} - {"main.js", "boot.js"}  # the entries
     assert preloaded == modules
 
 

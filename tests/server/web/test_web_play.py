@@ -146,6 +146,27 @@ async def test_two_tabs_have_two_independent_episodes(context, wordle):
     assert wordle.manager.active >= 2
 
 
+async def test_a_module_cut_while_loading_reloads_the_page(context, wordle):
+    """A module fetch that fails (Chromium cuts requests in flight when a network
+    interface changes, as each Docker container start does) leaves main.js unrun: the
+    page reloads itself instead of saying "connecting…" for ever (boot.js)."""
+    ctx, _ = context
+    cut: list[str] = []
+
+    async def cut_once(route):
+        if not cut:
+            cut.append(route.request.url)
+            await route.abort("connectionreset")
+        else:
+            await route.continue_()
+
+    await ctx.route("**/web/values.js", cut_once)
+    page = await open_ui(ctx, wordle.url)
+    assert cut == [wordle.url + "/web/values.js"]
+    await expect(page.locator("#conn")).to_have_text("connected")
+    assert await js(page, "sessionStorage.length") == 0  # the next load starts afresh
+
+
 async def test_a_link_shows_its_actions_and_replays_them_only_when_asked(context, wordle):
     ctx, _ = context
     page = await open_ui(ctx, wordle.url)
