@@ -39,6 +39,7 @@ average, the guarded calls and the timeout handling.
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import concurrent.futures
 import contextlib
 import functools
@@ -343,6 +344,40 @@ class EnvRunner:
             raise self.timeout_error(method, timeout)
         return future.result()
 
+    def start(
+        self,
+        method: str,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        timeout: float | None,
+        then: Callable[[Any, BaseException | None], None],
+    ) -> Running | None:
+        """Start ``async def env.<method>(*args, **kwargs)`` with no coroutine of ours
+        around it.
+
+        ``then(value, error)`` is called exactly once: with the method's value, with what
+        it raised, with :class:`~corral.errors.StepTimeout` at ``timeout`` (the call is
+        then abandoned, as :meth:`call` does), or with ``CancelledError`` at once when
+        the returned handle is cancelled (its session closed), whether the method heeds
+        its cancellation or not. Returns that handle, or None when the method completed
+        without waiting (``then`` was called already).
+
+        What :meth:`call` gives a waiting call, for a server that holds 100,000 of them
+        (issue 34): one task (the environment's own), one timer, no waiter, no second
+        task and no coroutine of the caller's.
+        """
+        fn = getattr(self.env, method)
+        try:
+            coro = fn(*args, **kwargs) if kwargs else fn(*args)  # no ``**{}`` dict per step
+            future = eager_start(_guarded_async(method, coro))
+        except Exception as exc:  # the call itself raised (a wrong signature)
+            then(None, exc)
+            return None
+        if future.done():
+            _settle(future, then)
+            return None
+        return Running(self, method, future, timeout, then)
+
     async def close(self) -> None:
         """Call ``env.close()`` once; after a timeout, once the stuck call has returned."""
         if self.closed:
@@ -367,6 +402,73 @@ class EnvRunner:
                 self._executor.submit(guarded, "close", self.env.close)
         if self._own_executor:
             self._executor.shutdown(wait=False)
+
+
+class Running:
+    """An ``async def`` environment call in its task, watched by one timer (see
+    :meth:`EnvRunner.start`); ``done`` and ``cancel`` as the task's, for the session
+    that holds it."""
+
+    __slots__ = ("future", "method", "runner", "then", "timeout", "timer")
+
+    def __init__(
+        self,
+        runner: EnvRunner,
+        method: str,
+        future: asyncio.Future[Any],
+        timeout: float | None,
+        then: Callable[[Any, BaseException | None], None],
+    ) -> None:
+        self.runner, self.method, self.future, self.timeout = runner, method, future, timeout
+        self.then: Callable[[Any, BaseException | None], None] | None = then
+        loop = future.get_loop()
+        self.timer = None if timeout is None else loop.call_later(timeout, self._overran)
+        future.add_done_callback(self._done)
+
+    def done(self) -> bool:
+        """True once answered (or the call finished and its answer is on its way)."""
+        return self.then is None or self.future.done()
+
+    def cancel(self) -> bool:
+        """The session closed under the call: cancel it and answer ``CancelledError`` now."""
+        then = self._take()
+        if then is None:
+            return False
+        self.future.cancel()
+        then(None, asyncio.CancelledError())
+        return True
+
+    def _take(self) -> Callable[[Any, BaseException | None], None] | None:
+        """The answer callback, once: later outcomes find None."""
+        then, self.then = self.then, None
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        return then
+
+    def _done(self, future: asyncio.Future[Any]) -> None:
+        then = self._take()
+        if then is not None:
+            _settle(future, then)
+
+    def _overran(self) -> None:
+        self.timer = None
+        if self.future.done():
+            return  # its done callback is on its way
+        then = self._take()
+        assert then is not None and self.timeout is not None
+        self.future.cancel()
+        self.runner.abandon(self.future)
+        then(None, self.runner.timeout_error(self.method, self.timeout))
+
+
+def _settle(future: asyncio.Future[Any], then: Callable[[Any, BaseException | None], None]) -> None:
+    """Hand a finished call's outcome to ``then``."""
+    if future.cancelled():
+        then(None, asyncio.CancelledError())
+        return
+    error = future.exception()
+    then(None if error is not None else future.result(), error)
 
 
 _METHODS = ("reset", "step", "state", "close")
@@ -440,33 +542,44 @@ async def _guarded_async(method: str, awaitable: Awaitable[T]) -> T:
         raise _escaped(method, exc) from None
 
 
-class _Started:
-    """A coroutine that already ran up to its first suspension, as an awaitable."""
+class _Started(collections.abc.Coroutine[Any, Any, Any]):
+    """A coroutine that already ran up to its first suspension, for a task to finish.
+
+    The task's first step gets what the coroutine waits on, the later ones go straight
+    to the coroutine: one small object per started call, where a wrapping coroutine and
+    a generator cost two more tracked objects and a frame per resumption (a server
+    holding 100,000 waiting steps holds one of these each, issue 34).
+    """
+
+    __slots__ = ("coro", "suspended")
 
     def __init__(self, coro: Coroutine[Any, Any, Any], suspended: Any) -> None:
         self.coro = coro
-        self.suspended = suspended
+        self.suspended: Any = suspended
+
+    def send(self, value: Any) -> Any:
+        """The task's step: the first hands over the wait, the rest resume the coroutine."""
+        suspended = self.suspended
+        if suspended is not _RESUMED:
+            self.suspended = _RESUMED
+            return suspended
+        return self.coro.send(value)
+
+    def throw(self, *exc: Any) -> Any:
+        """Throw into the coroutine (cancellation, mostly), where it waits."""
+        self.suspended = _RESUMED
+        return self.coro.throw(*exc)
+
+    def close(self) -> None:
+        """Close the coroutine."""
+        self.coro.close()
 
     def __await__(self) -> Generator[Any, Any, Any]:
-        coro, value = self.coro, self.suspended
-        while True:
-            try:
-                sent = yield value  # what the coroutine waits on, to the task running us
-            except BaseException as exc:  # thrown in by that task: cancellation, mostly
-                try:
-                    value = coro.throw(exc)
-                except StopIteration as done:
-                    return done.value
-            else:
-                try:
-                    value = coro.send(sent)
-                except StopIteration as done:
-                    return done.value
+        raise TypeError("a started coroutine is finished by a task, not awaited")
 
 
-async def _finish(coro: Coroutine[Any, Any, T], suspended: Any) -> T:
-    result: T = await _Started(coro, suspended)
-    return result
+_RESUMED: Any = object()
+"""What :class:`_Started` holds once its task took the first suspension."""
 
 
 async def within(future: asyncio.Future[Any], timeout: float) -> bool:
@@ -512,7 +625,7 @@ def eager_start(coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
         future = asyncio.get_running_loop().create_future()
         future.set_exception(exc)
         return future
-    return asyncio.ensure_future(_finish(coro, suspended))
+    return asyncio.ensure_future(_Started(coro, suspended))
 
 
 # -- many calls at once (batches) -------------------------------------------------
