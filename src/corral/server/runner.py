@@ -409,7 +409,7 @@ class Running:
     :meth:`EnvRunner.start`); ``done`` and ``cancel`` as the task's, for the session
     that holds it."""
 
-    __slots__ = ("future", "method", "runner", "then", "timeout", "timer")
+    __slots__ = ("answered", "future", "method", "runner", "then", "timeout", "timer")
 
     def __init__(
         self,
@@ -421,6 +421,8 @@ class Running:
     ) -> None:
         self.runner, self.method, self.future, self.timeout = runner, method, future, timeout
         self.then: Callable[[Any, BaseException | None], None] | None = then
+        self.answered: asyncio.Future[None] | None = None
+        """Made by :meth:`wait` only: what a waiter for the answer waits on."""
         loop = future.get_loop()
         self.timer = None if timeout is None else loop.call_later(timeout, self._overran)
         future.add_done_callback(self._done)
@@ -438,12 +440,23 @@ class Running:
         then(None, asyncio.CancelledError())
         return True
 
+    async def wait(self) -> None:
+        """Wait until the call is answered (a stubborn call stops counting at its
+        timeout or its cancellation, as its caller's answer does)."""
+        if self.then is None:
+            return
+        if self.answered is None:
+            self.answered = self.future.get_loop().create_future()
+        await asyncio.shield(self.answered)
+
     def _take(self) -> Callable[[Any, BaseException | None], None] | None:
         """The answer callback, once: later outcomes find None."""
         then, self.then = self.then, None
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
+        if self.answered is not None and not self.answered.done():
+            self.answered.set_result(None)  # its waiter resumes after the answer, given now
         return then
 
     def _done(self, future: asyncio.Future[Any]) -> None:

@@ -69,6 +69,7 @@ from corral.protocol.openenv import (
     peer_error,
 )
 from corral.protocol.position import Phase
+from corral.server.runner import Running
 from corral.server.service import Channel, EnvService
 from corral.server.sessions import Session
 
@@ -386,8 +387,12 @@ class LockstepLink(Link):
             await self.service.handle(self.channel, request)
         except Exception as exc:  # a bug in corral must still produce exactly one reply
             self.service.internal_error(self.channel, exc)
-        if self._replies.empty() and session.task is not None:
-            await asyncio.wait({session.task})
+        task = session.task
+        if self._replies.empty() and task is not None:
+            if isinstance(task, Running):
+                await task.wait()
+            else:
+                await asyncio.wait({task})
         if self._replies.empty():
             # The request's task was cancelled without replying: the session was closed
             # under it (server shutdown).
