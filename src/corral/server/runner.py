@@ -638,7 +638,7 @@ def eager_start(coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
         future = asyncio.get_running_loop().create_future()
         future.set_exception(exc)
         return future
-    return asyncio.ensure_future(_Started(coro, suspended))
+    return asyncio.get_running_loop().create_task(_Started(coro, suspended))
 
 
 # -- many calls at once (batches) -------------------------------------------------
