@@ -42,6 +42,7 @@ import asyncio
 import collections.abc
 import concurrent.futures
 import contextlib
+import contextvars
 import functools
 import inspect
 import resource
@@ -759,7 +760,7 @@ async def run_calls(
     """
     awaiting: list[Awaitable[None]] = []
     shared: list[EnvCall] = []
-    suspended: dict[asyncio.Future[Any], EnvCall] = {}
+    suspended: _Suspended | None = None
     remote: dict[BatchExecutor, list[EnvCall]] = defaultdict(list)
     for call in calls:
         owner = getattr(call.runner, "batch_executor", None)
@@ -769,17 +770,17 @@ async def run_calls(
             # Started now, with no coroutine of ours around it: an async env with nothing
             # to wait for is done without a task; one that waits gets one task, and the
             # batch's one deadline (below) instead of a timer and a wait of its own.
-            future = _start_async(call)
-            if future is not None:
-                suspended[future] = call
+            if suspended is None:
+                suspended = _Suspended()
+            suspended.start(call)
         elif not call.runner.shared or call.runner.inline(call.method):
             started = eager_start(_one(call, timeout))
             if not started.done():
                 awaiting.append(started)
         else:
             shared.append(call)
-    if suspended:
-        awaiting.append(_await_async(suspended, timeout))
+    if suspended is not None and suspended.left:
+        awaiting.append(suspended.wait(timeout))
     if len(shared) == 1:
         awaiting.append(_one(shared[0], timeout))  # one call: the plain runner path
     elif shared:
@@ -791,53 +792,83 @@ async def run_calls(
         await asyncio.gather(*awaiting)
 
 
-def _start_async(call: EnvCall) -> asyncio.Future[Any] | None:
-    """Start an async env's call up to its first wait; None if it finished at once (its
-    outcome is then on ``call``), else the future of its task (which fills ``call`` in)."""
-    started = time.perf_counter()
-    method = call.method
-    try:
-        fn = getattr(call.runner.env, method)
-        coro = fn(*call.args, **call.kwargs) if call.kwargs else fn(*call.args)
-    except Exception as exc:
-        call.error = exc
-        return None
-    future = eager_start(_guarded_async(method, coro))
+class _Suspended:
+    """The async calls of one batch that are waiting, and the one future the batch
+    awaits until the last of them is done.
 
-    def settle(done: asyncio.Future[Any]) -> None:
-        call.seconds = time.perf_counter() - started
-        if done.cancelled():
-            return  # a timeout: the batch filled the error in
-        error = done.exception()
-        if error is None:
-            call.value = done.result()
-        elif isinstance(error, Exception):
-            call.error = error
-        else:  # never an escape from the loop: _guarded_async wraps the rest
-            call.error = _escaped(method, error)
+    Every call's task reports to the same bound method, in the same context (the
+    batch's): no closure, cell or context copy per call, and no ``asyncio.wait`` with
+    its set, second callback and removal per call (a batch of 1,000 slow steps holds
+    1,000 of these calls for the whole wait, issue 34).
+    """
 
-    if future.done():
-        settle(future)
-        return None
-    future.add_done_callback(settle)
-    return future
+    __slots__ = ("all_done", "calls", "context", "left", "report")
+
+    def __init__(self) -> None:
+        self.calls: dict[asyncio.Future[Any], EnvCall] = {}
+        self.left = 0
+        self.all_done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.context = contextvars.copy_context()
+        self.report = self._report  # one bound method for every call
+
+    def start(self, call: EnvCall) -> None:
+        """Start an async env's call up to its first wait; its outcome is on ``call``
+        now if it finished at once, else once its task is done."""
+        started = time.perf_counter()
+        method = call.method
+        try:
+            fn = getattr(call.runner.env, method)
+            coro = fn(*call.args, **call.kwargs) if call.kwargs else fn(*call.args)
+        except Exception as exc:
+            call.error = exc
+            return
+        future = eager_start(_guarded_async(method, coro))
+        if future.done():
+            call.seconds = time.perf_counter() - started
+            _fill(call, future)
+            return
+        call.seconds = started  # the start, until the call is done (see _report)
+        self.calls[future] = call
+        self.left += 1
+        future.add_done_callback(self.report, context=self.context)
+
+    def _report(self, future: asyncio.Future[Any]) -> None:
+        call = self.calls[future]
+        self.left -= 1
+        if not future.cancelled():  # cancelled: a timeout, whose error the batch filled in
+            call.seconds = time.perf_counter() - call.seconds
+            _fill(call, future)
+        if self.left == 0 and not self.all_done.done():
+            self.all_done.set_result(None)
+
+    async def wait(self, timeout: float | None) -> None:
+        """Wait for every call under one deadline; the calls still running at it fail
+        with ``STEP_TIMEOUT`` (their runners are then closed by the batch, once the call
+        lets go of the env)."""
+        if self.left == 0:
+            return
+        if timeout is None:
+            await self.all_done
+            return
+        if await within(self.all_done, timeout):
+            return
+        for future, call in self.calls.items():
+            if not future.done():
+                call.seconds = timeout
+                future.cancel()
+                call.runner.abandon(future)
+                call.error = call.runner.timeout_error(call.method, timeout)
 
 
-async def _await_async(
-    suspended: dict[asyncio.Future[Any], EnvCall], timeout: float | None
-) -> None:
-    """Wait for a batch's suspended async calls under one deadline; the calls still
-    running at it fail with ``STEP_TIMEOUT`` (their runners are then closed by the batch,
-    once the call lets go of the env)."""
-    if timeout is None:
-        await asyncio.wait(suspended)
-        return
-    _, late = await asyncio.wait(suspended, timeout=timeout)
-    for future in late:
-        call = suspended[future]
-        future.cancel()
-        call.runner.abandon(future)
-        call.error = call.runner.timeout_error(call.method, timeout)
+def _fill(call: EnvCall, future: asyncio.Future[Any]) -> None:
+    """Put a finished call's outcome on ``call``."""
+    error = future.exception()
+    if error is None:
+        call.value = future.result()
+    elif isinstance(error, Exception):
+        call.error = error
+    else:  # never an escape from the loop: _guarded_async wraps the rest
+        call.error = _escaped(call.method, error)
 
 
 async def _one(call: EnvCall, timeout: float | None) -> None:
