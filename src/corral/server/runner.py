@@ -1,6 +1,8 @@
 """Running one environment instance's methods without blocking the event loop.
 
-``async def`` methods are awaited on the loop, in the caller's task; plain methods run in
+``async def`` methods are awaited on the loop, in the caller's task (or, through
+:meth:`EnvRunner.start`, run in their own task only and answered from its callback: a
+server holding 100,000 waiting steps holds one task and one timer each); plain methods run in
 a thread pool (a dedicated single thread when the environment asks for thread affinity),
 except **fast** ones: each runner keeps a moving average (EWMA) of each sync method's
 time, and while it stays under ``inline_s`` (``ServerConfig.inline_step_s``, ~100 µs)
