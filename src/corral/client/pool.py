@@ -813,8 +813,8 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             if k is not None:  # the hot path: no row is built
                 log = slot.log
                 # A digest (an encoding of the observation) only for an episode a replay
-                # can repeat: an unseeded one, e.g. every episode of an SB3 trainer whose
-                # sessions the server auto-resets, records nothing.
+                # can repeat: an unseeded one (e.g. each episode the server auto-resets
+                # in the same step, as for an SB3 trainer) records nothing.
                 if log.why_not is None:
                     log.step_digested(payload, row_digest(table, k))
                 slot.ended = done is not None and done[k] is True
