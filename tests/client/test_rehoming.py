@@ -15,6 +15,7 @@ import pytest
 from tests.support.envs import CountAction, CounterEnv
 from tests.support.snapshot_envs import TallyAction, TallyEnv
 
+import corral.client.pool as pool_module
 from corral.client import AsyncEnvClient, EnvPool
 from corral.client.membership import DnsMembership, StaticMembership
 from corral.episodes import iter_episodes
@@ -98,8 +99,6 @@ async def test_only_a_replayable_episode_pays_for_observation_digests(
 ):
     """A digest encodes the observation: an unseeded episode, which no replay can
     repeat, must not make one per step (an SB3 trainer's sessions never are seeded)."""
-    import corral.client.pool as pool_module
-
     digested: list[int] = []
     real = pool_module.row_digest
 
