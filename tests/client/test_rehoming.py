@@ -73,6 +73,41 @@ async def test_a_restarted_servers_sessions_are_restored_by_verified_replay():
             assert [s.total for s in await pool.state()] == [7, 7, 7, 7]
 
 
+@pytest.mark.parametrize("event", ["killed", "left"])
+async def test_episodes_a_server_started_in_the_same_step_are_restored_by_replay(event: str):
+    """An SB3 trainer's pool (``SAME_STEP``): after the first episode every episode
+    starts on the server, in the step that ended the one before, seeded with what the
+    pool sent in advance; so when that server goes, its episodes move by verified replay
+    instead of ending truncated."""
+    async with InProcessNetwork() as network:
+        a = network.serve(CounterEnv, server_id="a")
+        b = network.serve(CounterEnv, server_id="b")
+        members = StaticMembership([a.url, b.url])
+        pool = pool_of(network, 4, members, CounterEnv, autoreset_mode="same_step", seed=3)
+        async with pool:
+            await pool.reset()  # unseeded, as SB3's first reset: only this one
+            ended = await pool.step([CountAction(amount=10)] * 4)  # limit 10: all end
+            assert ended.terminated.all() and ended.obs["total"].tolist() == [0] * 4
+            logs = [slot.log for slot in pool.fleet.slots]
+            assert all(log.replayable and log.seed is not None for log in logs)
+            seeds = [f"seed-{log.seed}" for log in logs]
+            assert [s.episode_id for s in await pool.state()] == seeds  # what the server used
+            await pool.step([CountAction(amount=3)] * 4)
+            assert where(pool) == ["a", "a", "b", "b"]
+            if event == "killed":
+                await b.kill()
+            else:
+                members.members = [a.url]
+                assert (await pool.fleet.refresh())[1] == [b.url]
+            batch = await pool.step([CountAction(amount=2)] * 4)
+            assert not batch.errors and not batch.truncated.any()
+            assert batch.obs["total"].tolist() == [5] * 4  # the episodes went on
+            stats = pool.stats()
+            assert stats["restored_by_replay"] == 2 and stats["truncated"] == 0
+            assert where(pool) == ["a"] * 4
+            assert [s.episode_id for s in await pool.state()] == seeds
+
+
 async def test_an_unseeded_episode_ends_truncated_with_the_reason_and_the_next_step_works():
     async with InProcessNetwork() as network:
         a = network.serve(CounterEnv, server_id="a")
