@@ -63,6 +63,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import errno
+import gc
 import json
 import linecache
 import math
@@ -680,6 +681,30 @@ class Zygote:
             os.set_blocking(fd, False)
         signal.signal(signal.SIGCHLD, lambda number, frame: None)
         signal.set_wakeup_fd(self.wake_w)
+        self.prepare()
+
+    @staticmethod
+    def prepare() -> None:
+        """Do once, before the first fork, what every worker would otherwise redo.
+
+        A worker is a copy-on-write image of the zygote: what the zygote leaves undone,
+        each worker pays for, and every page it writes is copied first. So the zygote
+        builds the AST types that ``compile`` creates lazily (a hundred classes),
+        runs the framing and :func:`canonical` on data of its own (the interpreter
+        specializes a function's code in place on its first runs), imports ``ctypes``
+        for the scrubber (:meth:`scrub`; the agent's own code may import it in any
+        case), and freezes its objects out of the garbage collector's reach, so a
+        collection in a worker does not write to (and copy) the zygote's pages.
+        """
+        compile("pass", "<zygote>", "exec", dont_inherit=True)
+        sample = {"op": "case", "index": 0, "ok": True, "memory": False}
+        for value in (1, "x", 0.5, None, True, b"x", [1, "x"], (1,), {1: "x"}, {1}):
+            sample["value"] = canonical(value)
+            decode_payload(encode_frame(sample)[HEADER.size :])
+        import ctypes  # noqa: F401  (see the docstring)
+
+        gc.collect()
+        gc.freeze()
 
     def serve(self) -> None:
         """Answer the parent until it goes away; then kill every process of the agent."""
@@ -861,7 +886,7 @@ class Zygote:
 
 def scrub_identity() -> list[str]:
     """As the sandbox uid: remove its System V IPC objects, clear its keyrings; say what failed."""
-    import ctypes  # only ever in this short-lived child, never in the zygote or a worker
+    import ctypes  # imported by the zygote already (Zygote.prepare)
 
     libc = ctypes.CDLL(None, use_errno=True)
     problems = []
