@@ -73,7 +73,6 @@ import signal
 import socket
 import struct
 import sys
-import threading
 import time
 import traceback
 import types
@@ -321,6 +320,8 @@ def install_guards(read_roots: list[str], write_roots: list[str], deny_roots: li
     process group. This stops accidents and naive escapes; it is not a security boundary
     against code written to get around it.
     """
+    import threading  # not at the top: see main()
+
     local = threading.local()
     own_group = os.getpgid(0)
 
@@ -921,6 +922,11 @@ def main(argv: list[str]) -> int:
     if config.get("zygote"):
         Zygote(config).serve()
         return 0
+    # Imported by cold workers only: in the zygote, ``threading``'s at-fork hook (it
+    # rebuilds its locks and walks its registry of threads in every child) would cost
+    # each forked worker a tenth of its CPU.
+    import threading
+
     for key in ("request_fd", "reply_fd", "lifeline_fd"):
         os.set_inheritable(int(config[key]), False)
     threading.Thread(
