@@ -15,6 +15,7 @@ import pytest
 from tests.support.envs import CountAction, CounterEnv
 from tests.support.snapshot_envs import TallyAction, TallyEnv
 
+import corral.client.pool as pool_module
 from corral.client import AsyncEnvClient, EnvPool
 from corral.client.membership import DnsMembership, StaticMembership
 from corral.episodes import iter_episodes
@@ -91,6 +92,32 @@ async def test_an_unseeded_episode_ends_truncated_with_the_reason_and_the_next_s
             assert not batch.errors and batch.obs["total"].tolist() == [4, 0]
             batch = await pool.step([CountAction(amount=1)] * 2)
             assert batch.obs["total"].tolist() == [5, 1]
+
+
+async def test_only_a_replayable_episode_pays_for_observation_digests(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """A digest encodes the observation: an unseeded episode, which no replay can
+    repeat, must not make one per step (an SB3 trainer's sessions never are seeded)."""
+    digested: list[int] = []
+    real = pool_module.row_digest
+
+    def counting(table: Any, position: int) -> int:
+        digested.append(position)
+        return real(table, position)
+
+    monkeypatch.setattr(pool_module, "row_digest", counting)
+    async with InProcessNetwork() as network:
+        a = network.serve(CounterEnv, server_id="a")
+        async with pool_of(network, 2, [a.url], CounterEnv) as pool:
+            await pool.reset(options={"limit": 100})  # unseeded
+            await pool.step([CountAction(amount=1)] * 2)
+            assert digested == []
+            assert [s.log.reset_digest for s in pool.fleet.slots] == [0, 0]
+            await pool.reset(seed=3, options={"limit": 100})
+            await pool.step([CountAction(amount=1)] * 2)
+            assert digested == [0, 1]
+            assert all(s.log.steps == 1 and s.log.reset_digest for s in pool.fleet.slots)
 
 
 async def test_a_drain_moves_sessions_by_snapshot_before_their_next_step():

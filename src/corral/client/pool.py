@@ -811,7 +811,12 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         for slot, payload in items:
             k = position.get(slot.index)
             if k is not None:  # the hot path: no row is built
-                slot.log.step_digested(payload, row_digest(table, k))
+                log = slot.log
+                # A digest (an encoding of the observation) only for an episode a replay
+                # can repeat: an unseeded one (e.g. each episode the server auto-resets
+                # in the same step, as for an SB3 trainer) records nothing.
+                if log.why_not is None:
+                    log.step_digested(payload, row_digest(table, k))
                 slot.ended = done is not None and done[k] is True
 
     async def _truncated(self, truncated: dict[int, str]) -> ResultTable:
