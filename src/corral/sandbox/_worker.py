@@ -397,7 +397,7 @@ def install_guards(read_roots: list[str], write_roots: list[str], deny_roots: li
     sys.addaudithook(hook)
 
 
-class Worker:
+class RequestLoop:
     """The request loop: one namespace per worker, shared by every ``exec``."""
 
     def __init__(self, config: dict[str, Any]) -> None:
@@ -571,7 +571,7 @@ def serve_worker(config: dict[str, Any], uid: int | None = None) -> None:
         # Line buffering, as on a terminal: what was printed before a kill is not lost.
         stream.reconfigure(errors="backslashreplace", line_buffering=True)  # type: ignore[union-attr]
     workdir = str(config["workdir"])
-    worker = Worker(config)
+    worker = RequestLoop(config)
 
     def enter() -> None:
         if uid is not None:
