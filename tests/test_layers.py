@@ -57,10 +57,8 @@ UNIMPORTED = {"testing": set(), "cli": {"__main__"}}
 KNOWN: set[tuple[str, str]] = set()
 """Exceptions to the rules above, each with the work that removes it (none left)."""
 
-SHARED_CLASS_NAMES = {
-    "Worker": "sandbox/_worker.py and server/workers.py (the sandbox's owner)",
-}
-"""Public class names still defined twice, each with the work that renames one; a name
+SHARED_CLASS_NAMES: dict[str, str] = {}
+"""Public class names defined twice, each with the work that renames one (none left); a name
 not listed here must be unique (style rule 6)."""
 
 
