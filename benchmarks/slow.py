@@ -125,6 +125,7 @@ async def _corral_sessions(url: str, n: int) -> list[tuple[Any, str]]:
 async def corral_case(n: int, delay: float, s: Any, log: Log) -> dict[str, Any]:
     """corral at ``n`` sessions and delay ``delay``: own loops, then lockstep rounds."""
     from benchmarks.envs import SleepEnv
+    from corral import runtime
     from corral.client import EnvPool
     from corral.envs.echo import EchoAction
     from corral.protocol.messages import Step
@@ -140,6 +141,9 @@ async def corral_case(n: int, delay: float, s: Any, log: Log) -> dict[str, Any]:
         log(
             f"  corral N={n:,} D={delay:g}: {n:,} sessions open in {time.perf_counter() - t0:.1f} s"
         )
+        # What a trainer opts into with EnvPool(gc_control=True), done by hand for the
+        # bare connections: the sessions' state is long-lived, keep it out of the scans.
+        runtime.freeze_survivors()
         action = EchoAction(message=MESSAGE).model_dump()
 
         def step(k: int) -> Any:
@@ -170,6 +174,7 @@ async def corral_case(n: int, delay: float, s: Any, log: Log) -> dict[str, Any]:
             progress=False,
             health_interval=None,
             timeout=max(600.0, 10 * delay),
+            gc_control=True,  # as a trainer driving 100,000 sessions would (see EnvPool)
         )
         async with pool:
             await pool.reset()

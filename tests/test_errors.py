@@ -126,8 +126,8 @@ INTERNAL_EXCEPTIONS = {
     "InflateTooLarge": "protocol/deflate.py: becomes a 1009 close of the connection",
     "Refused": "protocol/inflow.py: a frame breaking a rule; becomes the connection's close "
     "(a client's dialer: ConnectionLost)",
-    "CheckFailed": "cli/validate/target.py: a failed check, reported as a row",
-    "CheckSkipped": "cli/validate/target.py: a skipped check, reported as a row",
+    "CheckFailed": "cli/validate/checks.py: a failed check, reported as a row",
+    "CheckSkipped": "cli/validate/checks.py: a skipped check, reported as a row",
 }
 """Exception classes that never reach a caller of corral, each with where it ends."""
 

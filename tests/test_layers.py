@@ -57,16 +57,8 @@ UNIMPORTED = {"testing": set(), "cli": {"__main__"}}
 KNOWN: set[tuple[str, str]] = set()
 """Exceptions to the rules above, each with the work that removes it (none left)."""
 
-SHARED_CLASS_NAMES = {
-    "CloseSession": "protocol/openenv.py and protocol/server.py (the protocol's owner)",
-    "ErrorReply": "server/http_errors.py and protocol/messages.py (the HTTP routes' owner)",
-    "Link": "server/openenv/links.py and client/fleet.py (the client pool's owner)",
-    "Session": "server/sessions.py and adapters/trl.py (the TRL adapter's owner)",
-    "Swept": "server/edge.py and providers/kubernetes/gc.py (the edge's owner)",
-    "Target": "providers/dockerfile.py, cli/target.py and cli/validate/target.py (the CLI's owner)",
-    "Worker": "sandbox/_worker.py and server/workers.py (the sandbox's owner)",
-}
-"""Public class names still defined twice, each with the work that renames one; a name
+SHARED_CLASS_NAMES: dict[str, str] = {}
+"""Public class names defined twice, each with the work that renames one (none left); a name
 not listed here must be unique (style rule 6)."""
 
 

@@ -99,7 +99,11 @@ def test_remote_vec_env_matches_dummy_vec_env_step_for_step(
 
     from corral.adapters.sb3 import RemoteVecEnv
 
-    remote = RemoteVecEnv.from_url(cartpole_server.url, 4, dialer=cartpole_server.dialer)
+    # Without recovery the auto-resets are unseeded: each env's own generator goes on, as
+    # in DummyVecEnv (with it, each episode is seeded so that it can be replayed).
+    remote = RemoteVecEnv.from_url(
+        cartpole_server.url, 4, dialer=cartpole_server.dialer, recover=False
+    )
     local = DummyVecEnv([lambda: gymnasium.make("CartPole-v1") for _ in range(4)])
     try:
         assert remote.observation_space == local.observation_space
@@ -233,7 +237,7 @@ def test_remote_vec_env_matches_dummy_vec_env_on_integer_observations() -> None:
 
     # FrozenLake: Discrete observations (an integer column) and slippery, seeded moves.
     with InProcessServer(GymEnvironment.for_id("FrozenLake-v1")) as server:
-        remote = RemoteVecEnv.from_url(server.url, 3, dialer=server.dialer)
+        remote = RemoteVecEnv.from_url(server.url, 3, dialer=server.dialer, recover=False)
         local = DummyVecEnv([lambda: gymnasium.make("FrozenLake-v1") for _ in range(3)])
         try:
             assert remote._obs_column is not None

@@ -181,7 +181,8 @@ async def test_same_step_autoreset():
         ended = first.infos[1]
         assert ended["final_obs"].total == 2 and ended["final_obs"].done
         assert ended["final_info"] == {}
-        assert ended["seed"] is None  # the reset's info: an autoreset has no seed
+        # the reset's info: the seed drawn for the new episode (so it can be replayed)
+        assert ended["seed"] is not None and ended["seed"] == pool.fleet.slots[1].log.seed
         assert first.observations[1].total == 0  # already the new episode
         assert "final_obs" not in first.infos[0]
         second = await pool.step([CountAction(amount=1)] * 3)

@@ -17,6 +17,7 @@ from corral.client.connection import Connection
 from corral.envs.echo import EchoAction, EchoEnv
 from corral.episodes import read
 from corral.errors import EnvError
+from corral.protocol.batch import StepItem
 from corral.testing import InProcessServer
 
 
@@ -159,13 +160,62 @@ async def test_same_step_resets_are_recorded_as_resets(tmp_path: Path) -> None:
             batch = await pool.step([EchoAction(message="bye"), EchoAction(message="hi")])
             assert batch.terminated.tolist() == [True, False]
             await pool.step([EchoAction(message="again"), EchoAction(message="bye")])
+            seeds = [slot.log.seed for slot in pool.fleet.slots]
+        assert None not in seeds and 10 not in seeds and 11 not in seeds
         (path,) = tmp_path.glob("*.jsonl")
         episodes = {(e.records[0].session, e.seed): e for e in read(path)}
         first = episodes[("pool-0", 10)]
         assert [r.op for r in first.records] == ["reset", "step"] and first.complete
-        second = episodes[("pool-0", None)]  # the same-step reset, recorded as a reset
+        # the same-step reset, recorded as a reset with the seed the server used
+        second = episodes[("pool-0", seeds[0])]
         assert [r.op for r in second.records] == ["reset", "step"]
         assert second.records[1].action == {"message": "again"}
         other = episodes[("pool-1", 11)]
         assert [r.op for r in other.records] == ["reset", "step", "step"] and other.complete
-        assert ("pool-1", None) in episodes
+        assert ("pool-1", seeds[1]) in episodes
+
+
+async def episode_ids(old_server: bool, **kwargs: Any) -> list[str]:
+    """The episode of each session after :func:`play` (``CounterEnv`` names it by its
+    seed), with a server that runs the same-step resets or one that ignores the flag."""
+    async with InProcessServer(CounterEnv) as srv:
+        if old_server:
+            ignore_the_flag(srv)
+        async with srv.pool(3, autoreset_mode="SameStep", **kwargs) as pool:
+            assert await play(pool) == EXPECTED
+            return [state.episode_id for state in await pool.state()]
+
+
+@pytest.mark.parametrize("recover", [True, False], ids=["recover", "no-recover"])
+async def test_same_step_resets_are_seeded_from_the_pools_generator(recover: bool) -> None:
+    """A pool given a seed plays the same episodes again, whoever runs its resets."""
+    seeded = await episode_ids(False, seed=5, recover=recover)
+    assert len(set(seeded)) == 3 and "seed-None" not in seeded
+    assert await episode_ids(False, seed=5, recover=recover) == seeded
+    assert await episode_ids(True, seed=5, recover=recover) == seeded
+    assert await episode_ids(False, seed=6, recover=recover) != seeded
+
+
+async def test_a_seeded_reset_makes_the_same_step_resets_after_it_repeatable() -> None:
+    """No pool seed, recovery on: the auto-resets' seeds come from the reset's seeds (as
+    a local env's generator would go on from its seed), not from the OS."""
+    seeded = await episode_ids(False)
+    assert len(set(seeded)) == 3 and "seed-None" not in seeded
+    assert await episode_ids(False) == seeded
+
+
+async def test_without_a_seed_or_recovery_same_step_resets_are_unseeded() -> None:
+    """Nothing to repeat or replay: the environment's own generator goes on, and the
+    steps carry no seed."""
+    seen: list[Any] = []
+    original = Connection.request
+
+    async def request(self: Connection, message: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.extend(getattr(message, "items", ()))
+        return await original(self, message, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Connection, "request", request)
+        assert await episode_ids(False, recover=False) == ["seed-None"] * 3
+    steps = [item for item in seen if isinstance(item, StepItem)]
+    assert steps and all(item.reset_seed is None for item in steps)

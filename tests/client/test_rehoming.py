@@ -15,6 +15,7 @@ import pytest
 from tests.support.envs import CountAction, CounterEnv
 from tests.support.snapshot_envs import TallyAction, TallyEnv
 
+import corral.client.pool as pool_module
 from corral.client import AsyncEnvClient, EnvPool
 from corral.client.membership import DnsMembership, StaticMembership
 from corral.episodes import iter_episodes
@@ -72,6 +73,41 @@ async def test_a_restarted_servers_sessions_are_restored_by_verified_replay():
             assert [s.total for s in await pool.state()] == [7, 7, 7, 7]
 
 
+@pytest.mark.parametrize("event", ["killed", "left"])
+async def test_episodes_a_server_started_in_the_same_step_are_restored_by_replay(event: str):
+    """An SB3 trainer's pool (``SAME_STEP``): after the first episode every episode
+    starts on the server, in the step that ended the one before, seeded with what the
+    pool sent in advance; so when that server goes, its episodes move by verified replay
+    instead of ending truncated."""
+    async with InProcessNetwork() as network:
+        a = network.serve(CounterEnv, server_id="a")
+        b = network.serve(CounterEnv, server_id="b")
+        members = StaticMembership([a.url, b.url])
+        pool = pool_of(network, 4, members, CounterEnv, autoreset_mode="same_step", seed=3)
+        async with pool:
+            await pool.reset()  # unseeded, as SB3's first reset: only this one
+            ended = await pool.step([CountAction(amount=10)] * 4)  # limit 10: all end
+            assert ended.terminated.all() and ended.obs["total"].tolist() == [0] * 4
+            logs = [slot.log for slot in pool.fleet.slots]
+            assert all(log.replayable and log.seed is not None for log in logs)
+            seeds = [f"seed-{log.seed}" for log in logs]
+            assert [s.episode_id for s in await pool.state()] == seeds  # what the server used
+            await pool.step([CountAction(amount=3)] * 4)
+            assert where(pool) == ["a", "a", "b", "b"]
+            if event == "killed":
+                await b.kill()
+            else:
+                members.members = [a.url]
+                assert (await pool.fleet.refresh())[1] == [b.url]
+            batch = await pool.step([CountAction(amount=2)] * 4)
+            assert not batch.errors and not batch.truncated.any()
+            assert batch.obs["total"].tolist() == [5] * 4  # the episodes went on
+            stats = pool.stats()
+            assert stats["restored_by_replay"] == 2 and stats["truncated"] == 0
+            assert where(pool) == ["a"] * 4
+            assert [s.episode_id for s in await pool.state()] == seeds
+
+
 async def test_an_unseeded_episode_ends_truncated_with_the_reason_and_the_next_step_works():
     async with InProcessNetwork() as network:
         a = network.serve(CounterEnv, server_id="a")
@@ -91,6 +127,32 @@ async def test_an_unseeded_episode_ends_truncated_with_the_reason_and_the_next_s
             assert not batch.errors and batch.obs["total"].tolist() == [4, 0]
             batch = await pool.step([CountAction(amount=1)] * 2)
             assert batch.obs["total"].tolist() == [5, 1]
+
+
+async def test_only_a_replayable_episode_pays_for_observation_digests(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """A digest encodes the observation: an unseeded episode, which no replay can
+    repeat, must not make one per step (an SB3 trainer's sessions never are seeded)."""
+    digested: list[int] = []
+    real = pool_module.row_digest
+
+    def counting(table: Any, position: int) -> int:
+        digested.append(position)
+        return real(table, position)
+
+    monkeypatch.setattr(pool_module, "row_digest", counting)
+    async with InProcessNetwork() as network:
+        a = network.serve(CounterEnv, server_id="a")
+        async with pool_of(network, 2, [a.url], CounterEnv) as pool:
+            await pool.reset(options={"limit": 100})  # unseeded
+            await pool.step([CountAction(amount=1)] * 2)
+            assert digested == []
+            assert [s.log.reset_digest for s in pool.fleet.slots] == [0, 0]
+            await pool.reset(seed=3, options={"limit": 100})
+            await pool.step([CountAction(amount=1)] * 2)
+            assert digested == [0, 1]
+            assert all(s.log.steps == 1 and s.log.reset_digest for s in pool.fleet.slots)
 
 
 async def test_a_drain_moves_sessions_by_snapshot_before_their_next_step():

@@ -28,6 +28,22 @@ def test_step_batch_round_trip():
     assert request.items == (b.StepItem("a", {"message": "x"}), b.StepItem("b", {"message": "y"}))
 
 
+def test_a_step_items_reset_seed_round_trips_and_is_absent_by_default():
+    plain = b.StepItem("a", {"message": "x"})
+    assert plain.reset_seed is None and "reset_seed" not in plain.to_wire()
+    seeded = (b.StepItem("a", {"message": "x"}, 0), b.StepItem("b", {}, 2**63 - 1), plain)
+    message = b.StepBatch(3, seeded, autoreset=True).to_wire()
+    assert [item.get("reset_seed") for item in message["items"]] == [0, 2**63 - 1, None]
+    for codec in (MsgpackCodec(), JsonCodec()):
+        request = parse_request(codec.decode(codec.encode(message)))
+        assert isinstance(request, b.StepBatch) and request.autoreset
+        assert request.items == seeded
+    # null is the field's absence, and the seed is read without the flag too
+    nulled = {"session": "c", "action": {}, "reset_seed": None}
+    request = parse_request({"type": "step_batch", "id": 4, "items": [nulled]})
+    assert request.items == (b.StepItem("c", {}),)
+
+
 def test_reset_batch_round_trip_and_defaults():
     message = reset_batch([("a", 1, {"limit": 2}), ("b", None, {})], 4)
     request = parse_request(message)
@@ -63,6 +79,42 @@ def test_message_level_errors(message, field):
         ({"action": {}}, None, ErrorCode.BAD_MESSAGE, "session"),
         ({"session": 7, "action": {}}, None, ErrorCode.BAD_MESSAGE, "session"),
         ({"session": "s"}, "s", ErrorCode.BAD_MESSAGE, "action"),
+        (
+            {"session": "s", "action": {}, "reset_seed": "7"},
+            "s",
+            ErrorCode.BAD_MESSAGE,
+            "reset_seed",
+        ),
+        (
+            {"session": "s", "action": {}, "reset_seed": 7.0},
+            "s",
+            ErrorCode.BAD_MESSAGE,
+            "reset_seed",
+        ),
+        (
+            {"session": "s", "action": {}, "reset_seed": True},
+            "s",
+            ErrorCode.BAD_MESSAGE,
+            "reset_seed",
+        ),
+        (
+            {"session": "s", "action": {}, "reset_seed": [7]},
+            "s",
+            ErrorCode.BAD_MESSAGE,
+            "reset_seed",
+        ),
+        (
+            {"session": "s", "action": {}, "reset_seed": -1},
+            "s",
+            ErrorCode.INVALID_ARGUMENT,
+            "reset_seed",
+        ),
+        (
+            {"session": "s", "action": {}, "reset_seed": 2**63},
+            "s",
+            ErrorCode.INVALID_ARGUMENT,
+            "reset_seed",
+        ),
     ],
 )
 def test_bad_step_items_are_per_item(raw, session, code, field):
@@ -171,6 +223,16 @@ def test_step_batches_survive_both_codecs(items):
 
 
 @given(
+    st.lists(st.tuples(sessions, st.none() | st.integers(0, 2**63 - 1)), min_size=1, max_size=20)
+)
+def test_step_batches_carry_their_reset_seeds_through_both_codecs(items):
+    batch = b.StepBatch(5, tuple(b.StepItem(s, {}, seed) for s, seed in items), autoreset=True)
+    for codec in (MsgpackCodec(), JsonCodec()):
+        request = parse_request(codec.decode(codec.encode(batch.to_wire())))
+        assert [(i.session, i.reset_seed) for i in request.items] == items
+
+
+@given(
     st.lists(
         st.tuples(
             sessions,
@@ -192,7 +254,10 @@ def test_reset_batches_survive_both_codecs(items):
     st.lists(
         st.one_of(
             wire_values,
-            st.dictionaries(st.sampled_from(["session", "action", "seed", "options"]), wire_values),
+            st.dictionaries(
+                st.sampled_from(["session", "action", "seed", "options", "reset_seed"]),
+                wire_values,
+            ),
         ),
         min_size=1,
         max_size=10,

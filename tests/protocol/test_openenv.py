@@ -154,7 +154,7 @@ def test_reset_step_state_become_corral_requests():
     call = t.read('{"type": "step", "data": {"x": 1}}')
     assert call == oe.Call(m.Step(id=3, session="s1", action={"x": 1}))
     assert t.read('{"type": "state"}') == oe.Call(m.GetState(id=4, session="s1"))
-    assert t.read('{"type": "close"}') == oe.CloseSession()
+    assert t.read('{"type": "close"}') == oe.OpenEnvClose()
     assert t.read('{"type": "mcp", "data": {"jsonrpc": "2.0"}}') == oe.McpMessage(
         {"jsonrpc": "2.0"}
     )

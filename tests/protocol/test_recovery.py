@@ -93,7 +93,8 @@ def test_an_unseeded_episode_is_not_replayable() -> None:
     log.reset(None, None, None, {})
     log.step({"m": 1}, {})
     assert not log.replayable and "without a seed" in (log.why_not or "")
-    assert log.steps == 0
+    assert log.steps == 0 and log.digests == []
+    assert log.reset_digest == 0  # no replay will check it: not computed
 
 
 def test_bounds_end_replayability_until_the_next_reset() -> None:

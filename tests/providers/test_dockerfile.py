@@ -17,7 +17,7 @@ from corral.envs.echo import EchoEnv
 from corral.providers.dockerfile import (
     URL_FILE,
     BuildError,
-    Target,
+    WheelTarget,
     corral_source,
     healthcheck_command,
     image_labels,
@@ -108,7 +108,7 @@ def test_labels(tmp_path: Path) -> None:
 
 
 def test_target_platform_tags() -> None:
-    args = Target(python_version="3.12", machine="aarch64").pip_args()
+    args = WheelTarget(python_version="3.12", machine="aarch64").pip_args()
     assert args[:5] == ["--only-binary=:all:", "--implementation", "cp", "--python-version", "3.12"]
     platforms = [args[i + 1] for i, a in enumerate(args) if a == "--platform"]
     assert platforms[0] == "manylinux_2_36_aarch64" and "manylinux_2_17_aarch64" in platforms

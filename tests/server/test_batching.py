@@ -278,6 +278,32 @@ async def test_a_stuck_item_times_out_alone():
         await peer.close()
 
 
+async def test_a_waiting_async_item_past_the_timeout_fails_alone():
+    """Async items wait together under the batch's one deadline: the one still waiting
+    at it is answered ``STEP_TIMEOUT`` and its session closed; the others answer."""
+    with running(ConcurrencyEnv, step_timeout_s=0.5) as srv:
+        peer = await RawPeer.open(srv.url)
+        sids = [await peer.open_session() for _ in range(3)]
+        await peer.request({"type": "reset_batch", "items": [{"session": s} for s in sids]})
+        reply = await peer.request(
+            step_batch(
+                [
+                    (sids[0], {"amount": 1, "sleep": 0.05}),
+                    (sids[1], {"amount": 2, "sleep": 30.0}),
+                    (sids[2], {"amount": 3}),
+                ]
+            ),
+            timeout=10,
+        )
+        assert codes(reply) == [None, ErrorCode.STEP_TIMEOUT, None]
+        assert [reply["results"][i]["observation"]["total"] for i in (0, 2)] == [1, 3]
+        lost = await peer.request({"type": "state", "session": sids[1]})
+        assert lost["code"] == ErrorCode.SESSION_LOST
+        again = await peer.request(step_batch([(sids[0], {"amount": 4, "sleep": 0.05})]))
+        assert again["results"][0]["observation"]["total"] == 4
+        await peer.close()
+
+
 async def test_auto_reset_and_bad_observations_in_batches():
     with running(AutoResetEnv) as srv:
         peer = await RawPeer.open(srv.url)

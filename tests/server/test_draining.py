@@ -187,3 +187,23 @@ async def test_openenv_clients_see_a_normal_close_at_the_deadline() -> None:
             await asyncio.wait_for(ws.wait_closed(), 10)
             assert ws.close_code == 1000
             assert figures.lost == 1
+
+
+async def test_mcp_sockets_see_a_normal_close_at_the_deadline() -> None:
+    with running(TallyEnv) as server:
+        url = server.url.replace("http://", "ws://") + "/mcp"
+        async with connect(url) as ws:
+            await ws.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+            # (the env has no tools: the answer is JSON-RPC's "method not found", an answer)
+            listed: dict[str, Any] = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            assert listed["id"] == 1 and listed["error"]["code"] == -32601, listed
+            drained = start_drain(server, 0.3)
+            # The raw JSON-RPC channel works on until the deadline...
+            await ws.send(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
+            again: dict[str, Any] = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            assert again["id"] == 2 and again["error"]["code"] == -32601, again
+            figures = await asyncio.wait_for(drained, 30)
+            # ...then closes normally, its session counted with the lost.
+            await asyncio.wait_for(ws.wait_closed(), 10)
+            assert ws.close_code == 1000
+            assert figures.lost == 1

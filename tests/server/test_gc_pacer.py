@@ -26,7 +26,8 @@ class Node:
 @pytest.fixture
 def pacer():
     stats = Counters()
-    pacer = GcPacer(stats, gen0=100, tick_s=3600, wave=8, long_wave=1000)
+    # A CPU clock that never moves: no pass costs anything, the count rules alone decide.
+    pacer = GcPacer(stats, gen0=100, tick_s=3600, wave=8, long_wave=1000, cpu=lambda: 0.0)
     yield pacer
     pacer.stop()
     gc.unfreeze()
@@ -106,3 +107,64 @@ async def test_a_long_wave_is_frozen_while_it_goes_on(pacer):
     pacer.stats.opened += 300
     pacer.tick()
     assert pacer.freezes == 1
+
+
+class CpuClock:
+    """The loop thread's CPU clock, where a pass of generation ``g`` takes ``cost[g]`` s."""
+
+    def __init__(self, *cost: float) -> None:
+        self.now = 0.0
+        self.cost = cost
+
+    def __call__(self) -> float:
+        return self.now
+
+    def collected(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "stop":
+            self.now += self.cost[info["generation"]]
+
+
+@pytest.fixture
+def clock():
+    clock = CpuClock(0.01, 0.2, 1.0)
+    gc.callbacks.append(clock.collected)
+    yield clock
+    gc.callbacks.remove(clock.collected)
+    gc.unfreeze()
+    gc.enable()
+
+
+async def test_passes_take_at_most_their_share_of_the_cpu(clock):
+    """A pass that took 10 ms of CPU is not repeated before the thread spent 200 ms more:
+    a heap of live objects that are no garbage is not scanned over and over."""
+    pacer = GcPacer(Counters(), gen0=1, tick_s=3600, share=0.05, cpu=clock)
+    pacer.start()
+    kept = []
+    for _ in range(100):  # 1 s of CPU in 10 ms steps, allocating all along
+        kept.append([Node() for _ in range(10)])
+        pacer.tick()
+        clock.now += 0.01
+    pacer.stop()
+    assert 4 <= pacer.passes[0] <= 5  # one every 10 + 200 ms
+    assert pacer.passes[1:] == [0, 0]  # the escalation waits for its count of passes
+
+
+async def test_a_due_escalation_waits_for_its_generations_share(clock):
+    pacer = GcPacer(Counters(), gen0=1, tick_s=3600, share=0.05, cpu=clock)
+    pacer.start()
+
+    def tick(after: float) -> None:
+        _ = [Node() for _ in range(10)]
+        pacer.tick()
+        clock.now += after
+
+    for _ in range(10):  # the tenth pass is a middle one (200 ms: the next in 4 s)
+        tick(0.25)
+    assert pacer.passes == [9, 1, 0]
+    for _ in range(10):  # ten young passes within 2.5 s: the middle one waits
+        tick(0.21)
+    assert pacer.passes == [19, 1, 0]
+    clock.now += 4.0
+    tick(0.0)
+    pacer.stop()
+    assert pacer.passes == [19, 2, 0]

@@ -11,7 +11,7 @@ import httpx
 import msgpack
 import orjson
 import pytest
-from tests.support.rawws import RawSocket, close_code, compress
+from tests.support.rawws import RawSocket, close_code, compress, frame_header
 from tests.support.servers import port_of, running, wait_until
 from websockets.sync.client import connect
 
@@ -140,6 +140,33 @@ def test_oversized_frame_gets_its_error_and_the_link_lives(server):
     assert reply["code"] == "FRAME_TOO_LARGE" and reply["id"] == 7
     raw.send_message({"type": "open", "id": 8})
     assert raw.read_message()["type"] == "opened"
+    raw.close()
+
+
+def test_replies_of_one_turn_go_out_together_whole(server):
+    """Requests that arrive in one read are answered together: every reply a whole frame
+    of its own (short, 16-bit and 64-bit lengths), none lost or cut."""
+    raw = RawSocket(port_of(server.url))
+    raw.upgrade()
+    raw.hello()
+    messages = ["a" * 10, "b" * 1_000, "c" * 100_000, "d"]
+    sessions = []
+    for rid in range(2, 2 + len(messages)):
+        raw.send_message({"type": "open", "id": rid})
+        sessions.append(raw.read_message()["session"])
+        raw.send_message({"type": "reset", "id": 100 + rid, "session": sessions[-1]})
+        assert raw.read_message()["type"] == "result"
+    burst = b"".join(
+        frame_header(len(data)) + data
+        for data in (
+            msgpack.packb({"type": "step", "id": 200 + k, "session": sid, "action": {"message": m}})
+            for k, (sid, m) in enumerate(zip(sessions, messages, strict=True))
+        )
+    )
+    raw.sock.sendall(burst)  # one write: the server reads them in one turn
+    replies = {(reply := raw.read_message())["id"]: reply for _ in messages}
+    echoed = [replies[200 + k]["observation"]["echoed_message"] for k in range(len(messages))]
+    assert echoed == messages
     raw.close()
 
 

@@ -10,6 +10,7 @@ import pytest
 from tests.support.envs import CountAction, CounterEnv, CountObservation
 from tests.support.raw import RawPeer
 from tests.support.servers import running, wait_until
+from tests.support.snapshot_envs import TallyAction, TallyEnv
 
 from corral.client.local_server import LocalServer
 from corral.errors import ErrorCode
@@ -94,6 +95,44 @@ async def test_an_ended_item_restarts_in_the_same_reply(server, codec, columns):
     assert [o["done"] for o in observations(again)] == [False, True]
     assert [i for i, _ in again["resets"]] == [1]
     await peer.close()
+
+
+@pytest.mark.parametrize("codec", ["msgpack", "json"])
+@pytest.mark.parametrize("columns", [False, True], ids=["rows", "columns"])
+async def test_a_same_step_reset_takes_its_items_reset_seed(codec, columns):
+    """The new episode is exactly a fresh env's ``reset(seed=reset_seed)``; an item
+    without one resets unseeded; a malformed one fails that item only."""
+    expected = TallyEnv().reset(seed=7)
+    with running(TallyEnv) as srv:
+        peer = await RawPeer.open(srv.url, codec)
+        sids = [await peer.open_session() for _ in range(4)]
+        items = [{"session": s, "seed": 1} for s in sids]
+        assert all(
+            "observation" in r
+            for r in (await peer.request({"type": "reset_batch", "items": items}))["results"]
+        )
+        ends = {"add": 100}  # the episode ends at a count of 100
+        wire = step_batch([(s, ends) for s in sids], columns=columns)
+        wire["items"][0]["reset_seed"] = 7
+        wire["items"][1]["reset_seed"] = 7
+        wire["items"][3]["reset_seed"] = "7"
+        reply = await peer.request(wire)
+        first, second, unseeded, bad = observations(reply)
+        assert first["done"] and second["done"] and unseeded["done"] and bad is None
+        resets = dict(reply["resets"])
+        assert sorted(resets) == [0, 1, 2] and "reset_errors" not in reply
+        assert resets[0]["walk"] == resets[1]["walk"] == expected.walk
+        assert resets[0]["count"] == expected.count == 0
+        assert resets[2]["walk"] != expected.walk  # the env's own generator: unseeded
+        errors = dict(reply["errors"]) if columns else {3: reply["results"][3]["error"]}
+        assert errors[3]["code"] == ErrorCode.BAD_MESSAGE
+        assert errors[3]["details"]["field"] == "reset_seed"
+        # The new episode goes on from that seed, as a fresh env's would.
+        expected_step = TallyEnv()
+        expected_step.reset(seed=7)
+        after = await peer.request(step_batch([(sids[0], {"add": 1})]))
+        assert observations(after)[0]["walk"] == expected_step.step(TallyAction(add=1)).walk
+        await peer.close()
 
 
 async def test_without_the_flag_the_episode_stays_ended(server):
@@ -189,9 +228,12 @@ async def test_same_step_resets_in_worker_processes():
     try:
         peer = await RawPeer.open(server.url)
         sids = await sessions(peer, 4, limit=1)
-        reply = await peer.request(step_batch([(s, {"amount": k % 2}) for k, s in enumerate(sids)]))
+        wire = step_batch([(s, {"amount": k % 2}) for k, s in enumerate(sids)])
+        wire["items"][1]["reset_seed"] = 5  # carried to the worker's reset
+        reply = await peer.request(wire)
         assert [o["done"] for o in observations(reply)] == [False, True, False, True]
         assert [(i, r["total"]) for i, r in reply["resets"]] == [(1, 0), (3, 0)]
+        assert [r["metadata"] for _, r in reply["resets"]] == [{"seed": 5}, {"seed": None}]
         again = await peer.request(step_batch([(s, {"amount": 1}) for s in sids]))
         assert [o["total"] for o in observations(again)] == [1, 1, 1, 1]  # limit 10 now
         await peer.close()

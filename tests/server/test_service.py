@@ -200,3 +200,76 @@ async def test_a_bug_while_opening_frees_the_slot_and_answers(service, monkeypat
     monkeypatch.setattr("corral.server.sessions.EnvRunner.create", broken)
     reply = await wire.request(m.Open)
     assert reply.code == ErrorCode.INTERNAL_ERROR and service.manager.active == 0
+
+
+class WaitingEnv(CounterEnv):
+    """An ``async def`` step that waits for ``gate``; a stubborn one ignores cancellation
+    (it goes on waiting), and ``waiting`` counts the steps still inside."""
+
+    gate: ClassVar[asyncio.Event]
+    stubborn: ClassVar[bool] = False
+    waiting: ClassVar[int] = 0
+
+    async def step(self, action: CountAction) -> CountObservation:  # type: ignore[override]
+        type(self).waiting += 1
+        try:
+            while True:
+                try:
+                    await self.gate.wait()
+                    return CounterEnv.step(self, action)
+                except asyncio.CancelledError:
+                    if not self.stubborn:
+                        raise
+        finally:
+            type(self).waiting -= 1
+
+
+@pytest.fixture
+async def waiting(request):
+    WaitingEnv.gate = asyncio.Event()
+    WaitingEnv.stubborn = getattr(request, "param", False)
+    svc = EnvService(WaitingEnv, ServerConfig(max_sessions=8, step_timeout_s=0.3))
+    yield svc
+    WaitingEnv.gate.set()
+    await svc.shutdown()
+
+
+async def test_a_waiting_async_step_costs_one_task(waiting):
+    wire = Wire(waiting)
+    sids = [await wire.hello_open() for _ in range(3)]
+    for sid in sids:
+        await wire.request(lambda i, sid=sid: m.Reset(i, sid, options={"limit": 100}))
+    before = len(asyncio.all_tasks())
+    rids = [wire.send(lambda i, sid=sid: m.Step(i, sid, {"amount": 1})) for sid in sids]
+    assert len(asyncio.all_tasks()) == before + 3 and WaitingEnv.waiting == 3
+    WaitingEnv.gate.set()
+    replies = {(reply := await wire.recv()).id: reply for _ in rids}
+    assert [replies[rid].observation["total"] for rid in rids] == [1, 1, 1]
+
+
+@pytest.mark.parametrize("waiting", [False, True], ids=["heeds", "ignores"], indirect=True)
+async def test_an_async_step_past_the_timeout_is_answered_at_it(waiting):
+    """Whether the environment heeds its cancellation or not, the step's caller hears
+    ``STEP_TIMEOUT`` at the deadline and the session is closed."""
+    wire = Wire(waiting)
+    sid = await wire.hello_open()
+    await wire.request(lambda i: m.Reset(i, sid, options={"limit": 100}))
+    reply = await wire.request(lambda i: m.Step(i, sid, {"amount": 1}))
+    assert reply.code == ErrorCode.STEP_TIMEOUT and reply.session == sid
+    await eventually(lambda: sid not in waiting.manager.sessions)
+    assert WaitingEnv.waiting == (1 if WaitingEnv.stubborn else 0)
+    again = await wire.request(lambda i: m.Step(i, sid, {"amount": 1}))
+    assert again.code == ErrorCode.SESSION_LOST
+
+
+@pytest.mark.parametrize("waiting", [False, True], ids=["heeds", "ignores"], indirect=True)
+async def test_a_session_closed_under_its_async_step_answers_the_step_at_once(waiting):
+    wire = Wire(waiting)
+    sid = await wire.hello_open()
+    await wire.request(lambda i: m.Reset(i, sid, options={"limit": 100}))
+    step = wire.send(lambda i: m.Step(i, sid, {"amount": 1}))
+    close = wire.send(lambda i: m.Close(i, sid))
+    replies = {(reply := await wire.recv()).id: reply for _ in range(2)}
+    assert isinstance(replies[close], m.Closed) and waiting.manager.active == 0
+    assert replies[step].code == ErrorCode.SESSION_LOST
+    assert WaitingEnv.waiting == (1 if WaitingEnv.stubborn else 0)

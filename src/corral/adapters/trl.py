@@ -74,7 +74,7 @@ _TAKEN = RESERVED | {"reward", "rewards", "done", "observation", "steps"}
 """Names an environment tool may not take: TRL's, corral's and the instance's attributes."""
 
 
-class Session(Protocol):
+class ToolSession(Protocol):
     """One episode-at-a-time session: what the generated class drives."""
 
     def reset(self, seed: int | None = None, **options: Any) -> StepResult[Any]:
@@ -95,7 +95,7 @@ class Session(Protocol):
 
 
 class LocalSession:
-    """An environment instance in this process, behind the :class:`Session` interface."""
+    """An environment instance in this process, behind the :class:`ToolSession` interface."""
 
     def __init__(self, env_type: type[Environment[Any, Any, Any]]) -> None:
         self.env_type = env_type
@@ -253,7 +253,7 @@ class SessionPool:
         self.client_kwargs = client_kwargs
         self.server: LocalServer | None = None
         self.created = 0
-        self._idle: list[Session] = []
+        self._idle: list[ToolSession] = []
         self._lock = threading.Lock()
         self._models: tuple[type[BaseModel], type[Observation], type[BaseModel]] | None = None
         self._tools: list[dict[str, Any]] | None = None
@@ -275,14 +275,14 @@ class SessionPool:
         assert self.server.url is not None
         return self.server.url
 
-    def acquire(self) -> Session:
+    def acquire(self) -> ToolSession:
         """An idle session, or a new one (an HTTP session when the environment has tools)."""
         tools = self.tools()
         with self._lock:
             if self._idle:
                 return self._idle.pop()
             if not isinstance(self.source, str):
-                session: Session = LocalSession(self.source)
+                session: ToolSession = LocalSession(self.source)
             elif tools:
                 _, observation, state = self.models()
                 session = HttpSession(
@@ -342,7 +342,7 @@ class SessionPool:
             return []  # a server without the tools route (an OpenEnv server): no tools
         return [t for t in listed if isinstance(t, dict) and isinstance(t.get("name"), str)]
 
-    def release(self, session: Session) -> None:
+    def release(self, session: ToolSession) -> None:
         """Give a session back for the next instance."""
         with self._lock:
             self._idle.append(session)

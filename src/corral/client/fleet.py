@@ -273,6 +273,10 @@ class Slot:
     """It finishes its episode where it is (neither snapshot nor replay can move it)."""
     parent: tuple[int, int] | None = None
     """A forked session's source: (its index, the step it was forked at)."""
+    next_seed: int | None = None
+    """The seed of its next episode, given in advance to the server that resets it in
+    the step that ends the current one (``AutoresetMode.SAME_STEP``; None: not drawn
+    yet, or the pool draws none)."""
 
 
 class Fleet:

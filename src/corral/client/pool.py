@@ -92,7 +92,9 @@ step returns ``truncated=True`` with ``info["corral"] = {"truncated": reason}`` 
 session is fresh for the next step. A request that failed because its session was gone
 is sent again to the restored session (the log holds only answered steps, so nothing is
 applied twice). ``reset()`` always recovers every session. Auto-resets draw their seed
-from the pool's generator so their episodes stay replayable. :meth:`EnvPool.stats`
+from the pool's generator so their episodes stay replayable: a reset the pool sends, and
+a server's same-step reset too (``SAME_STEP``: each step carries the seed drawn in
+advance for the session's next episode, as ``reset_seed``). :meth:`EnvPool.stats`
 counts what was re-opened, restored by snapshot or replay, and truncated, and how long
 each took; :meth:`EnvPool.fork` branches a session.
 
@@ -243,7 +245,11 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             docstring); False: such a session's requests fail with ``SessionLost``.
         membership: where the fleet's URLs come from over time
             (:mod:`corral.client.membership`); ``target`` may be one instead of URLs.
-        seed: seeds the auto-resets' seeds (None: from the OS).
+        seed: seeds the auto-resets' seeds, so a pool given the same seed plays the same
+            episodes (None: from the OS; a reset with seeds reseeds them from this and
+            its own). Auto-resets are seeded when this is given or ``recover`` is on;
+            else they leave the environment's generator going on (a local Gymnasium or
+            SB3 vector env's episodes, exactly).
     """
 
     def __init__(
@@ -331,7 +337,12 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         self.rehoming = Rehoming(self.fleet, self._request, timeout) if recover else None
         self.fleet.rehome = recover
         """Re-homes sessions that must leave their server (None: ``recover=False``)."""
+        self._seed = seed
         self._rng = random.Random(seed)
+        self._seeding = recover or seed is not None
+        """Auto-resets are seeded from ``_rng``: their episodes can be replayed, and
+        repeated by a pool given the same ``seed`` or reset with the same seeds (else the
+        environment's own generator goes on, as Gymnasium's vector envs do)."""
         self._ready: deque[ResultTable] = deque()
         """Results of ``send`` groups, in the order they completed (``recv`` takes them)."""
         self._ready_count = 0
@@ -452,6 +463,13 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         if busy:
             raise ValueError(f"sessions {busy} have a step in flight; recv() their results first")
         seeds = _per_session(seed, len(slots), "seed", lambda s, k: s + k)
+        if any(given is not None for given in seeds):
+            # A seeded reset makes what follows it repeatable too: the auto-resets' seeds
+            # come from the pool's seed and this reset's (as an environment's own
+            # generator would go on from its seed), not from the OS.
+            self._rng.seed(f"{self._seed}:{seeds}")
+        for slot in slots:
+            slot.next_seed = None  # drawn again, from the generator as it is now
         opts = _per_session(options, len(slots), "options", None)
         refs = self._spread(tasks, len(slots))
         items = []
@@ -665,6 +683,13 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             resets = [s for s in slots if s.needs_reset]
             steps = [(s, p) for s, p in zip(slots, payloads, strict=True) if not s.needs_reset]
         auto: list[tuple[Slot, Any]] = [(s, (self._auto_seed(), {})) for s in resets]
+        if mode is AutoresetMode.SAME_STEP and self._seeding:
+            # The seed of each session's next episode, drawn before any step that may end
+            # the current one is sent: it goes with every such step (a re-sent step
+            # carries the same) until the server's same-step reset uses it.
+            for slot in slots:
+                if slot.next_seed is None:
+                    slot.next_seed = self._rng.getrandbits(31)
         sent, clock = time.time(), time.perf_counter()
         if not resets:  # most steps: one exchange, awaited as it is
             parts = [await self._exchange(StepBatch.type, steps)] if steps else []
@@ -706,18 +731,25 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         does not know ``autoreset``)."""
         fresh = table.resets
         table.resets = {}
-        for index, row in fresh.items():  # the server's own resets: not seeded, not replayable
+        slots = self.fleet.slots
+        # The server's own resets ran with the seeds sent with the steps (None: unseeded,
+        # not replayable); each seeded one is used up, the next episode draws its own.
+        seeds = {index: slots[index].next_seed for index in fresh}
+        for index, row in fresh.items():
             if isinstance(row, dict):
-                self.fleet.slots[index].log.reset(None, {}, None, row)
-                self.fleet.slots[index].ended = False
+                slot = slots[index]
+                slot.log.reset(seeds[index], {}, None, row)
+                slot.ended = False
+                slot.next_seed = None
         if fresh and self.recording is not None:
             served = [i for i in ended if i in fresh]
-            self._record(_table_of(fresh, served), "reset", _no_seeds(served), sent, clock)
+            inputs: dict[int, Any] = {i: (seeds[i], {}) for i in served}
+            self._record(_table_of(fresh, served), "reset", inputs, sent, clock)
         missing = [i for i in ended if i not in fresh]
         if missing:
             sent, clock = time.time(), time.perf_counter()
             auto: list[tuple[Slot, Any]] = [
-                (self.fleet.slots[i], (self._auto_seed(), {})) for i in missing
+                (slots[i], (self._take_seed(slots[i]), {})) for i in missing
             ]
             done = await self._exchange(ResetBatch.type, auto)
             if self.recording is not None:
@@ -811,7 +843,11 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         for slot, payload in items:
             k = position.get(slot.index)
             if k is not None:  # the hot path: no row is built
-                slot.log.step_digested(payload, row_digest(table, k))
+                log = slot.log
+                # A digest (an encoding of the observation) only for an episode a replay
+                # can repeat: an unseeded one (a reset with no seed) records nothing.
+                if log.why_not is None:
+                    log.step_digested(payload, row_digest(table, k))
                 slot.ended = done is not None and done[k] is True
 
     async def _truncated(self, truncated: dict[int, str]) -> ResultTable:
@@ -831,9 +867,18 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         return table
 
     def _auto_seed(self) -> int | None:
-        """The seed of an auto-reset: drawn, so that its episode can be replayed (None
-        without recovery: the environment's own generator, as before)."""
-        return self._rng.getrandbits(31) if self.rehoming is not None else None
+        """The seed of an auto-reset: drawn, so that its episode can be replayed or
+        repeated (None with neither recovery nor a pool ``seed``: the environment's own
+        generator goes on)."""
+        return self._rng.getrandbits(31) if self._seeding else None
+
+    def _take_seed(self, slot: Slot) -> int | None:
+        """The seed of the auto-reset the pool sends ``slot`` itself in place of a
+        same-step reset (a server that does not know ``autoreset``): the one its steps
+        carried, so the episode is the same whoever resets it."""
+        seed = slot.next_seed if slot.next_seed is not None else self._auto_seed()
+        slot.next_seed = None
+        return seed
 
     def stats(self) -> dict[str, Any]:
         """What the pool did to keep its sessions: re-homing counts and times
@@ -951,9 +996,13 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         connection = link.connection
         message: StepBatch | ResetBatch
         if kind == StepBatch.type:
-            steps = tuple([StepItem(s.session, p) for s, p in chunk])
-            # SAME_STEP: the server resets an ended episode in the same message.
+            # SAME_STEP: the server resets an ended episode in the same message, with the
+            # seed drawn for the session's next episode (see _step_slots).
             autoreset = self.autoreset_mode is AutoresetMode.SAME_STEP
+            if autoreset:
+                steps = tuple([StepItem(s.session, p, s.next_seed) for s, p in chunk])
+            else:
+                steps = tuple([StepItem(s.session, p) for s, p in chunk])
             message = StepBatch(connection.next_id(), steps, self._columns, autoreset)
         else:
             resets = tuple([ResetItem(s.session, seed, opts) for s, (seed, opts) in chunk])
@@ -1073,11 +1122,6 @@ def _table_of(outcomes: Mapping[int, dict[str, Any] | CorralError], ids: list[in
     table = ResultTable.from_rows(ok, rows)
     table.errors = errors
     return table
-
-
-def _no_seeds(ids: list[int]) -> dict[int, Any]:
-    """The recorded inputs of auto-resets: no seed, no options."""
-    return dict.fromkeys(ids, (None, {}))
 
 
 def _row_of(item: BatchItemReply, request_id: int, what: str) -> dict[str, Any] | CorralError:

@@ -32,12 +32,19 @@ where readability is the point).
 
 **Same-step resets.** A ``step_batch`` with ``"autoreset": true`` asks the server to
 reset, at once, every item whose step ends its episode (``done``, truncated or not),
-with no seed and no options, as Gymnasium's and SB3's same-step autoreset does. Such an
+with no options, as Gymnasium's and SB3's same-step autoreset does; with the item's
+``reset_seed`` (an integer, 0 to 2**63-1) as the seed when it has one, else with no seed.
+A client that seeds each next episode in advance (corral's pool does) keeps every episode
+replayable. The seed is used only with the flag; a malformed one is an error for its
+item either way (``BAD_MESSAGE``, or ``INVALID_ARGUMENT`` out of range). A server that
+does not know the field resets with no seed (a verified replay of that episode then
+fails, and the client ends it truncated, as for any unseeded episode). Such an
 item's result stays the ended step's observation (its reward, flags and metadata); the
 new episode's first observation (or the reset's error) goes in a sparse map beside the
 results, by item index, in either reply form::
 
-    → {"type": "step_batch", "id": 7, "items": [...], "autoreset": true}
+    → {"type": "step_batch", "id": 7, "autoreset": true,
+       "items": [{"session": "a", "action": {...}, "reset_seed": 1234}, ...]}
     ← {"type": "batch", "id": 7, "results": [...],             (or the columnar keys)
        "resets": [[1, {"message": "", "done": false, ...}]],
        "reset_errors": [[4, {code, message, details}]]}
@@ -85,10 +92,15 @@ class StepItem:
 
     session: str
     action: Any
+    reset_seed: int | None = None
+    """The seed of the same-step reset this step may call for (``autoreset``; see the
+    module docstring); None: an unseeded reset, as without the field."""
 
     def to_wire(self) -> dict[str, Any]:
-        """The item's wire map."""
-        return {"session": self.session, "action": self.action}
+        """The item's wire map (``reset_seed`` only when there is one)."""
+        if self.reset_seed is None:
+            return {"session": self.session, "action": self.action}
+        return {"session": self.session, "action": self.action, "reset_seed": self.reset_seed}
 
 
 @dataclass(slots=True)
@@ -168,7 +180,11 @@ def _step_item(index: int, raw: Any) -> StepItem | BadItem:
     if type(raw) is dict:  # the well-formed item, read with no further calls
         session = raw.get("session")
         if type(session) is str and "action" in raw:
-            return StepItem(session, raw["action"])
+            seed = raw.get("reset_seed")
+            if seed is None:
+                return StepItem(session, raw["action"])
+            if type(seed) is int and 0 <= seed <= f.MAX_ID:
+                return StepItem(session, raw["action"], seed)
     try:
         session = _item_session(index, raw)
     except CorralError as exc:
@@ -179,7 +195,11 @@ def _step_item(index: int, raw: Any) -> StepItem | BadItem:
             details={"item": index, "field": "action"},
         )
         return BadItem(session, error)
-    return StepItem(session, raw["action"])
+    try:
+        seed = f.seed(raw, item=index, name="reset_seed")
+    except CorralError as exc:
+        return BadItem(session, exc)
+    return StepItem(session, raw["action"], seed)
 
 
 def _batch_wire(

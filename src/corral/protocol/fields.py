@@ -75,29 +75,29 @@ def reply_id(msg: dict[str, Any]) -> int | None:
     return request_id(msg)
 
 
-def seed(msg: dict[str, Any], *, item: int | None = None) -> int | None:
-    """A reset's ``seed``: null, or an integer between 0 and :data:`MAX_ID`.
+def seed(msg: dict[str, Any], *, item: int | None = None, name: str = "seed") -> int | None:
+    """A reset's seed (field ``name``): null, or an integer between 0 and :data:`MAX_ID`.
 
     Raises:
         BadMessage: not an integer; InvalidArgument: out of range. With ``item`` (a
             batch item's index) the error names the item.
     """
-    value = msg.get("seed")
+    value = msg.get(name)
     if value is None:
         return None
     where = "" if item is None else f"item {item}: "
     extra = {} if item is None else {"item": item}
     if not isinstance(value, int) or isinstance(value, bool):
         if item is None:
-            _check(msg, "seed", value, int)  # raises, in the words of a single message
+            _check(msg, name, value, int)  # raises, in the words of a single message
         raise BadMessage(
-            f"{where}field 'seed' must be an integer or null, got {type(value).__name__}",
-            details={**extra, "field": "seed"},
+            f"{where}field {name!r} must be an integer or null, got {type(value).__name__}",
+            details={**extra, "field": name},
         )
     if not 0 <= value <= MAX_ID:
         raise InvalidArgument(
-            f"{where}seed must be between 0 and 2**63-1, got {value}",
-            details={**extra, "field": "seed"},
+            f"{where}{name} must be between 0 and 2**63-1, got {value}",
+            details={**extra, "field": name},
         )
     return value
 

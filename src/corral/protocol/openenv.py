@@ -388,7 +388,7 @@ class Call:
 
 
 @dataclass(frozen=True, slots=True)
-class CloseSession:
+class OpenEnvClose:
     """An OpenEnv ``close``: end the session, send nothing, close the socket with 1000."""
 
 
@@ -414,7 +414,7 @@ class ToolStep:
     """The tool called, None for ``list_tools``."""
 
 
-Inbound = Call | CloseSession | McpMessage | ToolStep
+Inbound = Call | OpenEnvClose | McpMessage | ToolStep
 
 TOOL_ACTIONS = frozenset({"list_tools", "call_tool"})
 """The ``type`` values of OpenEnv's MCP tool actions."""
@@ -553,7 +553,7 @@ class ServerTranslator:
                 details={"errors": validation_errors(exc)},
             ) from None
         if isinstance(envelope, _CloseFrame):
-            return CloseSession()
+            return OpenEnvClose()
         if isinstance(envelope, _McpFrame):
             return McpMessage(envelope.data)
         if isinstance(envelope, _StepFrame) and self.tool_actions:

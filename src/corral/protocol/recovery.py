@@ -118,8 +118,10 @@ class EpisodeLog:
         self.actions = []
         self.digests = []
         self.size = 0
-        self.reset_digest = digest(observation)
         self.why_not = None if seed is not None else "the episode was reset without a seed"
+        # Only a replay reads the digests: an unseeded episode (a reset with no seed,
+        # which no replay can repeat) never pays for one.
+        self.reset_digest = digest(observation) if seed is not None else 0
 
     def step(self, action: Any, observation: Any) -> None:
         """A step with ``action`` (its wire object) answered with ``observation``."""

@@ -64,7 +64,8 @@ class Op(StrEnum):
     STEP = "step"
     AUTO_RESET = "auto_reset"
     """A step after the episode ended on an auto-reset env, or the same-step reset of a
-    ``step_batch`` with ``autoreset``: run ``reset`` with no seed and no options."""
+    ``step_batch`` with ``autoreset``: run ``reset`` with no options, and no seed but
+    the item's ``reset_seed``."""
     STATE = "state"
     SNAPSHOT = "snapshot"
     """Capture the environment's state (:mod:`corral.contract.snapshot`)."""
@@ -117,8 +118,9 @@ LIFECYCLE: Mapping[Phase, Mapping[str, Op | Refusal]] = MappingProxyType(
 
 ``autoreset`` is no message of its own: it is the same-step reset a ``step_batch`` with
 ``"autoreset": true`` asks for, admitted under the batch's request id right after the
-item's step finished with ``done``. Allowed wherever a reset is (it is one, with no seed
-and no options); only a closed or busy session refuses it."""
+item's step finished with ``done``. Allowed wherever a reset is (it is one, with no
+options, seeded by the item's ``reset_seed`` if any); only a closed or busy session
+refuses it."""
 
 AUTO_RESET_LIFECYCLE: Mapping[Phase, Mapping[str, Op | Refusal]] = MappingProxyType(
     {**LIFECYCLE, Phase.ENDED: {**LIFECYCLE[Phase.ENDED], "step": Op.AUTO_RESET}}

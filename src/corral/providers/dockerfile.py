@@ -84,7 +84,7 @@ class BuildError(PlatformError, RuntimeError):
 
 
 @dataclass(frozen=True)
-class Target:
+class WheelTarget:
     """The interpreter and platform wheels are resolved for.
 
     Attributes:
@@ -446,7 +446,7 @@ RESOLUTION_TTL_S = 24 * 3600.0
 """How long a resolution is reused for the same inputs before the index is asked again."""
 
 
-def _resolution_key(requirements: Sequence[str], target: Target) -> str:
+def _resolution_key(requirements: Sequence[str], target: WheelTarget) -> str:
     """A hash of what a resolution depends on: the local wheels' contents (their metadata
     holds their dependencies), the other requirements and the target platform."""
     digest = hashlib.sha256()
@@ -462,7 +462,7 @@ def _resolution_key(requirements: Sequence[str], target: Target) -> str:
 
 
 def _resolve(
-    requirements: Sequence[str], target: Target, pip: Sequence[str], progress: Progress | None
+    requirements: Sequence[str], target: WheelTarget, pip: Sequence[str], progress: Progress | None
 ) -> list[tuple[str, str]]:
     """Resolve ``requirements`` for ``target``; returns (name, version) of every distribution.
 
@@ -487,7 +487,7 @@ def _resolve(
 
 
 def _resolve_with_pip(
-    requirements: Sequence[str], target: Target, pip: Sequence[str], progress: Progress | None
+    requirements: Sequence[str], target: WheelTarget, pip: Sequence[str], progress: Progress | None
 ) -> list[tuple[str, str]]:
     with tempfile.TemporaryDirectory(prefix="corral-resolve-") as tmp:
         report = Path(tmp) / "report.json"
@@ -560,7 +560,7 @@ def prepare_context(
     env_path = Path(env_dir).resolve()
     manifest = load_manifest(env_path)
     pip_cmd = list(pip) if pip is not None else [sys.executable, "-m", "pip"]
-    target = Target(python_version=manifest.python_version)
+    target = WheelTarget(python_version=manifest.python_version)
     out = Path(out_dir).resolve()
     if out == env_path or out in env_path.parents:
         raise BuildError(

@@ -73,7 +73,6 @@ import signal
 import socket
 import struct
 import sys
-import threading
 import time
 import traceback
 import types
@@ -321,6 +320,8 @@ def install_guards(read_roots: list[str], write_roots: list[str], deny_roots: li
     process group. This stops accidents and naive escapes; it is not a security boundary
     against code written to get around it.
     """
+    import threading  # not at the top: see main()
+
     local = threading.local()
     own_group = os.getpgid(0)
 
@@ -396,7 +397,7 @@ def install_guards(read_roots: list[str], write_roots: list[str], deny_roots: li
     sys.addaudithook(hook)
 
 
-class Worker:
+class RequestLoop:
     """The request loop: one namespace per worker, shared by every ``exec``."""
 
     def __init__(self, config: dict[str, Any]) -> None:
@@ -570,7 +571,7 @@ def serve_worker(config: dict[str, Any], uid: int | None = None) -> None:
         # Line buffering, as on a terminal: what was printed before a kill is not lost.
         stream.reconfigure(errors="backslashreplace", line_buffering=True)  # type: ignore[union-attr]
     workdir = str(config["workdir"])
-    worker = Worker(config)
+    worker = RequestLoop(config)
 
     def enter() -> None:
         if uid is not None:
@@ -680,6 +681,22 @@ class Zygote:
             os.set_blocking(fd, False)
         signal.signal(signal.SIGCHLD, lambda number, frame: None)
         signal.set_wakeup_fd(self.wake_w)
+        self.prepare()
+
+    @staticmethod
+    def prepare() -> None:
+        """Do once, before the first fork, what every worker would otherwise redo.
+
+        A worker is a copy-on-write image of the zygote: what the zygote leaves undone,
+        each worker pays for again. ``compile`` builds the AST's hundred-odd classes on
+        its first call in a process (~1 ms of CPU, and the pages it writes), so the
+        zygote makes that first call; and it imports ``ctypes`` for the scrubber
+        (:meth:`scrub`, which would import it in each child otherwise, ~2 ms). The
+        agent's code may import ``ctypes`` itself in any case: the sandbox's limits
+        are the kernel's, not Python's.
+        """
+        compile("pass", "<zygote>", "exec", dont_inherit=True)
+        import ctypes  # noqa: F401  (see the docstring)
 
     def serve(self) -> None:
         """Answer the parent until it goes away; then kill every process of the agent."""
@@ -861,7 +878,7 @@ class Zygote:
 
 def scrub_identity() -> list[str]:
     """As the sandbox uid: remove its System V IPC objects, clear its keyrings; say what failed."""
-    import ctypes  # only ever in this short-lived child, never in the zygote or a worker
+    import ctypes  # imported by the zygote already (Zygote.prepare)
 
     libc = ctypes.CDLL(None, use_errno=True)
     problems = []
@@ -905,6 +922,11 @@ def main(argv: list[str]) -> int:
     if config.get("zygote"):
         Zygote(config).serve()
         return 0
+    # Imported by cold workers only: in the zygote, ``threading``'s at-fork hook (it
+    # rebuilds its locks and walks its registry of threads in every child) would cost
+    # each forked worker a tenth of its CPU.
+    import threading
+
     for key in ("request_fd", "reply_fd", "lifeline_fd"):
         os.set_inheritable(int(config[key]), False)
     threading.Thread(

@@ -362,9 +362,12 @@ class WarmSandbox:
     def recycle(self, cpu_hard: int) -> bool:
         """Make the sandbox as good as new for another episode; True if it is.
 
-        Sweeps, empties the working directory, resets its root, scrubs the uid's kernel
-        objects, and forks a worker ahead of time (with lifetime CPU ``cpu_hard``). A
-        sandbox that fails any of it must not be used again (close it).
+        Sweeps, scrubs the uid's kernel objects and forks a worker ahead of time (with
+        lifetime CPU ``cpu_hard``), all in one round trip to the zygote, then empties the
+        working directory and resets its root: no process of the uid is left by then
+        (the new worker is still the zygote's identity, and it does not touch the
+        directory before its first request). A sandbox that fails any of it must not be
+        used again (close it).
         """
         worker, self._next = self._next, None
         if worker is not None:
@@ -372,9 +375,8 @@ class WarmSandbox:
         try:
             if not self.alive:
                 return False
-            self.sweep()
-            self.workspace.reset()
             self._next = self._spawn({"op": "scrub"}, cpu_hard, "scrubbed")
+            self.workspace.reset()
         except SandboxError:
             return False
         self.episodes += 1

@@ -7,7 +7,15 @@ is ready) and gives it back when it ends (:meth:`SandboxPool.release`); a backgr
 thread recycles it (:meth:`~corral.sandbox.forkserver.WarmSandbox.recycle`: every
 process killed, the directory emptied, the uid's kernel objects removed) and keeps it for
 the next episode, or retires it if anything was amiss. The same thread starts new
-sandboxes whenever fewer than ``spares`` are ready.
+sandboxes whenever fewer than ``spares`` are ready or being recycled.
+
+Under load (many sessions ending episodes back to back) the background can fall behind.
+An acquisition that finds no spare ready then recycles a returned sandbox itself, or
+waits for one being recycled (:data:`RECYCLE_WAIT` at most), rather than starting one:
+a recycling costs a few milliseconds of CPU, a new sandbox (``bwrap``, an interpreter)
+tens, and starting new ones while returned ones pile up would only add sandboxes to
+retire. So recycling keeps pace with the episodes however many end at once, and the
+pool holds about as many sandboxes as episodes run at once, plus ``spares``.
 
 Environments of one configuration share one pool (:func:`shared_pool`), counted by
 :meth:`~SandboxPool.attach` / :meth:`~SandboxPool.detach`: when the last one detaches,
@@ -22,6 +30,7 @@ import atexit
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
@@ -32,7 +41,12 @@ log = logging.getLogger("corral.sandbox")
 
 RECYCLERS = 2
 """Background threads per pool: recycling waits on the sandbox (kills, a fork), so two
-keep up with sessions that end episodes back to back."""
+keep up with sessions that end episodes back to back (and acquisitions help them when
+they do not)."""
+RECYCLE_WAIT = 2.0
+"""Seconds an acquisition waits for a sandbox being recycled by another thread before it
+starts one itself (a recycling stuck on a sandbox that will not die must not hold an
+episode up)."""
 
 
 @dataclass
@@ -43,6 +57,8 @@ class PoolStats:
     """Sandboxes started, in the background or on demand."""
     cold: int = 0
     """Acquisitions that found no spare ready and started a sandbox on the caller's path."""
+    helped: int = 0
+    """Acquisitions that found no spare ready and recycled a returned sandbox themselves."""
     recycled: int = 0
     """Sandboxes made ready again after an episode."""
     retired: int = 0
@@ -73,6 +89,7 @@ class SandboxPool:
         self._dirty: list[WarmSandbox] = []
         self._busy: set[WarmSandbox] = set()
         self._starting = 0
+        self._recycling = 0
         self._closed = False
         self._cond = threading.Condition()
         self._threads: list[threading.Thread] = []
@@ -108,24 +125,38 @@ class SandboxPool:
     # -- episodes ----------------------------------------------------------------------
 
     def acquire(self) -> WarmSandbox:
-        """A ready sandbox for a new episode: a spare, or one started now.
+        """A ready sandbox for a new episode: a spare, one recycled now (by this thread
+        or another), or one started now.
 
         Raises:
             SandboxError: none could be started.
             RuntimeError: the pool is closed.
         """
-        with self._cond:
-            if self._closed:
-                raise RuntimeError("the sandbox pool is closed")
-            sandbox = self._idle.pop() if self._idle else None
-            if sandbox is None:
-                self.stats.cold += 1
-            self._cond.notify_all()  # a spare fewer: start another
-        if sandbox is None:
-            sandbox = self._factory()
+        deadline = time.monotonic() + RECYCLE_WAIT
+        while True:
             with self._cond:
-                self.stats.started += 1
+                if self._closed:
+                    raise RuntimeError("the sandbox pool is closed")
+                if self._idle:
+                    sandbox = self._idle.pop()
+                    self._busy.add(sandbox)
+                    self._cond.notify_all()  # a spare fewer: start another
+                    return sandbox
+                returned = self._dirty.pop(0) if self._dirty else None
+                if returned is not None:
+                    self._recycling += 1
+                elif self._recycling and (remaining := deadline - time.monotonic()) > 0:
+                    self._cond.wait(remaining)  # one is on its way (module docstring)
+                    continue
+                else:
+                    self.stats.cold += 1
+                    self._cond.notify_all()  # a spare fewer: start another
+                    break
+            if self._renew(returned, claim=True):
+                return returned
+        sandbox = self._factory()
         with self._cond:
+            self.stats.started += 1
             self._busy.add(sandbox)
         return sandbox
 
@@ -158,8 +189,9 @@ class SandboxPool:
             if self._closed:
                 return None
             if self._dirty:
+                self._recycling += 1
                 return self._dirty.pop(0)
-            if len(self._idle) + self._starting < self.spares:
+            if len(self._idle) + self._starting + self._recycling < self.spares:
                 self._starting += 1
                 return True
             self._cond.wait()
@@ -201,21 +233,38 @@ class SandboxPool:
         sandbox.close()
 
     def _recycle(self, sandbox: WarmSandbox) -> None:
+        self._renew(sandbox, claim=False)
+
+    def _renew(self, sandbox: WarmSandbox, claim: bool) -> bool:
+        """Recycle a returned ``sandbox`` (counted in ``_recycling`` by the caller, under
+        the lock): ready for the caller's episode (``claim``; True then) or kept as a
+        spare. Retired (closed) if anything was amiss, the pool closed, or too many are
+        idle already."""
         try:
             ok = sandbox.recycle(self._cpu_hard)
         except Exception:  # a bug must not stop the pool: the sandbox is retired
             log.exception("recycling a sandbox failed")
             ok = False
         with self._cond:
-            keep = ok and not self._closed and len(self._idle) < self.max_idle
-            if keep:
+            self._cond.notify_all()  # an acquisition waiting for it, or a spare to start
+            if ok and not self._closed and (claim or len(self._idle) < self.max_idle):
+                self._recycling -= 1
                 self.stats.recycled += 1
-                self._idle.append(sandbox)
-                self._cond.notify_all()
-                return
+                if claim:
+                    self.stats.helped += 1
+                    self._busy.add(sandbox)
+                else:
+                    self._idle.append(sandbox)
+                return claim
             self.stats.retired += 1
-        with contextlib.suppress(SandboxError):
-            sandbox.close()
+        try:
+            with contextlib.suppress(SandboxError):
+                sandbox.close()
+        finally:
+            with self._cond:
+                self._recycling -= 1  # only now: close() waits for it
+                self._cond.notify_all()
+        return False
 
     # -- the end -----------------------------------------------------------------------
 
@@ -229,6 +278,7 @@ class SandboxPool:
             if thread is not threading.current_thread():
                 thread.join()
         with self._cond:
+            self._cond.wait_for(lambda: self._recycling == 0)  # by an acquisition
             leftovers = [*self._idle, *self._dirty, *self._busy]
             self._idle, self._dirty, self._busy = [], [], set()
         for sandbox in leftovers:

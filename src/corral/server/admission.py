@@ -193,10 +193,11 @@ class Admission:
         return self.auto_reset()
 
     @staticmethod
-    def auto_reset() -> RunnerCall:
-        """The runner call of an auto-reset (:data:`Op.AUTO_RESET`): ``reset`` with no seed
-        and no options, whatever the request that caused it carried."""
-        return "reset", (None,), {}
+    def auto_reset(seed: int | None = None) -> RunnerCall:
+        """The runner call of an auto-reset (:data:`Op.AUTO_RESET`): ``reset`` with no
+        options, whatever the request that caused it carried, and no seed but the one a
+        ``step_batch`` item gives its same-step reset (``reset_seed``)."""
+        return "reset", (seed,), {}
 
     def action(self, peer: Peer, raw: Any) -> BaseModel:
         """Load a wire action into the Action model, migrating it first if need be.

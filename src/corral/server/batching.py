@@ -153,7 +153,7 @@ class BatchHandler:
             # the others are still to run, released by the task that runs them.
             with ending([call.session for call in ran], request.id):
                 ended = self._settle(peer, request, ran, results)
-            calls = self._resets(peer, request.id, ended, results)
+            calls = self._resets(request, ended, results)
         return rest
 
     @staticmethod
@@ -170,14 +170,15 @@ class BatchHandler:
 
     def _resets(
         self,
-        peer: Peer,
-        request_id: int,
+        request: b.BatchRequest,
         ended: list[tuple[_ItemCall, b.ItemResult]],
         results: list[b.BatchItemReply | None],
     ) -> list[_ItemCall]:
-        """The same-step resets of the items whose step ended their episode, admitted by
-        the lifecycle table; an item it refuses (its session closed) is answered now."""
+        """The same-step resets of the items whose step ended their episode (seeded with
+        the item's ``reset_seed``), admitted by the lifecycle table; an item it refuses
+        (its session closed) is answered now."""
         calls: list[_ItemCall] = []
+        request_id = request.id
         for step, final in ended:
             session = step.session
             try:
@@ -187,7 +188,9 @@ class BatchHandler:
                 results[step.index] = final
                 session.remember(request_id, final)
                 continue
-            method, args, kwargs = self.admission.auto_reset()
+            item = request.items[step.index]
+            assert isinstance(item, b.StepItem)  # only a step ends an episode
+            method, args, kwargs = self.admission.auto_reset(item.reset_seed)
             calls.append(
                 _ItemCall(session.runner, method, args, kwargs, step.index, session, op, final)
             )
@@ -234,7 +237,7 @@ class BatchHandler:
             # The same-step resets are admitted with nothing awaited since their steps
             # finished (a re-sent batch never finds an item half-answered), and run in
             # the next round, inside its ``ending``.
-            calls = self._resets(peer, request_id, ended, results)
+            calls = self._resets(request, ended, results)
         for session in overran:
             await self.manager.close(session, "a call overran the step timeout")
         for index, session, original in waits:

@@ -10,6 +10,15 @@ synchronous stretch of a frame or a batch:
 * every ``tick_s`` it checks the young generation's count and collects it past
   ``gen0`` allocations, escalating to the middle generation every 10th pass and to a full
   collection every 100th (CPython's own ratios);
+* each generation's passes take at most ``share`` of the loop thread's CPU: after a pass
+  of generation ``g`` that took ``t`` CPU seconds, ``g`` is not collected again before
+  the thread has spent ``t / share`` more (a pass due meanwhile collects a younger
+  generation, or waits). A server stepping 100,000 sessions whose steps wait seconds
+  holds millions of live objects that are no garbage (their tasks, timers, frames): a
+  pass scans every one of them, and a full pass every 100th tick took a second of every
+  few (issue 34). The bound keeps the collector's share whatever the heap, and its
+  spacing grows with the heap, as CPython's own rule (a full pass only once the heap
+  grew by a quarter) does;
 * after a *wave* of opens and resets (at least ``wave`` of them, then a tick without
   any), the objects the wave built — environments, sessions, their first observations —
   are long-lived: it freezes them (``gc.freeze()``) so no later pass scans them again. A
@@ -26,6 +35,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import time
+from collections.abc import Callable
 from typing import Protocol
 
 
@@ -45,6 +56,8 @@ class GcPacer:
         tick_s: how often to look.
         wave: opens and resets that make a wave worth freezing.
         long_wave: opens and resets after which a wave still going on is frozen.
+        share: the most of the loop thread's CPU each generation's passes may take.
+        cpu: the loop thread's CPU clock (tests pass their own).
     """
 
     def __init__(
@@ -55,12 +68,18 @@ class GcPacer:
         tick_s: float = 0.05,
         wave: int = 32,
         long_wave: int = 10_000,
+        share: float = 0.05,
+        cpu: Callable[[], float] = time.thread_time,
     ) -> None:
         self.stats = stats
         self.gen0 = gen0
         self.tick_s = tick_s
         self.wave = wave
         self.long_wave = long_wave
+        self.share = share
+        self._cpu = cpu
+        self._due = [0.0, 0.0, 0.0]
+        """By generation: the thread CPU time before which it is not collected again."""
         self.passes = [0, 0, 0]
         """Collections run, by generation."""
         self.freezes = 0
@@ -111,21 +130,26 @@ class GcPacer:
         if (built == self._last_resets and new >= self.wave) or new >= self.long_wave:
             self._freeze_wave()
         self._last_resets = built
-        if gc.get_count()[0] >= self.gen0:
+        if gc.get_count()[0] >= self.gen0 and self._cpu() >= self._due[0]:
             self._collect()
 
     def _collect(self) -> None:
+        started = self._cpu()
         generation = 0
-        self._young += 1
-        if self._young >= 10:
-            self._young = 0
-            self._middle += 1
+        if self._young >= 9 and started >= self._due[1]:
             generation = 1
-            if self._middle >= 10:
-                self._middle = 0
+            if self._middle >= 9 and started >= self._due[2]:
                 generation = 2
         gc.collect(generation)
+        ended = self._cpu()
+        self._due[generation] = ended + (ended - started) / self.share
         self.passes[generation] += 1
+        if generation == 0:
+            self._young += 1
+        elif generation == 1:
+            self._young, self._middle = 0, self._middle + 1
+        else:
+            self._young = self._middle = 0
 
     def _freeze_wave(self) -> None:
         self.freezes += 1

@@ -96,7 +96,7 @@ _ERROR_BY_STATUS: dict[int, type[CorralError]] = {
 other 5xx: ``INTERNAL_ERROR``)."""
 
 
-class ErrorReply(BaseModel):
+class ErrorBody(BaseModel):
     """An error answer of corral's routes, for the OpenAPI document; ``code`` is corral's
     stable error code."""
 
@@ -107,7 +107,7 @@ class ErrorReply(BaseModel):
 
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorReply, "description": description}
+    status: {"model": ErrorBody, "description": description}
     for status, description in [
         (400, "The request could not be read."),
         (404, "No such session."),
@@ -253,7 +253,7 @@ __all__ = [
     "ERROR_RESPONSES",
     "HTTP_STATUS",
     "OPENENV_TAG",
-    "ErrorReply",
+    "ErrorBody",
     "ErrorResponse",
     "error_body",
     "error_response",

@@ -1,6 +1,8 @@
 """Running one environment instance's methods without blocking the event loop.
 
-``async def`` methods are awaited on the loop, in the caller's task; plain methods run in
+``async def`` methods are awaited on the loop, in the caller's task (or, through
+:meth:`EnvRunner.start`, run in their own task only and answered from its callback: a
+server holding 100,000 waiting steps holds one task and one timer each); plain methods run in
 a thread pool (a dedicated single thread when the environment asks for thread affinity),
 except **fast** ones: each runner keeps a moving average (EWMA) of each sync method's
 time, and while it stays under ``inline_s`` (``ServerConfig.inline_step_s``, ~100 µs)
@@ -39,8 +41,10 @@ average, the guarded calls and the timeout handling.
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import concurrent.futures
 import contextlib
+import contextvars
 import functools
 import inspect
 import resource
@@ -343,6 +347,40 @@ class EnvRunner:
             raise self.timeout_error(method, timeout)
         return future.result()
 
+    def start(
+        self,
+        method: str,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        timeout: float | None,
+        then: Callable[[Any, BaseException | None], None],
+    ) -> Running | None:
+        """Start ``async def env.<method>(*args, **kwargs)`` with no coroutine of ours
+        around it.
+
+        ``then(value, error)`` is called exactly once: with the method's value, with what
+        it raised, with :class:`~corral.errors.StepTimeout` at ``timeout`` (the call is
+        then abandoned, as :meth:`call` does), or with ``CancelledError`` at once when
+        the returned handle is cancelled (its session closed), whether the method heeds
+        its cancellation or not. Returns that handle, or None when the method completed
+        without waiting (``then`` was called already).
+
+        What :meth:`call` gives a waiting call, for a server that holds 100,000 of them
+        (issue 34): one task (the environment's own), one timer, no waiter, no second
+        task and no coroutine of the caller's.
+        """
+        fn = getattr(self.env, method)
+        try:
+            coro = fn(*args, **kwargs) if kwargs else fn(*args)  # no ``**{}`` dict per step
+            future = eager_start(_guarded_async(method, coro))
+        except Exception as exc:  # the call itself raised (a wrong signature)
+            then(None, exc)
+            return None
+        if future.done():
+            _settle(future, then)
+            return None
+        return Running(self, method, future, timeout, then)
+
     async def close(self) -> None:
         """Call ``env.close()`` once; after a timeout, once the stuck call has returned."""
         if self.closed:
@@ -367,6 +405,86 @@ class EnvRunner:
                 self._executor.submit(guarded, "close", self.env.close)
         if self._own_executor:
             self._executor.shutdown(wait=False)
+
+
+class Running:
+    """An ``async def`` environment call in its task, watched by one timer (see
+    :meth:`EnvRunner.start`); ``done`` and ``cancel`` as the task's, for the session
+    that holds it."""
+
+    __slots__ = ("answered", "future", "method", "runner", "then", "timeout", "timer")
+
+    def __init__(
+        self,
+        runner: EnvRunner,
+        method: str,
+        future: asyncio.Future[Any],
+        timeout: float | None,
+        then: Callable[[Any, BaseException | None], None],
+    ) -> None:
+        self.runner, self.method, self.future, self.timeout = runner, method, future, timeout
+        self.then: Callable[[Any, BaseException | None], None] | None = then
+        self.answered: asyncio.Future[None] | None = None
+        """Made by :meth:`wait` only: what a waiter for the answer waits on."""
+        loop = future.get_loop()
+        self.timer = None if timeout is None else loop.call_later(timeout, self._overran)
+        future.add_done_callback(self._done)
+
+    def done(self) -> bool:
+        """True once answered (or the call finished and its answer is on its way)."""
+        return self.then is None or self.future.done()
+
+    def cancel(self) -> bool:
+        """The session closed under the call: cancel it and answer ``CancelledError`` now."""
+        then = self._take()
+        if then is None:
+            return False
+        self.future.cancel()
+        then(None, asyncio.CancelledError())
+        return True
+
+    async def wait(self) -> None:
+        """Wait until the call is answered (a stubborn call stops counting at its
+        timeout or its cancellation, as its caller's answer does)."""
+        if self.then is None:
+            return
+        if self.answered is None:
+            self.answered = self.future.get_loop().create_future()
+        await asyncio.shield(self.answered)
+
+    def _take(self) -> Callable[[Any, BaseException | None], None] | None:
+        """The answer callback, once: later outcomes find None."""
+        then, self.then = self.then, None
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.answered is not None and not self.answered.done():
+            self.answered.set_result(None)  # its waiter resumes after the answer, given now
+        return then
+
+    def _done(self, future: asyncio.Future[Any]) -> None:
+        then = self._take()
+        if then is not None:
+            _settle(future, then)
+
+    def _overran(self) -> None:
+        self.timer = None
+        if self.future.done():
+            return  # its done callback is on its way
+        then = self._take()
+        assert then is not None and self.timeout is not None
+        self.future.cancel()
+        self.runner.abandon(self.future)
+        then(None, self.runner.timeout_error(self.method, self.timeout))
+
+
+def _settle(future: asyncio.Future[Any], then: Callable[[Any, BaseException | None], None]) -> None:
+    """Hand a finished call's outcome to ``then``."""
+    if future.cancelled():
+        then(None, asyncio.CancelledError())
+        return
+    error = future.exception()
+    then(None if error is not None else future.result(), error)
 
 
 _METHODS = ("reset", "step", "state", "close")
@@ -440,33 +558,44 @@ async def _guarded_async(method: str, awaitable: Awaitable[T]) -> T:
         raise _escaped(method, exc) from None
 
 
-class _Started:
-    """A coroutine that already ran up to its first suspension, as an awaitable."""
+class _Started(collections.abc.Coroutine[Any, Any, Any]):
+    """A coroutine that already ran up to its first suspension, for a task to finish.
+
+    The task's first step gets what the coroutine waits on, the later ones go straight
+    to the coroutine: one small object per started call, where a wrapping coroutine and
+    a generator cost two more tracked objects and a frame per resumption (a server
+    holding 100,000 waiting steps holds one of these each, issue 34).
+    """
+
+    __slots__ = ("coro", "suspended")
 
     def __init__(self, coro: Coroutine[Any, Any, Any], suspended: Any) -> None:
         self.coro = coro
-        self.suspended = suspended
+        self.suspended: Any = suspended
+
+    def send(self, value: Any) -> Any:
+        """The task's step: the first hands over the wait, the rest resume the coroutine."""
+        suspended = self.suspended
+        if suspended is not _RESUMED:
+            self.suspended = _RESUMED
+            return suspended
+        return self.coro.send(value)
+
+    def throw(self, *exc: Any) -> Any:
+        """Throw into the coroutine (cancellation, mostly), where it waits."""
+        self.suspended = _RESUMED
+        return self.coro.throw(*exc)
+
+    def close(self) -> None:
+        """Close the coroutine."""
+        self.coro.close()
 
     def __await__(self) -> Generator[Any, Any, Any]:
-        coro, value = self.coro, self.suspended
-        while True:
-            try:
-                sent = yield value  # what the coroutine waits on, to the task running us
-            except BaseException as exc:  # thrown in by that task: cancellation, mostly
-                try:
-                    value = coro.throw(exc)
-                except StopIteration as done:
-                    return done.value
-            else:
-                try:
-                    value = coro.send(sent)
-                except StopIteration as done:
-                    return done.value
+        raise TypeError("a started coroutine is finished by a task, not awaited")
 
 
-async def _finish(coro: Coroutine[Any, Any, T], suspended: Any) -> T:
-    result: T = await _Started(coro, suspended)
-    return result
+_RESUMED: Any = object()
+"""What :class:`_Started` holds once its task took the first suspension."""
 
 
 async def within(future: asyncio.Future[Any], timeout: float) -> bool:
@@ -512,7 +641,7 @@ def eager_start(coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
         future = asyncio.get_running_loop().create_future()
         future.set_exception(exc)
         return future
-    return asyncio.ensure_future(_finish(coro, suspended))
+    return asyncio.get_running_loop().create_task(_Started(coro, suspended))
 
 
 # -- many calls at once (batches) -------------------------------------------------
@@ -633,7 +762,7 @@ async def run_calls(
     """
     awaiting: list[Awaitable[None]] = []
     shared: list[EnvCall] = []
-    suspended: dict[asyncio.Future[Any], EnvCall] = {}
+    suspended: _Suspended | None = None
     remote: dict[BatchExecutor, list[EnvCall]] = defaultdict(list)
     for call in calls:
         owner = getattr(call.runner, "batch_executor", None)
@@ -643,17 +772,17 @@ async def run_calls(
             # Started now, with no coroutine of ours around it: an async env with nothing
             # to wait for is done without a task; one that waits gets one task, and the
             # batch's one deadline (below) instead of a timer and a wait of its own.
-            future = _start_async(call)
-            if future is not None:
-                suspended[future] = call
+            if suspended is None:
+                suspended = _Suspended()
+            suspended.start(call)
         elif not call.runner.shared or call.runner.inline(call.method):
             started = eager_start(_one(call, timeout))
             if not started.done():
                 awaiting.append(started)
         else:
             shared.append(call)
-    if suspended:
-        awaiting.append(_await_async(suspended, timeout))
+    if suspended is not None and suspended.left:
+        awaiting.append(suspended.wait(timeout))
     if len(shared) == 1:
         awaiting.append(_one(shared[0], timeout))  # one call: the plain runner path
     elif shared:
@@ -665,53 +794,83 @@ async def run_calls(
         await asyncio.gather(*awaiting)
 
 
-def _start_async(call: EnvCall) -> asyncio.Future[Any] | None:
-    """Start an async env's call up to its first wait; None if it finished at once (its
-    outcome is then on ``call``), else the future of its task (which fills ``call`` in)."""
-    started = time.perf_counter()
-    method = call.method
-    try:
-        fn = getattr(call.runner.env, method)
-        coro = fn(*call.args, **call.kwargs) if call.kwargs else fn(*call.args)
-    except Exception as exc:
-        call.error = exc
-        return None
-    future = eager_start(_guarded_async(method, coro))
+class _Suspended:
+    """The async calls of one batch that are waiting, and the one future the batch
+    awaits until the last of them is done.
 
-    def settle(done: asyncio.Future[Any]) -> None:
-        call.seconds = time.perf_counter() - started
-        if done.cancelled():
-            return  # a timeout: the batch filled the error in
-        error = done.exception()
-        if error is None:
-            call.value = done.result()
-        elif isinstance(error, Exception):
-            call.error = error
-        else:  # never an escape from the loop: _guarded_async wraps the rest
-            call.error = _escaped(method, error)
+    Every call's task reports to the same bound method, in the same context (the
+    batch's): no closure, cell or context copy per call, and no ``asyncio.wait`` with
+    its set, second callback and removal per call (a batch of 1,000 slow steps holds
+    1,000 of these calls for the whole wait, issue 34).
+    """
 
-    if future.done():
-        settle(future)
-        return None
-    future.add_done_callback(settle)
-    return future
+    __slots__ = ("all_done", "calls", "context", "left", "report")
+
+    def __init__(self) -> None:
+        self.calls: dict[asyncio.Future[Any], EnvCall] = {}
+        self.left = 0
+        self.all_done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.context = contextvars.copy_context()
+        self.report = self._report  # one bound method for every call
+
+    def start(self, call: EnvCall) -> None:
+        """Start an async env's call up to its first wait; its outcome is on ``call``
+        now if it finished at once, else once its task is done."""
+        started = time.perf_counter()
+        method = call.method
+        try:
+            fn = getattr(call.runner.env, method)
+            coro = fn(*call.args, **call.kwargs) if call.kwargs else fn(*call.args)
+        except Exception as exc:
+            call.error = exc
+            return
+        future = eager_start(_guarded_async(method, coro))
+        if future.done():
+            call.seconds = time.perf_counter() - started
+            _fill(call, future)
+            return
+        call.seconds = started  # the start, until the call is done (see _report)
+        self.calls[future] = call
+        self.left += 1
+        future.add_done_callback(self.report, context=self.context)
+
+    def _report(self, future: asyncio.Future[Any]) -> None:
+        call = self.calls[future]
+        self.left -= 1
+        if not future.cancelled():  # cancelled: a timeout, whose error the batch filled in
+            call.seconds = time.perf_counter() - call.seconds
+            _fill(call, future)
+        if self.left == 0 and not self.all_done.done():
+            self.all_done.set_result(None)
+
+    async def wait(self, timeout: float | None) -> None:
+        """Wait for every call under one deadline; the calls still running at it fail
+        with ``STEP_TIMEOUT`` (their runners are then closed by the batch, once the call
+        lets go of the env)."""
+        if self.left == 0:
+            return
+        if timeout is None:
+            await self.all_done
+            return
+        if await within(self.all_done, timeout):
+            return
+        for future, call in self.calls.items():
+            if not future.done():
+                call.seconds = timeout
+                future.cancel()
+                call.runner.abandon(future)
+                call.error = call.runner.timeout_error(call.method, timeout)
 
 
-async def _await_async(
-    suspended: dict[asyncio.Future[Any], EnvCall], timeout: float | None
-) -> None:
-    """Wait for a batch's suspended async calls under one deadline; the calls still
-    running at it fail with ``STEP_TIMEOUT`` (their runners are then closed by the batch,
-    once the call lets go of the env)."""
-    if timeout is None:
-        await asyncio.wait(suspended)
-        return
-    _, late = await asyncio.wait(suspended, timeout=timeout)
-    for future in late:
-        call = suspended[future]
-        future.cancel()
-        call.runner.abandon(future)
-        call.error = call.runner.timeout_error(call.method, timeout)
+def _fill(call: EnvCall, future: asyncio.Future[Any]) -> None:
+    """Put a finished call's outcome on ``call``."""
+    error = future.exception()
+    if error is None:
+        call.value = future.result()
+    elif isinstance(error, Exception):
+        call.error = error
+    else:  # never an escape from the loop: _guarded_async wraps the rest
+        call.error = _escaped(call.method, error)
 
 
 async def _one(call: EnvCall, timeout: float | None) -> None:

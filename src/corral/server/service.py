@@ -28,12 +28,13 @@ server (:mod:`corral.server.draining`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import re
 import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -79,7 +80,7 @@ from corral.server.batching import BatchHandler
 from corral.server.config import ServerConfig
 from corral.server.draining import Drainer
 from corral.server.env_failures import as_data
-from corral.server.runner import EnvFactory, eager_start
+from corral.server.runner import EnvFactory, EnvRunner, eager_start
 from corral.server.sessions import Session, SessionManager
 
 if TYPE_CHECKING:
@@ -351,12 +352,7 @@ class EnvService:
         """Start the work of an admitted ``event``; its reply goes to ``peer``."""
         try:
             if isinstance(event, RunCall):
-                # Started at once, in the frame's callback: a call that completes without
-                # waiting (a fast sync env run inline, an async env with nothing to await)
-                # is answered from here, with no task and no loop iteration of its own
-                # (the lockstep path). One that waits finishes in a task, kept to cancel.
-                running = eager_start(self._run(peer, event))
-                event.session.task = None if running.done() else running
+                self._call(peer, event)
             elif isinstance(event, RunBatch):
                 self.batches.submit(peer, event)
             elif isinstance(event, OpenSession):
@@ -489,55 +485,121 @@ class EnvService:
 
     # -- environment calls --------------------------------------------------------------
 
-    async def _run(self, peer: Peer, call: RunCall[Session]) -> None:
+    def _call(self, peer: Peer, call: RunCall[Session]) -> None:
+        """Start an admitted call at once, in the frame's callback.
+
+        A call that completes without waiting (a fast sync env run inline, an async env
+        with nothing to await) is answered from here, with no task and no loop iteration
+        of its own (the lockstep path). An ``async def`` method that waits runs in its
+        own task only, answered from its done callback (:meth:`EnvRunner.start`: a server
+        holding 100,000 waiting steps holds one task and one timer for each, issue 34);
+        any other call that waits finishes in a task of ours. Either is kept on the
+        session, to cancel when it closes.
+        """
         request, session, op = call.request, call.session, call.op
+        started = time.perf_counter()
+        try:
+            method, args, kwargs = self.admission.call(peer, op, request)
+        except CorralError as exc:
+            # Refused before the environment ran: answered, not remembered (a re-send is
+            # refused again; the cache would keep the payload).
+            with ending((session,), request.id):
+                self._fail(session, request.id, self.admission.failure(exc, op, session), False)
+            return
+        runner = session.runner
+        if type(runner) is EnvRunner and runner.is_async(method):
+            answer = functools.partial(self._answer, peer, call, started)
+            session.task = runner.start(method, args, kwargs, self.config.step_timeout_s, answer)
+            return
+        running = eager_start(self._run(peer, call, started, method, args, kwargs))
+        session.task = None if running.done() else running
+
+    async def _run(
+        self,
+        peer: Peer,
+        call: RunCall[Session],
+        started: float,
+        method: str,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+    ) -> None:
+        request, session = call.request, call.session
         with ending((session,), request.id):
-            admission = self.admission
-            started = time.perf_counter()
-            try:
-                method, args, kwargs = admission.call(peer, op, request)
-            except CorralError as exc:
-                # Refused before the environment ran: answered, not remembered (a
-                # re-send is refused again; the cache would keep the payload).
-                self._fail(session, request.id, admission.failure(exc, op, session), False)
-                return
             try:
                 value = await session.runner.call(
                     method, *args, timeout=self.config.step_timeout_s, kwargs=kwargs
                 )
-                reply: m.Reply
-                if op is Op.STATE:
-                    reply = m.StateReply(request.id, session.id, admission.state(peer, value))
-                    session.machine.finish(op)
-                elif op is Op.SNAPSHOT:
-                    envelope = self.seal.seal(session.machine.position(), value, time.time())
-                    reply = m.SnapshotReply(request.id, session.id, envelope)
-                    session.machine.finish(op)
-                    self.manager.stats.snapshots += 1
-                else:
-                    payload, done = admission.result(peer, value, op)
-                    reply = m.Result(request.id, session.id, payload)
-                    session.machine.finish(op, done)
             except asyncio.CancelledError:
-                reason = session.machine.closed_reason
-                if reason:  # closed under it (a drain's deadline): say so, not silence
-                    lost = SessionLost(
-                        f"session {session.id} is gone: {reason}",
-                        details={"reason": reason, "session": session.id},
-                        request_id=request.id,
-                    )
-                    session.deliver(m.ErrorReply.of(lost, session.id))
+                self._lost(session, request.id)
                 raise
             except Exception as exc:
-                error = admission.failure(exc, op, session)
-                self._fail(session, request.id, error, True)
-                if isinstance(error, StepTimeout):
+                if self._failed(session, request.id, call.op, exc):
                     await self.manager.close(session, "a call overran the step timeout")
                 return
-            stats = self.manager.stats
-            stats.observe(str(op), time.perf_counter() - started)
-            stats.count(op)
-            session.deliver(reply)
+            self._answered(peer, call, started, value)
+
+    def _answer(
+        self,
+        peer: Peer,
+        call: RunCall[Session],
+        started: float,
+        value: Any,
+        error: BaseException | None,
+    ) -> None:
+        """The outcome of a call :meth:`EnvRunner.start` ran: answer it."""
+        request, session = call.request, call.session
+        with ending((session,), request.id):
+            if isinstance(error, asyncio.CancelledError) or session.machine.closed_reason:
+                self._lost(session, request.id)
+            elif error is None:
+                self._answered(peer, call, started, value)
+            elif self._failed(session, request.id, call.op, error):
+                self._spawn(self.manager.close(session, "a call overran the step timeout"))
+
+    def _answered(self, peer: Peer, call: RunCall[Session], started: float, value: Any) -> None:
+        """The environment returned ``value``: send the call's reply (a result that does
+        not check out is the call's error)."""
+        request, session, op = call.request, call.session, call.op
+        admission = self.admission
+        reply: m.Reply
+        try:
+            if op is Op.STATE:
+                reply = m.StateReply(request.id, session.id, admission.state(peer, value))
+                session.machine.finish(op)
+            elif op is Op.SNAPSHOT:
+                envelope = self.seal.seal(session.machine.position(), value, time.time())
+                reply = m.SnapshotReply(request.id, session.id, envelope)
+                session.machine.finish(op)
+                self.manager.stats.snapshots += 1
+            else:
+                payload, done = admission.result(peer, value, op)
+                reply = m.Result(request.id, session.id, payload)
+                session.machine.finish(op, done)
+        except Exception as exc:
+            self._failed(session, request.id, op, exc)
+            return
+        stats = self.manager.stats
+        stats.observe(str(op), time.perf_counter() - started)
+        stats.count(op)
+        session.deliver(reply)
+
+    def _failed(self, session: Session, request_id: int, op: Op, exc: BaseException) -> bool:
+        """The call raised ``exc`` (or its result did not check out): answer its error
+        (remembered); True when it overran the step timeout (close the session)."""
+        error = self.admission.failure(exc, op, session)
+        self._fail(session, request_id, error, True)
+        return isinstance(error, StepTimeout)
+
+    def _lost(self, session: Session, request_id: int) -> None:
+        """The session closed under its call (a drain's deadline): say so, not silence."""
+        reason = session.machine.closed_reason
+        if reason:
+            lost = SessionLost(
+                f"session {session.id} is gone: {reason}",
+                details={"reason": reason, "session": session.id},
+                request_id=request_id,
+            )
+            session.deliver(m.ErrorReply.of(lost, session.id))
 
     def _fail(self, session: Session, request_id: int, error: CorralError, remember: bool) -> None:
         """Answer request ``request_id`` of ``session`` with ``error`` (counted)."""

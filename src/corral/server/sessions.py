@@ -34,6 +34,7 @@ from corral.server.runner import (
     EnvRunner,
     EnvThreads,
     Runner,
+    Running,
     factory_error,
     guarded,
 )
@@ -57,7 +58,7 @@ class Session(SessionState):
     """
 
     runner: Runner
-    task: asyncio.Future[None] | None = None
+    task: asyncio.Future[None] | Running | None = None
 
 
 class RandomBytes:

@@ -40,7 +40,7 @@ from corral.contract import Environment
 from corral.contract.tasks import count_tasks, resolve_task, split_kind, task_range
 from corral.errors import CorralError, FactoryError, InvalidArgument
 from corral.server.bodies import with_body
-from corral.server.http_errors import ErrorReply, error_response
+from corral.server.http_errors import ErrorBody, error_response
 from corral.server.service import EnvService
 
 T = TypeVar("T")
@@ -106,9 +106,9 @@ class TaskSlice(BaseModel):
 
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"model": ErrorReply, "description": "An index out of range, or too many tasks."},
-    404: {"model": ErrorReply, "description": "No such environment or split, or no tasks."},
-    500: {"model": ErrorReply, "description": "The environment could not be made."},
+    400: {"model": ErrorBody, "description": "An index out of range, or too many tasks."},
+    404: {"model": ErrorBody, "description": "No such environment or split, or no tasks."},
+    500: {"model": ErrorBody, "description": "The environment could not be made."},
 }
 
 

@@ -252,8 +252,8 @@ def test_an_openenv_environment_served_by_corral_passes_both_protocols():
 
 def test_a_null_top_level_metadata_does_not_hide_the_nested_one():
     """OpenEnv 0.10 sends ``"metadata": null`` beside the nested ``{}``: not a failure."""
+    from corral.cli.validate.checks import Schemas
     from corral.cli.validate.openenv_checks import OpenEnvChecks
-    from corral.cli.validate.target import Schemas
 
     checks = OpenEnvChecks("http://127.0.0.1:9")
     checks.schemas = Schemas(

@@ -6,7 +6,7 @@ checks of a running server.
 * :mod:`~corral.cli.validate.local`: ``PATH``: static checks and the runtime smoke test;
 * :mod:`~corral.cli.validate.remote`: ``--url``: the suites, run in order
   (:mod:`~corral.cli.validate.http_checks`, :mod:`~corral.cli.validate.openenv_checks`,
-  :mod:`~corral.cli.validate.corral_checks`), on :mod:`~corral.cli.validate.target`.
+  :mod:`~corral.cli.validate.corral_checks`), on :mod:`~corral.cli.validate.checks`.
 
 Only the command is imported with the package; the checks load when they run.
 """

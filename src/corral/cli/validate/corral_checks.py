@@ -14,11 +14,11 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import InvalidStatus, WebSocketException
 
-from corral.cli.validate.target import (
+from corral.cli.validate.checks import (
     CORRAL_SUBPROTOCOL,
     CheckFailed,
+    Checks,
     CheckSkipped,
-    Target,
     WsPeer,
     as_object,
     require,
@@ -27,7 +27,7 @@ from corral.contract.examples import invalid_action_for, schema_problem
 from corral.contract.schema import fingerprint
 
 
-class CorralChecks(Target):
+class CorralChecks(Checks):
     """The ``corral.*`` checks, and the detection of corral/1 on ``/ws``."""
 
     async def detect_corral(self) -> bool:

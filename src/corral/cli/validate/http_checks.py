@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from corral.cli.validate.target import CheckFailed, CheckSkipped, Schemas, Target, require
+from corral.cli.validate.checks import CheckFailed, Checks, CheckSkipped, Schemas, require
 from corral.contract.examples import example_for, schema_problem, schema_validator
 
 
-class HttpChecks(Target):
+class HttpChecks(Checks):
     """The ``http.*`` checks."""
 
     async def run_http_checks(self) -> None:

@@ -9,10 +9,10 @@ from typing import Any
 
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
-from corral.cli.validate.target import (
+from corral.cli.validate.checks import (
     CheckFailed,
+    Checks,
     CheckSkipped,
-    Target,
     WsPeer,
     as_object,
     require,
@@ -20,7 +20,7 @@ from corral.cli.validate.target import (
 from corral.contract.examples import invalid_action_for, schema_problem
 
 
-class OpenEnvChecks(Target):
+class OpenEnvChecks(Checks):
     """The ``openenv.*`` checks, and the detection of OpenEnv's envelope on ``/ws``."""
 
     async def _openenv_peer(self, settle: float = 2.0) -> tuple[WsPeer, dict[str, Any]]:

@@ -15,11 +15,11 @@ from typing import Any
 
 import httpx
 
+from corral.cli.validate.checks import CORRAL_SUBPROTOCOL
 from corral.cli.validate.corral_checks import CorralChecks
 from corral.cli.validate.http_checks import HttpChecks
 from corral.cli.validate.openenv_checks import OpenEnvChecks
 from corral.cli.validate.report import Report, Status
-from corral.cli.validate.target import CORRAL_SUBPROTOCOL
 
 
 class Validator(HttpChecks, OpenEnvChecks, CorralChecks):

@@ -13,7 +13,7 @@ killed)::
 Pods and Secrets for ``pods``, SandboxClaims and Secrets for ``agent-sandbox``, so the
 least-privilege Role of the mode (:mod:`corral.providers.kubernetes.rbac`) is enough. A
 kind the caller may not list or delete (403) does not stop the sweep: the other kinds
-are swept, and the refusal is reported (``Swept.refused``; ``corral k8s gc`` exits 1).
+are swept, and the refusal is reported (``SweepReport.refused``; ``corral k8s gc`` exits 1).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def lease_expired(lease: Mapping[str, Any], now: float | None = None) -> bool:
 
 
 @dataclass
-class Swept:
+class SweepReport:
     """What a sweep deleted (or would delete, in a dry run), by kind.
 
     Attributes:
@@ -113,7 +113,7 @@ async def sweep(
     kinds: Sequence[Kind] | None = None,
     dry_run: bool = False,
     now: float | None = None,
-) -> Swept:
+) -> SweepReport:
     """Delete the objects of dead owners (or of ``owner``) in the API's namespace.
 
     Args:
@@ -139,7 +139,7 @@ async def sweep(
         for lease in doomed_leases:
             wanted += [k for k in kinds_of(_mode(lease)) if k not in wanted]
         kinds = wanted
-    swept = Swept()
+    swept = SweepReport()
     found: dict[Kind, list[dict[str, Any]]] = {}
     for kind in kinds:
         try:
@@ -164,7 +164,11 @@ async def sweep(
 
 
 async def _delete(
-    api: KubeAPI, kind: Kind, objects: Sequence[Mapping[str, Any]], swept: Swept, dry_run: bool
+    api: KubeAPI,
+    kind: Kind,
+    objects: Sequence[Mapping[str, Any]],
+    swept: SweepReport,
+    dry_run: bool,
 ) -> None:
     for obj in objects:
         name = str(obj["metadata"]["name"])
@@ -189,7 +193,7 @@ async def connect_to(access: ClusterAccess, namespace: str) -> KubeAPI:
 
 async def sweep_owner(
     access: ClusterAccess, namespace: str, owner: str, kinds: Sequence[Kind]
-) -> Swept:
+) -> SweepReport:
     """Connect and delete every object of ``owner`` of ``kinds`` (the guardian's cleanup)."""
     api = await connect_to(access, namespace)
     try:

@@ -18,7 +18,7 @@ Two kinds of link, one per personality (:mod:`.personality`), which picks the ki
   :class:`~corral.protocol.openenv.PeerRuntime`; corral still owns the session (capacity,
   idle reaping, the step timeout, the thread or loop each call runs on).
 
-Both have the face of :class:`Link`: ``open``, ``begin``, ``frame`` (one WebSocket frame
+Both have the face of :class:`OpenEnvLink`: ``open``, ``begin``, ``frame`` (one WebSocket frame
 in, at most one out), ``answer_rpc``, ``close``; nothing outside this module asks which.
 """
 
@@ -56,9 +56,9 @@ from corral.protocol.jsonrpc import (
     tools_list_result,
 )
 from corral.protocol.openenv import (
-    CloseSession,
     Inbound,
     McpMessage,
+    OpenEnvClose,
     OpenEnvCode,
     PeerRuntime,
     ServerTranslator,
@@ -69,6 +69,7 @@ from corral.protocol.openenv import (
     peer_error,
 )
 from corral.protocol.position import Phase
+from corral.server.runner import Running
 from corral.server.service import Channel, EnvService
 from corral.server.sessions import Session
 
@@ -82,7 +83,7 @@ def client_address(connection: HTTPConnection) -> str:
     return connection.client.host if connection.client is not None else ""
 
 
-L = TypeVar("L", bound="Link")
+L = TypeVar("L", bound="OpenEnvLink")
 
 
 class LinkRegistry(Generic[L]):
@@ -247,7 +248,7 @@ class LinkRegistry(Generic[L]):
             await self.close(session_id, "closed over MCP while a WebSocket was attached")
 
 
-class Link(ABC):
+class OpenEnvLink(ABC):
     """One session driven by OpenEnv's lockstep requests: what both kinds share.
 
     The session, its owner channel, the lock serializing requests, closing, and the
@@ -332,7 +333,7 @@ def close_result(session_id: str, outcome: str) -> dict[str, Any]:
     return result
 
 
-class LockstepLink(Link):
+class LockstepLink(OpenEnvLink):
     """A corral environment's session driven by OpenEnv frames, through the service.
 
     Args:
@@ -365,7 +366,7 @@ class LockstepLink(Link):
         return self._translator
 
     async def open(self) -> Session:
-        """Open the session (see :meth:`Link.open`)."""
+        """Open the session (see :meth:`OpenEnvLink.open`)."""
         session = await super().open()
         self._translator = ServerTranslator(
             session.id,
@@ -386,8 +387,12 @@ class LockstepLink(Link):
             await self.service.handle(self.channel, request)
         except Exception as exc:  # a bug in corral must still produce exactly one reply
             self.service.internal_error(self.channel, exc)
-        if self._replies.empty() and session.task is not None:
-            await asyncio.wait({session.task})
+        task = session.task
+        if self._replies.empty() and task is not None:
+            if isinstance(task, Running):
+                await task.wait()
+            else:
+                await asyncio.wait({task})
         if self._replies.empty():
             # The request's task was cancelled without replying: the session was closed
             # under it (server shutdown).
@@ -403,7 +408,7 @@ class LockstepLink(Link):
         except CorralError as exc:
             self.count_error(str(exc.code))
             return error_frame(exc)
-        if isinstance(inbound, CloseSession):
+        if isinstance(inbound, OpenEnvClose):
             return None
         if isinstance(inbound, McpMessage):
             return mcp_frame(await self.answer_rpc(inbound.payload))
@@ -476,7 +481,7 @@ def to_json(value: Any) -> Any:
     return to_jsonable_python(value, fallback=str)
 
 
-class PeerLink(Link):
+class PeerLink(OpenEnvLink):
     """An OpenEnv environment's session, driven with OpenEnv's own semantics.
 
     Every frame is handled as OpenEnv's server handles it (message validation by the
@@ -606,9 +611,9 @@ def capacity_message(exc: CorralError) -> str:
 
 __all__ = [
     "SESSION_HEADER",
-    "Link",
     "LinkRegistry",
     "LockstepLink",
+    "OpenEnvLink",
     "PeerLink",
     "capacity_message",
     "client_address",

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -41,7 +42,7 @@ from corral.errors import CorralError
 from corral.protocol.codecs import JsonCodec
 from corral.protocol.jsonrpc import RpcCode
 from corral.protocol.openenv import is_fatal
-from corral.server.openenv.links import Link, capacity_message, client_address
+from corral.server.openenv.links import OpenEnvLink, capacity_message, client_address
 from corral.server.openenv.personality import Personality
 
 VERSION_HEADER = "X-OpenEnv-Version"
@@ -67,7 +68,7 @@ async def serve_openenv(websocket: WebSocket, personality: Personality) -> None:
     codec = JsonCodec()
     wanted = websocket.query_params.get("session_id")
     attached: str | None = None
-    link: Link
+    link: OpenEnvLink
     if wanted:
         try:
             link = registry.attach(wanted)
@@ -85,25 +86,45 @@ async def serve_openenv(websocket: WebSocket, personality: Personality) -> None:
             return
     link.speak(nested_metadata=attached is not None or wants_nested_metadata(websocket))
     reason = "the OpenEnv client disconnected"
+    try:
+        async with _carrying(websocket, personality):
+            while (raw := await _receive(websocket)) is not None:
+                async with link.lock:
+                    out = await link.frame(raw)
+                if out is None:
+                    reason = "closed by the OpenEnv client"
+                    break
+                await websocket.send_text(codec.encode(out))
+                if is_fatal(out):
+                    reason = f"ended after {out['data'].get('corral_code', out['data']['code'])}"
+                    break
+    finally:
+        if attached is not None:
+            await registry.detach(attached)
+        else:
+            await link.close(reason)
+    with contextlib.suppress(Exception):
+        await websocket.close(_CLOSE_NORMAL)
+
+
+async def _receive(websocket: WebSocket) -> str | bytes | None:
+    """The next frame's payload as sent (text or bytes), or None once the client is gone."""
+    message = await websocket.receive()
+    if message["type"] == "websocket.disconnect":
+        return None
+    text = message.get("text")
+    return text if text is not None else message.get("bytes") or b""
+
+
+@contextlib.asynccontextmanager
+async def _carrying(websocket: WebSocket, personality: Personality) -> AsyncIterator[None]:
+    """The span in which a socket carries a session: the drain may close it (1000) at its
+    deadline, and the client's going away ends the span quietly, as does our own close."""
     closers = personality.service.drainer.closers
     closer = _Closer(websocket)
     closers.add(closer)
     try:
-        while True:
-            message = await websocket.receive()
-            if message["type"] == "websocket.disconnect":
-                break
-            text = message.get("text")
-            raw: str | bytes = text if text is not None else message.get("bytes") or b""
-            async with link.lock:
-                out = await link.frame(raw)
-            if out is None:
-                reason = "closed by the OpenEnv client"
-                break
-            await websocket.send_text(codec.encode(out))
-            if is_fatal(out):
-                reason = f"ended after {out['data'].get('corral_code', out['data']['code'])}"
-                break
+        yield
     except WebSocketDisconnect:
         pass
     except RuntimeError:
@@ -111,12 +132,6 @@ async def serve_openenv(websocket: WebSocket, personality: Personality) -> None:
             raise
     finally:
         closers.discard(closer)
-        if attached is not None:
-            await registry.detach(attached)
-        else:
-            await link.close(reason)
-    with contextlib.suppress(Exception):
-        await websocket.close(_CLOSE_NORMAL)
 
 
 class _Closer:
@@ -151,31 +166,18 @@ async def serve_mcp_socket(websocket: WebSocket, personality: Personality) -> No
         body = personality.rpc_error(RpcCode.SERVER_ERROR, reason, data or None)
         await _finish(websocket, codec, body)
         return
-    closers = personality.service.drainer.closers
-    closer = _Closer(websocket)
-    closers.add(closer)
     try:
-        while True:
-            message = await websocket.receive()
-            if message["type"] == "websocket.disconnect":
-                break
-            text = message.get("text")
-            raw: str | bytes = text if text is not None else message.get("bytes") or b""
-            try:
-                payload = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                out = personality.rpc_error(RpcCode.PARSE_ERROR, f"Parse error: {exc}")
-            else:
-                async with link.lock:
-                    out = await link.answer_rpc(payload)
-            await websocket.send_text(codec.encode(out))
-    except WebSocketDisconnect:
-        pass
-    except RuntimeError:
-        if not closer.closed:  # Starlette's "send after close": ours, at the deadline
-            raise
+        async with _carrying(websocket, personality):
+            while (raw := await _receive(websocket)) is not None:
+                try:
+                    payload = json.loads(raw)
+                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                    out = personality.rpc_error(RpcCode.PARSE_ERROR, f"Parse error: {exc}")
+                else:
+                    async with link.lock:
+                        out = await link.answer_rpc(payload)
+                await websocket.send_text(codec.encode(out))
     finally:
-        closers.discard(closer)
         await link.close("the MCP WebSocket closed")
     with contextlib.suppress(Exception):
         await websocket.close(_CLOSE_NORMAL)

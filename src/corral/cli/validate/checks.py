@@ -1,6 +1,6 @@
 """The plumbing of the ``--url`` checks: one server, its schemas, a WebSocket peer, outcomes.
 
-:class:`Target` runs each check (:meth:`Target.check`: pass, fail or skip, never an
+:class:`Checks` runs each check (:meth:`Checks.check`: pass, fail or skip, never an
 exception) and holds what the checks learn on the way (the schemas, a valid action,
 ``max_sessions``). The suites (:mod:`~corral.cli.validate.http_checks`,
 :mod:`~corral.cli.validate.openenv_checks`, :mod:`~corral.cli.validate.corral_checks`)
@@ -96,7 +96,7 @@ class WsPeer:
             await asyncio.wait_for(self.ws.close(), 2.0)
 
 
-class Target:
+class Checks:
     """One server under check: its URLs, what the checks learned, and the report so far."""
 
     def __init__(
