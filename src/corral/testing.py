@@ -343,11 +343,18 @@ class InProcessServer:
     async def restart(self) -> None:
         """Restart in place (same URL, a new server instance): every session is gone, so
         clients re-attaching find none (``SessionLost``)."""
+        # Refuse dials until the new instance is in place, as a real server's port is
+        # closed while it restarts: a client re-dialing at once must not reach the old
+        # instance's shutdown and hear "shutting down" instead of "restarted".
+        self.reachable = False
         self.drop_connections()
-        await self._shutdown()
-        self.service = EnvService(self.env, self.config)
-        self._started = False
-        self._app = self._http = self._lifespan = self._building = None
+        try:
+            await self._shutdown()
+            self.service = EnvService(self.env, self.config)
+            self._started = False
+            self._app = self._http = self._lifespan = self._building = None
+        finally:
+            self.reachable = self.alive
 
     # -- closing ------------------------------------------------------------------------
 
