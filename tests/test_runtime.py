@@ -1,4 +1,5 @@
-"""corral.runtime's bounded event wait (the loop and GC settings are tested where used)."""
+"""corral.runtime's bounded event wait and reaping of cancelled tasks (the loop and GC settings
+are tested where used)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import asyncio
 
 import pytest
 
-from corral.runtime import wait_event
+from corral.runtime import reap, wait_event
 
 
 async def test_an_event_set_in_time_is_true_and_a_timeout_is_false() -> None:
@@ -29,3 +30,28 @@ async def test_a_cancel_in_the_turn_the_event_is_set_is_kept() -> None:
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
+
+
+async def test_reap_drops_the_cancelled_task_s_end_but_never_the_caller_s_cancellation() -> None:
+    async def forever() -> None:
+        await asyncio.Event().wait()
+
+    async def failing() -> None:
+        raise RuntimeError("its own failure")
+
+    child = asyncio.ensure_future(forever())
+    child.cancel()
+    await reap(child)  # the child's CancelledError is the caller's doing: dropped
+    assert child.cancelled()
+    broken = asyncio.ensure_future(failing())
+    await reap(broken)  # and its own failure too
+    assert isinstance(broken.exception(), RuntimeError)
+
+    # A cancellation of the caller while it waits is not swallowed with the child's.
+    slow = asyncio.ensure_future(forever())
+    reaping = asyncio.ensure_future(reap(slow))
+    await asyncio.sleep(0)  # the reaper now waits for the (uncancelled) child
+    reaping.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reaping
+    assert reaping.cancelled()

@@ -15,7 +15,8 @@
   the trainer's choice, not the pool's; ``CORRAL_GC=default`` turns them off anyway.
 * :func:`wait_event`: an event waited for with a bound, where Python 3.11's ``wait_for``
   drops a cancellation that comes in the loop turn the event is set (the waiting loops
-  then went on to their deadline).
+  then went on to their deadline); :func:`reap`: a task cancelled and waited for, where
+  suppressing its ``CancelledError`` would also swallow the waiter's own.
 """
 
 from __future__ import annotations
@@ -149,6 +150,22 @@ async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
     finally:
         timer.cancel()
         waiter.cancel()
+
+
+async def reap(task: asyncio.Future[Any]) -> None:
+    """Wait for ``task``, which the caller cancelled, to end; its outcome is dropped.
+
+    ``with suppress(CancelledError): await task`` would also swallow a cancellation of
+    the caller itself that comes meanwhile (a Ctrl-C while a client closes), and the
+    caller would go on as if nothing had happened; that one still propagates here.
+    """
+    try:
+        await task
+    except asyncio.CancelledError:
+        if _cancelling():
+            raise
+    except Exception:  # the task's own failure: the caller is done with it either way
+        pass
 
 
 def _cancelling() -> bool:

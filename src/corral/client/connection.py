@@ -49,7 +49,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from corral import __version__
+from corral import __version__, runtime
 from corral.auth import bearer_header, resolve_token
 from corral.client.dialers import Dialer, Socket, SocketClosed, dialer_for, keep_alive
 from corral.errors import ClientClosed, ConnectionLost, CorralError, RequestTimeout
@@ -535,8 +535,7 @@ class Connection:
         for task in tasks:
             task.cancel()
         for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await runtime.reap(task)
         ws, self._ws = self._ws, None
         if ws is not None:
             with contextlib.suppress(Exception):

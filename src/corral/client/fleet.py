@@ -74,6 +74,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from corral import runtime
 from corral.auth import bearer_header, resolve_token
 from corral.client.connection import Connection, http_url
 from corral.client.dialers import Dialer, dialer_for
@@ -576,8 +577,7 @@ class Fleet:
         self.closed = True
         if self._monitor is not None:
             self._monitor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._monitor
+            await runtime.reap(self._monitor)
         for server in self.servers:
             if server.recovering is not None:
                 server.recovering.cancel()
