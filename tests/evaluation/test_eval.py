@@ -203,7 +203,9 @@ def test_ctrl_c_says_what_was_kept_and_how_to_resume(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "corral.cli.main", *args, "--out", str(out)],
         cwd=REPO,
-        env={**os.environ, "FRAGILE_DELAY": "0.05"},
+        # 0.2 s a step: the 26 or so episodes left after the first 4 take several seconds
+        # (at 0.05 s a loaded machine could leave the poll below asleep until the run ended)
+        env={**os.environ, "FRAGILE_DELAY": "0.2"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -216,8 +218,9 @@ def test_ctrl_c_says_what_was_kept_and_how_to_resume(tmp_path: Path) -> None:
         assert proc.poll() is None, "the run ended before it could be interrupted"
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
-    _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 130, stderr
+    stdout, stderr = proc.communicate(timeout=120)
+    ended = path.read_bytes().count(b'"kind":"end"')
+    assert proc.returncode == 130, f"{ended} episodes ended; stdout: {stdout}; stderr: {stderr}"
     kept = {e.id for e in read(path, strict=False) if e.complete}
     said = f"interrupted: {len(kept)} of 30 episodes are finished and kept in {path}"
     assert said in stderr
