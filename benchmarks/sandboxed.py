@@ -245,10 +245,21 @@ def _docker(runs: int, warmup: int, exec_runs: int) -> dict[str, dict[str, float
         DOCKER_IMAGE, ["sleep", "infinity"], detach=True, remove=True, network_disabled=True
     )
     try:
+        # `run(detach=True)` may return before the container runs, and an exec then
+        # fails: wait for it (a loaded smoke run once saw this contender fail).
+        deadline = time.monotonic() + 60
+        while container.status != "running":
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the container is {container.status}, not running")
+            time.sleep(0.05)
+            container.reload()
 
         def exec_step() -> bool:
-            code, output = container.exec_run(["python3", "-I", "-S", "-c", script])
-            return code == 0 and passed(output)
+            # stdout alone: whatever the interpreter says on stderr is not the answer
+            code, (output, _) = container.exec_run(
+                ["python3", "-I", "-S", "-c", script], demux=True
+            )
+            return code == 0 and passed(output or b"")
 
         def run_step() -> bool:
             output = client.containers.run(
