@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, settings
 
 # The fault suites' figures report runs where the summary is printed (the xdist controller);
 # the xdist groups reach the controller's scheduler through tests/support/xdist_groups.py.
-pytest_plugins = ["tests.support.figures"]
+pytest_plugins = ["tests.support.figures", "tests.support.cpu_report"]
 if importlib.util.find_spec("xdist") is not None:
     pytest_plugins.append("tests.support.xdist_groups")
 
