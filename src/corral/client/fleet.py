@@ -788,7 +788,7 @@ class Fleet:
             return
         wait = self.dead_after + (60.0 if self.timeout is None else self.timeout) + 30.0
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(asyncio.shield(recovering), wait)
+            await runtime.wait_for(asyncio.shield(recovering), wait)
 
     def unusable(self, slot: Slot) -> SessionLost | None:
         """Why ``slot`` cannot be sent to now, or None."""
