@@ -119,6 +119,11 @@ class CpuClock:
     def __call__(self) -> float:
         return self.now
 
+    def wall(self) -> float:
+        """A wall clock for a loop thread on the CPU a tenth of the time: every tick is
+        quiet, the share rule alone decides."""
+        return self.now * 10
+
     def collected(self, phase: str, info: dict[str, int]) -> None:
         if phase == "stop":
             self.now += self.cost[info["generation"]]
@@ -137,7 +142,7 @@ def clock():
 async def test_passes_take_at_most_their_share_of_the_cpu(clock):
     """A pass that took 10 ms of CPU is not repeated before the thread spent 200 ms more:
     a heap of live objects that are no garbage is not scanned over and over."""
-    pacer = GcPacer(Counters(), gen0=1, tick_s=3600, share=0.05, cpu=clock)
+    pacer = GcPacer(Counters(), gen0=1, tick_s=3600, share=0.05, cpu=clock, wall=clock.wall)
     pacer.start()
     kept = []
     for _ in range(100):  # 1 s of CPU in 10 ms steps, allocating all along
@@ -150,7 +155,7 @@ async def test_passes_take_at_most_their_share_of_the_cpu(clock):
 
 
 async def test_a_due_escalation_waits_for_its_generations_share(clock):
-    pacer = GcPacer(Counters(), gen0=1, tick_s=3600, share=0.05, cpu=clock)
+    pacer = GcPacer(Counters(), gen0=1, tick_s=3600, share=0.05, cpu=clock, wall=clock.wall)
     pacer.start()
 
     def tick(after: float) -> None:
@@ -168,3 +173,102 @@ async def test_a_due_escalation_waits_for_its_generations_share(clock):
     tick(0.0)
     pacer.stop()
     assert pacer.passes == [19, 2, 0]
+
+
+class Clocks:
+    """A loop thread's CPU clock and the wall clock, moved by hand."""
+
+    def __init__(self) -> None:
+        self.cpu = 0.0
+        self.wall = 0.0
+
+    def busy(self, seconds: float) -> None:
+        """The loop worked ``seconds`` on end (a burst of frames, a round's replies)."""
+        self.cpu += seconds
+        self.wall += seconds
+
+    def idle(self, seconds: float) -> None:
+        """The loop waited ``seconds`` (its steps await their delay)."""
+        self.wall += seconds
+
+
+@pytest.fixture
+def clocks():
+    yield Clocks()
+    gc.unfreeze()
+    gc.enable()
+
+
+async def test_a_due_pass_waits_for_a_quiet_tick(clocks):
+    """A pass due in the middle of a burst runs once the burst is over, in the idle
+    stretch after it, not inside it (where it delays the burst's last step)."""
+    pacer = GcPacer(
+        Counters(),
+        gen0=100,
+        tick_s=3600,
+        ceiling=10**9,
+        cpu=lambda: clocks.cpu,
+        wall=lambda: clocks.wall,
+    )
+    pacer.start()
+    kept = []
+    for _ in range(5):  # a burst: allocating, the thread on the CPU all along
+        kept.append([Node() for _ in range(200)])
+        clocks.busy(0.05)
+        pacer.tick()
+    assert pacer.passes == [0, 0, 0]
+    clocks.busy(0.01)
+    clocks.idle(0.04)  # the burst ended 40 ms into this tick: the thread was 75% idle
+    pacer.tick()
+    pacer.stop()
+    assert pacer.passes == [1, 0, 0]
+    assert kept
+
+
+async def test_a_loop_never_quiet_still_collects_past_the_ceiling(clocks):
+    """Busy ticks only delay a pass until the young generation holds ``ceiling``
+    objects; such a pass stays young (the older generations wait for a quiet tick)."""
+    pacer = GcPacer(
+        Counters(),
+        gen0=100,
+        tick_s=3600,
+        ceiling=2000,
+        cpu=lambda: clocks.cpu,
+        wall=lambda: clocks.wall,
+    )
+    pacer.start()
+    pacer._young = 9  # a middle pass would be next, were the tick quiet
+    node = Node()
+    alive = weakref.ref(node)
+    del node
+    kept = []
+    for _ in range(20):
+        kept.append([Node() for _ in range(150)])
+        clocks.busy(0.05)
+        pacer.tick()
+        if pacer.passes[0]:
+            break
+    pacer.stop()
+    assert pacer.passes == [1, 0, 0]
+    assert alive() is None
+    assert gc.get_count()[0] < 2000
+
+
+async def test_a_wave_is_frozen_at_a_quiet_tick_only(clocks):
+    """The client that reset a wave of sessions steps them next: the wave's freeze (a
+    pass over what it built) waits for that burst to end."""
+    stats = Counters()
+    pacer = GcPacer(
+        stats, gen0=10**9, tick_s=3600, wave=8, cpu=lambda: clocks.cpu, wall=lambda: clocks.wall
+    )
+    pacer.start()
+    stats.resets += 20
+    clocks.busy(0.05)
+    pacer.tick()
+    clocks.busy(0.05)  # no new reset, but the loop is stepping: not yet
+    pacer.tick()
+    assert pacer.freezes == 0
+    clocks.idle(0.05)
+    pacer.tick()
+    pacer.stop()
+    assert pacer.freezes == 1

@@ -19,6 +19,15 @@ synchronous stretch of a frame or a batch:
   few (issue 34). The bound keeps the collector's share whatever the heap, and its
   spacing grows with the heap, as CPython's own rule (a full pass only once the heap
   grew by a quarter) does;
+* a due pass waits for a *quiet* tick: one after which the loop thread spent less than
+  ``quiet`` of the wall time since the last tick on the CPU. A server answering a burst
+  of work (a lockstep round of 10,000 slow steps arrives as ten 1,000-item frames, and its
+  replies leave the same way) is busy for a few hundred milliseconds and then idle for the
+  rest of the step's delay: a pass inside the burst delays the burst's last step, the
+  slowest of the round (tens of milliseconds for the round's young objects; issue 34),
+  while the same pass in the idle stretch after it costs nobody anything. A loop that is
+  never quiet still collects once the young generation holds ``ceiling`` objects, so a
+  pass stays bounded (and is never escalated: the older generations wait for quiet);
 * after a *wave* of opens and resets (at least ``wave`` of them, then a tick without
   any), the objects the wave built — environments, sessions, their first observations —
   are long-lived: it freezes them (``gc.freeze()``) so no later pass scans them again. A
@@ -57,7 +66,11 @@ class GcPacer:
         wave: opens and resets that make a wave worth freezing.
         long_wave: opens and resets after which a wave still going on is frozen.
         share: the most of the loop thread's CPU each generation's passes may take.
+        quiet: the most of a tick's wall time the loop thread may spend on the CPU for the
+            tick to count as quiet (a pass due runs at the first quiet tick).
+        ceiling: young-generation allocations past which a pass runs quiet or not.
         cpu: the loop thread's CPU clock (tests pass their own).
+        wall: the wall clock the CPU time is measured against (tests pass their own).
     """
 
     def __init__(
@@ -69,7 +82,10 @@ class GcPacer:
         wave: int = 32,
         long_wave: int = 10_000,
         share: float = 0.05,
+        quiet: float = 0.25,
+        ceiling: int = 200_000,
         cpu: Callable[[], float] = time.thread_time,
+        wall: Callable[[], float] = time.monotonic,
     ) -> None:
         self.stats = stats
         self.gen0 = gen0
@@ -77,7 +93,12 @@ class GcPacer:
         self.wave = wave
         self.long_wave = long_wave
         self.share = share
+        self.quiet = quiet
+        self.ceiling = ceiling
         self._cpu = cpu
+        self._wall = wall
+        self._looked = (wall(), cpu())
+        """The wall and CPU clocks at the last tick (what tells a quiet tick)."""
         self._due = [0.0, 0.0, 0.0]
         """By generation: the thread CPU time before which it is not collected again."""
         self.passes = [0, 0, 0]
@@ -125,18 +146,25 @@ class GcPacer:
 
     def tick(self) -> None:
         """One look: collect if due, freeze after a wave (or during a long one)."""
+        (wall, cpu), (wall0, cpu0) = (self._wall(), self._cpu()), self._looked
+        quiet = cpu - cpu0 <= self.quiet * (wall - wall0)
         built = self._built()
         new = built - self._frozen_at
-        if (built == self._last_resets and new >= self.wave) or new >= self.long_wave:
+        # A wave has ended at a quiet tick without new opens or resets: the client that
+        # reset 10,000 sessions steps them next, and the freeze's pass waits for that
+        # burst to be over like any other pass.
+        if (quiet and built == self._last_resets and new >= self.wave) or new >= self.long_wave:
             self._freeze_wave()
         self._last_resets = built
-        if gc.get_count()[0] >= self.gen0 and self._cpu() >= self._due[0]:
-            self._collect()
+        young = gc.get_count()[0]
+        if young >= self.gen0 and self._cpu() >= self._due[0] and (quiet or young >= self.ceiling):
+            self._collect(escalate=quiet)
+        self._looked = (self._wall(), self._cpu())  # a pass is not the loop's own work
 
-    def _collect(self) -> None:
+    def _collect(self, escalate: bool = True) -> None:
         started = self._cpu()
         generation = 0
-        if self._young >= 9 and started >= self._due[1]:
+        if escalate and self._young >= 9 and started >= self._due[1]:
             generation = 1
             if self._middle >= 9 and started >= self._due[2]:
                 generation = 2
