@@ -28,7 +28,7 @@ synchronous stretch of a frame or a batch:
   while the same pass in the idle stretch after it costs nobody anything. A loop that is
   never quiet still collects once the young generation holds ``ceiling`` objects, so a
   pass stays bounded (and is never escalated: the older generations wait for quiet);
-* after a *wave* of opens and resets (at least ``wave`` of them, then a tick without
+* after a *wave* of opens and resets (at least ``wave`` of them, then a quiet tick without
   any), the objects the wave built — environments, sessions, their first observations —
   are long-lived: it freezes them (``gc.freeze()``) so no later pass scans them again. A
   wave that goes on (a pool opening 100,000 sessions) is frozen every ``long_wave`` opens
