@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,8 @@ from corral.server.gc_pacer import GcPacer
 class Counters:
     resets: int = 0
     opened: int = 0
+    steps: int = 0
+    frames: int = 0
 
 
 class Node:
@@ -191,6 +194,15 @@ class Clocks:
         """The loop waited ``seconds`` (its steps await their delay)."""
         self.wall += seconds
 
+    def pacer(self, stats: Counters | None = None, **knobs: Any) -> GcPacer:
+        return GcPacer(
+            stats or Counters(),
+            tick_s=0.05,
+            cpu=lambda: self.cpu,
+            wall=lambda: self.wall,
+            **knobs,
+        )
+
 
 @pytest.fixture
 def clocks():
@@ -202,14 +214,7 @@ def clocks():
 async def test_a_due_pass_waits_for_a_quiet_tick(clocks):
     """A pass due in the middle of a burst runs once the burst is over, in the idle
     stretch after it, not inside it (where it delays the burst's last step)."""
-    pacer = GcPacer(
-        Counters(),
-        gen0=100,
-        tick_s=3600,
-        ceiling=10**9,
-        cpu=lambda: clocks.cpu,
-        wall=lambda: clocks.wall,
-    )
+    pacer = clocks.pacer(gen0=100)
     pacer.start()
     kept = []
     for _ in range(5):  # a burst: allocating, the thread on the CPU all along
@@ -218,31 +223,50 @@ async def test_a_due_pass_waits_for_a_quiet_tick(clocks):
         pacer.tick()
     assert pacer.passes == [0, 0, 0]
     clocks.busy(0.01)
-    clocks.idle(0.04)  # the burst ended 40 ms into this tick: the thread was 75% idle
+    clocks.idle(0.04)  # the burst ended 10 ms into this tick
     pacer.tick()
     pacer.stop()
     assert pacer.passes == [1, 0, 0]
     assert kept
 
 
-async def test_a_loop_never_quiet_still_collects_past_the_ceiling(clocks):
-    """Busy ticks only delay a pass until the young generation holds ``ceiling``
-    objects; such a pass stays young (the older generations wait for a quiet tick)."""
-    pacer = GcPacer(
-        Counters(),
-        gen0=100,
-        tick_s=3600,
-        ceiling=2000,
-        cpu=lambda: clocks.cpu,
-        wall=lambda: clocks.wall,
-    )
+async def test_traffic_makes_a_tick_busy_whatever_the_cpu(clocks):
+    """On a machine so loaded that the loop gets a fraction of a core, its CPU share
+    reads low while it works: frames arriving and steps finishing say it works."""
+    stats = Counters()
+    pacer = clocks.pacer(stats, gen0=100)
     pacer.start()
+    kept = []
+    for tick in range(6):
+        kept.append([Node() for _ in range(200)])
+        clocks.busy(0.005)
+        clocks.idle(0.045)
+        if tick % 2:
+            stats.frames += 10  # a lockstep round's frames arrive
+        else:
+            stats.steps += 10_000  # its steps finish
+        pacer.tick()
+    assert pacer.passes == [0, 0, 0]
+    clocks.idle(0.05)
+    pacer.tick()
+    pacer.stop()
+    assert pacer.passes == [1, 0, 0]
+
+
+async def test_the_young_generation_is_bounded_in_a_burst(clocks):
+    """Busy ticks only put a young pass off until the young generation holds
+    ``ceiling`` objects, whatever its share of the CPU; such a pass stays young (the
+    older generations wait for a quiet tick)."""
+    # A young pass costs a second of CPU here: the share rule alone would wait 20 s.
+    pacer = clocks.pacer(gen0=100, ceiling=2000, share=0.05)
+    pacer._due[0] = 1e9
     pacer._young = 9  # a middle pass would be next, were the tick quiet
+    pacer.start()
     node = Node()
     alive = weakref.ref(node)
     del node
     kept = []
-    for _ in range(20):
+    for _ in range(40):
         kept.append([Node() for _ in range(150)])
         clocks.busy(0.05)
         pacer.tick()
@@ -251,21 +275,37 @@ async def test_a_loop_never_quiet_still_collects_past_the_ceiling(clocks):
     pacer.stop()
     assert pacer.passes == [1, 0, 0]
     assert alive() is None
-    assert gc.get_count()[0] < 2000
+
+
+async def test_a_loop_never_quiet_collects_after_its_patience(clocks):
+    """A server that is never idle does not wait for a quiet tick past ``patience``:
+    its passes, escalations included, run as they come due."""
+    pacer = clocks.pacer(gen0=100, patience=0.42)
+    pacer.start()
+    pacer._young = 9
+    kept = []
+    for _ in range(8):  # 400 ms busy: still waiting
+        kept.append([Node() for _ in range(200)])
+        clocks.busy(0.05)
+        pacer.tick()
+    assert pacer.passes == [0, 0, 0]
+    clocks.busy(0.05)
+    pacer.tick()  # 450 ms without a quiet tick
+    pacer.stop()
+    assert pacer.passes == [0, 1, 0]
 
 
 async def test_a_wave_is_frozen_at_a_quiet_tick_only(clocks):
     """The client that reset a wave of sessions steps them next: the wave's freeze (a
     pass over what it built) waits for that burst to end."""
     stats = Counters()
-    pacer = GcPacer(
-        stats, gen0=10**9, tick_s=3600, wave=8, cpu=lambda: clocks.cpu, wall=lambda: clocks.wall
-    )
+    pacer = clocks.pacer(stats, gen0=10**9, wave=8)
     pacer.start()
     stats.resets += 20
     clocks.busy(0.05)
     pacer.tick()
     clocks.busy(0.05)  # no new reset, but the loop is stepping: not yet
+    stats.frames += 1
     pacer.tick()
     assert pacer.freezes == 0
     clocks.idle(0.05)

@@ -19,15 +19,17 @@ synchronous stretch of a frame or a batch:
   few (issue 34). The bound keeps the collector's share whatever the heap, and its
   spacing grows with the heap, as CPython's own rule (a full pass only once the heap
   grew by a quarter) does;
-* a due pass waits for a *quiet* tick: one after which the loop thread spent less than
-  ``quiet`` of the wall time since the last tick on the CPU. A server answering a burst
-  of work (a lockstep round of 10,000 slow steps arrives as ten 1,000-item frames, and its
-  replies leave the same way) is busy for a few hundred milliseconds and then idle for the
-  rest of the step's delay: a pass inside the burst delays the burst's last step, the
-  slowest of the round (tens of milliseconds for the round's young objects; issue 34),
-  while the same pass in the idle stretch after it costs nobody anything. A loop that is
-  never quiet still collects once the young generation holds ``ceiling`` objects, so a
-  pass stays bounded (and is never escalated: the older generations wait for quiet);
+* a due pass waits for a *quiet* tick: one since the last of which no frame arrived,
+  no step, reset or open finished, and the loop thread spent at most ``quiet`` of the
+  wall time on the CPU. A server answering a lockstep round of 10,000 slow steps (ten
+  1,000-item frames in, ten replies out a delay later) is busy for a few hundred
+  milliseconds at each end of the delay and idle in between: a pass inside either burst
+  delays the round's last step, the one its caller waits for (issue 34), while the same
+  pass in the idle stretch costs nobody anything. The young generation is still
+  collected in a burst once it holds ``ceiling`` objects, share or no share, so a pass
+  stays bounded (a young pass costs what it scans; put off, the next scans the more: one
+  pass of 100,000 sessions' waiting steps took seconds), and a loop that has not been
+  quiet for ``patience`` seconds (a server that is never idle) collects as if it were;
 * after a *wave* of opens and resets (at least ``wave`` of them, then a quiet tick without
   any), the objects the wave built — environments, sessions, their first observations —
   are long-lived: it freezes them (``gc.freeze()``) so no later pass scans them again. A
@@ -49,18 +51,21 @@ from collections.abc import Callable
 from typing import Protocol
 
 
-class ResetCounter(Protocol):
-    """What the pacer reads: the server's counts of resets and opened sessions so far."""
+class ServerCounts(Protocol):
+    """What the pacer reads: the server's counts of resets, opened sessions, steps and
+    frames received so far."""
 
     resets: int
     opened: int
+    steps: int
+    frames: int
 
 
 class GcPacer:
     """Runs the garbage collector from the event loop (see the module docstring).
 
     Args:
-        stats: the server's counters (their ``resets``).
+        stats: the server's counters (what was opened, reset, stepped and received).
         gen0: young-generation allocations before a pass.
         tick_s: how often to look.
         wave: opens and resets that make a wave worth freezing.
@@ -68,14 +73,15 @@ class GcPacer:
         share: the most of the loop thread's CPU each generation's passes may take.
         quiet: the most of a tick's wall time the loop thread may spend on the CPU for the
             tick to count as quiet (a pass due runs at the first quiet tick).
-        ceiling: young-generation allocations past which a pass runs quiet or not.
+        ceiling: young-generation allocations past which a young pass runs at once.
+        patience: seconds without a quiet tick after which passes no longer wait for one.
         cpu: the loop thread's CPU clock (tests pass their own).
         wall: the wall clock the CPU time is measured against (tests pass their own).
     """
 
     def __init__(
         self,
-        stats: ResetCounter,
+        stats: ServerCounts,
         *,
         gen0: int = 10_000,
         tick_s: float = 0.05,
@@ -84,6 +90,7 @@ class GcPacer:
         share: float = 0.05,
         quiet: float = 0.25,
         ceiling: int = 200_000,
+        patience: float = 2.0,
         cpu: Callable[[], float] = time.thread_time,
         wall: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -95,10 +102,13 @@ class GcPacer:
         self.share = share
         self.quiet = quiet
         self.ceiling = ceiling
+        self.patience = patience
         self._cpu = cpu
         self._wall = wall
-        self._looked = (wall(), cpu())
-        """The wall and CPU clocks at the last tick (what tells a quiet tick)."""
+        self._looked = (wall(), cpu(), -1)
+        """The wall and CPU clocks and the traffic count at the last tick (what tells a
+        quiet tick)."""
+        self._quiet_at = wall()
         self._due = [0.0, 0.0, 0.0]
         """By generation: the thread CPU time before which it is not collected again."""
         self.passes = [0, 0, 0]
@@ -146,20 +156,32 @@ class GcPacer:
 
     def tick(self) -> None:
         """One look: collect if due, freeze after a wave (or during a long one)."""
-        (wall, cpu), (wall0, cpu0) = (self._wall(), self._cpu()), self._looked
-        quiet = cpu - cpu0 <= self.quiet * (wall - wall0)
+        wall, cpu, traffic = self._wall(), self._cpu(), self._traffic()
+        wall0, cpu0, traffic0 = self._looked
+        quiet = traffic == traffic0 and cpu - cpu0 <= self.quiet * (wall - wall0)
+        if quiet:
+            self._quiet_at = wall
+        # Settled: quiet now, or never quiet for so long that waiting would not end.
+        settled = quiet or wall - self._quiet_at >= self.patience
         built = self._built()
         new = built - self._frozen_at
-        # A wave has ended at a quiet tick without new opens or resets: the client that
+        # A wave has ended at a settled tick without new opens or resets: the client that
         # reset 10,000 sessions steps them next, and the freeze's pass waits for that
         # burst to be over like any other pass.
-        if (quiet and built == self._last_resets and new >= self.wave) or new >= self.long_wave:
+        if (settled and built == self._last_resets and new >= self.wave) or new >= self.long_wave:
             self._freeze_wave()
         self._last_resets = built
         young = gc.get_count()[0]
-        if young >= self.gen0 and self._cpu() >= self._due[0] and (quiet or young >= self.ceiling):
-            self._collect(escalate=quiet)
-        self._looked = (self._wall(), self._cpu())  # a pass is not the loop's own work
+        if young >= self.ceiling:
+            self._collect(escalate=False)
+        elif young >= self.gen0 and settled and self._cpu() >= self._due[0]:
+            self._collect()
+        self._looked = (self._wall(), self._cpu(), traffic)  # a pass is not the loop's work
+
+    def _traffic(self) -> int:
+        """Frames in, and steps, resets and opens done, so far: the loop's work."""
+        stats = self.stats
+        return stats.frames + stats.steps + stats.resets + stats.opened
 
     def _collect(self, escalate: bool = True) -> None:
         started = self._cpu()
