@@ -25,11 +25,16 @@ synchronous stretch of a frame or a batch:
   1,000-item frames in, ten replies out a delay later) is busy for a few hundred
   milliseconds at each end of the delay and idle in between: a pass inside either burst
   delays the round's last step, the one its caller waits for (issue 34), while the same
-  pass in the idle stretch costs nobody anything. The young generation is still
-  collected in a burst once it holds ``ceiling`` objects, share or no share, so a pass
-  stays bounded (a young pass costs what it scans; put off, the next scans the more: one
-  pass of 100,000 sessions' waiting steps took seconds), and a loop that has not been
-  quiet for ``patience`` seconds (a server that is never idle) collects as if it were;
+  pass in the idle stretch costs nobody anything. At 100,000 sessions the objects a
+  round's start leaves waiting (about 20 a step: its task, coroutine, timer, action...)
+  number about two million; young passes inside that burst scanned them on its critical
+  path, one pass in the wait after it scans them off it. A loop that has not been quiet
+  for ``patience`` seconds (a server that is never idle) collects as if it were quiet,
+  and the young generation is collected at once, share or no share, once it holds more
+  than ``ceiling`` objects or half as many as the frozen heap, whichever is more: a
+  pass stays bounded, and it may grow with what the server holds, as CPython's own rule
+  for full passes does (put off by the share rule alone, one young pass of a server
+  holding 100,000 sessions scanned what several rounds had left and took 12 s);
 * after a *wave* of opens and resets (at least ``wave`` of them, then a quiet tick without
   any), the objects the wave built — environments, sessions, their first observations —
   are long-lived: it freezes them (``gc.freeze()``) so no later pass scans them again. A
@@ -73,7 +78,8 @@ class GcPacer:
         share: the most of the loop thread's CPU each generation's passes may take.
         quiet: the most of a tick's wall time the loop thread may spend on the CPU for the
             tick to count as quiet (a pass due runs at the first quiet tick).
-        ceiling: young-generation allocations past which a young pass runs at once.
+        ceiling: young-generation allocations past which a young pass runs at once
+            (or half the frozen objects, when more).
         patience: seconds without a quiet tick after which passes no longer wait for one.
         cpu: the loop thread's CPU clock (tests pass their own).
         wall: the wall clock the CPU time is measured against (tests pass their own).
@@ -90,7 +96,7 @@ class GcPacer:
         share: float = 0.05,
         quiet: float = 0.25,
         ceiling: int = 200_000,
-        patience: float = 2.0,
+        patience: float = 5.0,
         cpu: Callable[[], float] = time.thread_time,
         wall: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -172,7 +178,7 @@ class GcPacer:
             self._freeze_wave()
         self._last_resets = built
         young = gc.get_count()[0]
-        if young >= self.ceiling:
+        if young >= self.ceiling and young >= gc.get_freeze_count() // 2:
             self._collect(escalate=False)
         elif young >= self.gen0 and settled and self._cpu() >= self._due[0]:
             self._collect()
