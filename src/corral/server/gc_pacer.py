@@ -26,15 +26,15 @@ synchronous stretch of a frame or a batch:
   milliseconds at each end of the delay and idle in between: a pass inside either burst
   delays the round's last step, the one its caller waits for (issue 34), while the same
   pass in the idle stretch costs nobody anything. At 100,000 sessions the objects a
-  round's start leaves waiting (about 20 a step: its task, coroutine, timer, action...)
-  number about two million; young passes inside that burst scanned them on its critical
+  round's start leaves waiting (10 to 20 a step: its task, coroutine, timer, action...)
+  number over a million; young passes inside that burst scanned them on its critical
   path, one pass in the wait after it scans them off it. A loop that has not been quiet
   for ``patience`` seconds (a server that is never idle) collects as if it were quiet,
   and the young generation is collected at once, share or no share, once it holds more
-  than ``ceiling`` objects or half as many as the frozen heap, whichever is more: a
+  than ``ceiling`` objects or as many as the frozen heap, whichever is more: a
   pass stays bounded, and it may grow with what the server holds, as CPython's own rule
   for full passes does (put off by the share rule alone, one young pass of a server
-  holding 100,000 sessions scanned what several rounds had left and took 12 s);
+  holding 100,000 sessions scanned what several rounds had left: 12 s at load 13);
 * after a *wave* of opens and resets (at least ``wave`` of them, then a quiet tick without
   any), the objects the wave built — environments, sessions, their first observations —
   are long-lived: it freezes them (``gc.freeze()``) so no later pass scans them again. A
@@ -79,7 +79,7 @@ class GcPacer:
         quiet: the most of a tick's wall time the loop thread may spend on the CPU for the
             tick to count as quiet (a pass due runs at the first quiet tick).
         ceiling: young-generation allocations past which a young pass runs at once
-            (or half the frozen objects, when more).
+            (or the frozen objects' count, when more).
         patience: seconds without a quiet tick after which passes no longer wait for one.
         cpu: the loop thread's CPU clock (tests pass their own).
         wall: the wall clock the CPU time is measured against (tests pass their own).
@@ -178,7 +178,7 @@ class GcPacer:
             self._freeze_wave()
         self._last_resets = built
         young = gc.get_count()[0]
-        if young >= self.ceiling and young >= gc.get_freeze_count() // 2:
+        if young >= self.ceiling and young >= gc.get_freeze_count():
             self._collect(escalate=False)
         elif young >= self.gen0 and settled and self._cpu() >= self._due[0]:
             self._collect()
