@@ -253,31 +253,33 @@ async def test_traffic_makes_a_tick_busy_whatever_the_cpu(clocks):
     assert pacer.passes == [1, 0, 0]
 
 
-async def test_the_young_generation_is_bounded_in_a_burst(clocks):
-    """Busy ticks only put a young pass off until the young generation holds
-    ``ceiling`` objects, or as many as the frozen heap when that is more, whatever its
-    share of the CPU; such a pass stays young (the older generations wait for quiet)."""
+async def test_past_its_bound_the_young_generation_waits_for_quiet_not_its_share(clocks):
+    """Past ``ceiling`` objects (or as many as the frozen heap, when more) a young pass
+    no longer waits for its share of the CPU, only for a quiet tick: a burst is never
+    cut into, and the pass after it scans what the burst left, not what rounds left."""
     # A young pass costs a second of CPU here: the share rule alone would wait 20 s.
-    pacer = clocks.pacer(gen0=100, ceiling=2000, share=0.05)
+    heap = 3000  # frozen objects: the bound is the larger of the two
+    pacer = clocks.pacer(gen0=100, ceiling=2000, share=0.05, frozen=lambda: heap)
     pacer._due[0] = 1e9
-    pacer._young = 9  # a middle pass would be next, were the tick quiet
+    pacer._young = 9  # a middle pass would be next, were it not past the bound
     pacer.start()
-    bound = max(2000, gc.get_freeze_count())  # this process's own frozen heap
+    bound = heap
     node = Node()
     alive = weakref.ref(node)
     del node
     kept = []
-    while gc.get_count()[0] < bound - 1000:
-        kept.append([Node() for _ in range(500)])
-        clocks.busy(0.05)
+    while gc.get_count()[0] < bound - 1000:  # below the bound: the share decides
+        kept.append([Node() for _ in range(100)])
+        clocks.idle(0.05)
         pacer.tick()
     assert pacer.passes == [0, 0, 0]
-    for _ in range(10):
-        kept.append([Node() for _ in range(500)])
-        clocks.busy(0.05)
+    while gc.get_count()[0] < bound + 1000:  # past it, in a burst: not yet
+        kept.append([Node() for _ in range(100)])
+        clocks.busy(0.001)
         pacer.tick()
-        if pacer.passes[0]:
-            break
+    assert pacer.passes == [0, 0, 0]
+    clocks.idle(0.05)
+    pacer.tick()
     pacer.stop()
     assert pacer.passes == [1, 0, 0]
     assert alive() is None

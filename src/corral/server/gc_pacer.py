@@ -29,12 +29,11 @@ synchronous stretch of a frame or a batch:
   round's start leaves waiting (10 to 20 a step: its task, coroutine, timer, action...)
   number over a million; young passes inside that burst scanned them on its critical
   path, one pass in the wait after it scans them off it. A loop that has not been quiet
-  for ``patience`` seconds (a server that is never idle) collects as if it were quiet,
-  and the young generation is collected at once, share or no share, once it holds more
-  than ``ceiling`` objects or as many as the frozen heap, whichever is more: a
-  pass stays bounded, and it may grow with what the server holds, as CPython's own rule
-  for full passes does (put off by the share rule alone, one young pass of a server
-  holding 100,000 sessions scanned what several rounds had left: 12 s at load 13);
+  for ``patience`` seconds (a server that is never idle) collects as if it were. When
+  the young generation holds more than ``ceiling`` objects or as many as the frozen
+  heap, whichever is more, a settled tick collects it whatever the share: put off by the
+  share rule alone, one young pass of a server holding 100,000 sessions scanned what
+  several rounds had left (12 s at load 13);
 * after a *wave* of opens and resets (at least ``wave`` of them, then a quiet tick without
   any), the objects the wave built — environments, sessions, their first observations —
   are long-lived: it freezes them (``gc.freeze()``) so no later pass scans them again. A
@@ -78,11 +77,12 @@ class GcPacer:
         share: the most of the loop thread's CPU each generation's passes may take.
         quiet: the most of a tick's wall time the loop thread may spend on the CPU for the
             tick to count as quiet (a pass due runs at the first quiet tick).
-        ceiling: young-generation allocations past which a young pass runs at once
-            (or the frozen objects' count, when more).
+        ceiling: young-generation allocations past which a settled tick collects whatever
+            the share (or the frozen objects' count, when more).
         patience: seconds without a quiet tick after which passes no longer wait for one.
         cpu: the loop thread's CPU clock (tests pass their own).
         wall: the wall clock the CPU time is measured against (tests pass their own).
+        frozen: how many objects are frozen (tests pass their own).
     """
 
     def __init__(
@@ -99,6 +99,7 @@ class GcPacer:
         patience: float = 5.0,
         cpu: Callable[[], float] = time.thread_time,
         wall: Callable[[], float] = time.monotonic,
+        frozen: Callable[[], int] = gc.get_freeze_count,
     ) -> None:
         self.stats = stats
         self.gen0 = gen0
@@ -111,6 +112,7 @@ class GcPacer:
         self.patience = patience
         self._cpu = cpu
         self._wall = wall
+        self._frozen = frozen
         self._looked = (wall(), cpu(), -1)
         """The wall and CPU clocks and the traffic count at the last tick (what tells a
         quiet tick)."""
@@ -178,10 +180,11 @@ class GcPacer:
             self._freeze_wave()
         self._last_resets = built
         young = gc.get_count()[0]
-        if young >= self.ceiling and young >= gc.get_freeze_count():
-            self._collect(escalate=False)
-        elif young >= self.gen0 and settled and self._cpu() >= self._due[0]:
-            self._collect()
+        if settled and young >= self.gen0:
+            if young >= self.ceiling and young >= self._frozen():
+                self._collect(escalate=False)  # past the bound: now, whatever the share
+            elif self._cpu() >= self._due[0]:
+                self._collect()
         self._looked = (self._wall(), self._cpu(), traffic)  # a pass is not the loop's work
 
     def _traffic(self) -> int:
