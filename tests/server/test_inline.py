@@ -7,13 +7,22 @@ import threading
 import time
 from typing import Any
 
+import pytest
 from pydantic import Field
 from tests.support.raw import RawPeer
 from tests.support.servers import running
 
 from corral.contract import Action, Environment, Observation, State
 from corral.errors import EnvError, ErrorCode
-from corral.server.runner import EnvCall, EnvRunner, EnvThreads, _Preemption, run_inline
+from corral.server import runner as runner_module
+from corral.server.runner import (
+    EnvCall,
+    EnvRunner,
+    EnvThreads,
+    _Preemption,
+    run_calls,
+    run_inline,
+)
 
 
 class ProbeAction(Action):
@@ -170,3 +179,50 @@ def test_a_slow_call_counts_its_wall_time_unless_the_os_preempted_it():
     while time.thread_time() - started < 0.02:  # pure CPU: counted either way
         pass
     assert preemption.cost(0.02) >= 0.02 * 0.9
+
+
+class _Preempted:
+    """Every slow call reads as one the OS preempted, costing ``CPU_S`` of CPU time."""
+
+    CPU_S = 1e-6
+    asked: list[float] = []
+
+    def cost(self, seconds: float) -> float:
+        self.asked.append(seconds)
+        return self.CPU_S
+
+
+@pytest.fixture
+def preempted(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The wall times of the slow calls whose cost was asked (each counted as CPU_S)."""
+    asked: list[float] = []
+    monkeypatch.setattr(_Preempted, "asked", asked)
+    monkeypatch.setattr(runner_module, "_Preemption", _Preempted)
+    return asked
+
+
+async def test_a_preempted_call_in_a_worker_thread_counts_its_cpu_time(preempted):
+    # Off the loop a method is measured in the worker thread: a call the OS preempted
+    # there must not read as slow either, or one spike keeps the method off the loop.
+    threads = EnvThreads(2)
+    alone = EnvRunner(ProbeEnv(), threads, own_executor=False, inline_s=BOUND)
+    await alone.call("step", ProbeAction(sleep=2 * BOUND), timeout=None)  # unmeasured: a hop
+    assert alone.ewma["step"] == _Preempted.CPU_S and alone.inline("step")
+    batched = [EnvRunner(ProbeEnv(), threads, own_executor=False, inline_s=BOUND) for _ in "ab"]
+    calls = [EnvCall(r, "step", (ProbeAction(sleep=2 * BOUND),)) for r in batched]
+    await run_calls(calls, threads, timeout=5.0)  # one executor job for the batch
+    assert all(r.ewma["step"] == _Preempted.CPU_S for r in batched)
+    assert all(call.seconds >= 2 * BOUND for call in calls)  # the wall time, for the stats
+    assert len(preempted) == 3 and min(preempted) >= 2 * BOUND
+    threads.shutdown()
+
+
+async def test_fast_calls_and_never_inline_runners_are_not_asked_about_preemption(preempted):
+    threads = EnvThreads(1)
+    fast = EnvRunner(ProbeEnv(), threads, own_executor=False, inline_s=BOUND)
+    await fast.call("step", ProbeAction(), timeout=None)
+    blocking = EnvRunner(BlockingProbeEnv(), threads, own_executor=False, inline_s=BOUND)
+    await blocking.call("step", ProbeAction(sleep=2 * BOUND), timeout=None)
+    assert preempted == []
+    assert fast.ewma["step"] < BOUND and blocking.ewma["step"] >= 2 * BOUND
+    threads.shutdown()

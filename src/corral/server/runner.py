@@ -9,9 +9,10 @@ time, and while it stays under ``inline_s`` (``ServerConfig.inline_step_s``, ~10
 the method runs inline on the loop, saving the thread hop (submit, wake-up, GIL
 hand-off: ~125 µs of CPU, more than such a step itself). A method's first calls run in
 the executor to measure it; one slow call lifts the average over the bound and moves it
-back to the executor, where the step timeout holds (in a batch, a call the OS merely
-preempted counts its CPU time instead, see :class:`_Preemption`). ``blocking = True`` on the class,
-and thread affinity, keep every call off the loop.
+back to the executor, where the step timeout holds (a call the OS merely preempted,
+on the loop or in a worker thread, counts its CPU time instead, see
+:class:`_Preemption`). ``blocking = True`` on the class, and thread affinity, keep
+every call off the loop.
 Every call has an optional timeout; a call that overruns is abandoned, and the instance
 is closed once its thread lets go of it, so a stuck environment never wedges the server.
 
@@ -528,12 +529,31 @@ def _escaped(method: str, exc: BaseException) -> EnvError:
 
 def _timed(runner: EnvRunner, method: str, fn: Callable[[], T]) -> T:
     """:func:`guarded`, measured for the runner's moving average (in the worker thread:
-    the hop is not counted, only the method's own time)."""
+    the hop is not counted, only the method's own time; a call the OS preempted counts
+    its CPU time, as on the loop: see :func:`_observe`)."""
+    preemption = _Preemption() if runner.inline_s > 0 else None
     started = time.perf_counter()
     try:
         return guarded(method, fn)
     finally:
-        runner.observe(method, time.perf_counter() - started)
+        _observe(runner, method, time.perf_counter() - started, preemption)
+
+
+def _observe(
+    runner: EnvRunner, method: str, seconds: float, preemption: _Preemption | None
+) -> None:
+    """Fold a call's time into ``runner``'s moving average, a call over the inline bound
+    that the OS merely preempted counting its CPU time (:class:`_Preemption`).
+
+    The same rule wherever the call ran: once a method is off the loop, its calls are
+    measured in a worker thread, and on a busy machine a preempted one reads as
+    milliseconds; counted as such, one spike kept a ~50 µs reset off the loop for ~15
+    calls (a thread hop each, two wake-ups on a loaded machine: issue 34), so that it
+    came back to the loop only between spikes. ``preemption`` is None for a runner that
+    never runs inline (nothing to decide)."""
+    if preemption is not None and 0 < runner.inline_s <= seconds:
+        seconds = preemption.cost(seconds)
+    runner.observe(method, seconds)
 
 
 def guarded(method: str, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
@@ -744,10 +764,8 @@ def run_inline(calls: Sequence[C]) -> list[C]:
         except BaseException as exc:  # SystemExit and the like must not stop the server
             call.error = _escaped(method, exc)
         ended = clock()
-        seconds = call.seconds = ended - started
-        if seconds >= runner.inline_s:
-            seconds = preemption.cost(seconds)
-        runner.observe(method, seconds)
+        call.seconds = ended - started
+        _observe(runner, method, call.seconds, preemption)
         started = ended
     return rest
 
@@ -895,6 +913,7 @@ class _ThreadJob:
         self.lock = threading.Lock()
 
     def run(self) -> None:
+        preemption = _Preemption()  # in the worker thread: its own switches and CPU time
         for index, call in enumerate(self.calls):
             with self.lock:
                 if index >= self.stop_at:
@@ -911,7 +930,7 @@ class _ThreadJob:
             except BaseException as exc:  # SystemExit and the like must not stop the server
                 call.error = _escaped(call.method, exc)
             call.seconds = time.monotonic() - self.started
-            call.runner.observe(call.method, call.seconds)
+            _observe(call.runner, call.method, call.seconds, preemption)
 
     def overdue(self, timeout: float) -> int | None:
         """If the running call overran ``timeout``, stop after it and return its index."""
