@@ -181,11 +181,35 @@ def test_a_slow_call_counts_its_wall_time_unless_the_os_preempted_it():
     assert preemption.cost(0.02) >= 0.02 * 0.9
 
 
+def burn(seconds: float) -> float:
+    """Spend ``seconds`` of this thread's CPU time; return what it measured."""
+    started = time.thread_time()
+    while time.thread_time() - started < seconds:
+        pass
+    return time.thread_time() - started
+
+
+def test_a_preempted_call_is_not_charged_the_fast_calls_before_it(monkeypatch):
+    # The OS preempts this call (an involuntary switch, no voluntary one): its cost is
+    # the CPU time since the batch began less the fast calls measured before it.
+    switches = iter([(0, 0), (0, 1)])
+    monkeypatch.setattr(_Preemption, "_switches", staticmethod(lambda: next(switches)))
+    preemption = _Preemption()
+    preemption.before += burn(0.03)  # fast calls: their wall time is their CPU time
+    own = burn(0.01)
+    cost = preemption.cost(0.5)  # half a second of wall time, most of it preempted
+    assert own <= cost < own + 0.01
+    assert preemption.before == 0  # the next call counts from here
+
+
 class _Preempted:
     """Every slow call reads as one the OS preempted, costing ``CPU_S`` of CPU time."""
 
     CPU_S = 1e-6
     asked: list[float] = []
+
+    def __init__(self) -> None:
+        self.before = 0.0
 
     def cost(self, seconds: float) -> float:
         self.asked.append(seconds)

@@ -551,8 +551,11 @@ def _observe(
     calls (a thread hop each, two wake-ups on a loaded machine: issue 34), so that it
     came back to the loop only between spikes. ``preemption`` is None for a runner that
     never runs inline (nothing to decide)."""
-    if preemption is not None and 0 < runner.inline_s <= seconds:
-        seconds = preemption.cost(seconds)
+    if preemption is not None and runner.inline_s > 0:
+        if seconds >= runner.inline_s:
+            seconds = preemption.cost(seconds)
+        else:
+            preemption.before += seconds
     runner.observe(method, seconds)
 
 
@@ -707,16 +710,26 @@ class _Preemption:
     call, which then reads as milliseconds: one such spike in a batch of 1,024 sent that
     session to the executor for ~15 calls. When the thread made *involuntary* context
     switches but no voluntary ones since the last look, the call neither slept nor
-    waited on I/O or a lock: the thread's CPU time since then (an over-estimate: it
-    includes the calls before) is its cost. A call that blocked counts its wall time.
-    Read once a batch and for calls over the bound, so fast calls pay nothing.
+    waited on I/O or a lock: the thread's CPU time since then, less the time of the
+    fast calls measured since (:attr:`before`), is its cost. A call that blocked counts
+    its wall time. Read once a batch and for calls over the bound, so fast calls pay
+    nothing.
+
+    Without ``before`` a call late in a batch was charged the CPU time of every call
+    ahead of it: a same-step reset after eight CartPole steps read as ~300 µs, over the
+    bound, and went to the executor (a thread hop) for the following ~15 resets
+    (issue 34). A fast call's wall time is its CPU time (it was not preempted, or it
+    would not be fast), so subtracting it leaves this call's own CPU time, plus the
+    little the batch's loop spent between the calls.
     """
 
-    __slots__ = ("cpu", "switches")
+    __slots__ = ("before", "cpu", "switches")
 
     def __init__(self) -> None:
         self.switches = self._switches()
         self.cpu = time.thread_time()
+        self.before = 0.0
+        """Seconds taken by the fast calls measured since the last look."""
 
     @staticmethod
     def _switches() -> tuple[int, int]:
@@ -729,9 +742,9 @@ class _Preemption:
         """What a call that took ``seconds`` of wall time costs the loop."""
         (voluntary, involuntary), cpu = self._switches(), time.thread_time()
         preempted = voluntary == self.switches[0] and involuntary > self.switches[1]
-        spent = cpu - self.cpu
-        self.switches, self.cpu = (voluntary, involuntary), cpu
-        return min(seconds, spent) if preempted else seconds
+        spent = cpu - self.cpu - self.before
+        self.switches, self.cpu, self.before = (voluntary, involuntary), cpu, 0.0
+        return min(seconds, max(spent, 0.0)) if preempted else seconds
 
 
 def run_inline(calls: Sequence[C]) -> list[C]:
