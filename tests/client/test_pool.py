@@ -319,6 +319,28 @@ async def test_a_dead_server_is_replaced_and_its_sessions_reset():
         assert states[0].total >= 6 and states[2].total <= 1
 
 
+async def test_a_health_check_that_raises_does_not_end_the_checks(counter, caplog):
+    # A provider's API can fail (Docker's, Kubernetes'): the monitor says so and checks on.
+    async with counter.pool(2, health_interval=0.01) as pool:
+        fleet = pool.fleet
+        real = fleet._healthy
+        checked_after = asyncio.Event()
+        calls = 0
+
+        async def flaky(server: Any, http: Any) -> bool:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise RuntimeError("the provider's API is down")
+            checked_after.set()
+            return await real(server, http)
+
+        fleet._healthy = flaky  # type: ignore[method-assign]
+        await asyncio.wait_for(checked_after.wait(), 60)
+        assert fleet._monitor is not None and not fleet._monitor.done()
+    assert "the provider's API is down" in caplog.text
+
+
 async def test_a_dropped_connection_resumes_with_the_episode_intact(counter):
     async with counter.pool(2, health_interval=0.1) as pool:
         await pool.reset(options={"limit": 100})

@@ -9,10 +9,10 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from corral.cli import console as cli_console
 from corral.errors import CorralError
 from corral.progress import Activity
 from corral.providers.dockerfile import GENERATED_HEADER, BuildError
-from corral.providers.manifest import ManifestError, load_manifest
 
 
 def refresh_dockerfile(env_dir: Path, generated: Path) -> bool:
@@ -65,16 +65,11 @@ def build_command(
 ) -> None:
     """Generate the Dockerfile from the manifest and build the image, with progress."""
     console = Console(highlight=False)
-    try:
-        manifest = load_manifest(path)
-    except ManifestError as exc:
-        console.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2) from None
+    manifest = cli_console.manifest(path)
     try:
         from corral.providers.docker import build_image
     except ImportError as exc:
-        console.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2) from None
+        raise cli_console.fail(str(exc)) from None
 
     with Activity(f"building {manifest.name}", console=console, verbose=verbose) as activity:
         try:

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
+from corral.cli import console as cli_console
 from corral.errors import CorralError
 
 
@@ -87,8 +87,8 @@ def eval_command(
     # Imported here: the pool needs numpy, which every other corral command can skip.
     from corral.evaluation import EvalError, evaluate, summary_table
 
-    console = Console(highlight=False, soft_wrap=True)
-    errors = Console(stderr=True, highlight=False, soft_wrap=True)
+    console = cli_console.output()
+    errors = cli_console.errors()
     where, env_class = _eval_target(target, env)
     run_dir = out or Path("runs") / f"{_slug(target)}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
     try:
@@ -118,8 +118,7 @@ def eval_command(
             )
         )
     except (EvalError, CorralError, OSError, ImportError) as exc:
-        errors.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2) from None
+        raise cli_console.fail(str(exc)) from None
     except KeyboardInterrupt:
         errors.print(f"resume with: {escape(_resume_command(run_dir))}")
         raise typer.Exit(130) from None

@@ -33,6 +33,7 @@ from rich.console import Console
 from rich.markup import escape
 
 import corral
+from corral.cli import console as cli_console
 from corral.contract.lock import write_lock
 from corral.errors import UsageError
 from corral.providers.dockerfile import image_labels, image_tag, render_dockerfile
@@ -206,8 +207,7 @@ def init_command(
     try:
         root = scaffold(name, directory, force=force)
     except InitError as exc:
-        console.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2) from None
+        raise cli_console.fail(str(exc)) from None
     manifest = load_manifest(root)
     console.print(f"[green]created[/green] {escape(str(root))}:")
     for path in sorted(p for p in root.rglob("*") if p.is_file()):

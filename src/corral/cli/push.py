@@ -10,10 +10,11 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
+from corral.cli import console as cli_console
 from corral.progress import Activity
 from corral.providers.dockerfile import BuildError
 from corral.providers.hfspace import HubUnreachable, SpaceError, push_space, stage_space
-from corral.providers.manifest import ManifestError, load_manifest
+from corral.providers.manifest import ManifestError
 
 
 def push_command(
@@ -43,11 +44,7 @@ def push_command(
 ) -> None:
     """Stage a Docker Space (README front matter, Dockerfile, pinned wheels) and upload it."""
     console = Console(highlight=False)
-    try:
-        manifest = load_manifest(path)
-    except ManifestError as exc:
-        console.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2) from None
+    manifest = cli_console.manifest(path)
     title = f"staging {manifest.name} for {repo_id}"
     with Activity(title, console=console, verbose=verbose) as activity:
         try:
@@ -83,11 +80,9 @@ def push_command(
                 staged.directory, repo_id, token, private=private or None, endpoint=endpoint
             )
     except ImportError as exc:
-        console.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2) from None
+        raise cli_console.fail(str(exc)) from None
     except HubUnreachable as exc:
-        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
-        raise typer.Exit(1) from None
+        raise cli_console.fail(str(exc), 1) from None
     except (OSError, ValueError) as exc:
         # huggingface_hub's HTTP errors derive from OSError; metadata errors from ValueError.
         console.print(f"[red]upload failed:[/red] {escape(str(exc))}", soft_wrap=True)

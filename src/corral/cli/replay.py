@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from corral.cli import console as cli_console
 from corral.episodes import EpisodeFormatError, read
 from corral.errors import CorralError
 from corral.regression import pytest_module
@@ -77,12 +78,11 @@ def replay_command(
             _run(file, url, env, ignore or [], episode, concurrency, codec, out, token)
         )
     except (EpisodeFormatError, OSError, CorralError, ValueError) as exc:
-        Console(stderr=True, highlight=False).print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2) from None
+        raise cli_console.fail(str(exc)) from None
     if as_json:
         typer.echo(json.dumps(report_json(report), indent=2))
     else:
-        print_report(report, Console(highlight=False, soft_wrap=True))
+        print_report(report, cli_console.output())
     raise typer.Exit(0 if report.ok else 1)
 
 
@@ -94,7 +94,7 @@ def _write_pytest(
     ignore: list[str],
     wanted: list[str] | None,
 ) -> None:
-    console = Console(highlight=False, soft_wrap=True)
+    console = cli_console.output()
     try:
         episodes = read(file)
         if wanted is not None:
@@ -103,8 +103,7 @@ def _write_pytest(
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(source)
     except (EpisodeFormatError, OSError, ValueError) as exc:
-        Console(stderr=True, highlight=False).print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2) from None
+        raise cli_console.fail(str(exc)) from None
     console.print(f"wrote {escape(str(out))}: {len(episodes)} test(s); run it with pytest")
 
 

@@ -7,14 +7,14 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from corral.cli import console as cli_console
 from corral.contract.diff import Change, diff_schemas
 from corral.contract.lock import LockCheck, LockError, SchemaLock, check_lock, read_lock, write_lock
 from corral.contract.schema import Contract
-from corral.providers.manifest import Manifest, ManifestError, load_contract, load_manifest
+from corral.providers.manifest import Manifest, load_contract
 
 schema_app = typer.Typer(
     name="schema",
@@ -42,36 +42,19 @@ TolerantOpt = Annotated[
 ]
 
 
-def _console() -> Console:
-    return Console(highlight=False, soft_wrap=True)
-
-
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    console = Console(stderr=True, highlight=False, soft_wrap=True)
-    console.print(f"[red]error:[/red] {escape(message)}")
-    return typer.Exit(code)
-
-
-def _manifest(path: Path) -> Manifest:
-    try:
-        return load_manifest(path)
-    except ManifestError as exc:
-        raise _fail(str(exc)) from None
-
-
 def _load(path: Path) -> tuple[Manifest, Contract]:
-    manifest = _manifest(path)
+    manifest = cli_console.manifest(path)
     try:
         return manifest, load_contract(manifest)
     except (ImportError, TypeError) as exc:
-        raise _fail(f"cannot load the environment: {exc}") from None
+        raise cli_console.fail(f"cannot load the environment: {exc}") from None
 
 
 def _read(path: Path) -> SchemaLock:
     try:
         return read_lock(path)
     except LockError as exc:
-        raise _fail(str(exc)) from None
+        raise cli_console.fail(str(exc)) from None
 
 
 def changes_table(changes: list[Change], title: str) -> Table:
@@ -119,7 +102,7 @@ def _report(result: LockCheck, as_json: bool) -> None:
             )
         )
         return
-    console = _console()
+    console = cli_console.output()
     title = (
         f"{result.current.name or 'contract'}: {result.lock.contract_version} (locked) -> "
         f"{result.current.contract_version} (current)"
@@ -137,7 +120,7 @@ def lock_command(
     """Write the schema lock file from the current models."""
     manifest, contract = _load(path)
     target = lock or manifest.lock_path
-    console = _console()
+    console = cli_console.output()
     if target.exists():
         try:
             previous = read_lock(target)
@@ -179,7 +162,7 @@ def check_command(
     ):
         # The manifest's version labels images and Spaces; one that disagrees with the
         # class's tells deployments the wrong contract.
-        raise _fail(
+        raise cli_console.fail(
             f"the environment's contract_version is {contract.version} but "
             f"{manifest.path.name if manifest.path else 'the manifest'} says "
             f"{manifest.contract_version}; set the same version "
@@ -189,7 +172,7 @@ def check_command(
     _report(result, as_json)
     if as_json:
         raise typer.Exit(0 if result.ok else 1)
-    console = _console()
+    console = cli_console.output()
     if not result.ok:
         console.print(
             f"[red]{len(result.breaking)} breaking change(s).[/red] Restore compatibility, or "
@@ -217,17 +200,17 @@ def diff_command(
 ) -> None:
     """Print every change between the lock and the current models, classified."""
     if against is not None:
-        old = _read(lock or _manifest(path).lock_path)
+        old = _read(lock or cli_console.manifest(path).lock_path)
         new = _read(against)
         changes = diff_schemas(old.schemas, new.schemas, tolerant_readers=tolerant_readers)
         if as_json:
             typer.echo(json.dumps([_change_json(c) for c in changes], indent=2))
         elif changes:
-            _console().print(
+            cli_console.output().print(
                 changes_table(changes, f"{old.contract_version} -> {new.contract_version}")
             )
         else:
-            _console().print("no schema changes")
+            cli_console.output().print("no schema changes")
         return
     manifest, contract = _load(path)
     old = _read(lock or manifest.lock_path)

@@ -825,8 +825,11 @@ class Fleet:
                     except Exception as exc:  # a source's failure must not stop the checks
                         log.warning("reading the fleet's membership failed: %r", exc)
                 for server in self.servers:
-                    if server.recovering is None and not await self._healthy(server, http):
-                        self.suspect(server)
+                    try:
+                        if server.recovering is None and not await self._healthy(server, http):
+                            self.suspect(server)
+                    except Exception as exc:  # one server's check must not end everyone's
+                        log.warning("checking %s failed: %r", server.url, exc)
 
     async def _healthy(self, server: FleetServer, http: httpx.AsyncClient) -> bool:
         """The handle is alive, no connection gave up, and ``/health`` answers."""

@@ -682,7 +682,7 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         else:
             resets = [s for s in slots if s.needs_reset]
             steps = [(s, p) for s, p in zip(slots, payloads, strict=True) if not s.needs_reset]
-        auto: list[tuple[Slot, Any]] = [(s, (self._auto_seed(), {})) for s in resets]
+        auto: list[tuple[Slot, Any]] = [(s, (self.auto_seed(), {})) for s in resets]
         if mode is AutoresetMode.SAME_STEP and self._seeding:
             # The seed of each session's next episode, drawn before any step that may end
             # the current one is sent: it goes with every such step (a re-sent step
@@ -855,7 +855,7 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         reset (a seeded, replayable episode) and its step returns that observation with
         ``truncated`` and the reason in ``info["corral"]``."""
         items: list[tuple[Slot, Any]] = [
-            (self.fleet.slots[i], (self._auto_seed(), {})) for i in truncated
+            (self.fleet.slots[i], (self.auto_seed(), {})) for i in truncated
         ]
         table = await self._exchange(ResetBatch.type, items)
         next_step = self.autoreset_mode is AutoresetMode.NEXT_STEP
@@ -866,17 +866,18 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             self.fleet.slots[index].needs_reset = next_step
         return table
 
-    def _auto_seed(self) -> int | None:
+    def auto_seed(self) -> int | None:
         """The seed of an auto-reset: drawn, so that its episode can be replayed or
         repeated (None with neither recovery nor a pool ``seed``: the environment's own
-        generator goes on)."""
+        generator goes on). A vector env that resets ended sessions itself, on a pool
+        without auto-reset, seeds those resets with it (Gymnasium's ``RemoteVectorEnv``)."""
         return self._rng.getrandbits(31) if self._seeding else None
 
     def _take_seed(self, slot: Slot) -> int | None:
         """The seed of the auto-reset the pool sends ``slot`` itself in place of a
         same-step reset (a server that does not know ``autoreset``): the one its steps
         carried, so the episode is the same whoever resets it."""
-        seed = slot.next_seed if slot.next_seed is not None else self._auto_seed()
+        seed = slot.next_seed if slot.next_seed is not None else self.auto_seed()
         slot.next_seed = None
         return seed
 

@@ -1,4 +1,5 @@
-"""N remote sessions as a VectorEnv: step-for-step equal to a local SyncVectorEnv."""
+"""N remote sessions as a VectorEnv: step-for-step equal to a local SyncVectorEnv (without
+recovery, whose seeded autoresets differ from a local env's unseeded ones by design)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,9 @@ from corral.adapters.gymnasium import (
     RemoteVectorEnv,
 )
 from corral.adapters.gymnasium.vector import autoreset
+from corral.blocking import run_blocking
 from corral.client import AsyncEnvClient
-from corral.testing import InProcessServer
+from corral.testing import InProcessNetwork, InProcessServer
 
 NUM_ENVS = 4
 STEPS = 300
@@ -78,7 +80,11 @@ def test_equivalent_to_sync_vector_env_on_cartpole(
     cartpole_server: InProcessServer, mode: AutoresetMode
 ) -> None:
     remote = RemoteVectorEnv.from_url(
-        cartpole_server.url, NUM_ENVS, dialer=cartpole_server.dialer, autoreset_mode=mode
+        cartpole_server.url,
+        NUM_ENVS,
+        dialer=cartpole_server.dialer,
+        autoreset_mode=mode,
+        recover=False,
     )
     local = SyncVectorEnv(
         [lambda: gymnasium.make("CartPole-v1") for _ in range(NUM_ENVS)], autoreset_mode=mode
@@ -99,7 +105,9 @@ def test_equivalent_to_sync_vector_env_on_cartpole(
 def test_equivalent_with_dict_spaces_options_and_infos() -> None:
     mode = AutoresetMode.SAME_STEP
     with InProcessServer(GymEnvironment.for_id(FANCY_ID)) as server:
-        remote = RemoteVectorEnv.from_url(server.url, 3, dialer=server.dialer, autoreset_mode=mode)
+        remote = RemoteVectorEnv.from_url(
+            server.url, 3, dialer=server.dialer, autoreset_mode=mode, recover=False
+        )
         local = SyncVectorEnv(
             [lambda: gymnasium.make(FANCY_ID) for _ in range(3)], autoreset_mode=mode
         )
@@ -168,3 +176,40 @@ def test_bad_seeds_masks_and_modes_are_refused(cartpole_server: InProcessServer)
     assert autoreset("NextStep") is AutoresetMode.NEXT_STEP
     with pytest.raises(ValueError, match="at least one session"):
         ClientSessions([])
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_autoreset_episodes_move_by_replay_when_their_server_is_lost(mode: AutoresetMode) -> None:
+    """With recovery on (the default) the vector env's autoresets are seeded from the
+    pool: an episode that began in an autoreset moves by verified replay when its server
+    is lost, instead of ending truncated, and the run is the one it would have been."""
+
+    def run(lose: bool) -> tuple[list[Any], int, dict[str, Any]]:
+        network = InProcessNetwork()
+        a = network.serve(GymEnvironment.for_id("CartPole-v1"), server_id="a")
+        b = network.serve(GymEnvironment.for_id("CartPole-v1"), server_id="b")
+        envs = RemoteVectorEnv.from_url(
+            [a.url, b.url], NUM_ENVS, dialer=network, autoreset_mode=mode, health_interval=None
+        )
+        try:
+            envs.reset(seed=5)
+            actions = np.random.default_rng(0)
+            seen, ended = [], 0
+            for step in range(120):
+                if lose and step == 100:  # each session has had several autoresets by now
+                    run_blocking(b.restart(), 60)
+                obs, _, terminated, truncated, _ = envs.step(actions.integers(0, 2, NUM_ENVS))
+                assert not truncated.any(), f"step {step}: an episode was cut short"
+                seen.append(obs.copy())
+                ended += int(terminated.sum()) if step < 100 else 0
+            return seen, ended, envs.sessions.async_pool.stats()  # type: ignore[attr-defined]
+        finally:
+            envs.close()
+            run_blocking(network.aclose(), 30)
+
+    kept, ended, _ = run(lose=False)
+    moved, _, stats = run(lose=True)
+    assert ended >= 2 * NUM_ENVS, "the sessions on the lost server must be in later episodes"
+    assert stats["restored_by_replay"] >= 1 and stats["truncated"] == 0, stats
+    for step, (x, y) in enumerate(zip(kept, moved, strict=True)):
+        assert np.array_equal(x, y), f"step {step}: the run changed"

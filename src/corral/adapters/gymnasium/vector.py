@@ -11,6 +11,13 @@ once. The sessions sit behind :class:`Sessions`, the one interface the vector en
 :class:`PoolSessions` (the default of :meth:`RemoteVectorEnv.from_env` / ``from_url``) keeps
 them in an :class:`~corral.client.pool.EnvPool`, so the N resets or steps travel as one
 batch message per connection; :class:`ClientSessions` drives one client per session.
+
+Autoresets: a local vector env resets an ended sub-env unseeded, its generator going on. A
+pool with recovery on (the default) seeds them instead, from its own generator
+(:meth:`~corral.client.pool.EnvPool.auto_seed`, reseeded by a seeded ``reset()``), so that
+every episode can move by verified replay when its server is lost, and runs still repeat
+from the trainer's seeds. Step-for-step equality with ``SyncVectorEnv`` past the first
+episode then needs ``recover=False`` (as for SB3's ``RemoteVecEnv``).
 """
 
 from __future__ import annotations
@@ -61,6 +68,11 @@ class Sessions(Protocol):
 
     def step(self, requests: Sequence[StepRequest]) -> list[StepResult[Any]]:
         """Step the given sessions at once; results in request order."""
+        ...
+
+    def auto_reset(self, indices: Sequence[int]) -> list[StepResult[Any]]:
+        """Start the next episode of sessions whose episode ended (an autoreset, which
+        the trainer does not seed); results in ``indices`` order."""
         ...
 
     def close(self) -> None:
@@ -140,6 +152,11 @@ class ClientSessions:
         results: list[StepResult[Any]] = self._run(_gather(calls))
         return results
 
+    def auto_reset(self, indices: Sequence[int]) -> list[StepResult[Any]]:
+        """Reset them unseeded: each environment's own generator goes on, as in
+        Gymnasium's vector envs (lone clients do not move an episode anywhere)."""
+        return self.reset([(i, None, {}) for i in indices])
+
     def close(self) -> None:
         """Close every client, then the local server if there is one."""
         if self._closed:
@@ -214,6 +231,13 @@ class PoolSessions:
         batch = self.pool.recv()
         by_id = dict(zip(batch.ids.tolist(), batch.results(), strict=True))
         return [by_id[i] for i in ids]
+
+    def auto_reset(self, indices: Sequence[int]) -> list[StepResult[Any]]:
+        """Reset them seeded from the pool's generator (:meth:`EnvPool.auto_seed`): with
+        recovery on, an episode a lost server held can then move by verified replay
+        instead of ending truncated; a seeded ``reset()`` makes the seeds repeat."""
+        seeds = [self.async_pool.auto_seed() for _ in indices]
+        return self.reset([(i, seed, {}) for i, seed in zip(indices, seeds, strict=True)])
 
     def close(self) -> None:
         """Close the pool (and the servers it started); idempotent."""
@@ -375,7 +399,7 @@ class RemoteVectorEnv(VectorEnv[Any, Any, Any]):
             if steps
             else []
         )
-        reset_results = self.sessions.reset([(i, None, {}) for i in resets]) if resets else []
+        reset_results = self.sessions.auto_reset(resets) if resets else []
         outcome: dict[int, tuple[StepResult[Any], bool]] = {
             **{i: (r, True) for i, r in zip(steps, step_results, strict=True)},
             **{i: (r, False) for i, r in zip(resets, reset_results, strict=True)},
@@ -383,9 +407,7 @@ class RemoteVectorEnv(VectorEnv[Any, Any, Any]):
         finals: dict[int, StepResult[Any]] = {}
         if self.autoreset_mode is AutoresetMode.SAME_STEP:
             done = [i for i in steps if outcome[i][0].done]
-            for i, result in zip(
-                done, self.sessions.reset([(i, None, {}) for i in done]), strict=True
-            ):
+            for i, result in zip(done, self.sessions.auto_reset(done), strict=True):
                 finals[i] = outcome[i][0]
                 outcome[i] = (result, True)
         infos: dict[str, Any] = {}
