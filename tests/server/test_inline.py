@@ -16,6 +16,7 @@ from corral.contract import Action, Environment, Observation, State
 from corral.errors import EnvError, ErrorCode
 from corral.server import runner as runner_module
 from corral.server.runner import (
+    MAX_INLINE_S,
     EnvCall,
     EnvRunner,
     EnvThreads,
@@ -249,4 +250,41 @@ async def test_fast_calls_and_never_inline_runners_are_not_asked_about_preemptio
     await blocking.call("step", ProbeAction(sleep=2 * BOUND), timeout=None)
     assert preempted == []
     assert fast.ewma["step"] < BOUND and blocking.ewma["step"] >= 2 * BOUND
+    threads.shutdown()
+
+
+def test_a_call_cheaper_than_a_hop_runs_inline_over_its_bound():
+    threads = EnvThreads(1)
+    runner = EnvRunner(ProbeEnv(), threads, own_executor=False, inline_s=100e-6)
+    runner.observe("step", 300e-6)
+    assert not runner.inline("step")  # over the bound, and no hop measured yet
+    for _ in range(30):
+        threads.observe_hop(500e-6)  # a loaded machine's hop
+    assert runner.inline("step")
+    runner.observe("step", 2 * MAX_INLINE_S)
+    assert not runner.inline("step")  # never past the cap, however dear the hop
+    for blocking in (True, False):  # never inline: blocking, or its own thread
+        never = EnvRunner(
+            BlockingProbeEnv() if blocking else ProbeEnv(),
+            threads,
+            own_executor=not blocking,
+            inline_s=100e-6,
+        )
+        never.observe("step", 1e-6)
+        assert not never.inline("step")
+    threads.shutdown()
+
+
+async def test_hops_through_the_shared_pool_are_measured_beyond_the_calls_own_time():
+    threads = EnvThreads(2)
+    alone = EnvRunner(ProbeEnv(), threads, own_executor=False, inline_s=BOUND)
+    await alone.call("step", ProbeAction(sleep=0.05), timeout=None)  # unmeasured: a hop
+    # The sleep is the call's own time, not the hop's: counted, the first observation
+    # (a fifth of it, from 0) would be 10 ms at least.
+    assert 0 < threads.hop_s < 0.01
+    threads.hop_s = 0.0
+    batched = [EnvRunner(ProbeEnv(), threads, own_executor=False, inline_s=BOUND) for _ in "ab"]
+    calls = [EnvCall(r, "step", (ProbeAction(sleep=0.05),)) for r in batched]
+    await run_calls(calls, threads, timeout=5.0)  # one executor job: 100 ms of calls
+    assert 0 < threads.hop_s < 0.02
     threads.shutdown()

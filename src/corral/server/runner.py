@@ -71,6 +71,10 @@ INLINE_S = 100e-6
 _ALPHA = 0.2
 """Weight of the newest call in the moving average: one call 50x over the bound lifts
 the average past it, so a method that turns slow leaves the loop at its next call."""
+MAX_INLINE_S = 1e-3
+"""The most a measured thread hop raises the inline bound to (see
+:attr:`EnvThreads.hop_s`): past a millisecond a call runs off the loop however dear the
+hop, so that one whose wait lets go of the GIL (I/O) lets other sessions' calls run."""
 
 
 class Runner(Protocol):
@@ -118,6 +122,15 @@ class EnvThreads(concurrent.futures.Executor):
         self._hung: set[concurrent.futures.Future[Any]] = set()
         self._hung_lock = threading.Lock()
         self._pool = self._new_pool()
+        self.hop_s = 0.0
+        """Moving average of what a batch's trip through the pool costs beyond its calls'
+        own time (submit, wake-ups, GIL hand-offs, the reply's way back to the loop).
+        A call cheaper than that runs inline even over its runner's bound (up to
+        :data:`MAX_INLINE_S`): leaving the loop would cost more than it saves, and a
+        call that holds the GIL blocks the loop from a thread all the same. On a loaded
+        machine a hop costs milliseconds, and a ~50 µs seeded reset measured at ~100 µs
+        hopped for a third of a PPO run's steps (issue 34). 0 until a hop is measured;
+        it then holds until the next one."""
         self._owner: weakref.WeakKeyDictionary[
             concurrent.futures.Future[Any], concurrent.futures.ThreadPoolExecutor
         ] = weakref.WeakKeyDictionary()
@@ -132,6 +145,10 @@ class EnvThreads(concurrent.futures.Executor):
         future = self._pool.submit(fn, *args, **kwargs)
         self._owner[future] = self._pool
         return future
+
+    def observe_hop(self, seconds: float) -> None:
+        """Fold one measured hop's overhead into :attr:`hop_s`."""
+        self.hop_s += _ALPHA * (seconds - self.hop_s)
 
     def abandon(self, future: concurrent.futures.Future[Any]) -> None:
         """``future`` overran and still holds a thread: move on to a fresh pool."""
@@ -262,9 +279,16 @@ class EnvRunner:
         return is_async
 
     def inline(self, method: str) -> bool:
-        """True when sync ``env.<method>`` measures fast enough to run on the loop."""
+        """True when sync ``env.<method>`` measures fast enough to run on the loop: under
+        ``inline_s``, or under what a hop through the shared pool costs now (at most
+        :data:`MAX_INLINE_S`; see :attr:`EnvThreads.hop_s`)."""
         ewma = self.ewma.get(method)
-        return ewma is not None and ewma < self.inline_s
+        if ewma is None or self.inline_s <= 0:
+            return False
+        if ewma < self.inline_s:
+            return True
+        threads = self._threads
+        return threads is not None and ewma < min(threads.hop_s, MAX_INLINE_S)
 
     def observe(self, method: str, seconds: float) -> None:
         """Fold one call's time into ``method``'s moving average."""
@@ -333,11 +357,15 @@ class EnvRunner:
                 self.observe(method, time.perf_counter() - started)
         else:
             call = functools.partial(fn, *args, **kwargs)
-            job = self._executor.submit(_timed, self, method, call)
+            own = [0.0]  # the call's own time, measured in the thread
+            submitted = time.perf_counter()
+            job = self._executor.submit(_timed, self, method, call, own)
             future = asyncio.wrap_future(job)
         if timeout is None:
-            return await future
-        if not await within(future, timeout):
+            value = await future
+        elif await within(future, timeout):
+            value = future.result()
+        else:
             # For a thread, the stuck call is the thread's future: it is done only when
             # the thread lets go of the env, which is when the env may be closed.
             future.cancel()
@@ -346,7 +374,9 @@ class EnvRunner:
             else:
                 self._stuck = future
             raise self.timeout_error(method, timeout)
-        return future.result()
+        if job is not None and self._threads is self._executor:
+            self._threads.observe_hop(max(time.perf_counter() - submitted - own[0], 0.0))
+        return value
 
     def start(
         self,
@@ -527,16 +557,17 @@ def _escaped(method: str, exc: BaseException) -> EnvError:
     )
 
 
-def _timed(runner: EnvRunner, method: str, fn: Callable[[], T]) -> T:
+def _timed(runner: EnvRunner, method: str, fn: Callable[[], T], own: list[float]) -> T:
     """:func:`guarded`, measured for the runner's moving average (in the worker thread:
-    the hop is not counted, only the method's own time; a call the OS preempted counts
-    its CPU time, as on the loop: see :func:`_observe`)."""
+    the hop is not counted, only the method's own time, also left in ``own[0]``; a call
+    the OS preempted counts its CPU time, as on the loop: see :func:`_observe`)."""
     preemption = _Preemption() if runner.inline_s > 0 else None
     started = time.perf_counter()
     try:
         return guarded(method, fn)
     finally:
-        _observe(runner, method, time.perf_counter() - started, preemption)
+        own[0] = time.perf_counter() - started
+        _observe(runner, method, own[0], preemption)
 
 
 def _observe(
@@ -965,21 +996,32 @@ class _ThreadJob:
             return max(0.0, self.started + timeout - time.monotonic())
 
 
+def _hopped(executor: concurrent.futures.Executor, submitted: float, job: _ThreadJob) -> None:
+    """Tell the shared pool what ``job``'s trip cost beyond its calls (see
+    :attr:`EnvThreads.hop_s`); ``submitted``: when it was handed to the pool."""
+    if isinstance(executor, EnvThreads):
+        own = sum(call.seconds for call in job.calls)
+        executor.observe_hop(max(time.perf_counter() - submitted - own, 0.0))
+
+
 async def _run_in_one_thread(
     calls: list[EnvCall], executor: concurrent.futures.Executor, timeout: float | None
 ) -> None:
     pending = calls
     while pending:
         job = _ThreadJob(pending)
+        submitted = time.perf_counter()
         future = executor.submit(job.run)
         waiter = asyncio.wrap_future(future)
         if timeout is None:
             await waiter
+            _hopped(executor, submitted, job)
             return
         while True:
             done, _ = await asyncio.wait({waiter}, timeout=job.next_deadline(timeout))
             if done:
                 waiter.result()
+                _hopped(executor, submitted, job)
                 return
             index = job.overdue(timeout)
             if index is not None:
