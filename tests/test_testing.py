@@ -88,7 +88,12 @@ async def test_timeouts_capacity_and_lost_sessions():
         with pytest.raises(RequestTimeout):
             await env.step(CountAction(amount=100, sleep=0.4))
         env.timeout = 5.0
-        await asyncio.sleep(0.4)  # the late reply arrives and is dropped
+        # The late reply arrives and is dropped (waited for: a loaded machine's 0.4 s
+        # sleep in the step's thread can outlast a 0.4 s sleep here, SESSION_BUSY).
+        deadline = asyncio.get_running_loop().time() + 60
+        while env.connection.tracker.stale < 1:
+            assert asyncio.get_running_loop().time() < deadline, "the late reply never came"
+            await asyncio.sleep(0.01)
         assert (await env.step(CountAction(amount=1))).observation.total == 101
         assert env.connection.tracker.stale == 1
         await env.close()
