@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ParamSpec, Protocol, TypeVar
 
+from corral import runtime
 from corral.contract import Environment
 from corral.errors import EnvError, FactoryError, SessionLost, StepTimeout
 
@@ -243,7 +244,7 @@ class EnvRunner:
         )
         job = executor.submit(guarded, "factory", factory)
         try:
-            env = await asyncio.wait_for(asyncio.wrap_future(job), timeout)
+            env = await runtime.wait_for(asyncio.wrap_future(job), timeout)
         except Exception as exc:
             threads = _as_threads(shared)
             if threads is not None and isinstance(exc, TimeoutError):
