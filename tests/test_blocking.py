@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import signal
 import subprocess
 import sys
 import textwrap
 import threading
 
 import pytest
+from tests.support.cli import foreground_sigint
 
 from corral import blocking
 from corral.blocking import run_blocking
@@ -303,12 +303,5 @@ def _run_child(script: str, *args: str) -> list[str]:
         text=True,
         timeout=60,
         check=True,
-        # A shell's background job (and what it starts) inherits SIGINT ignored, and
-        # Python then installs no KeyboardInterrupt handler: the child gets the default
-        # disposition back, as a script run from a terminal has it.
-        preexec_fn=_default_sigint,
+        preexec_fn=foreground_sigint,  # Ctrl-C works even if the suite ignores it
     ).stdout.split("\n")
-
-
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)

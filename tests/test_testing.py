@@ -88,7 +88,12 @@ async def test_timeouts_capacity_and_lost_sessions():
         with pytest.raises(RequestTimeout):
             await env.step(CountAction(amount=100, sleep=0.4))
         env.timeout = 5.0
-        await asyncio.sleep(0.4)  # the late reply arrives and is dropped
+        # The late reply arrives and is dropped (waited for: a loaded machine's 0.4 s
+        # sleep in the step's thread can outlast a 0.4 s sleep here, SESSION_BUSY).
+        deadline = asyncio.get_running_loop().time() + 60
+        while env.connection.tracker.stale < 1:
+            assert asyncio.get_running_loop().time() < deadline, "the late reply never came"
+            await asyncio.sleep(0.01)
         assert (await env.step(CountAction(amount=1))).observation.total == 101
         assert env.connection.tracker.stale == 1
         await env.close()
@@ -190,16 +195,60 @@ async def test_a_killed_server_is_replaced_by_the_fleet():
             on_error="return",
         )
         async with pool:
-            await pool.reset(options={"limit": 100})
+            await pool.reset(seed=0, options={"limit": 100})  # seeded: episodes replayable
             await pool.step([CountAction(amount=1)] * 4)
             victim, old = network.servers[0], pool.server_urls[0]
             await victim.kill()
             await step_until_replaced(pool, 0, old, CountAction(amount=1))
             assert pool.server_urls[0] not in (old, pool.server_urls[1])
             assert [url for url, *_ in pool.fleet.deaths] == [old]
-            # The replacement's sessions start afresh: the next step reset them.
-            assert (await pool.state([0, 1]))[0].total <= 1
+            # Its sessions moved with their episodes (the pool re-homes them, and the
+            # fleet leaves them to it: it once opened fresh ones for them on the new
+            # server while the pool moved them, and a slot was left on one server with
+            # the other's session id, UNKNOWN_SESSION).
+            states = await pool.state()
+            assert [s.episode_id for s in states] == [f"seed-{i}" for i in range(4)]
+            assert pool.stats()["restored_by_replay"] == 2
+            assert_consistent(pool)
         assert network.servers == []  # the pool stopped the servers it started
+
+
+async def test_a_replaced_servers_sessions_move_with_their_episodes():
+    # The replacement is up before the next request (the health checks found the death
+    # first): the sessions are re-homed then, not opened afresh on the new server.
+    async with InProcessNetwork() as network:
+        pool = EnvPool(
+            4,
+            network.launcher(CounterEnv),
+            env=CounterEnv,
+            servers=2,
+            dialer=network,
+            progress=False,
+            health_interval=0.05,
+        )
+        async with pool:
+            await pool.reset(seed=0, options={"limit": 100})
+            await pool.step([CountAction(amount=1)] * 4)
+            victim, old = network.servers[0], pool.server_urls[0]
+            await victim.kill()
+            deadline = asyncio.get_running_loop().time() + 120
+            while pool.server_urls[0] == old or not pool.fleet.servers[0].ready.is_set():
+                assert asyncio.get_running_loop().time() < deadline, "never replaced"
+                await asyncio.sleep(0.02)
+            batch = await pool.step([CountAction(amount=1)] * 4)
+            assert not batch.errors and not batch.truncated.any()
+            assert batch.obs["total"].tolist() == [2, 2, 2, 2]  # episodes intact
+            assert [s.episode_id for s in await pool.state()] == [f"seed-{i}" for i in range(4)]
+            assert pool.stats()["restored_by_replay"] == 2
+            assert_consistent(pool)
+
+
+def assert_consistent(pool: EnvPool) -> None:
+    """Each session is on one link, of its own server."""
+    for slot in pool.fleet.slots:
+        assert slot.link is not None and slot.link.server is slot.server
+        holders = [link for server in pool.fleet.servers for link in server.links]
+        assert [link for link in holders if slot in link.slots] == [slot.link]
 
 
 async def test_a_restarted_server_loses_its_sessions():

@@ -13,10 +13,17 @@
   collector out of each batch and :func:`freeze_survivors` moves what a start-up or reset
   wave created out of its scans. Both act on the whole process, which is why they are
   the trainer's choice, not the pool's; ``CORRAL_GC=default`` turns them off anyway.
-* :func:`wait_event`: an event waited for with a bound, where Python 3.11's ``wait_for``
-  drops a cancellation that comes in the loop turn the event is set (the waiting loops
-  then went on to their deadline); :func:`reap`: a task cancelled and waited for, where
-  suppressing its ``CancelledError`` would also swallow the waiter's own.
+* Waiting without losing a cancellation: :func:`wait_for` (an awaitable, bounded),
+  :func:`wait_event` (an event, bounded) and :func:`reap` (a task the caller cancelled).
+  Python 3.11's ``asyncio.wait_for`` returns the result of an awaitable that finishes in
+  the loop turn its caller is cancelled, and the cancellation is lost (a Ctrl-C, a
+  shutdown); ``with suppress(CancelledError): await task`` swallows a cancellation of the
+  caller together with the task's own end. All three wait through ``asyncio.wait``, which
+  never raises what it waits on and never cancels it, so the only ``CancelledError``
+  that reaches them is the caller's, and that always propagates, pending or new; a
+  cancellation the caller is already unwinding is not raised again, so its clean-up
+  (closing connections, stopping servers) runs to its end. None needs a current task:
+  the blocking twins' taskless calls (:mod:`corral.blocking`) use them too.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -118,57 +125,48 @@ def freeze_survivors() -> None:
     gc.freeze()
 
 
+async def wait_for(awaitable: Awaitable[T], timeout: float | None) -> T:
+    """``asyncio.wait_for`` without the lost cancellation (see the module docstring):
+    the result of ``awaitable``, or ``TimeoutError`` after ``timeout`` seconds (None: no
+    bound), when it is cancelled and waited for. A cancellation of the caller cancels it
+    too, waits for it, and propagates.
+    """
+    inner = asyncio.ensure_future(awaitable)
+    try:
+        done, _ = await asyncio.wait((inner,), timeout=timeout)
+    except asyncio.CancelledError:
+        inner.cancel()
+        await reap(inner)
+        raise
+    if not done:
+        inner.cancel()
+        await reap(inner)
+        raise TimeoutError
+    return inner.result()
+
+
 async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
     """Wait until ``event`` is set, at most ``timeout`` seconds (None: no bound); False
-    when the time ran out. A cancellation is never lost (see the module docstring).
-
-    Not ``asyncio.timeout``: that needs a current task, and the blocking twins' taskless
-    calls (:mod:`corral.blocking`) have none.
-    """
+    when the time ran out. A cancellation is never lost (see the module docstring)."""
     if event.is_set():
         return True
     waiter = asyncio.ensure_future(event.wait())
-    if timeout is None:
-        try:
-            return await waiter
-        finally:
-            waiter.cancel()
-    expired = False
-
-    def expire() -> None:
-        nonlocal expired
-        expired = True
-        waiter.cancel()
-
-    timer = asyncio.get_running_loop().call_later(timeout, expire)
     try:
-        return await waiter
-    except asyncio.CancelledError:
-        if expired and not _cancelling():
-            return False
-        raise
+        done, _ = await asyncio.wait((waiter,), timeout=timeout)
     finally:
-        timer.cancel()
-        waiter.cancel()
+        waiter.cancel()  # (done: a no-op)
+    return bool(done)
 
 
 async def reap(task: asyncio.Future[Any]) -> None:
-    """Wait for ``task``, which the caller cancelled, to end; its outcome is dropped.
+    """Wait for ``task``, which the caller cancelled or closed, to end; its outcome is
+    dropped (its ``CancelledError``, or its own failure: the caller is done with it).
 
-    ``with suppress(CancelledError): await task`` would also swallow a cancellation of
-    the caller itself that comes meanwhile (a Ctrl-C while a client closes), and the
-    caller would go on as if nothing had happened; that one still propagates here.
+    The caller's own cancellation propagates, whether it comes while it waits or was
+    pending when it began to; a cancellation the caller is unwinding already (a reap in
+    its clean-up) is not raised a second time, and the clean-up goes on.
     """
-    try:
-        await task
-    except asyncio.CancelledError:
-        if _cancelling():
-            raise
-    except Exception:  # the task's own failure: the caller is done with it either way
-        pass
-
-
-def _cancelling() -> bool:
-    """The current task (if any) was asked to cancel (besides our own timer's doing)."""
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
+    if not task.done():
+        await asyncio.wait((task,))
+    if not task.cancelled():
+        task.exception()  # retrieved: asyncio must not log it as never retrieved

@@ -30,7 +30,7 @@ from corral.errors import (
     InvalidAction,
     SessionLost,
 )
-from corral.testing import InProcessServer
+from corral.testing import InProcessNetwork, InProcessServer
 
 
 class ShortEcho(EchoEnv):
@@ -423,3 +423,35 @@ async def test_unstarted_and_closed_pools(counter):
         await pool.step([CountAction()])
     assert getattr(err.value, "code", None) == ErrorCode.CLIENT_CLOSED
     assert counter.manager.active == 0 or counter.manager.stats.closed > 0
+
+
+async def test_a_pool_closed_by_a_cancelled_task_still_stops_its_servers():
+    # A trainer's task cancelled (a Ctrl-C through asyncio.run, a timeout) leaves the
+    # pool's `async with` while unwinding that cancellation: the close must run to its
+    # end. It used to stop at its first wait for a task it had cancelled (the health
+    # monitor's), re-raising the cancellation, and left the servers running.
+    async with InProcessNetwork() as network:
+        ready = asyncio.Event()
+
+        async def train() -> None:
+            pool = EnvPool(
+                4,
+                network.launcher(CounterEnv),
+                env=CounterEnv,
+                servers=2,
+                dialer=network,
+                progress=False,
+                health_interval=0.05,
+            )
+            async with pool:
+                await pool.reset()
+                ready.set()
+                await asyncio.Event().wait()
+
+        training = asyncio.create_task(train())
+        await ready.wait()
+        assert len(network.servers) == 2
+        training.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await training
+        assert network.servers == []

@@ -84,3 +84,26 @@ def test_a_bad_plain_integer_is_still_refused_by_the_model(bad: dict[str, Any]):
     typed = TypedModels(None, Move, Observation, State)
     with pytest.raises(InvalidAction, match="action 1"):
         typed.encode_actions([{"action": 0}, bad], get_codec("msgpack"))
+
+
+class Subclassed(Computed):
+    extra: str = "x"
+
+
+@pytest.mark.parametrize("codec", ["msgpack", "json"])
+@pytest.mark.parametrize(
+    ("model", "actions"),
+    [
+        (Computed, [Computed(action=k) for k in range(4)]),  # exactly the type: one call
+        (Named, [Named(action="a"), Named(action="b")]),
+        (Computed, [Computed(action=1), Subclassed(action=2)]),  # a subclass: each its own
+    ],
+)
+def test_models_are_encoded_as_each_ones_dump(
+    model: type[Action], actions: list[Action], codec: str
+):
+    """A batch of model instances encodes as dumping each one does (computed fields
+    included; a subclass with its own fields)."""
+    wire = get_codec(codec)
+    typed = TypedModels(None, model, Observation, State)
+    assert typed.encode_actions(actions, wire) == [wire.dump(a) for a in actions]

@@ -7,13 +7,23 @@ import threading
 import time
 from typing import Any
 
+import pytest
 from pydantic import Field
 from tests.support.raw import RawPeer
 from tests.support.servers import running
 
 from corral.contract import Action, Environment, Observation, State
 from corral.errors import EnvError, ErrorCode
-from corral.server.runner import EnvCall, EnvRunner, EnvThreads, _Preemption, run_inline
+from corral.server import runner as runner_module
+from corral.server.runner import (
+    MAX_INLINE_S,
+    EnvCall,
+    EnvRunner,
+    EnvThreads,
+    _Preemption,
+    run_calls,
+    run_inline,
+)
 
 
 class ProbeAction(Action):
@@ -170,3 +180,111 @@ def test_a_slow_call_counts_its_wall_time_unless_the_os_preempted_it():
     while time.thread_time() - started < 0.02:  # pure CPU: counted either way
         pass
     assert preemption.cost(0.02) >= 0.02 * 0.9
+
+
+def burn(seconds: float) -> float:
+    """Spend ``seconds`` of this thread's CPU time; return what it measured."""
+    started = time.thread_time()
+    while time.thread_time() - started < seconds:
+        pass
+    return time.thread_time() - started
+
+
+def test_a_preempted_call_is_not_charged_the_fast_calls_before_it(monkeypatch):
+    # The OS preempts this call (an involuntary switch, no voluntary one): its cost is
+    # the CPU time since the batch began less the fast calls measured before it.
+    switches = iter([(0, 0), (0, 1)])
+    monkeypatch.setattr(_Preemption, "_switches", staticmethod(lambda: next(switches)))
+    preemption = _Preemption()
+    preemption.before += burn(0.03)  # fast calls: their wall time is their CPU time
+    own = burn(0.01)
+    cost = preemption.cost(0.5)  # half a second of wall time, most of it preempted
+    assert own <= cost < own + 0.01
+    assert preemption.before == 0  # the next call counts from here
+
+
+class _Preempted:
+    """Every slow call reads as one the OS preempted, costing ``CPU_S`` of CPU time."""
+
+    CPU_S = 1e-6
+    asked: list[float] = []
+
+    def __init__(self) -> None:
+        self.before = 0.0
+
+    def cost(self, seconds: float) -> float:
+        self.asked.append(seconds)
+        return self.CPU_S
+
+
+@pytest.fixture
+def preempted(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The wall times of the slow calls whose cost was asked (each counted as CPU_S)."""
+    asked: list[float] = []
+    monkeypatch.setattr(_Preempted, "asked", asked)
+    monkeypatch.setattr(runner_module, "_Preemption", _Preempted)
+    return asked
+
+
+async def test_a_preempted_call_in_a_worker_thread_counts_its_cpu_time(preempted):
+    # Off the loop a method is measured in the worker thread: a call the OS preempted
+    # there must not read as slow either, or one spike keeps the method off the loop.
+    threads = EnvThreads(2)
+    alone = EnvRunner(ProbeEnv(), threads, own_executor=False, inline_s=BOUND)
+    await alone.call("step", ProbeAction(sleep=2 * BOUND), timeout=None)  # unmeasured: a hop
+    assert alone.ewma["step"] == _Preempted.CPU_S and alone.inline("step")
+    batched = [EnvRunner(ProbeEnv(), threads, own_executor=False, inline_s=BOUND) for _ in "ab"]
+    calls = [EnvCall(r, "step", (ProbeAction(sleep=2 * BOUND),)) for r in batched]
+    await run_calls(calls, threads, timeout=5.0)  # one executor job for the batch
+    assert all(r.ewma["step"] == _Preempted.CPU_S for r in batched)
+    assert all(call.seconds >= 2 * BOUND for call in calls)  # the wall time, for the stats
+    assert len(preempted) == 3 and min(preempted) >= 2 * BOUND
+    threads.shutdown()
+
+
+async def test_fast_calls_and_never_inline_runners_are_not_asked_about_preemption(preempted):
+    threads = EnvThreads(1)
+    fast = EnvRunner(ProbeEnv(), threads, own_executor=False, inline_s=BOUND)
+    await fast.call("step", ProbeAction(), timeout=None)
+    blocking = EnvRunner(BlockingProbeEnv(), threads, own_executor=False, inline_s=BOUND)
+    await blocking.call("step", ProbeAction(sleep=2 * BOUND), timeout=None)
+    assert preempted == []
+    assert fast.ewma["step"] < BOUND and blocking.ewma["step"] >= 2 * BOUND
+    threads.shutdown()
+
+
+def test_a_call_cheaper_than_a_hop_runs_inline_over_its_bound():
+    threads = EnvThreads(1)
+    runner = EnvRunner(ProbeEnv(), threads, own_executor=False, inline_s=100e-6)
+    runner.observe("step", 300e-6)
+    assert not runner.inline("step")  # over the bound, and no hop measured yet
+    for _ in range(30):
+        threads.observe_hop(500e-6)  # a loaded machine's hop
+    assert runner.inline("step")
+    runner.observe("step", 2 * MAX_INLINE_S)
+    assert not runner.inline("step")  # never past the cap, however dear the hop
+    for blocking in (True, False):  # never inline: blocking, or its own thread
+        never = EnvRunner(
+            BlockingProbeEnv() if blocking else ProbeEnv(),
+            threads,
+            own_executor=not blocking,
+            inline_s=100e-6,
+        )
+        never.observe("step", 1e-6)
+        assert not never.inline("step")
+    threads.shutdown()
+
+
+async def test_hops_through_the_shared_pool_are_measured_beyond_the_calls_own_time():
+    threads = EnvThreads(2)
+    alone = EnvRunner(ProbeEnv(), threads, own_executor=False, inline_s=BOUND)
+    await alone.call("step", ProbeAction(sleep=0.05), timeout=None)  # unmeasured: a hop
+    # The sleep is the call's own time, not the hop's: counted, the first observation
+    # (a fifth of it, from 0) would be 10 ms at least.
+    assert 0 < threads.hop_s < 0.01
+    threads.hop_s = 0.0
+    batched = [EnvRunner(ProbeEnv(), threads, own_executor=False, inline_s=BOUND) for _ in "ab"]
+    calls = [EnvCall(r, "step", (ProbeAction(sleep=0.05),)) for r in batched]
+    await run_calls(calls, threads, timeout=5.0)  # one executor job: 100 ms of calls
+    assert 0 < threads.hop_s < 0.02
+    threads.shutdown()

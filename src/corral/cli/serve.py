@@ -174,7 +174,8 @@ def serve_command(
         float,
         typer.Option(
             help="Run a sync env's calls on the event loop while they average under this "
-            "many seconds (0: never; envs with blocking = True never)."
+            "many seconds, or under a measured thread hop up to 1 ms (0: never; envs "
+            "with blocking = True never)."
         ),
     ] = 100e-6,
     web: Annotated[

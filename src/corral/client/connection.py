@@ -539,7 +539,7 @@ class Connection:
         ws, self._ws = self._ws, None
         if ws is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(ws.close(), 2.0)
+                await runtime.wait_for(ws.close(), 2.0)
             ws.abort()
         error = ClientClosed("the client was closed")
         self._fail_waiters(error)

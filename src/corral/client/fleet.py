@@ -34,7 +34,8 @@ Then:
   opened afresh and marked ``needs_reset``); requests in flight get their replies (the
   server's reply cache answers a re-sent one at most once);
 * dead, started by the fleet, and ``replace_dead_servers``: a new server is started in
-  its place and its sessions are opened again and marked ``needs_reset``;
+  its place; its sessions move with their episodes, as below, when the pool re-homes,
+  else they are opened again on it and marked ``needs_reset``;
 * dead otherwise: its sessions are lost (:meth:`Fleet.unusable` says why).
 
 A dead server's connections are closed at once, so its requests in flight fail with
@@ -428,12 +429,18 @@ class Fleet:
             for i in block
         ]
 
-    async def _open(self, server: FleetServer, bar: _Bar, task: TaskID | None) -> None:
-        """Connect to ``server`` and open its block of sessions.
+    async def _open(
+        self,
+        server: FleetServer,
+        bar: _Bar,
+        task: TaskID | None,
+        slots: list[Slot] | None = None,
+    ) -> None:
+        """Connect to ``server`` and open sessions for ``slots`` (default: its block).
 
         Entries of the URL list that are one front door take turns (one lock per URL)
         so that each can see where the others landed and land elsewhere."""
-        slots = self.slots_of(server)
+        slots = self.slots_of(server) if slots is None else slots
         server.links = []
         async with self._lock_of(server.url):
             first = await self.connect(server, avoid=self._ids_of_url(server.url))
@@ -448,17 +455,20 @@ class Fleet:
         groups = [slots[i : i + per] for i in range(0, len(slots), per)] or [[]]
         pin = first.server_id
         connections = [first] + [await self.connect(server, pin=pin) for _ in groups[1:]]
-        for connection, group in zip(connections, groups, strict=True):
-            link = self._link(server, connection, group, batch_limit, per)
-            for slot in group:
-                slot.link = link
+        links = [
+            self._link(server, connection, group, batch_limit, per)
+            for connection, group in zip(connections, groups, strict=True)
+        ]
+        placed = [(slot, link) for link in links for slot in link.slots]
 
-        async def open_one(slot: Slot) -> None:
-            assert slot.link is not None
-            slot.session, slot.lost = await self._open_session(slot.link.connection), None
+        async def open_one(slot: Slot, link: Link) -> None:
+            session = await self._open_session(link.connection)
+            # Both at once, when the session is open: a request never finds the slot on
+            # a link its session is not on.
+            slot.link, slot.session, slot.lost = link, session, None
             bar.advance(task)
 
-        await asyncio.gather(*(open_one(s) for s in slots))
+        await asyncio.gather(*(open_one(slot, link) for slot, link in placed))
         server.dead = None
         server.ready.set()
 
@@ -788,7 +798,7 @@ class Fleet:
             return
         wait = self.dead_after + (60.0 if self.timeout is None else self.timeout) + 30.0
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(asyncio.shield(recovering), wait)
+            await runtime.wait_for(asyncio.shield(recovering), wait)
 
     def unusable(self, slot: Slot) -> SessionLost | None:
         """Why ``slot`` cannot be sent to now, or None."""
@@ -933,15 +943,28 @@ class Fleet:
         server.ready.set()
 
     async def _replace(self, server: FleetServer) -> None:
-        """Start a new server in place of a dead one and open its sessions again."""
+        """Start a new server in place of a dead one.
+
+        Its sessions died with it. When the pool re-homes (:attr:`rehome`) they are
+        marked to move, now, and the pool restores their episodes before their next
+        request, on the new server or another: the fleet opens none for them, so that
+        one session is never moved by both (a session opened here while the pool moved
+        it elsewhere left the slot on one server with the other's session id). Otherwise
+        they are opened again on the new server and marked ``needs_reset``.
+        """
         log.warning("server %s died; starting a replacement", server.url)
+        dead = self.slots_of(server)
+        if self.rehome:
+            for slot in dead:
+                slot.move = slot.move or Cause.LOST
         await self._close_server(server)
         assert callable(self.source)
         server.handle = self.source()
         server.url = http_url(await server.handle.start())
-        await self._open(server, _Bar(False, None), None)
-        for slot in self.slots_of(server):
-            slot.needs_reset = True
+        await self._open(server, _Bar(False, None), None, [] if self.rehome else dead)
+        if not self.rehome:
+            for slot in dead:
+                slot.needs_reset = True
 
 
 def _failed(connection: Connection) -> bool:

@@ -32,6 +32,7 @@ from typing import Any
 
 import httpx
 
+from corral import runtime
 from corral.auth import bearer_header
 from corral.client.connection import Connection, http_url, ws_url
 from corral.client.dialers import Dialer, Socket, SocketClosed, dialer_for, keep_alive
@@ -316,7 +317,7 @@ class OpenEnvConnection:
         if keepalive is not None and keepalive is not asyncio.current_task():
             keepalive.cancel()
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(ws.close(), 2.0)
+            await runtime.wait_for(ws.close(), 2.0)
         ws.abort()
 
     async def close(self) -> None:

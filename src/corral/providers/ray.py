@@ -47,7 +47,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from corral.errors import ServerStartError
 from corral.providers.base import Endpoint, Provider, ServerSpec, SpecLike
-from corral.runtime import wait_event
+from corral.runtime import wait_event, wait_for
 
 
 @dataclass(frozen=True)
@@ -231,7 +231,7 @@ class RayProvider(Provider):
         hosted = _Hosted(actor)
         try:
             try:
-                info = await asyncio.wait_for(_ray_await(actor.start.remote(server)), timeout)
+                info = await wait_for(_ray_await(actor.start.remote(server)), timeout)
             except TimeoutError:
                 raise ServerStartError(
                     f"the Ray actor for {server.target!r} was not placed and ready within "
@@ -273,7 +273,7 @@ class RayProvider(Provider):
             # A graceful stop first (the server's SIGTERM); an actor that never started
             # (not placed, or its start failed) is only killed.
             with contextlib.suppress(RayError, TimeoutError):
-                await asyncio.wait_for(_ray_await(hosted.actor.stop.remote()), 15)
+                await wait_for(_ray_await(hosted.actor.stop.remote()), 15)
         with contextlib.suppress(RayError, ValueError):
             ray.kill(hosted.actor, no_restart=True)
         if hosted.exit is not None:

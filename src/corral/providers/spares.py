@@ -37,7 +37,7 @@ from corral.blocking import BlockingTwin
 from corral.errors import ServerStartError
 from corral.progress import Activity
 from corral.providers.base import Endpoint, Provider, ServerSpec, SpecLike
-from corral.runtime import wait_event
+from corral.runtime import wait_event, wait_for
 
 
 @dataclass(frozen=True)
@@ -177,7 +177,7 @@ class WarmPool:
         self._waiters.append(waiter)
         self._fill()
         try:
-            endpoint = await asyncio.wait_for(asyncio.shield(waiter), timeout)
+            endpoint = await wait_for(asyncio.shield(waiter), timeout)
         except (TimeoutError, asyncio.CancelledError):
             with contextlib.suppress(ValueError):
                 self._waiters.remove(waiter)

@@ -125,8 +125,10 @@ class ServerConfig:
             ``workers`` a worker reaching it is replaced instead.
         inline_step_s: a sync environment's calls run inline on the event loop while
             their moving average stays under this many seconds (saving the thread hop,
-            ~100 µs of CPU); slower ones, and classes with ``blocking = True``, run on
-            the executor, under the step timeout. 0 runs every sync call off the loop.
+            ~100 µs of CPU), or under what a hop measures now, up to 1 ms (a loaded
+            machine's hops cost more); slower ones, and classes with ``blocking =
+            True``, run on the executor, under the step timeout. 0 runs every sync call
+            off the loop.
         server_id: this server's routable id (the ``corral-server`` a front door routes
             by, see :mod:`corral.providers.frontdoor`): in every ``welcome`` and in
             ``/ready``. None: ``<hostname>-<port>`` once bound (:func:`default_server_id`),

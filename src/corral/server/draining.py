@@ -24,6 +24,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 
+from corral import runtime
 from corral.protocol.drain import DRAINED, Drain, DrainFigures
 from corral.protocol.server import ServerConnection
 from corral.server.sessions import Session, SessionManager
@@ -91,11 +92,10 @@ class Drainer:
         while not drain.finished(time.monotonic(), manager.active):
             self._changed.clear()
             left = drain.remaining(time.monotonic())
-            with contextlib.suppress(TimeoutError):
-                # Woken by each session that closes. A slot reserved before the drain
-                # whose session never came to be (a failed open) closes nothing, so the
-                # count is looked at once a second too, and at the deadline.
-                await asyncio.wait_for(self._changed.wait(), timeout=min(max(left, 0.001), 1.0))
+            # Woken by each session that closes. A slot reserved before the drain whose
+            # session never came to be (a failed open) closes nothing, so the count is
+            # looked at once a second too, and at the deadline.
+            await runtime.wait_event(self._changed, min(max(left, 0.001), 1.0))
         held = list(manager.sessions.values())
         drain.closing(manager.active)
         # Every session is lost at once (its requests answered SESSION_LOST), then the

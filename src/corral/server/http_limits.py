@@ -29,6 +29,7 @@ import json
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from corral import runtime
 from corral.errors import BadFrame, CorralError, FrameTooLarge, RequestTimeout
 from corral.server.http_errors import error_response
 
@@ -125,7 +126,7 @@ class _Body:
         if self._deadline is None:
             self._deadline = loop.time() + self.limits.body_timeout_s
         try:
-            message = await asyncio.wait_for(self._receive(), self._deadline - loop.time())
+            message = await runtime.wait_for(self._receive(), self._deadline - loop.time())
         except TimeoutError:
             await self.refuse(
                 RequestTimeout(
@@ -152,7 +153,7 @@ class _Body:
         dropped = 0
         while dropped <= DRAIN_BYTES:
             try:
-                message = await asyncio.wait_for(self._receive(), self._deadline - loop.time())
+                message = await runtime.wait_for(self._receive(), self._deadline - loop.time())
             except TimeoutError:
                 return
             if message["type"] != "http.request":

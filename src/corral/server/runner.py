@@ -9,9 +9,10 @@ time, and while it stays under ``inline_s`` (``ServerConfig.inline_step_s``, ~10
 the method runs inline on the loop, saving the thread hop (submit, wake-up, GIL
 hand-off: ~125 µs of CPU, more than such a step itself). A method's first calls run in
 the executor to measure it; one slow call lifts the average over the bound and moves it
-back to the executor, where the step timeout holds (in a batch, a call the OS merely
-preempted counts its CPU time instead, see :class:`_Preemption`). ``blocking = True`` on the class,
-and thread affinity, keep every call off the loop.
+back to the executor, where the step timeout holds (a call the OS merely preempted,
+on the loop or in a worker thread, counts its CPU time instead, see
+:class:`_Preemption`). ``blocking = True`` on the class, and thread affinity, keep
+every call off the loop.
 Every call has an optional timeout; a call that overruns is abandoned, and the instance
 is closed once its thread lets go of it, so a stuck environment never wedges the server.
 
@@ -57,6 +58,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ParamSpec, Protocol, TypeVar
 
+from corral import runtime
 from corral.contract import Environment
 from corral.errors import EnvError, FactoryError, SessionLost, StepTimeout
 
@@ -70,6 +72,10 @@ INLINE_S = 100e-6
 _ALPHA = 0.2
 """Weight of the newest call in the moving average: one call 50x over the bound lifts
 the average past it, so a method that turns slow leaves the loop at its next call."""
+MAX_INLINE_S = 1e-3
+"""The most a measured thread hop raises the inline bound to (see
+:attr:`EnvThreads.hop_s`): past a millisecond a call runs off the loop however dear the
+hop, so that one whose wait lets go of the GIL (I/O) lets other sessions' calls run."""
 
 
 class Runner(Protocol):
@@ -117,6 +123,15 @@ class EnvThreads(concurrent.futures.Executor):
         self._hung: set[concurrent.futures.Future[Any]] = set()
         self._hung_lock = threading.Lock()
         self._pool = self._new_pool()
+        self.hop_s = 0.0
+        """Moving average of what a batch's trip through the pool costs beyond its calls'
+        own time (submit, wake-ups, GIL hand-offs, the reply's way back to the loop).
+        A call cheaper than that runs inline even over its runner's bound (up to
+        :data:`MAX_INLINE_S`): leaving the loop would cost more than it saves, and a
+        call that holds the GIL blocks the loop from a thread all the same. On a loaded
+        machine a hop costs milliseconds, and a ~50 µs seeded reset measured at ~100 µs
+        hopped for a third of a PPO run's steps (issue 34). 0 until a hop is measured;
+        it then holds until the next one."""
         self._owner: weakref.WeakKeyDictionary[
             concurrent.futures.Future[Any], concurrent.futures.ThreadPoolExecutor
         ] = weakref.WeakKeyDictionary()
@@ -131,6 +146,10 @@ class EnvThreads(concurrent.futures.Executor):
         future = self._pool.submit(fn, *args, **kwargs)
         self._owner[future] = self._pool
         return future
+
+    def observe_hop(self, seconds: float) -> None:
+        """Fold one measured hop's overhead into :attr:`hop_s`."""
+        self.hop_s += _ALPHA * (seconds - self.hop_s)
 
     def abandon(self, future: concurrent.futures.Future[Any]) -> None:
         """``future`` overran and still holds a thread: move on to a fresh pool."""
@@ -225,7 +244,7 @@ class EnvRunner:
         )
         job = executor.submit(guarded, "factory", factory)
         try:
-            env = await asyncio.wait_for(asyncio.wrap_future(job), timeout)
+            env = await runtime.wait_for(asyncio.wrap_future(job), timeout)
         except Exception as exc:
             threads = _as_threads(shared)
             if threads is not None and isinstance(exc, TimeoutError):
@@ -261,9 +280,16 @@ class EnvRunner:
         return is_async
 
     def inline(self, method: str) -> bool:
-        """True when sync ``env.<method>`` measures fast enough to run on the loop."""
+        """True when sync ``env.<method>`` measures fast enough to run on the loop: under
+        ``inline_s``, or under what a hop through the shared pool costs now (at most
+        :data:`MAX_INLINE_S`; see :attr:`EnvThreads.hop_s`)."""
         ewma = self.ewma.get(method)
-        return ewma is not None and ewma < self.inline_s
+        if ewma is None or self.inline_s <= 0:
+            return False
+        if ewma < self.inline_s:
+            return True
+        threads = self._threads
+        return threads is not None and ewma < min(threads.hop_s, MAX_INLINE_S)
 
     def observe(self, method: str, seconds: float) -> None:
         """Fold one call's time into ``method``'s moving average."""
@@ -332,11 +358,15 @@ class EnvRunner:
                 self.observe(method, time.perf_counter() - started)
         else:
             call = functools.partial(fn, *args, **kwargs)
-            job = self._executor.submit(_timed, self, method, call)
+            own = [0.0]  # the call's own time, measured in the thread
+            submitted = time.perf_counter()
+            job = self._executor.submit(_timed, self, method, call, own)
             future = asyncio.wrap_future(job)
         if timeout is None:
-            return await future
-        if not await within(future, timeout):
+            value = await future
+        elif await within(future, timeout):
+            value = future.result()
+        else:
             # For a thread, the stuck call is the thread's future: it is done only when
             # the thread lets go of the env, which is when the env may be closed.
             future.cancel()
@@ -345,7 +375,9 @@ class EnvRunner:
             else:
                 self._stuck = future
             raise self.timeout_error(method, timeout)
-        return future.result()
+        if job is not None and self._threads is self._executor:
+            self._threads.observe_hop(max(time.perf_counter() - submitted - own[0], 0.0))
+        return value
 
     def start(
         self,
@@ -526,14 +558,37 @@ def _escaped(method: str, exc: BaseException) -> EnvError:
     )
 
 
-def _timed(runner: EnvRunner, method: str, fn: Callable[[], T]) -> T:
+def _timed(runner: EnvRunner, method: str, fn: Callable[[], T], own: list[float]) -> T:
     """:func:`guarded`, measured for the runner's moving average (in the worker thread:
-    the hop is not counted, only the method's own time)."""
+    the hop is not counted, only the method's own time, also left in ``own[0]``; a call
+    the OS preempted counts its CPU time, as on the loop: see :func:`_observe`)."""
+    preemption = _Preemption() if runner.inline_s > 0 else None
     started = time.perf_counter()
     try:
         return guarded(method, fn)
     finally:
-        runner.observe(method, time.perf_counter() - started)
+        own[0] = time.perf_counter() - started
+        _observe(runner, method, own[0], preemption)
+
+
+def _observe(
+    runner: EnvRunner, method: str, seconds: float, preemption: _Preemption | None
+) -> None:
+    """Fold a call's time into ``runner``'s moving average, a call over the inline bound
+    that the OS merely preempted counting its CPU time (:class:`_Preemption`).
+
+    The same rule wherever the call ran: once a method is off the loop, its calls are
+    measured in a worker thread, and on a busy machine a preempted one reads as
+    milliseconds; counted as such, one spike kept a ~50 µs reset off the loop for ~15
+    calls (a thread hop each, two wake-ups on a loaded machine: issue 34), so that it
+    came back to the loop only between spikes. ``preemption`` is None for a runner that
+    never runs inline (nothing to decide)."""
+    if preemption is not None and runner.inline_s > 0:
+        if seconds >= runner.inline_s:
+            seconds = preemption.cost(seconds)
+        else:
+            preemption.before += seconds
+    runner.observe(method, seconds)
 
 
 def guarded(method: str, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
@@ -687,16 +742,26 @@ class _Preemption:
     call, which then reads as milliseconds: one such spike in a batch of 1,024 sent that
     session to the executor for ~15 calls. When the thread made *involuntary* context
     switches but no voluntary ones since the last look, the call neither slept nor
-    waited on I/O or a lock: the thread's CPU time since then (an over-estimate: it
-    includes the calls before) is its cost. A call that blocked counts its wall time.
-    Read once a batch and for calls over the bound, so fast calls pay nothing.
+    waited on I/O or a lock: the thread's CPU time since then, less the time of the
+    fast calls measured since (:attr:`before`), is its cost. A call that blocked counts
+    its wall time. Read once a batch and for calls over the bound, so fast calls pay
+    nothing.
+
+    Without ``before`` a call late in a batch was charged the CPU time of every call
+    ahead of it: a same-step reset after eight CartPole steps read as ~300 µs, over the
+    bound, and went to the executor (a thread hop) for the following ~15 resets
+    (issue 34). A fast call's wall time is its CPU time (it was not preempted, or it
+    would not be fast), so subtracting it leaves this call's own CPU time, plus the
+    little the batch's loop spent between the calls.
     """
 
-    __slots__ = ("cpu", "switches")
+    __slots__ = ("before", "cpu", "switches")
 
     def __init__(self) -> None:
         self.switches = self._switches()
         self.cpu = time.thread_time()
+        self.before = 0.0
+        """Seconds taken by the fast calls measured since the last look."""
 
     @staticmethod
     def _switches() -> tuple[int, int]:
@@ -709,9 +774,9 @@ class _Preemption:
         """What a call that took ``seconds`` of wall time costs the loop."""
         (voluntary, involuntary), cpu = self._switches(), time.thread_time()
         preempted = voluntary == self.switches[0] and involuntary > self.switches[1]
-        spent = cpu - self.cpu
-        self.switches, self.cpu = (voluntary, involuntary), cpu
-        return min(seconds, spent) if preempted else seconds
+        spent = cpu - self.cpu - self.before
+        self.switches, self.cpu, self.before = (voluntary, involuntary), cpu, 0.0
+        return min(seconds, max(spent, 0.0)) if preempted else seconds
 
 
 def run_inline(calls: Sequence[C]) -> list[C]:
@@ -744,10 +809,8 @@ def run_inline(calls: Sequence[C]) -> list[C]:
         except BaseException as exc:  # SystemExit and the like must not stop the server
             call.error = _escaped(method, exc)
         ended = clock()
-        seconds = call.seconds = ended - started
-        if seconds >= runner.inline_s:
-            seconds = preemption.cost(seconds)
-        runner.observe(method, seconds)
+        call.seconds = ended - started
+        _observe(runner, method, call.seconds, preemption)
         started = ended
     return rest
 
@@ -895,6 +958,7 @@ class _ThreadJob:
         self.lock = threading.Lock()
 
     def run(self) -> None:
+        preemption = _Preemption()  # in the worker thread: its own switches and CPU time
         for index, call in enumerate(self.calls):
             with self.lock:
                 if index >= self.stop_at:
@@ -911,7 +975,7 @@ class _ThreadJob:
             except BaseException as exc:  # SystemExit and the like must not stop the server
                 call.error = _escaped(call.method, exc)
             call.seconds = time.monotonic() - self.started
-            call.runner.observe(call.method, call.seconds)
+            _observe(call.runner, call.method, call.seconds, preemption)
 
     def overdue(self, timeout: float) -> int | None:
         """If the running call overran ``timeout``, stop after it and return its index."""
@@ -933,21 +997,32 @@ class _ThreadJob:
             return max(0.0, self.started + timeout - time.monotonic())
 
 
+def _hopped(executor: concurrent.futures.Executor, submitted: float, job: _ThreadJob) -> None:
+    """Tell the shared pool what ``job``'s trip cost beyond its calls (see
+    :attr:`EnvThreads.hop_s`); ``submitted``: when it was handed to the pool."""
+    if isinstance(executor, EnvThreads):
+        own = sum(call.seconds for call in job.calls)
+        executor.observe_hop(max(time.perf_counter() - submitted - own, 0.0))
+
+
 async def _run_in_one_thread(
     calls: list[EnvCall], executor: concurrent.futures.Executor, timeout: float | None
 ) -> None:
     pending = calls
     while pending:
         job = _ThreadJob(pending)
+        submitted = time.perf_counter()
         future = executor.submit(job.run)
         waiter = asyncio.wrap_future(future)
         if timeout is None:
             await waiter
+            _hopped(executor, submitted, job)
             return
         while True:
             done, _ = await asyncio.wait({waiter}, timeout=job.next_deadline(timeout))
             if done:
                 waiter.result()
+                _hopped(executor, submitted, job)
                 return
             index = job.overdue(timeout)
             if index is not None:

@@ -330,6 +330,7 @@ class EnvService:
 
     def receive(self, conn: Connection, frame: Frame) -> None:
         """Take one frame of ``conn``; every outcome is a reply, now or later. Never awaits."""
+        self.manager.stats.frames += 1
         try:
             event = conn.receive(frame)
         except Exception as exc:  # a bug must not take the connection down

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import functools
 import logging
 import os
@@ -21,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from corral import runtime
 from corral.contract import Environment
 from corral.errors import CapacityReached
 from corral.protocol.identity import SessionIds
@@ -333,8 +333,7 @@ class SessionManager:
         """Stop the reaper and close every session (server shutdown)."""
         if self._reaper is not None:
             self._reaper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reaper
+            await runtime.reap(self._reaper)
             self._reaper = None
         for session in list(self.sessions.values()):
             await self.close(session, "server shutting down")

@@ -78,6 +78,9 @@ class Stats:
     """Session snapshots taken (``snapshot`` answered)."""
     restores: int = 0
     """Sessions restored from a snapshot (``restore`` answered)."""
+    frames: int = 0
+    """Frames received on the protocol's connections (what tells the GC pacer that the
+    loop is busy)."""
     errors: dict[str, int] = field(default_factory=dict)
     latency: dict[str, Histogram] = field(default_factory=dict)
 

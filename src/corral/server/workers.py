@@ -51,6 +51,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from corral import runtime
 from corral.contract.schema import Contract
 from corral.errors import (
     BadObservation,
@@ -252,7 +253,7 @@ class Worker:
         theirs.close()
         reader, self._writer = await asyncio.open_unix_connection(sock=ours, limit=2**24)
         try:
-            hello = await asyncio.wait_for(read_frame(reader, self._codec), timeout)
+            hello = await runtime.wait_for(read_frame(reader, self._codec), timeout)
         except TimeoutError:
             hello = None
         if hello is None or hello.get("op") != "ready":
@@ -320,7 +321,7 @@ class Worker:
         write_frame(self._writer, self._codec, message)
         try:
             await self._writer.drain()
-            return await asyncio.wait_for(future, wait)
+            return await runtime.wait_for(future, wait)
         except TimeoutError:
             self._pending.pop(request_id, None)
             self._death_reason = f"worker {self.index} stopped answering and was replaced"
@@ -417,12 +418,11 @@ class Worker:
         if self.process is not None:
             loop = asyncio.get_running_loop()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(loop.run_in_executor(None, self.process.wait), 5)
+                await runtime.wait_for(loop.run_in_executor(None, self.process.wait), 5)
         self.kill()
         if self._reader_task is not None:
             self._reader_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader_task
+            await runtime.reap(self._reader_task)
 
 
 def _dump(value: Any) -> Any:

@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from corral import runtime
 from corral.protocol.access import Refusal
 from corral.protocol.codecs import Codec, Frame
 from corral.protocol.outflow import Outflow, clean_close
@@ -58,7 +59,7 @@ async def serve_native(websocket: WebSocket, edge: Edge, codec: Codec) -> None:
                 closing = edge.outflow.overflow()
                 edge.closing(closing, websocket.client.host if websocket.client else "")
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(
+                    await runtime.wait_for(
                         websocket.close(code=closing.code, reason=closing.reason), 1.0
                     )
                 break
@@ -74,7 +75,7 @@ async def serve_native(websocket: WebSocket, edge: Edge, codec: Codec) -> None:
         await service.disconnect(conn, clean)
         outbox.close()
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(writer, 1.0)
+            await runtime.wait_for(writer, 1.0)
         writer.cancel()
 
 

@@ -9,7 +9,6 @@ build on it; :mod:`~corral.cli.validate.remote` runs them in order.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from collections.abc import Awaitable, Callable
@@ -21,6 +20,7 @@ import orjson
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, WebSocketException
 
+from corral import runtime
 from corral.cli.validate.report import Check, Report, Status
 from corral.client.connection import http_url, ws_url
 from corral.contract.examples import schema_problem
@@ -74,7 +74,7 @@ class WsPeer:
 
     async def recv(self) -> dict[str, Any]:
         try:
-            frame = await asyncio.wait_for(self.ws.recv(), self.timeout)
+            frame = await runtime.wait_for(self.ws.recv(), self.timeout)
         except TimeoutError:
             raise CheckFailed(f"no reply within {self.timeout:g} s") from None
         except ConnectionClosed as exc:
@@ -93,7 +93,7 @@ class WsPeer:
 
     async def close(self) -> None:
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.ws.close(), 2.0)
+            await runtime.wait_for(self.ws.close(), 2.0)
 
 
 class Checks:
@@ -126,7 +126,7 @@ class Checks:
     ) -> bool:
         """Run one check; record pass (with the detail it returns), fail or skip."""
         try:
-            detail = await asyncio.wait_for(body(), self.timeout * 4 + 5)
+            detail = await runtime.wait_for(body(), self.timeout * 4 + 5)
         except CheckSkipped as exc:
             self._record(check_id, protocol, title, Status.SKIP, str(exc))
             return False

@@ -9,6 +9,7 @@ from typing import Any
 
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
+from corral import runtime
 from corral.cli.validate.checks import (
     CheckFailed,
     Checks,
@@ -235,7 +236,7 @@ class OpenEnvChecks(Checks):
             session = live()
             await session.send({"type": "close"})
             try:
-                extra = await asyncio.wait_for(session.ws.recv(), self.timeout)
+                extra = await runtime.wait_for(session.ws.recv(), self.timeout)
             except ConnectionClosed:
                 code = session.ws.close_code
                 require(code == 1000, f"the server closed with code {code}, expected 1000")
@@ -299,7 +300,7 @@ class OpenEnvChecks(Checks):
                         isinstance(data.get(key), int), f"CAPACITY_REACHED has no integer {key!r}"
                     )
                 try:
-                    await asyncio.wait_for(peer.ws.recv(), self.timeout)
+                    await runtime.wait_for(peer.ws.recv(), self.timeout)
                 except ConnectionClosed:
                     require(
                         peer.ws.close_code == 1000,

@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Mapping
 from typing import cast
 from urllib.parse import urlsplit
 
-from corral import __version__
+from corral import __version__, runtime
 from corral.client.dialers.base import Dialer, Inbox, OnClosed, OnFrame, SocketClosed
 from corral.client.dialers.refusal import refusal
 from corral.client.dialers.wsframes import (
@@ -430,7 +430,7 @@ class AsyncioDialer(Dialer):
         if socket.subprotocol != subprotocol:
             accepted = socket.subprotocol
             try:
-                await asyncio.wait_for(socket.close(), CLOSE_TIMEOUT_S)
+                await runtime.wait_for(socket.close(), CLOSE_TIMEOUT_S)
             except TimeoutError:
                 socket.abort()
             raise UnsupportedProtocol(

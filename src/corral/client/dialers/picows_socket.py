@@ -34,7 +34,7 @@ from picows import (
     ws_connect,
 )
 
-from corral import __version__
+from corral import __version__, runtime
 from corral.blocking import moves_between_threads
 from corral.client.dialers.base import Dialer, Inbox, OnClosed, OnFrame, SocketClosed
 from corral.client.dialers.refusal import refusal
@@ -254,7 +254,7 @@ class PicowsDialer(Dialer):
         socket.subprotocol = accepted
         if accepted != subprotocol:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(socket.close(), 2.0)
+                await runtime.wait_for(socket.close(), 2.0)
             raise UnsupportedProtocol(
                 f"{url} did not accept subprotocol {subprotocol}",
                 details={"accepted": accepted},

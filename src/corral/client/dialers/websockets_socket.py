@@ -10,7 +10,6 @@ a writer task (the library's ``send`` is a coroutine), in order.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import deque
 from collections.abc import Awaitable, Mapping
 
@@ -18,7 +17,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 from websockets.protocol import State
 
-from corral import __version__
+from corral import __version__, runtime
 from corral.client.dialers.base import Dialer, Inbox, OnClosed, OnFrame, SocketClosed
 from corral.client.dialers.refusal import refusal
 from corral.errors import ConnectionLost, UnsupportedProtocol
@@ -96,8 +95,7 @@ class WebsocketsSocket:
     async def close(self) -> None:
         """Close with a closing handshake."""
         await self.ws.close()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._reader
+        await runtime.reap(self._reader)
 
     def abort(self) -> None:
         """Drop the connection at once."""

@@ -21,7 +21,6 @@ Runs where the trainer can reach Pod IPs (in the cluster). Needs ``corral[kubern
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from collections.abc import Mapping
@@ -30,6 +29,7 @@ from typing import Any
 
 from kubernetes_asyncio import client as k8s
 
+from corral import runtime
 from corral.providers.kubernetes.api import Kind, KubeAPI, KubeError, connect
 
 log = logging.getLogger("corral.providers.kubernetes")
@@ -168,8 +168,7 @@ class EndpointSliceFleet:
         """Stop the watch and close the API client."""
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await runtime.reap(self._task)
         if self._api is not None:
             await self._api.close()
             self._api = None
