@@ -745,6 +745,11 @@ def _ppo_compare(steps: int, repeats: int, log: Log) -> dict[str, dict[str, floa
         envs[PPO_LOCAL] = cartpoles()
         envs[PPO_REMOTE] = RemoteVecEnv.from_env("gym:CartPole-v1", 8)
         envs[PPO_BOUND] = BareRoundTrips(cartpoles(), echo.url, PPO_ROUND_TRIP_BYTES)
+        # Its eight workers fork from a server that imported SB3 (and torch) once, not
+        # eight times (~2 s of CPU each); nothing timed here starts a worker.
+        multiprocessing.get_context("forkserver").set_forkserver_preload(
+            ["stable_baselines3.common.vec_env.subproc_vec_env"]
+        )
         envs[PPO_SUBPROC] = SubprocVecEnv([cartpole] * 8, start_method="forkserver")
         envs[PPO_ASYNC] = GymnasiumVecEnv([cartpole] * 8)
         fps: dict[str, list[float]] = {name: [] for name in envs}

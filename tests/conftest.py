@@ -9,8 +9,8 @@ the fault and fuzz suites' larger scale (``tests/faults/conftest.py``). A test t
 Under pytest-xdist (``make pytest`` runs ``-n 4 --dist loadgroup``) every test gets an
 ``xdist_group`` here, unless it names one itself (see :func:`xdist_group_of`).
 
-Every process of the session, and every process it starts, runs without gradio (see
-:func:`pytest_configure`).
+Every process of the session, and every process it starts, runs without gradio and with
+one OpenMP thread (see :func:`pytest_configure`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, settings
 
 # The fault suites' figures report runs where the summary is printed (the xdist controller);
 # the xdist groups reach the controller's scheduler through tests/support/xdist_groups.py.
-pytest_plugins = ["tests.support.figures"]
+pytest_plugins = ["tests.support.figures", "tests.support.cpu_report"]
 if importlib.util.find_spec("xdist") is not None:
     pytest_plugins.append("tests.support.xdist_groups")
 
@@ -63,6 +63,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if str(WITHOUT_GRADIO) not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(WITHOUT_GRADIO), *paths]))
     os.environ.pop("ENABLE_WEB_INTERFACE", None)
+    # torch (SB3, TRL) and OpenBLAS start a thread per core for each operation, and an
+    # idle one spins before it sleeps: with more test processes than cores those threads
+    # only burn CPU the others need (a README PPO block: 17 CPU-s with them, 6 without).
+    # One thread in every test process and its children, unless the caller chose.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 # A test needing one of these machine-wide resources runs on the worker that holds all

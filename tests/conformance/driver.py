@@ -1,25 +1,35 @@
-"""Run one conformance scenario against OpenEnv's server and ``corral serve``; print JSON.
+"""Run conformance scenarios against OpenEnv's server and ``corral serve``; print JSON.
 
-    python driver.py SCENARIO.json      (inside a peer virtualenv, see venvs.py)
+    echo SCENARIO.json | python driver.py      (inside a peer virtualenv, see venvs.py)
 
-The scenario names an app (``module:app`` or an environment directory), the WebSocket
-frames, HTTP requests and OpenEnv client calls to make; each is made against (a) the app
-under OpenEnv's own server (uvicorn) and (b) ``corral serve`` of the same target, and
-every reply is recorded. The test compares the two records frame by frame.
+Reads the path of a scenario per line of its input and prints a line of JSON per scenario,
+until its input ends: the test module keeps one driver per OpenEnv release for all its
+scenarios, so that OpenEnv's client and server are imported once per release, not once
+per scenario (seconds of CPU each). The scenario names an app (``module:app`` or an
+environment directory), the WebSocket frames, HTTP requests and OpenEnv client calls to
+make; each is made against (a) the app under OpenEnv's own server (uvicorn, on a thread
+of this process) and (b) ``corral serve`` of the same target (a process of its own, as
+a user runs it), and every reply is recorded. The test compares the two records frame by
+frame.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -194,13 +204,65 @@ async def run_all(url: str, scenario: dict[str, Any]) -> dict[str, Any]:
     return normalize(record)
 
 
-def main() -> None:
-    scenario = json.loads(Path(sys.argv[1]).read_text())
+def openenv_app(target: str) -> Any:
+    """The app of ``target`` as ``OPENENV_LAUNCHER`` loads it (``module:app``, or an
+    environment directory holding ``server/app.py``)."""
+    if ":" in target:
+        module, _, attr = target.partition(":")
+        return getattr(importlib.import_module(module), attr)
+    sys.path.insert(0, target)
+    return importlib.import_module("server.app").app
+
+
+def forget(directory: str) -> None:
+    """Unload the modules imported from ``directory``: the next generated environment's
+    ``server.app`` is another directory's (every generated package names it so)."""
+    with contextlib.suppress(ValueError):
+        sys.path.remove(directory)
+    for name, module in list(sys.modules.items()):
+        if str(getattr(module, "__file__", None) or "").startswith(directory + os.sep):
+            del sys.modules[name]
+
+
+@contextlib.contextmanager
+def threaded_server(app: Any) -> Iterator[str]:
+    """OpenEnv's own server (uvicorn, as ``OPENENV_LAUNCHER`` runs it) for ``app`` on a
+    thread of this process, on a free port of 127.0.0.1; its URL."""
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    uv = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    failed: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            uv.run(sockets=[sock])
+        except BaseException as exc:  # told to the waiting caller below
+            failed.append(exc)
+
+    thread = threading.Thread(target=serve, name="openenv-server", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 90
+        while not uv.started:
+            if failed or not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"OpenEnv's server did not start: {failed!r}")
+            time.sleep(0.02)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        uv.should_exit = True
+        thread.join(30)
+        sock.close()
+
+
+def play(scenario: dict[str, Any]) -> dict[str, Any]:
+    """Both records of one scenario."""
     target, cwd = scenario["target"], scenario.get("cwd", os.getcwd())
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        oe_file, corral_file = Path(tmp) / "openenv.url", Path(tmp) / "corral.url"
-        oe_cmd = [sys.executable, "-c", OPENENV_LAUNCHER, target, str(oe_file)]
+        corral_file = Path(tmp) / "corral.url"
         corral_cmd = [
             sys.executable,
             "-m",
@@ -213,11 +275,29 @@ def main() -> None:
             str(corral_file),
             *scenario.get("corral_args", []),
         ]
-        with server(oe_cmd, oe_file, cwd) as url:
-            results["openenv"] = asyncio.run(run_all(url, scenario))
+        try:
+            with threaded_server(openenv_app(target)) as url:
+                results["openenv"] = asyncio.run(run_all(url, scenario))
+        finally:
+            if ":" not in target:
+                forget(target)
         with server(corral_cmd, corral_file, cwd) as url:
             results["corral"] = asyncio.run(run_all(url, scenario))
-    print(json.dumps(results))
+    return results
+
+
+def main() -> None:
+    # The records go to the real stdout, one line each; anything else printed (by an
+    # environment, by OpenEnv) to stderr, so that it cannot break a line.
+    out = sys.stdout
+    sys.stdout = sys.stderr
+    for line in sys.stdin:
+        try:
+            answer: dict[str, Any] = {"record": play(json.loads(Path(line.strip()).read_text()))}
+        except Exception:
+            answer = {"error": traceback.format_exc()}
+        out.write(json.dumps(answer) + "\n")
+        out.flush()
 
 
 if __name__ == "__main__":
