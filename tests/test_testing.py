@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import httpx
 import pytest
@@ -182,18 +183,24 @@ async def test_a_server_that_goes_away_and_comes_back_keeps_its_episodes():
             assert pool.fleet.servers[0].links[0].connection.reconnects == 1
 
 
+def launched_pool(network: InProcessNetwork, **kwargs: Any) -> EnvPool[Any, Any, Any]:
+    """4 sessions on 2 servers the pool starts (and replaces) on ``network``, checked
+    every 50 ms."""
+    return EnvPool(
+        4,
+        network.launcher(CounterEnv),
+        env=CounterEnv,
+        servers=2,
+        dialer=network,
+        progress=False,
+        health_interval=0.05,
+        **kwargs,
+    )
+
+
 async def test_a_killed_server_is_replaced_by_the_fleet():
     async with InProcessNetwork() as network:
-        pool = EnvPool(
-            4,
-            network.launcher(CounterEnv),
-            env=CounterEnv,
-            servers=2,
-            dialer=network,
-            progress=False,
-            health_interval=0.05,
-            on_error="return",
-        )
+        pool = launched_pool(network, on_error="return")
         async with pool:
             await pool.reset(seed=0, options={"limit": 100})  # seeded: episodes replayable
             await pool.step([CountAction(amount=1)] * 4)
@@ -217,15 +224,7 @@ async def test_a_replaced_servers_sessions_move_with_their_episodes():
     # The replacement is up before the next request (the health checks found the death
     # first): the sessions are re-homed then, not opened afresh on the new server.
     async with InProcessNetwork() as network:
-        pool = EnvPool(
-            4,
-            network.launcher(CounterEnv),
-            env=CounterEnv,
-            servers=2,
-            dialer=network,
-            progress=False,
-            health_interval=0.05,
-        )
+        pool = launched_pool(network)
         async with pool:
             await pool.reset(seed=0, options={"limit": 100})
             await pool.step([CountAction(amount=1)] * 4)
