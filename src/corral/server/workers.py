@@ -219,6 +219,9 @@ class Worker:
         self._codec = MsgpackCodec()
         self._death_reason = ""
         self.started_at = 0.0
+        self._answering = 0
+        """Requests sent whose caller has not had their outcome yet."""
+        self._answered = asyncio.Event()
 
     async def start(self, timeout: float) -> None:
         """Spawn the process and wait until it has imported the environment.
@@ -319,6 +322,8 @@ class Worker:
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         write_frame(self._writer, self._codec, message)
+        self._answering += 1
+        self._answered.clear()
         try:
             await self._writer.drain()
             return await runtime.wait_for(future, wait)
@@ -334,6 +339,18 @@ class Worker:
         except ConnectionError:
             self._lost(self._death_reason or "the worker's socket closed")
             raise SessionLost(f"the session is gone: {self._death_reason}") from None
+        finally:
+            self._answering -= 1
+            if not self._answering:
+                self._answered.set()
+
+    async def answered(self, timeout: float) -> None:
+        """Wait, at most ``timeout`` seconds, until every request sent has returned to its
+        caller. A reply the worker sent before it died (the one that reported its last
+        hung call) then reaches its session before the death closes the session: that
+        step's answer is its own (``STEP_TIMEOUT``), not the worker's."""
+        if self._answering:
+            await runtime.wait_event(self._answered, timeout)
 
     async def open_session(self, timeout: float | None) -> WorkerRunner:
         """Build an environment instance in this worker.
@@ -547,6 +564,7 @@ class WorkerPool:
     async def _replace(self, worker: Worker, reason: str) -> None:
         index = worker.index
         worker.kill()
+        await worker.answered(1.0)
         if self.on_death is not None:
             await self.on_death(worker, reason)
         # A worker that keeps dying right after it starts, or whose replacement does not
