@@ -375,8 +375,8 @@ class EnvRunner:
             else:
                 self._stuck = future
             raise self.timeout_error(method, timeout)
-        if job is not None and self._threads is self._executor:
-            self._threads.observe_hop(max(time.perf_counter() - submitted - own[0], 0.0))
+        if job is not None:
+            _hopped(self._executor, submitted, own[0])
         return value
 
     def start(
@@ -957,6 +957,10 @@ class _ThreadJob:
         self.stop_at = len(calls)
         self.lock = threading.Lock()
 
+    def own_seconds(self) -> float:
+        """What the calls themselves took (their trip through the pool aside)."""
+        return sum(call.seconds for call in self.calls)
+
     def run(self) -> None:
         preemption = _Preemption()  # in the worker thread: its own switches and CPU time
         for index, call in enumerate(self.calls):
@@ -997,11 +1001,10 @@ class _ThreadJob:
             return max(0.0, self.started + timeout - time.monotonic())
 
 
-def _hopped(executor: concurrent.futures.Executor, submitted: float, job: _ThreadJob) -> None:
-    """Tell the shared pool what ``job``'s trip cost beyond its calls (see
-    :attr:`EnvThreads.hop_s`); ``submitted``: when it was handed to the pool."""
+def _hopped(executor: concurrent.futures.Executor, submitted: float, own: float) -> None:
+    """Tell the shared pool what a trip through it cost beyond the calls' ``own`` seconds
+    (see :attr:`EnvThreads.hop_s`); ``submitted``: when the work was handed to it."""
     if isinstance(executor, EnvThreads):
-        own = sum(call.seconds for call in job.calls)
         executor.observe_hop(max(time.perf_counter() - submitted - own, 0.0))
 
 
@@ -1016,13 +1019,13 @@ async def _run_in_one_thread(
         waiter = asyncio.wrap_future(future)
         if timeout is None:
             await waiter
-            _hopped(executor, submitted, job)
+            _hopped(executor, submitted, job.own_seconds())
             return
         while True:
             done, _ = await asyncio.wait({waiter}, timeout=job.next_deadline(timeout))
             if done:
                 waiter.result()
-                _hopped(executor, submitted, job)
+                _hopped(executor, submitted, job.own_seconds())
                 return
             index = job.overdue(timeout)
             if index is not None:
