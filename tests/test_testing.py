@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import httpx
 import pytest
 from tests.support.envs import CountAction, CounterEnv, CountObservation, CountState
-from tests.support.pools import step_until_replaced
+from tests.support.pools import launched_pool, step_until_replaced
 
 from corral.client import EnvPool, ReconnectPolicy
 from corral.errors import (
@@ -181,21 +180,6 @@ async def test_a_server_that_goes_away_and_comes_back_keeps_its_episodes():
             batch = await step
             assert batch.obs["total"].tolist() == [2, 2, 2, 2]  # episodes intact
             assert pool.fleet.servers[0].links[0].connection.reconnects == 1
-
-
-def launched_pool(network: InProcessNetwork, **kwargs: Any) -> EnvPool[Any, Any, Any]:
-    """4 sessions on 2 servers the pool starts (and replaces) on ``network``, checked
-    every 50 ms."""
-    return EnvPool(
-        4,
-        network.launcher(CounterEnv),
-        env=CounterEnv,
-        servers=2,
-        dialer=network,
-        progress=False,
-        health_interval=0.05,
-        **kwargs,
-    )
 
 
 async def test_a_killed_server_is_replaced_by_the_fleet():

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 from tests.support.envs import CountAction, CounterEnv, CountObservation, CountState
+from tests.support.pools import launched_pool
 
 from corral.client import AutoresetMode, EnvPool, PoolError
 from corral.contract import Environment, Observation
@@ -434,16 +435,7 @@ async def test_a_pool_closed_by_a_cancelled_task_still_stops_its_servers():
         ready = asyncio.Event()
 
         async def train() -> None:
-            pool = EnvPool(
-                4,
-                network.launcher(CounterEnv),
-                env=CounterEnv,
-                servers=2,
-                dialer=network,
-                progress=False,
-                health_interval=0.05,
-            )
-            async with pool:
+            async with launched_pool(network) as pool:
                 await pool.reset()
                 ready.set()
                 await asyncio.Event().wait()

@@ -1,4 +1,5 @@
-"""Pool helpers for tests: waiting out the replacement of a dead server."""
+"""Pool helpers for tests: a pool that starts and replaces its own in-process servers, and
+waiting out the replacement of a dead server."""
 
 from __future__ import annotations
 
@@ -6,9 +7,27 @@ import asyncio
 import time
 from typing import Any
 
+from tests.support.envs import CounterEnv
+
 from corral.client import EnvPool
 from corral.envs.echo import EchoAction
 from corral.errors import ConnectionLost, SessionLost
+from corral.testing import InProcessNetwork
+
+
+def launched_pool(network: InProcessNetwork, **kwargs: Any) -> EnvPool[Any, Any, Any]:
+    """4 sessions on 2 servers the pool starts (and replaces) on ``network``, checked
+    every 50 ms."""
+    return EnvPool(
+        4,
+        network.launcher(CounterEnv),
+        env=CounterEnv,
+        servers=2,
+        dialer=network,
+        progress=False,
+        health_interval=0.05,
+        **kwargs,
+    )
 
 
 async def step_until_replaced(
