@@ -236,8 +236,7 @@ class PoolSessions:
         """Reset them seeded from the pool's generator (:meth:`EnvPool.auto_seed`): with
         recovery on, an episode a lost server held can then move by verified replay
         instead of ending truncated; a seeded ``reset()`` makes the seeds repeat."""
-        seeds = [self.async_pool.auto_seed() for _ in indices]
-        return self.reset([(i, seed, {}) for i, seed in zip(indices, seeds, strict=True)])
+        return self.reset([(i, self.async_pool.auto_seed(), {}) for i in indices])
 
     def close(self) -> None:
         """Close the pool (and the servers it started); idempotent."""
