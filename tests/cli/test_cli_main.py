@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 import corral
@@ -135,3 +137,23 @@ def test_a_group_loads_only_its_own_module() -> None:
     assert "--image" in out
     assert "corral.cli.deploy" in modules
     assert not modules & (set(HEAVY) - {"corral.cli.deploy"})
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["build", "{missing}"], "no such file or directory"),
+        (["push", "{missing}", "--repo-id", "owner/name"], "no such file or directory"),
+        (["init", "class"], "Python keyword"),
+    ],
+    ids=["build", "push", "init"],
+)
+def test_a_command_says_its_error_on_stderr_and_exits_2(
+    tmp_path: Path, args: list[str], said: str
+) -> None:
+    # What a command made goes to stdout (it may be piped); what went wrong to stderr.
+    missing = str(tmp_path / "nowhere")
+    result = runner.invoke(app, [a.replace("{missing}", missing) for a in args])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: ") and said in result.stderr, result.stderr
+    assert result.stdout == ""
