@@ -277,10 +277,10 @@ class GymEnvironment(Environment[Action, GymObservation, GymState]):
         score = None if reward is None else float(reward)
         done, cut = bool(terminated or truncated), bool(truncated)
         valid = cls.plain_observation
-        if valid is not None and valid(value):
+        if valid is not None and valid(value) and type(metadata) is dict:
             # Every value is already what validating it gives (the observation checked
-            # just now, the info through its own validator): build the model without
-            # pydantic's pass, which costs as much as CartPole's step.
+            # just now, the info through its own validator unless empty): build the
+            # model without pydantic's pass, which costs as much as CartPole's step.
             return _assembled(
                 model,
                 {
@@ -288,7 +288,7 @@ class GymEnvironment(Environment[Action, GymObservation, GymState]):
                     "truncated": cut,
                     "reward": score,
                     "reward_components": {},
-                    "metadata": _validate_info(metadata),
+                    "metadata": _validate_info(metadata) if metadata else metadata,
                     "observation": value,
                 },
             )
