@@ -20,8 +20,8 @@ import corral.client.pool as pool_module
 from corral.client import AsyncEnvClient, EnvPool
 from corral.client.batch import ResultTable
 from corral.client.membership import DnsMembership, StaticMembership
-from corral.episodes import iter_episodes
 from corral.client.rehoming import row_digest, row_digests
+from corral.episodes import iter_episodes
 from corral.errors import SessionLost, SnapshotUnsupported
 from corral.protocol.codecs import codec_for_subprotocols
 from corral.protocol.messages import GoingAway
