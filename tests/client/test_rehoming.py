@@ -11,13 +11,16 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from tests.support.envs import CountAction, CounterEnv
 from tests.support.snapshot_envs import TallyAction, TallyEnv
 
 import corral.client.pool as pool_module
 from corral.client import AsyncEnvClient, EnvPool
+from corral.client.batch import ResultTable
 from corral.client.membership import DnsMembership, StaticMembership
+from corral.client.rehoming import row_digest, row_digests
 from corral.episodes import iter_episodes
 from corral.errors import SessionLost, SnapshotUnsupported
 from corral.protocol.codecs import codec_for_subprotocols
@@ -135,13 +138,14 @@ async def test_only_a_replayable_episode_pays_for_observation_digests(
     """A digest encodes the observation: an unseeded episode, which no replay can
     repeat, must not make one per step (an SB3 trainer's sessions never are seeded)."""
     digested: list[int] = []
-    real = pool_module.row_digest
+    real = pool_module.row_digests
 
-    def counting(table: Any, position: int) -> int:
-        digested.append(position)
-        return real(table, position)
+    def counting(table: Any, positions: Any = None) -> list[int]:
+        digests = real(table, positions)
+        digested.extend(range(len(digests)))
+        return digests
 
-    monkeypatch.setattr(pool_module, "row_digest", counting)
+    monkeypatch.setattr(pool_module, "row_digests", counting)
     async with InProcessNetwork() as network:
         a = network.serve(CounterEnv, server_id="a")
         async with pool_of(network, 2, [a.url], CounterEnv) as pool:
@@ -422,3 +426,26 @@ async def test_forked_episodes_record_their_lineage(tmp_path: Path):
             second = episodes[child].records[1].observation
             assert second is not None and second["count"] == 5
         assert parent.records[0].parent is None
+
+
+def test_row_digests_tell_observations_apart_by_every_value_and_array_byte() -> None:
+    grid = np.arange(6, dtype=np.int16).reshape(2, 3)
+    arrays = [grid, grid.copy(), grid.astype(np.int32), grid.reshape(3, 2), grid.T, None]
+    flipped = grid.copy()
+    flipped[1, 2] = -1
+    arrays.append(flipped)
+    n = len(arrays)
+    table = ResultTable(
+        list(range(n)),
+        {"done": [False] * n, "metadata": [{"a": np.ones(2)}] * n, "board": arrays},
+    )
+    digests = row_digests(table)
+    assert digests == [row_digest(table, k) for k in range(n)]  # one row or all: the same
+    assert digests[0] == digests[1]  # equal arrays, whatever object holds them
+    assert len(set(digests[1:])) == n - 1  # dtype, shape, order, None, a byte: all differ
+    # A row digests the same whichever rows share its table (a replay's rows are others).
+    alone = ResultTable([0], {"done": [False], "metadata": [{"a": np.ones(2)}], "board": [grid]})
+    assert row_digests(alone) == digests[:1] == row_digests(table, [1])
+    # A sparse table's rows are digested as rows.
+    sparse = ResultTable([0, 1], {"done": [False, True]}, sparse=True)
+    assert row_digests(sparse)[0] != row_digests(sparse)[1]

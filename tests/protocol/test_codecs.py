@@ -15,7 +15,13 @@ from corral.contract import Observation
 from corral.contract.arrays import NDArray
 from corral.errors import BadFrame, BadMessage
 from corral.protocol.arrays import decode_ndarray, encode_ndarray
-from corral.protocol.codecs import JsonCodec, MsgpackCodec, codec_for_subprotocols, get_codec
+from corral.protocol.codecs import (
+    PYTHON_DUMP,
+    JsonCodec,
+    MsgpackCodec,
+    codec_for_subprotocols,
+    get_codec,
+)
 
 
 class Color(Enum):
@@ -98,3 +104,29 @@ def test_codec_lookup():
         get_codec("xml")
     assert codec_for_subprotocols(["x", "corral.v1.json"]).name == "json"
     assert codec_for_subprotocols(["openenv"]) is None
+
+
+class Own(Observation):
+    count: int = 0
+
+
+def _own_dump(model: Own) -> dict[str, object]:
+    return {"own": model.count}
+
+
+setattr(Own, PYTHON_DUMP, _own_dump)
+
+
+class OwnChild(Own):
+    extra: int = 1
+
+
+def test_a_model_s_own_python_dump_is_the_binary_codec_s_for_exactly_its_class() -> None:
+    msgpack_codec, json_codec = MsgpackCodec(), JsonCodec()
+    assert msgpack_codec.dump(Own(count=2)) == {"own": 2}
+    assert msgpack_codec.dump_many(Own, [Own(count=1), Own(count=3)]) == [{"own": 1}, {"own": 3}]
+    # A subclass may add fields: pydantic dumps it; so does the JSON codec, always.
+    assert msgpack_codec.dump(OwnChild(count=2))["extra"] == 1
+    assert msgpack_codec.dump_many(OwnChild, [OwnChild()])[0]["extra"] == 1
+    assert json_codec.dump(Own(count=2))["count"] == 2
+    assert json_codec.dump_many(Own, [Own(count=2)])[0]["count"] == 2

@@ -147,7 +147,7 @@ from corral.client.fleet import (
 )
 from corral.client.membership import Membership
 from corral.client.recording import Recording, RecordTarget, as_task
-from corral.client.rehoming import MOVABLE, Rehoming, cause_of, row_digest
+from corral.client.rehoming import MOVABLE, Rehoming, cause_of, row_digests
 from corral.client.typed import ActT, ObsT, StateT, TypedFace, TypedModels
 from corral.contract import Environment
 from corral.contract.tasks import TaskRef, with_task
@@ -840,6 +840,7 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
                     slot.ended = False
             return
         done = table.fields.get("done")
+        digests: list[int] | None = None
         for slot, payload in items:
             k = position.get(slot.index)
             if k is not None:  # the hot path: no row is built
@@ -847,7 +848,9 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
                 # A digest (an encoding of the observation) only for an episode a replay
                 # can repeat: an unseeded one (a reset with no seed) records nothing.
                 if log.why_not is None:
-                    log.step_digested(payload, row_digest(table, k))
+                    if digests is None:  # every row's at once, columns converted once
+                        digests = row_digests(table)
+                    log.step_digested(payload, digests[k])
                 slot.ended = done is not None and done[k] is True
 
     async def _truncated(self, truncated: dict[int, str]) -> ResultTable:

@@ -29,9 +29,11 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from corral.client.batch import ResultTable
 from corral.client.fleet import Fleet, Link, Slot
@@ -61,12 +63,32 @@ one the fleet closes because its server is unreachable fails its requests with
 ``SessionLost``.)"""
 
 
-def row_digest(table: ResultTable, position: int) -> int:
-    """The digest of the observation at ``position`` of ``table``, from its columns (a
-    sparse table's from its row): how the pool records a step and a replay checks it."""
+def row_digests(table: ResultTable, positions: Sequence[int] | None = None) -> list[int]:
+    """The digests of the observations at ``positions`` of ``table`` (default: all):
+    how the pool records steps and a replay checks them.
+
+    Made from the columns (a sparse table's from its rows), each array of a column
+    standing as its dtype, shape and bytes: the codec would encode it through its
+    Python hook for arrays, which costs more than the rest of the digest.
+    """
+    if positions is None:
+        positions = range(len(table))
     if table.sparse:
-        return digest_values([table.row(position)])
-    return digest_values([values[position] for values in table.fields.values()])
+        return [digest_values([table.row(k)]) for k in positions]
+    columns = [_digestible([values[k] for k in positions]) for values in table.fields.values()]
+    return [digest_values(row) for row in zip(*columns, strict=True)]
+
+
+def row_digest(table: ResultTable, position: int) -> int:
+    """The digest of the observation at ``position`` of ``table`` (see :func:`row_digests`)."""
+    return row_digests(table, (position,))[0]
+
+
+def _digestible(values: list[Any]) -> list[Any]:
+    """A column's values with each plain ndarray as ``(dtype, shape, bytes)``."""
+    if np.ndarray not in set(map(type, values)):
+        return values
+    return [(v.dtype.str, v.shape, v.tobytes()) if type(v) is np.ndarray else v for v in values]
 
 
 def cause_of(error: CorralError) -> Cause:
@@ -454,4 +476,4 @@ class Rehoming:
                 failed.setdefault(index, why)
 
 
-__all__ = ["MOVABLE", "RehomeStats", "Rehoming", "cause_of", "row_digest"]
+__all__ = ["MOVABLE", "RehomeStats", "Rehoming", "cause_of", "row_digest", "row_digests"]

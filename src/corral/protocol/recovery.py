@@ -27,7 +27,7 @@ observation.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from types import MappingProxyType
@@ -49,7 +49,7 @@ def digest(observation: Any) -> int:
     return hash(_CODEC.encode({"o": observation}))
 
 
-def digest_values(values: list[Any]) -> int:
+def digest_values(values: Sequence[Any]) -> int:
     """The digest of an observation given as its field values in a fixed order (a
     batch reply's columns: no map is built for it). Comparable only with digests made
     the same way, from the same columns."""

@@ -8,6 +8,7 @@ import gymnasium
 import numpy as np
 import pytest
 import typer
+from pydantic import ValidationError
 from tests.support.gym_envs import FANCY_ID
 
 from corral.adapters.gymnasium import GymEnvironment, GymState, SpaceConversionError, serve_target
@@ -173,3 +174,79 @@ def test_state_counts_the_episode_and_discrete_actions_keep_their_bounds() -> No
         env_class.action_type(action=2)
     with pytest.raises(ValueError, match="greater than or equal to 0"):
         env_class.action_type(action=-1)
+
+
+class _LooseBox(gymnasium.Env[np.ndarray, np.int64]):
+    """A Box of float32 whose environment hands out float64 observations and numpy info
+    (and, for action 0, an observation of the wrong shape)."""
+
+    observation_space = gymnasium.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gymnasium.spaces.Discrete(2)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        return np.zeros(2), {"depth": np.int16(3), "where": np.ones(2, np.uint8)}
+
+    def step(self, action: np.int64) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        # Action 0 breaks the space: an observation of the wrong shape.
+        return np.full(2 if action else 3, 0.5), 1.0, False, True, {}
+
+
+def _validated(model: Any, observation: Any) -> Any:
+    """``observation`` built again by pydantic's validation, from the same values."""
+    fields = {name: getattr(observation, name) for name in observation.model_fields_set}
+    return model(**fields)
+
+
+def _same_dump(fast: dict[str, Any], slow: dict[str, Any]) -> None:
+    assert list(fast) == list(slow)  # same keys, same order
+    for key, value in slow.items():
+        if isinstance(value, np.ndarray):
+            assert fast[key].dtype == value.dtype and np.array_equal(fast[key], value)
+        else:
+            assert fast[key] == value and type(fast[key]) is type(value)
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "FrozenLake-v1", "loose"])
+def test_plain_observations_are_built_and_dumped_as_pydantic_would(env_id: str) -> None:
+    from corral.protocol.codecs import PYTHON_DUMP, MsgpackCodec
+
+    if env_id == "loose":
+        env_class = GymEnvironment.for_factory(_LooseBox, name="Loose-v0")
+    else:
+        env_class = GymEnvironment.for_id(env_id)
+    model: Any = env_class.observation_type
+    assert env_class.plain_observation is not None and PYTHON_DUMP in vars(model)
+    env = env_class()
+    action = env_class.action_type(action=1)  # type: ignore[call-arg]
+    observations = [env.reset(seed=3), env.step(action), env.step(action)]
+    codec = MsgpackCodec()
+    for observation in observations:
+        slow = _validated(model, observation)
+        assert observation == slow and observation.model_fields_set == slow.model_fields_set
+        assert type(observation.observation) is np.ndarray or env_id == "FrozenLake-v1"
+        pydantic_dump = model.__pydantic_serializer__.to_python(slow, mode="python")
+        _same_dump(codec.dump(observation), pydantic_dump)
+        _same_dump(codec.dump_many(model, [observation])[0], pydantic_dump)
+        # Validated assignment keeps the fast dump right (and empty components out).
+        observation.reward_components = {"shape": 0.5}
+        slow = model.__pydantic_serializer__.to_python(observation, mode="python")
+        assert "reward_components" in slow
+        _same_dump(codec.dump(observation), slow)
+    if env_id == "loose":
+        assert observations[1].observation.dtype == np.float32  # the binding cast it
+        assert observations[0].metadata["where"].dtype == np.uint8
+        # A sample validation would refuse is still refused: it goes through validation.
+        with pytest.raises(ValidationError, match="expected shape"):
+            env.step(env_class.action_type(action=0))  # type: ignore[call-arg]
+    env.close()
+
+
+def test_structured_observations_keep_pydantic_throughout() -> None:
+    from corral.protocol.codecs import PYTHON_DUMP
+
+    env_class = GymEnvironment.for_id(FANCY_ID)
+    assert env_class.plain_observation is None
+    assert PYTHON_DUMP not in vars(env_class.observation_type)
