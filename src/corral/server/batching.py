@@ -24,6 +24,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from asyncio.tasks import _enter_task, _leave_task
+from collections.abc import Awaitable
 from typing import Any
 
 from corral.errors import CorralError, InternalError, SessionBusy, SessionLost, StepTimeout
@@ -31,7 +33,7 @@ from corral.protocol import batch as b
 from corral.protocol.server import Peer, RunBatch
 from corral.protocol.session import Op, ending
 from corral.server.admission import Admission
-from corral.server.runner import EnvCall, run_calls, run_inline
+from corral.server.runner import EnvCall, finish_calls, run_inline, start_calls
 from corral.server.sessions import Session, SessionManager
 
 log = logging.getLogger("corral.server")
@@ -63,6 +65,17 @@ class _ItemCall(EnvCall):
         self.value = self.error = None
         self.seconds = 0.0
         self.index, self.session, self.op, self.final = index, session, op, final
+
+
+class _Started:
+    """What :meth:`BatchHandler.submit` started of a batch's calls before its task ran:
+    what is left to await, or the bug that stopped it."""
+
+    __slots__ = ("awaiting", "error")
+
+    def __init__(self) -> None:
+        self.awaiting: list[Awaitable[None]] | None = None
+        self.error: Exception | None = None
 
 
 class BatchHandler:
@@ -115,7 +128,22 @@ class BatchHandler:
         if not calls and not waits:
             peer.send(b.BatchReply(request.id, _complete(results), columnar=request.columns))
             return
-        task = asyncio.create_task(self._run(peer, request, calls, results, waits))
+        started = _Started()
+        task = asyncio.create_task(self._run(peer, request, calls, results, waits, started))
+        if calls and asyncio.current_task() is None:
+            # Start the calls now, as the batch task would at its first step: an async
+            # env's waits (a slow step's timer) begin here instead of after every frame
+            # that arrived with this one was read, and the round's first replies are
+            # not held behind its last starts (issue 34). As in the task, the batch
+            # task is the current one while they start.
+            loop = asyncio.get_running_loop()
+            _enter_task(loop, task)
+            try:
+                started.awaiting = start_calls(calls, self.manager.executor, self.step_timeout_s)
+            except Exception as exc:  # a bug in corral: the task answers every item
+                started.error = exc
+            finally:
+                _leave_task(loop, task)
         self._tasks.add(task)
         keys = [(call.session.id, request.id) for call in calls]
         for key in keys:
@@ -219,6 +247,7 @@ class BatchHandler:
         calls: list[_ItemCall],
         results: list[b.BatchItemReply | None],
         waits: list[tuple[int, Session, asyncio.Future[None]]],
+        started: _Started,
     ) -> None:
         request_id = request.id
         overran: list[Session] = []
@@ -226,7 +255,13 @@ class BatchHandler:
             # Whatever happens (a bug, cancellation), no session stays running the batch.
             with ending([call.session for call in calls], request_id):
                 try:
-                    await run_calls(calls, self.manager.executor, self.step_timeout_s)
+                    awaiting, error = started.awaiting, started.error
+                    started.awaiting = started.error = None  # the first round's only
+                    if error is not None:
+                        raise error
+                    if awaiting is None:  # not started by submit, or a round of resets
+                        awaiting = start_calls(calls, self.manager.executor, self.step_timeout_s)
+                    await finish_calls(awaiting)
                 except Exception as exc:  # a bug in corral: answer every item, never hang
                     log.exception("batch %s failed", request_id)
                     for call in calls:

@@ -822,6 +822,23 @@ async def run_calls(
     A call's failure is stored on the call (``error``), never raised, so one failing
     environment cannot fail its neighbours.
     """
+    await finish_calls(start_calls(calls, executor, timeout))
+
+
+async def finish_calls(awaiting: list[Awaitable[None]]) -> None:
+    """Wait for the calls :func:`start_calls` started."""
+    if len(awaiting) == 1:
+        await awaiting[0]
+    elif awaiting:
+        await asyncio.gather(*awaiting)
+
+
+def start_calls(
+    calls: Sequence[EnvCall], executor: concurrent.futures.Executor, timeout: float | None
+) -> list[Awaitable[None]]:
+    """The first, synchronous part of :func:`run_calls`: start what can start now (an
+    async env's call up to its first wait, a measured-fast call to its end); return what
+    :func:`finish_calls` must await for the rest, which starts when awaited."""
     awaiting: list[Awaitable[None]] = []
     shared: list[EnvCall] = []
     suspended: _Suspended | None = None
@@ -850,10 +867,7 @@ async def run_calls(
     elif shared:
         awaiting.append(_run_in_one_thread(shared, executor, timeout))
     awaiting.extend(owner.run_calls(group, timeout) for owner, group in remote.items())
-    if len(awaiting) == 1:
-        await awaiting[0]
-    elif awaiting:
-        await asyncio.gather(*awaiting)
+    return awaiting
 
 
 class _Suspended:
