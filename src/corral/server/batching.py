@@ -305,34 +305,44 @@ class BatchHandler:
         ended: list[tuple[_ItemCall, b.ItemResult]] = []
         ran = [call for call in calls if call.error is None]
         outcomes = self.admission.results(peer, [c.value for c in ran], [c.op for c in ran])
+        seconds: dict[Op, list[float]] = {}
+        failed = len(ran) < len(calls)
+        # One pass over the calls that returned (a round's end phase runs it for every
+        # item, issue 34), then one over the failed ones, if any.
         for call, outcome in zip(ran, outcomes, strict=True):
             if isinstance(outcome, CorralError):
                 call.error = outcome
-            else:
-                call.value = outcome
-        seconds: dict[Op, list[float]] = {}
-        for call in calls:
-            session = call.session
+                failed = True
+                continue
+            session, op = call.session, call.op
+            payload, done = outcome
+            session.machine.finish(op, done)
+            result = b.ItemResult(session.id, payload)
+            times = seconds.get(op)
+            if times is None:
+                times = seconds[op] = []
+            times.append(call.seconds)
+            if done and autoreset and op is Op.STEP:
+                ended.append((call, result))
+                continue
             final = call.final
-            if call.error is None:
-                payload, done = call.value
-                session.machine.finish(call.op, done)
-                result = b.ItemResult(session.id, payload)
-                times = seconds.get(call.op)
-                if times is None:
-                    times = seconds[call.op] = []
-                times.append(call.seconds)
-                if done and autoreset and call.op is Op.STEP:
-                    ended.append((call, result))
-                    continue
-                item: b.BatchItemReply = result
-            else:
-                session.machine.abort()
-                item = self._error(session.id, self.admission.failure(call.error, call.op, session))
+            item: b.BatchItemReply = result
             if final is not None:  # a same-step reset: the ended step's result carries it
                 final.reset, item = item, final
             results[call.index] = item
             session.remember(request_id, item)
+        if failed:
+            for call in calls:
+                if call.error is None:
+                    continue
+                session = call.session
+                session.machine.abort()
+                item = self._error(session.id, self.admission.failure(call.error, call.op, session))
+                final = call.final
+                if final is not None:
+                    final.reset, item = item, final
+                results[call.index] = item
+                session.remember(request_id, item)
         stats = self.manager.stats
         for op, times in seconds.items():
             stats.observe_many(op, times)
