@@ -16,7 +16,8 @@ from corral.server.runner import EnvCall, EnvRunner, EnvThreads, run_calls
 class WaitAction(Action):
     wait: float = 0.0
     then: str = "answer"
-    """What the call does after its wait: ``answer``, ``raise``, ``exit``, ``cancel``."""
+    """What the call does after its wait: ``answer``, ``raise``, ``exit``, ``swallow``
+    (its cancellation), ``yield`` (to the loop three times first)."""
 
 
 class WaitObservation(Observation):
@@ -41,6 +42,9 @@ class WaitEnv(Environment[WaitAction, WaitObservation, State]):
                 if action.then == "swallow":  # answers anyway, after its deadline
                     return WaitObservation(waited=-1.0)
                 raise
+        if action.then == "yield":  # bare yields: the task must exist to go on
+            for _ in range(3):
+                await asyncio.sleep(0)
         if action.then == "raise":
             raise ValueError("told to")
         if action.then == "exit":
@@ -68,6 +72,7 @@ async def test_waiting_and_immediate_calls_each_get_their_own_outcome():
         WaitAction(then="raise"),
         WaitAction(wait=0.01, then="exit"),
         WaitAction(then="exit"),
+        WaitAction(then="yield"),
     )
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no "exception was never retrieved" either
@@ -80,12 +85,23 @@ async def test_waiting_and_immediate_calls_each_get_their_own_outcome():
         None,
         None,
         None,
+        0.0,
     ]
     assert all(c.error is None for c in calls[:2])
     assert all(isinstance(c.error, ValueError) for c in calls[2:4])
     # SystemExit never leaves the loop: the call's error, as EnvError
-    assert all(isinstance(c.error, EnvError) for c in calls[4:])
+    assert all(isinstance(c.error, EnvError) for c in calls[4:6])
+    assert calls[6].error is None
     assert calls[1].seconds >= 0.01 and calls[0].seconds < calls[1].seconds
+    threads.shutdown()
+
+
+async def test_a_deadline_due_at_once_still_fails_the_waiting_calls():
+    threads = EnvThreads(1)
+    calls = calls_of(threads, WaitAction(wait=30.0), WaitAction())
+    await run_calls(calls, threads, timeout=0.0)
+    assert isinstance(calls[0].error, StepTimeout) and calls[1].value.waited == 0.0
+    await asyncio.wait_for(calls[0].runner.env.cancelled.wait(), 10)
     threads.shutdown()
 
 

@@ -880,12 +880,19 @@ class _Suspended:
     hop through the loop and no wrapping coroutine per call (a batch of 1,000 slow
     steps holds 1,000 of these calls for the whole wait, and finishes them all at the
     end of it, on a round's critical path: issue 34).
+
+    The tasks are made in one callback soon after the calls started, not one by one as
+    they start: a lockstep round's frames are read and started back to back, and what
+    its last frame's waits start behind is every earlier frame's start-up; a task is
+    only needed once its call is done waiting (its first step hands over the wait).
     """
 
-    __slots__ = ("all_done", "left", "steps")
+    __slots__ = ("all_done", "left", "pending", "steps")
 
     def __init__(self) -> None:
         self.steps: list[tuple[asyncio.Future[Any], _BatchStep]] = []
+        self.pending: list[_BatchStep] = []
+        """Started calls whose tasks are not made yet (see :meth:`spawn`)."""
         self.left = 0
         self.all_done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -907,8 +914,16 @@ class _Suspended:
         except asyncio.CancelledError:
             return  # as a task that ends cancelled: nothing to put on the call
         step.batch, step.suspended = self, waiting
-        self.steps.append((asyncio.get_running_loop().create_task(step), step))
+        if not self.pending:
+            asyncio.get_running_loop().call_soon(self.spawn)
+        self.pending.append(step)
         self.left += 1
+
+    def spawn(self) -> None:
+        """Make the tasks of the started calls that have none yet."""
+        pending, self.pending = self.pending, []
+        create = asyncio.get_running_loop().create_task
+        self.steps += [(create(step), step) for step in pending]
 
     def count(self) -> None:
         """One waiting call is done (called from its task's last step)."""
@@ -937,6 +952,7 @@ class _Suspended:
             timer.cancel()
         if self.left == 0:
             return
+        self.spawn()  # (made already, short of a deadline that is due at once)
         for task, step in self.steps:
             if not task.done():
                 call = step.call
