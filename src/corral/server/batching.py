@@ -104,7 +104,9 @@ class BatchHandler:
         :func:`~corral.server.runner.run_inline`) run and are answered right here, in
         the frame's callback; the reply is sent at once when nothing else is left, and
         the rest (async, executor, worker-process items, re-sent items still running)
-        go on in a background task.
+        go on in a background task, started here as far as they start without waiting
+        (an async env's call up to its first wait), unless the frame came in from
+        inside another task (the in-process transport): then the task starts them.
         """
         request = batch.request
         results = batch.results
