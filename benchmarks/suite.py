@@ -653,6 +653,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-openenv", action="store_true", help="skip openenv-core")
     parser.add_argument(
+        "--slow-cases",
+        default=None,
+        metavar="NxD,...",
+        help="section 8's cases only: sessions x delay in s, e.g. 10000x1 (default: "
+        "10000x1,100000x10; the smoke run's own otherwise)",
+    )
+    parser.add_argument(
         "--wait-quiet",
         type=float,
         default=None,
@@ -668,6 +675,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown sections {unknown}; choose from {', '.join(SECTIONS)}")
     has_openenv = importlib.util.find_spec("openenv") is not None and not args.no_openenv
     settings = measure.Settings.for_run(args.smoke, has_openenv)
+    if args.slow_cases is not None:
+        try:
+            settings.slow_cases = [
+                (int(n), float(d))
+                for n, d in (case.split("x") for case in args.slow_cases.split(","))
+            ]
+        except ValueError:
+            parser.error(f"--slow-cases takes NxD pairs (10000x1), not {args.slow_cases!r}")
     console = Console(stderr=False)
     patience = args.wait_quiet if args.wait_quiet is not None else (0 if args.smoke else 1200)
     quiet = wait_quiet(patience, console)

@@ -147,3 +147,28 @@ def test_unknown_sections_are_refused():
     )
     assert run.returncode == 2
     assert "unknown sections ['warp']" in run.stderr
+
+
+def test_slow_cases_choose_section_8s_sizes(tmp_path):
+    bad = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--smoke", "--only", "slow", "--slow-cases", "10x"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2
+    assert "--slow-cases takes NxD pairs" in bad.stderr
+    report = tmp_path / "slow.md"
+    run = subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks", "--smoke", "--only", "slow", "--no-openenv"),
+            *("--slow-cases", "12x0.05", "--output", str(report)),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "N = 12 slow sessions at D = 0.05 s" in report.read_text()

@@ -221,7 +221,7 @@ class ResultTable:
     def done_ids(self) -> list[int]:
         """The sessions whose observation says ``done``."""
         done = self.fields.get("done")
-        if done is None:
+        if done is None or True not in done:  # most steps end no episode: a scan in C
             return []
         ids = self.ids
         return [ids[k] for k, flag in enumerate(done) if flag is True]
@@ -230,7 +230,7 @@ class ResultTable:
     def concat(cls, tables: Sequence[ResultTable], order: Sequence[int]) -> ResultTable:
         """One table of ``tables``' results, rows in the order of session ids ``order``
         (ids without a result, the failed ones, are skipped)."""
-        if len(tables) == 1 and tables[0].ids == list(order):
+        if len(tables) == 1 and tables[0].ids == (order if type(order) is list else list(order)):
             return tables[0]
         out = cls()
         for table in tables:

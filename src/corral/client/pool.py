@@ -792,7 +792,7 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
     ) -> ResultTable:
         """:meth:`_exchange_once`, with the sessions that must move re-homed first and
         the ones found gone re-homed and sent again (module docstring); each session's
-        episode log fed with the results."""
+        episode log fed with the results (as each reply arrives, see :meth:`_request`)."""
         rehoming = self.rehoming
         if rehoming is None:
             return await self._exchange_once(kind, items, order)
@@ -806,7 +806,7 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
                     moving.append(slot)
         truncated, stuck = await rehoming.rehome(moving, fresh=fresh) if moving else ({}, {})
         sending = [(s, p) for s, p in items if s.index not in truncated and s.index not in stuck]
-        table = await self._exchange_once(kind, sending) if sending else ResultTable()
+        table = await self._exchange_once(kind, sending, log=True) if sending else ResultTable()
         table.errors.update(stuck)
         for _ in range(_REHOME_ROUNDS):
             failed = [s for s, _ in sending if isinstance(table.errors.get(s.index), MOVABLE)]
@@ -823,27 +823,33 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
             sending = [(s, p) for s, p in sending if s in failed and s.index not in lost]
             sending = [(s, p) for s, p in sending if s.index not in stuck]
             if sending:
-                table = ResultTable.concat([table, await self._exchange_once(kind, sending)], order)
-        self._log(kind, items, table)
+                again = await self._exchange_once(kind, sending, log=True)
+                table = ResultTable.concat([table, again], order)
         if truncated and kind == StepBatch.type:
             table = ResultTable.concat([table, await self._truncated(truncated)], order)
         return ResultTable.concat([table], order)
 
     def _log(self, kind: str, items: list[tuple[Slot, Any]], table: ResultTable) -> None:
-        """Feed each session's episode log the results of ``items``."""
-        position = {index: k for k, index in enumerate(table.ids)}
+        """Feed each session's episode log the results of ``items`` (one reply's)."""
+        ids = table.ids
+        if len(ids) == len(items) and ids == [slot.index for slot, _ in items]:
+            position = None  # no item failed: row k is item k's
+        else:
+            position = {index: k for k, index in enumerate(ids)}
         if kind == ResetBatch.type:
-            for slot, (seed, options) in items:
-                k = position.get(slot.index)
-                if k is not None:
+            for k, (slot, (seed, options)) in enumerate(items):
+                if position is not None:
+                    k = position.get(slot.index, -1)
+                if k >= 0:
                     slot.log.reset(seed, options, None, table.row(k))
                     slot.ended = False
             return
         done = table.fields.get("done")
         digests: list[int] | None = None
-        for slot, payload in items:
-            k = position.get(slot.index)
-            if k is not None:  # the hot path: no row is built
+        for k, (slot, payload) in enumerate(items):
+            if position is not None:
+                k = position.get(slot.index, -1)
+            if k >= 0:  # the hot path: no row is built
                 log = slot.log
                 # A digest (an encoding of the observation) only for an episode a replay
                 # can repeat: an unseeded one (a reset with no seed) records nothing.
@@ -949,10 +955,15 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         return self.fleet.slots[index].parent
 
     async def _exchange_once(
-        self, kind: str, items: list[tuple[Slot, Any]], order: list[int] | None = None
+        self,
+        kind: str,
+        items: list[tuple[Slot, Any]],
+        order: list[int] | None = None,
+        *,
+        log: bool = False,
     ) -> ResultTable:
         """Send ``items`` as batch messages (one per connection and chunk); their results
-        in ``order`` (default: the items').
+        in ``order`` (default: the items'). ``log``: feed the episode logs the results.
 
         Waits out the recovery of a server first; a session that cannot be reached is
         an error for that session only.
@@ -978,7 +989,7 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
                 last, entries = link, group[1]
             entries.append(entry)
         requests = [
-            self._request(link, kind, group[i : i + link.batch_limit])
+            self._request(link, kind, group[i : i + link.batch_limit], log=log)
             for link, group in groups.values()
             for i in range(0, len(group), link.batch_limit)
         ]
@@ -996,7 +1007,20 @@ class EnvPool(TypedFace[ActT, ObsT, StateT]):
         await asyncio.gather(*(self.fleet.wait_ready(server) for server in recovering.values()))
         return False
 
-    async def _request(self, link: Link, kind: str, chunk: list[tuple[Slot, Any]]) -> ResultTable:
+    async def _request(
+        self, link: Link, kind: str, chunk: list[tuple[Slot, Any]], *, log: bool = False
+    ) -> ResultTable:
+        """Send ``chunk`` on ``link`` as one batch message; its results (``log``: fed to
+        the episode logs as the reply arrives, off the round's tail while other
+        connections' replies are still on their way)."""
+        table = await self._request_once(link, kind, chunk)
+        if log:
+            self._log(kind, chunk, table)
+        return table
+
+    async def _request_once(
+        self, link: Link, kind: str, chunk: list[tuple[Slot, Any]]
+    ) -> ResultTable:
         connection = link.connection
         message: StepBatch | ResetBatch
         if kind == StepBatch.type:

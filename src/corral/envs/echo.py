@@ -54,10 +54,11 @@ class EchoEnv(Environment[EchoAction, EchoObservation, EchoState]):
     def __init__(self, max_steps: int = 1_000_000) -> None:
         self.max_steps = max_steps
         self._state = EchoState()
-        # A plain counter, written into the state when asked for: a validated
+        # Plain counters, written into the state when asked for: a validated
         # assignment costs a quarter of this env's step (OpenEnv's echo env, which the
         # benchmarks compare against, keeps it outside its state the same way).
         self._total_length = 0
+        self._steps = 0
         # What the last observation was made of, for a snapshot: two references, not
         # the observation (sessions are kept small; it is rebuilt on restore).
         self._seed: int | None = None
@@ -66,12 +67,12 @@ class EchoEnv(Environment[EchoAction, EchoObservation, EchoState]):
     def reset(self, seed: int | None = None, **options: Any) -> EchoObservation:
         episode_id = options.get("episode_id")
         self._state = EchoState(episode_id=str(episode_id or uuid.uuid4()))
-        self._total_length = 0
+        self._total_length = self._steps = 0
         self._seed, self._message = seed, None
         return self._ready(seed)
 
     def step(self, action: EchoAction) -> EchoObservation:
-        self._state.step_count += 1
+        self._steps += 1
         self._total_length += len(action.message)
         self._message = action.message
         return self._echo(action.message)
@@ -83,7 +84,7 @@ class EchoEnv(Environment[EchoAction, EchoObservation, EchoState]):
 
     def _echo(self, message: str) -> EchoObservation:
         """The observation of a step that echoed ``message`` (the step counted)."""
-        ended = self._state.step_count >= self.max_steps
+        ended = self._steps >= self.max_steps
         return EchoObservation(
             echoed_message=message,
             message_length=len(message),
@@ -94,6 +95,7 @@ class EchoEnv(Environment[EchoAction, EchoObservation, EchoState]):
 
     def state(self) -> EchoState:
         self._state.total_length = self._total_length
+        self._state.step_count = self._steps
         return self._state
 
     def snapshot(self) -> EchoSnapshot:
@@ -102,6 +104,7 @@ class EchoEnv(Environment[EchoAction, EchoObservation, EchoState]):
     def restore(self, snapshot: EchoSnapshot) -> EchoObservation:
         self._state = snapshot.state.model_copy()
         self._total_length = self._state.total_length
+        self._steps = self._state.step_count
         self._seed, self._message = snapshot.seed, snapshot.message
         if snapshot.message is not None:
             return self._echo(snapshot.message)

@@ -24,6 +24,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from asyncio.tasks import _enter_task, _leave_task
+from collections.abc import Awaitable
 from typing import Any
 
 from corral.errors import CorralError, InternalError, SessionBusy, SessionLost, StepTimeout
@@ -31,7 +33,7 @@ from corral.protocol import batch as b
 from corral.protocol.server import Peer, RunBatch
 from corral.protocol.session import Op, ending
 from corral.server.admission import Admission
-from corral.server.runner import EnvCall, run_calls, run_inline
+from corral.server.runner import EnvCall, finish_calls, run_inline, start_calls
 from corral.server.sessions import Session, SessionManager
 
 log = logging.getLogger("corral.server")
@@ -65,6 +67,17 @@ class _ItemCall(EnvCall):
         self.index, self.session, self.op, self.final = index, session, op, final
 
 
+class _Started:
+    """What :meth:`BatchHandler.submit` started of a batch's calls before its task ran:
+    what is left to await, or the bug that stopped it."""
+
+    __slots__ = ("awaiting", "error")
+
+    def __init__(self) -> None:
+        self.awaiting: list[Awaitable[None]] | None = None
+        self.error: Exception | None = None
+
+
 class BatchHandler:
     """Runs the ``reset_batch`` and ``step_batch`` messages of one server.
 
@@ -91,7 +104,9 @@ class BatchHandler:
         :func:`~corral.server.runner.run_inline`) run and are answered right here, in
         the frame's callback; the reply is sent at once when nothing else is left, and
         the rest (async, executor, worker-process items, re-sent items still running)
-        go on in a background task.
+        go on in a background task, started here as far as they start without waiting
+        (an async env's call up to its first wait), unless the frame came in from
+        inside another task (the in-process transport): then the task starts them.
         """
         request = batch.request
         results = batch.results
@@ -115,7 +130,22 @@ class BatchHandler:
         if not calls and not waits:
             peer.send(b.BatchReply(request.id, _complete(results), columnar=request.columns))
             return
-        task = asyncio.create_task(self._run(peer, request, calls, results, waits))
+        started = _Started()
+        task = asyncio.create_task(self._run(peer, request, calls, results, waits, started))
+        if calls and asyncio.current_task() is None:
+            # Start the calls now, as the batch task would at its first step: an async
+            # env's waits (a slow step's timer) begin here instead of after every frame
+            # that arrived with this one was read, and the round's first replies are
+            # not held behind its last starts (issue 34). As in the task, the batch
+            # task is the current one while they start.
+            loop = asyncio.get_running_loop()
+            _enter_task(loop, task)
+            try:
+                started.awaiting = start_calls(calls, self.manager.executor, self.step_timeout_s)
+            except Exception as exc:  # a bug in corral: the task answers every item
+                started.error = exc
+            finally:
+                _leave_task(loop, task)
         self._tasks.add(task)
         keys = [(call.session.id, request.id) for call in calls]
         for key in keys:
@@ -219,6 +249,7 @@ class BatchHandler:
         calls: list[_ItemCall],
         results: list[b.BatchItemReply | None],
         waits: list[tuple[int, Session, asyncio.Future[None]]],
+        started: _Started,
     ) -> None:
         request_id = request.id
         overran: list[Session] = []
@@ -226,7 +257,13 @@ class BatchHandler:
             # Whatever happens (a bug, cancellation), no session stays running the batch.
             with ending([call.session for call in calls], request_id):
                 try:
-                    await run_calls(calls, self.manager.executor, self.step_timeout_s)
+                    awaiting, error = started.awaiting, started.error
+                    started.awaiting = started.error = None  # the first round's only
+                    if error is not None:
+                        raise error
+                    if awaiting is None:  # not started by submit, or a round of resets
+                        awaiting = start_calls(calls, self.manager.executor, self.step_timeout_s)
+                    await finish_calls(awaiting)
                 except Exception as exc:  # a bug in corral: answer every item, never hang
                     log.exception("batch %s failed", request_id)
                     for call in calls:
@@ -270,34 +307,44 @@ class BatchHandler:
         ended: list[tuple[_ItemCall, b.ItemResult]] = []
         ran = [call for call in calls if call.error is None]
         outcomes = self.admission.results(peer, [c.value for c in ran], [c.op for c in ran])
+        seconds: dict[Op, list[float]] = {}
+        failed = len(ran) < len(calls)
+        # One pass over the calls that returned (a round's end phase runs it for every
+        # item, issue 34), then one over the failed ones, if any.
         for call, outcome in zip(ran, outcomes, strict=True):
             if isinstance(outcome, CorralError):
                 call.error = outcome
-            else:
-                call.value = outcome
-        seconds: dict[Op, list[float]] = {}
-        for call in calls:
-            session = call.session
+                failed = True
+                continue
+            session, op = call.session, call.op
+            payload, done = outcome
+            session.machine.finish(op, done)
+            result = b.ItemResult(session.id, payload)
+            times = seconds.get(op)
+            if times is None:
+                times = seconds[op] = []
+            times.append(call.seconds)
+            if done and autoreset and op is Op.STEP:
+                ended.append((call, result))
+                continue
             final = call.final
-            if call.error is None:
-                payload, done = call.value
-                session.machine.finish(call.op, done)
-                result = b.ItemResult(session.id, payload)
-                times = seconds.get(call.op)
-                if times is None:
-                    times = seconds[call.op] = []
-                times.append(call.seconds)
-                if done and autoreset and call.op is Op.STEP:
-                    ended.append((call, result))
-                    continue
-                item: b.BatchItemReply = result
-            else:
-                session.machine.abort()
-                item = self._error(session.id, self.admission.failure(call.error, call.op, session))
+            item: b.BatchItemReply = result
             if final is not None:  # a same-step reset: the ended step's result carries it
                 final.reset, item = item, final
             results[call.index] = item
             session.remember(request_id, item)
+        if failed:
+            for call in calls:
+                if call.error is None:
+                    continue
+                session = call.session
+                session.machine.abort()
+                item = self._error(session.id, self.admission.failure(call.error, call.op, session))
+                final = call.final
+                if final is not None:
+                    final.reset, item = item, final
+                results[call.index] = item
+                session.remember(request_id, item)
         stats = self.manager.stats
         for op, times in seconds.items():
             stats.observe_many(op, times)

@@ -45,7 +45,6 @@ import asyncio
 import collections.abc
 import concurrent.futures
 import contextlib
-import contextvars
 import functools
 import inspect
 import resource
@@ -823,6 +822,23 @@ async def run_calls(
     A call's failure is stored on the call (``error``), never raised, so one failing
     environment cannot fail its neighbours.
     """
+    await finish_calls(start_calls(calls, executor, timeout))
+
+
+async def finish_calls(awaiting: list[Awaitable[None]]) -> None:
+    """Wait for the calls :func:`start_calls` started."""
+    if len(awaiting) == 1:
+        await awaiting[0]
+    elif awaiting:
+        await asyncio.gather(*awaiting)
+
+
+def start_calls(
+    calls: Sequence[EnvCall], executor: concurrent.futures.Executor, timeout: float | None
+) -> list[Awaitable[None]]:
+    """The first, synchronous part of :func:`run_calls`: start what can start now (an
+    async env's call up to its first wait, a measured-fast call to its end); return what
+    :func:`finish_calls` must await for the rest, which starts when awaited."""
     awaiting: list[Awaitable[None]] = []
     shared: list[EnvCall] = []
     suspended: _Suspended | None = None
@@ -851,59 +867,72 @@ async def run_calls(
     elif shared:
         awaiting.append(_run_in_one_thread(shared, executor, timeout))
     awaiting.extend(owner.run_calls(group, timeout) for owner, group in remote.items())
-    if len(awaiting) == 1:
-        await awaiting[0]
-    elif awaiting:
-        await asyncio.gather(*awaiting)
+    return awaiting
 
 
 class _Suspended:
     """The async calls of one batch that are waiting, and the one future the batch
     awaits until the last of them is done.
 
-    Every call's task reports to the same bound method, in the same context (the
-    batch's): no closure, cell or context copy per call, and no ``asyncio.wait`` with
-    its set, second callback and removal per call (a batch of 1,000 slow steps holds
-    1,000 of these calls for the whole wait, issue 34).
+    Each waiting call runs in a task of its own whose coroutine is a :class:`_BatchStep`
+    around the environment's: the step that finishes the call puts its outcome on the
+    call and counts it here, inside the task's own step. No done callback, no second
+    hop through the loop and no wrapping coroutine per call (a batch of 1,000 slow
+    steps holds 1,000 of these calls for the whole wait, and finishes them all at the
+    end of it, on a round's critical path: issue 34).
+
+    The tasks are made in one callback soon after the calls started, not one by one as
+    they start: a lockstep round's frames are read and started back to back, and what
+    its last frame's waits start behind is every earlier frame's start-up; a task is
+    only needed once its call is done waiting (its first step hands over the wait).
     """
 
-    __slots__ = ("all_done", "calls", "context", "left", "report")
+    __slots__ = ("all_done", "left", "pending", "steps")
 
     def __init__(self) -> None:
-        self.calls: dict[asyncio.Future[Any], EnvCall] = {}
+        self.steps: list[tuple[asyncio.Future[Any], _BatchStep]] = []
+        self.pending: list[_BatchStep] = []
+        """Started calls whose tasks are not made yet (see :meth:`spawn`)."""
         self.left = 0
         self.all_done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.context = contextvars.copy_context()
-        self.report = self._report  # one bound method for every call
 
     def start(self, call: EnvCall) -> None:
         """Start an async env's call up to its first wait; its outcome is on ``call``
         now if it finished at once, else once its task is done."""
         started = time.perf_counter()
-        method = call.method
         try:
-            fn = getattr(call.runner.env, method)
+            fn = getattr(call.runner.env, call.method)
             coro = fn(*call.args, **call.kwargs) if call.kwargs else fn(*call.args)
         except Exception as exc:
             call.error = exc
             return
-        future = eager_start(_guarded_async(method, coro))
-        if future.done():
-            call.seconds = time.perf_counter() - started
-            _fill(call, future)
-            return
-        call.seconds = started  # the start, until the call is done (see _report)
-        self.calls[future] = call
+        step = _BatchStep(coro, call, started)
+        try:
+            waiting = step.send(None)
+        except StopIteration:
+            return  # finished without waiting: its outcome is on the call already
+        except asyncio.CancelledError:
+            return  # as a task that ends cancelled: nothing to put on the call
+        step.batch, step.suspended = self, waiting
+        if not self.pending:
+            asyncio.get_running_loop().call_soon(self.spawn)
+        self.pending.append(step)
         self.left += 1
-        future.add_done_callback(self.report, context=self.context)
 
-    def _report(self, future: asyncio.Future[Any]) -> None:
-        call = self.calls[future]
+    def spawn(self) -> None:
+        """Make the tasks of the started calls that have none yet."""
+        pending, self.pending = self.pending, []
+        create = asyncio.get_running_loop().create_task
+        self.steps += [(create(step), step) for step in pending]
+
+    def count(self) -> None:
+        """One waiting call is done (called from its task's last step)."""
         self.left -= 1
-        if not future.cancelled():  # cancelled: a timeout, whose error the batch filled in
-            call.seconds = time.perf_counter() - call.seconds
-            _fill(call, future)
         if self.left == 0 and not self.all_done.done():
+            self.all_done.set_result(None)
+
+    def _expire(self) -> None:
+        if not self.all_done.done():
             self.all_done.set_result(None)
 
     async def wait(self, timeout: float | None) -> None:
@@ -915,25 +944,104 @@ class _Suspended:
         if timeout is None:
             await self.all_done
             return
-        if await within(self.all_done, timeout):
+        # The deadline wakes the same future the last call does: one hop either way.
+        timer = asyncio.get_running_loop().call_later(timeout, self._expire)
+        try:
+            await self.all_done
+        finally:
+            timer.cancel()
+        if self.left == 0:
             return
-        for future, call in self.calls.items():
-            if not future.done():
+        self.spawn()  # (made already, short of a deadline that is due at once)
+        for task, step in self.steps:
+            if not task.done():
+                call = step.call
+                step.expired = True  # what it does after its cancellation is not its answer
                 call.seconds = timeout
-                future.cancel()
-                call.runner.abandon(future)
+                task.cancel()
+                call.runner.abandon(task)
                 call.error = call.runner.timeout_error(call.method, timeout)
 
 
-def _fill(call: EnvCall, future: asyncio.Future[Any]) -> None:
-    """Put a finished call's outcome on ``call``."""
-    error = future.exception()
-    if error is None:
-        call.value = future.result()
-    elif isinstance(error, Exception):
-        call.error = error
-    else:  # never an escape from the loop: _guarded_async wraps the rest
-        call.error = _escaped(call.method, error)
+class _BatchStep(collections.abc.Coroutine[Any, Any, None]):
+    """The coroutine a waiting batch call's task runs: the environment's own, driven
+    through, its outcome put on its :class:`EnvCall` when it ends.
+
+    What :func:`_guarded_async` and a done callback did per call, in the task's step: a
+    non-``Exception`` the environment raises (cancellation aside) becomes ``EnvError``
+    before asyncio could re-raise it out of the loop, and the task itself ends with
+    None (an environment's exception is the call's, never an unretrieved task's). The
+    task's first step hands over what the eager start stopped at (see
+    :class:`_Started`).
+    """
+
+    __slots__ = ("batch", "call", "coro", "expired", "started", "suspended")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], call: EnvCall, started: float) -> None:
+        self.coro = coro
+        self.call = call
+        self.started = started
+        self.suspended: Any = _RESUMED
+        self.batch: _Suspended | None = None
+        """Set once the call waits (it is then counted there)."""
+        self.expired = False
+        """The batch gave up on the call (its timeout): later outcomes are ignored."""
+
+    def send(self, value: Any) -> Any:
+        """The task's step: the first hands over the wait, the rest resume the call."""
+        suspended = self.suspended
+        if suspended is not _RESUMED:
+            self.suspended = _RESUMED
+            return suspended
+        try:
+            return self.coro.send(value)
+        except StopIteration as stop:
+            self._end(stop.value, None)
+        except asyncio.CancelledError:
+            self._cancelled()
+            raise
+        except BaseException as exc:
+            self._end(None, exc)
+        raise StopIteration
+
+    def throw(self, *exc: Any) -> Any:
+        """Throw into the call (cancellation, mostly), where it waits."""
+        self.suspended = _RESUMED
+        try:
+            return self.coro.throw(*exc)
+        except StopIteration as stop:
+            self._end(stop.value, None)
+        except asyncio.CancelledError:
+            self._cancelled()
+            raise
+        except BaseException as exc:
+            self._end(None, exc)
+        raise StopIteration
+
+    def close(self) -> None:
+        """Close the environment's coroutine."""
+        self.coro.close()
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        raise TypeError("a batch step is run by a task, not awaited")
+
+    def _end(self, value: Any, error: BaseException | None) -> None:
+        call = self.call
+        if not self.expired:
+            call.seconds = time.perf_counter() - self.started
+            if error is None:
+                call.value = value
+            elif isinstance(error, Exception):
+                call.error = error
+            else:  # SystemExit and the like must not stop the server
+                call.error = _escaped(call.method, error)
+        if self.batch is not None:
+            self.batch.count()
+
+    def _cancelled(self) -> None:
+        # Cancelled: a timeout, whose error the batch put on the call already.
+        if self.batch is not None:
+            self.batch.count()
 
 
 async def _one(call: EnvCall, timeout: float | None) -> None:
