@@ -22,15 +22,19 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "corral"
 MODULE = SRC / "asyncio_compat.py"
 SUPPORTED = ["3.11", "3.12", "3.13", "3.14"]
 PYENV = Path.home() / ".pyenv" / "versions"
-PRIVATE = re.compile(r"asyncio\._(?!_)\w+|\bimport _signal\b|\b_signal\.|_asyncio_future_blocking")
+PRIVATE = re.compile(
+    r"asyncio\._(?!_)\w+|from asyncio[.\w]* import .*\b_[a-z]|asyncio\.tasks\._|"
+    r"\bimport _signal\b|\b_signal\.|_asyncio_future_blocking"
+)
 """A private asyncio name (not a dunder such as ``__file__``), ``_signal``, the future
-protocol's flag."""
+protocol's flag (a private name imported from an asyncio module counts)."""
 
 
 def test_the_hooks_work_here() -> None:
     assert asyncio_compat.self_check() == [
         "running loop: read and set",
         "future protocol: a yielded future taken",
+        "current task: entered and left",
         "SIGINT handler: read, set, called, restored",
     ]
 
@@ -67,6 +71,7 @@ def test_the_hooks_work_on_every_supported_python(version: str) -> None:
     assert done.stdout.splitlines() == [
         "running loop: read and set",
         "future protocol: a yielded future taken",
+        "current task: entered and left",
         "SIGINT handler: read, set, called, restored",
     ]
 

@@ -8,6 +8,9 @@ that have no public spelling:
   and set while a coroutine is stepped by hand (``asyncio._set_running_loop``);
 * the future protocol a task follows: a coroutine that awaits a future yields it with
   ``_asyncio_future_blocking`` set, which the stepper clears as it takes the future;
+* the task a loop holds as current, entered and left by hand (``asyncio.tasks._enter_task``
+  and ``_leave_task``): a batch's calls start in the frame's callback, before the batch's
+  task has run, with that task current as they would be at its first step;
 * SIGINT's handler read and set through ``signal``'s C core (``_signal``): the Python
   wrapper turns each handler into an enum and back, which cost more (~13 µs a call) than
   the rest of a call's set-up.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]
 import asyncio
+import asyncio.tasks
 import signal
 from collections.abc import Callable
 from types import FrameType
@@ -54,6 +58,17 @@ def take_awaited(value: Any) -> bool:
         return False
     value._asyncio_future_blocking = False
     return True
+
+
+def enter_task(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
+    """Make ``task`` the current task of ``loop`` (none may be current), as a task's own
+    step does while it runs; :func:`leave_task` ends it."""
+    asyncio.tasks._enter_task(loop, task)
+
+
+def leave_task(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
+    """End what :func:`enter_task` began: ``loop`` has no current task again."""
+    asyncio.tasks._leave_task(loop, task)
 
 
 def sigint_handler() -> SigHandler:
@@ -107,6 +122,19 @@ def self_check() -> list[str]:
         else:
             raise AssertionError("the coroutine did not finish once its future was done")
         checked.append("future protocol: a yielded future taken")
+
+        async def pending() -> None:
+            await asyncio.sleep(0)
+
+        task = loop.create_task(pending())
+        enter_task(loop, task)
+        try:
+            assert asyncio.current_task(loop) is task
+        finally:
+            leave_task(loop, task)
+        assert asyncio.current_task(loop) is None
+        loop.run_until_complete(task)
+        checked.append("current task: entered and left")
     finally:
         loop.close()
 

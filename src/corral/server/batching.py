@@ -24,10 +24,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from asyncio.tasks import _enter_task, _leave_task
 from collections.abc import Awaitable
 from typing import Any
 
+from corral.asyncio_compat import enter_task, leave_task
 from corral.errors import CorralError, InternalError, SessionBusy, SessionLost, StepTimeout
 from corral.protocol import batch as b
 from corral.protocol.server import Peer, RunBatch
@@ -139,13 +139,13 @@ class BatchHandler:
             # not held behind its last starts (issue 34). As in the task, the batch
             # task is the current one while they start.
             loop = asyncio.get_running_loop()
-            _enter_task(loop, task)
+            enter_task(loop, task)
             try:
                 started.awaiting = start_calls(calls, self.manager.executor, self.step_timeout_s)
             except Exception as exc:  # a bug in corral: the task answers every item
                 started.error = exc
             finally:
-                _leave_task(loop, task)
+                leave_task(loop, task)
         self._tasks.add(task)
         keys = [(call.session.id, request.id) for call in calls]
         for key in keys:
