@@ -6,9 +6,11 @@ tests burn, in the worker and in the servers and interpreters they start, and py
 a test (setup, call, teardown) is measured as the worker's own CPU (``RUSAGE_SELF``) plus
 that of the children it reaped meanwhile (``RUSAGE_CHILDREN``: a child counts when it is
 waited for, so a server started by a module's fixture lands on the test whose teardown
-stops it). A worker's last teardown also ends its session fixtures, whose children may
-have lived the whole run (the web tests' Chromium: ~35 CPU-s of rendering, reaped when the
-session ends): that teardown is listed as ``SESSION`` instead of under the test it follows.
+stops it). A worker's last teardown ends its module's fixtures and its session's, whose
+children may have lived the whole run (the web tests' Chromium: ~35 CPU-s of rendering,
+reaped when the session ends): that teardown is listed as ``SESSION``, not under the test
+it follows, and so is not in its file's figure either (the total has it; a run of one
+file puts that file's module fixtures there).
 The figures travel in the teardown report (``user_properties``) to the process that prints
 the summary (the xdist controller); a plugin of the whole suite (``tests/conftest.py``
 loads it). Off unless asked: two ``getrusage`` calls per phase.
@@ -24,7 +26,7 @@ import pytest
 
 _KEY = "corral_cpu_s"
 _SESSION_KEY = "corral_session_cpu_s"
-SESSION = "(session fixtures: the last teardown of each worker)"
+SESSION = "(the last teardown of each worker: module and session fixtures)"
 _OPTION = "--cpu-report"
 _CPU: dict[str, tuple[float, float]] = {}
 """Node id to (own CPU-s, children's CPU-s), in the process that prints the summary."""
