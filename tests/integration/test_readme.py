@@ -176,8 +176,11 @@ def scaffold(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class Servers:
     """Starts each server a block asks for once, and stops them all at the end."""
 
-    def __init__(self, stack: ExitStack) -> None:
+    def __init__(self, stack: ExitStack, home: Path) -> None:
         self.stack = stack
+        self.home = home
+        """Where the servers whose blocks need no directory of theirs run: keyed by it, not
+        by each test's ``tmp_path``, the blocks that name one target share its server."""
         self.urls: dict[tuple[str, str], str] = {}
 
     def corral(self, target: str, cwd: Path) -> str:
@@ -193,9 +196,9 @@ class Servers:
 
 
 @pytest.fixture(scope="module")
-def shared() -> Iterator[Servers]:
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     with ExitStack() as stack:
-        yield Servers(stack)
+        yield Servers(stack, tmp_path_factory.mktemp("servers"))
 
 
 @pytest.fixture(scope="module")
@@ -224,6 +227,8 @@ def test_snippet_runs_as_written(
         places = {"scaffold": scaffold, "demo_env": scaffold / "demo_env", "": tmp_path}
         cwd = places[notes.get("cwd", "")]
         server_cwd = scaffold / "demo_env" if notes.get("server") == "." else cwd
+    if server_cwd == tmp_path:  # needs no directory of its own: one server per target
+        server_cwd = shared.home
     code = snippet.code
     if "server" in notes:
         target = notes["server"]

@@ -6,9 +6,14 @@ tests burn, in the worker and in the servers and interpreters they start, and py
 a test (setup, call, teardown) is measured as the worker's own CPU (``RUSAGE_SELF``) plus
 that of the children it reaped meanwhile (``RUSAGE_CHILDREN``: a child counts when it is
 waited for, so a server started by a module's fixture lands on the test whose teardown
-stops it). The figures travel in the teardown report (``user_properties``) to the process
-that prints the summary (the xdist controller); a plugin of the whole suite
-(``tests/conftest.py`` loads it). Off unless asked: two ``getrusage`` calls per phase.
+stops it). A worker's last teardown ends its module's fixtures and its session's, whose
+children may have lived the whole run (the web tests' Chromium: ~35 CPU-s of rendering,
+reaped when the session ends): that teardown is listed as ``SESSION``, not under the test
+it follows, and so is not in its file's figure either (the total has it; a run of one
+file puts that file's module fixtures there).
+The figures travel in the teardown report (``user_properties``) to the process that prints
+the summary (the xdist controller); a plugin of the whole suite (``tests/conftest.py``
+loads it). Off unless asked: two ``getrusage`` calls per phase.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from typing import Any
 import pytest
 
 _KEY = "corral_cpu_s"
+_SESSION_KEY = "corral_session_cpu_s"
+SESSION = "(the last teardown of each worker: module and session fixtures)"
 _OPTION = "--cpu-report"
 _CPU: dict[str, tuple[float, float]] = {}
 """Node id to (own CPU-s, children's CPU-s), in the process that prints the summary."""
@@ -41,7 +48,7 @@ def _cpu() -> tuple[float, float]:
     return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
 
 
-def _measured(item: pytest.Item) -> Generator[None, Any, Any]:
+def _measured(item: pytest.Item, key: str = _KEY) -> Generator[None, Any, Any]:
     if item.config.getoption(_OPTION) is None:
         return (yield)
     own, children = _cpu()
@@ -49,7 +56,7 @@ def _measured(item: pytest.Item) -> Generator[None, Any, Any]:
         return (yield)
     finally:
         own_after, children_after = _cpu()
-        item.user_properties.append((_KEY, (own_after - own, children_after - children)))
+        item.user_properties.append((key, (own_after - own, children_after - children)))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -63,16 +70,23 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, Any, Any]:
-    return (yield from _measured(item))
+def pytest_runtest_teardown(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, Any, Any]:
+    return (yield from _measured(item, _KEY if nextitem is not None else _SESSION_KEY))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when != "teardown":
         return
-    phases = [value for key, value in report.user_properties if key == _KEY]
-    if phases:
-        _CPU[report.nodeid] = (sum(p[0] for p in phases), sum(p[1] for p in phases))
+    for name, key in ((report.nodeid, _KEY), (SESSION, _SESSION_KEY)):
+        phases = [value for k, value in report.user_properties if k == key]
+        if phases:
+            before = _CPU.get(name, (0.0, 0.0))  # SESSION adds up every worker's
+            _CPU[name] = (
+                before[0] + sum(p[0] for p in phases),
+                before[1] + sum(p[1] for p in phases),
+            )
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
@@ -96,6 +110,6 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     for path, total in sorted(files.items(), key=lambda entry: -entry[1])[:count]:
         terminalreporter.write_line(f"{total:8.2f}s  {path}")
     terminalreporter.write_line(
-        f"all {len(_CPU)} tests: {own + children:.1f} CPU-s "
+        f"all {len(_CPU) - (SESSION in _CPU)} tests: {own + children:.1f} CPU-s "
         f"({own:.1f} in the workers, {children:.1f} in their children)"
     )
