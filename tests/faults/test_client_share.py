@@ -115,8 +115,10 @@ def test_one_client_holds_its_share_across_every_way_in(server: ThreadServer) ->
         assert reply["data"]["max_sessions"] == SHARE
         # Another client still gets the slots kept for others, and then the server is full.
         other = Corral(server, source="127.0.0.2")
+        held.append(other.raw)
         assert other.open()["type"] == "opened"
-        assert http(server, "127.0.0.2").post("/sessions").status_code == 201
+        with http(server, "127.0.0.2") as web2:
+            assert web2.post("/sessions").status_code == 201
         full = other.open()
         assert full["code"] == ErrorCode.CAPACITY_REACHED, full
         # A session given back frees a slot that is the client's to take again.
