@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from tests.support.cli import REPO, corral, foreground_sigint
+from tests.support.cli import REPO, corral, corral_here, foreground_sigint
 from tests.support.flaky import FragileEnv
 from tests.support.llm_standin import standin_app
 from tests.support.peers import AppThread
@@ -322,7 +322,7 @@ async def test_policies_from_files_and_modules(tmp_path: Path, fragile: InProces
             env=FragileEnv,
         )
     # A policy that cannot be loaded fails before any server is started.
-    bad = corral("eval", FRAGILE, "--policy", "nowhere:nothing", "--out", str(tmp_path / "x"))
+    bad = corral_here("eval", FRAGILE, "--policy", "nowhere:nothing", "--out", str(tmp_path / "x"))
     assert bad.returncode == 2 and "cannot load policy" in bad.stderr
     assert not (tmp_path / "x").exists()
 
