@@ -210,7 +210,7 @@ async def test_an_episode_file_becomes_a_passing_regression_test(tmp_path: Path)
     with running(WordleEnv, max_sessions=4) as srv:
         await record_wordle(path, srv.url)
     test = tmp_path / "gen" / "test_wordle_regression.py"
-    made = corral(
+    made = corral_here(
         "replay", str(path), "--pytest", str(test), "--env", "corral.envs.wordle:WordleEnv"
     )
     assert made.returncode == 0 and "4 test(s)" in made.stdout, made.stderr
@@ -226,7 +226,7 @@ async def test_a_regression_test_fails_with_the_divergence(tmp_path: Path) -> No
     with running(FlakyEnv, max_sessions=4) as srv:
         await record_flaky(path, srv.url)
         test = tmp_path / "test_flaky_regression.py"
-        made = corral("replay", str(path), "--pytest", str(test), "--ignore", "metadata")
+        made = corral_here("replay", str(path), "--pytest", str(test), "--ignore", "metadata")
         assert made.returncode == 0, made.stderr
         failed = run_pytest(test, {"CORRAL_URL": srv.url})
     assert failed.returncode == 1

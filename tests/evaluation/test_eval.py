@@ -161,7 +161,7 @@ def test_an_llm_policy_against_a_stand_in_endpoint(tmp_path: Path) -> None:
     app, seen = standin_app()
     with AppThread(app) as llm_url, running(WordleEnv, max_sessions=8) as srv:
         out = tmp_path / "run"
-        done = corral(
+        done = corral_here(
             "eval",
             srv.url,
             "--policy",
@@ -366,7 +366,7 @@ def test_the_bandit_of_the_grpo_example_through_an_llm_policy(tmp_path: Path) ->
     app, seen = standin_app(LeverAction, bandit_player)
     with AppThread(app) as llm_url, running(BanditEnv, max_sessions=4) as srv:
         out = tmp_path / "run"
-        done = corral(
+        done = corral_here(
             "eval",
             srv.url,
             "--policy",
