@@ -132,11 +132,9 @@ async def batched(s: Settings, log: Log) -> dict[str, Any]:
     started: list[servers.Served] = []
     rows = []
     try:
-        launches = [
-            servers.corral_server("corral.envs.echo:EchoEnv", "--max-sessions", str(largest * 2))
-        ]
+        launches = [servers.corral_echo("--max-sessions", str(largest * 2))]
         if s.openenv:
-            launches.append(servers.openenv_server("echo", max_sessions=largest + 64))
+            launches.append(servers.openenv_echo(max_sessions=largest + 64))
         results = await asyncio.gather(*launches, return_exceptions=True)
         started.extend(r for r in results if isinstance(r, servers.Served))
         failure = next((r for r in results if isinstance(r, BaseException)), None)

@@ -346,13 +346,13 @@ async def lockstep(s: Settings, log: Log) -> dict[str, dict[str, float]]:
     started: list[servers.Served] = []
     try:
         launches = [
-            servers.corral_server("corral.envs.echo:EchoEnv"),
+            servers.corral_echo(),
             servers.corral_server("benchmarks.envs:AsyncEchoEnv"),
             servers.floor_server(),
             servers.floor_server("picows"),
         ]
         if s.openenv:
-            launches += [servers.openenv_server("echo"), servers.openenv_server("async-echo")]
+            launches += [servers.openenv_echo(), servers.openenv_server("async-echo")]
         echo, aecho, floor, pfloor, *openenv = await _start(started, *launches)
         action = EchoAction(message=MESSAGE)
         contenders: list[tuple[str, Driver]] = [
@@ -455,7 +455,7 @@ async def _latencies(step: Callable[[], Awaitable[Any]], steps: int) -> dict[str
 
 async def _corral_scale(s: Settings, log: Log) -> dict[str, Any]:
     n = s.scale_sessions
-    server = await servers.holding_server("corral.envs.echo:EchoEnv", n)
+    server = await servers.corral_echo(*servers.holding_args(n))
     try:
         await asyncio.sleep(0.5)
         before = server.rss_kb()
@@ -507,7 +507,7 @@ async def _openenv_scale_one(n: int, s: Settings) -> dict[str, Any]:
     from benchmarks.envs import openenv_models
 
     action = openenv_models()["EchoAction"](message=MESSAGE)
-    server = await servers.openenv_server("echo", max_sessions=n + 16)
+    server = await servers.openenv_echo(max_sessions=n + 16)
     clients: list[Any] = []
     try:
         await asyncio.sleep(0.5)

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -126,20 +126,78 @@ class _Child:
         self._tmp.cleanup()
 
 
+def holding_args(sessions: int) -> tuple[str, ...]:
+    """``corral serve`` options for a server one benchmark fills with ``sessions``
+    long-held sessions: room for them and 16 more, none reaped for idling, no share kept
+    for other clients."""
+    return ("--max-sessions", str(sessions + 16), "--idle-timeout", "0", *OWNED)
+
+
 async def holding_server(
     target: str, sessions: int, *, env: dict[str, str] | None = None
 ) -> Served:
-    """A ``corral serve`` process one benchmark fills with ``sessions`` long-held sessions:
-    room for them and 16 more, none reaped for idling, no share kept for other clients."""
-    return await corral_server(
-        target,
-        "--max-sessions",
-        str(sessions + 16),
-        "--idle-timeout",
-        "0",
-        *OWNED,
-        env=env,
-    )
+    """A ``corral serve`` process with :func:`holding_args`."""
+    return await corral_server(target, *holding_args(sessions), env=env)
+
+
+ECHO = "corral.envs.echo:EchoEnv"
+SHARED_ROOM = 1024
+"""Sessions the shared echo servers of a smoke run hold: more than its sections open at
+once (its largest is the scale section's 200)."""
+_shared: dict[str, asyncio.Future[Served]] | None = None
+"""Inside :func:`sharing`: the shared servers, by name, as they start."""
+
+
+@contextlib.asynccontextmanager
+async def sharing() -> AsyncIterator[None]:
+    """Within: every section asking for an echo server (:func:`corral_echo`,
+    :func:`openenv_echo`) gets the one of the whole block, started once, with room for
+    them all, and stopped when the block ends.
+
+    For the smoke run (issue 32): its sections run at once and time nothing, and each
+    server process costs ~1 CPU-s (corral) to ~2 (openenv-core) to import and start;
+    what the sections measure of a server (its memory) is then a figure of a shared
+    process, as nothing of a smoke run is a figure.
+    """
+    global _shared
+    _shared = {}
+    try:
+        yield
+    finally:
+        launches, _shared = list(_shared.values()), None
+        started = await asyncio.gather(*launches, return_exceptions=True)
+        await asyncio.gather(*(s.stop() for s in started if isinstance(s, Served)))
+
+
+async def _nothing() -> None:
+    """A shared server's ``stop()`` for its sections: :func:`sharing` stops it."""
+
+
+async def _shared_or(name: str, launch: Callable[[], Awaitable[Served]]) -> Served | None:
+    """Inside :func:`sharing`, the server ``name`` (``launch`` starts it the first time
+    it is asked for); outside, None."""
+    if _shared is None:
+        return None
+    if name not in _shared:
+        _shared[name] = asyncio.ensure_future(launch())
+    # Shielded: a section cancelled while it waits (a timeout) leaves the start to the
+    # others, and the block's end stops what started.
+    server = await asyncio.shield(_shared[name])
+    return Served(server.name, server.url, server.pid, _nothing)
+
+
+async def corral_echo(*args: str) -> Served:
+    """A ``corral serve`` process of the echo environment with options ``args``, or,
+    inside :func:`sharing`, the block's one (with room for every section)."""
+    shared = await _shared_or("corral", lambda: holding_server(ECHO, SHARED_ROOM))
+    return shared if shared is not None else await corral_server(ECHO, *args)
+
+
+async def openenv_echo(max_sessions: int = 1024) -> Served:
+    """An openenv-core echo server for ``max_sessions``, or, inside :func:`sharing`, the
+    block's one (with room for every section)."""
+    shared = await _shared_or("openenv", lambda: openenv_server("echo", SHARED_ROOM + 16))
+    return shared if shared is not None else await openenv_server("echo", max_sessions)
 
 
 async def openenv_server(

@@ -26,7 +26,7 @@ from typing import Any
 
 from rich.console import Console
 
-from benchmarks import batched, ceiling, density, fleet, measure, sandboxed, slow
+from benchmarks import batched, ceiling, density, fleet, measure, sandboxed, servers, slow
 from benchmarks.measure import (
     PPO_BOUND,
     PPO_LOCAL,
@@ -589,10 +589,12 @@ async def run(
 
         openenv_models()  # a multi-second import: never inside a timed or timeout-bound call
     if settings.smoke:
-        # Every section finishes (and stops its servers) even when another one fails.
-        values = await asyncio.gather(
-            *(measurements[n](settings, log) for n in chosen), return_exceptions=True
-        )
+        # Every section finishes (and stops its servers) even when another one fails;
+        # the echo servers are one corral and one openenv-core process for them all.
+        async with servers.sharing():
+            values = await asyncio.gather(
+                *(measurements[n](settings, log) for n in chosen), return_exceptions=True
+            )
         failure = next((v for v in values if isinstance(v, BaseException)), None)
         if failure is not None:
             raise failure

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.cli import corral
+from tests.support.cli import corral, corral_here
 from tests.support.flaky import FlakyEnv, Move, SlowEnv
 from tests.support.recording import play
 from tests.support.servers import running
@@ -152,20 +152,21 @@ async def test_the_command(tmp_path: Path) -> None:
         diverged = corral("replay", str(path), "--url", url)
         assert diverged.returncode == 1, diverged.stderr
         assert "diverged" in diverged.stdout and "metadata.calls" in diverged.stdout
-        clean = corral(
+        # The one run in a child process of its own; what the rest say, in this one.
+        clean = corral_here(
             "replay", str(path), "--url", url, "--ignore", "metadata", "--ignore", "noise", "--json"
         )
         assert clean.returncode == 0, clean.stderr
         data = json.loads(clean.stdout)
         assert data["ok"] and data["counts"]["identical"] == 2
-    local = corral("replay", str(path), "--env", "tests.support.flaky:FlakyEnv", "--json")
+    local = corral_here("replay", str(path), "--env", "tests.support.flaky:FlakyEnv", "--json")
     assert local.returncode == 1, local.stderr
     assert json.loads(local.stdout)["counts"]["diverged"] == 2
 
     (tmp_path / "bad.jsonl").write_text("not json\n")
-    bad = corral("replay", str(tmp_path / "bad.jsonl"), "--url", "http://127.0.0.1:9")
+    bad = corral_here("replay", str(tmp_path / "bad.jsonl"), "--url", "http://127.0.0.1:9")
     assert bad.returncode == 2 and "line 1" in bad.stderr
-    both = corral("replay", str(path))
+    both = corral_here("replay", str(path))
     assert both.returncode == 2 and "exactly one of --url and --env" in both.stderr
 
 
@@ -209,7 +210,7 @@ async def test_an_episode_file_becomes_a_passing_regression_test(tmp_path: Path)
     with running(WordleEnv, max_sessions=4) as srv:
         await record_wordle(path, srv.url)
     test = tmp_path / "gen" / "test_wordle_regression.py"
-    made = corral(
+    made = corral_here(
         "replay", str(path), "--pytest", str(test), "--env", "corral.envs.wordle:WordleEnv"
     )
     assert made.returncode == 0 and "4 test(s)" in made.stdout, made.stderr
@@ -225,7 +226,7 @@ async def test_a_regression_test_fails_with_the_divergence(tmp_path: Path) -> No
     with running(FlakyEnv, max_sessions=4) as srv:
         await record_flaky(path, srv.url)
         test = tmp_path / "test_flaky_regression.py"
-        made = corral("replay", str(path), "--pytest", str(test), "--ignore", "metadata")
+        made = corral_here("replay", str(path), "--pytest", str(test), "--ignore", "metadata")
         assert made.returncode == 0, made.stderr
         failed = run_pytest(test, {"CORRAL_URL": srv.url})
     assert failed.returncode == 1
@@ -254,7 +255,7 @@ async def test_an_empty_file_cannot_be_used(tmp_path: Path) -> None:
     empty = tmp_path / "empty.jsonl"
     empty.touch()
     with running(FlakyEnv) as srv:
-        done = corral("replay", str(empty), "--url", srv.url)
+        done = corral_here("replay", str(empty), "--url", srv.url)
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert "empty" in done.stderr and "Traceback" not in done.stderr
 

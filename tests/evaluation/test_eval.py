@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from tests.support.cli import REPO, corral, foreground_sigint
+from tests.support.cli import REPO, corral, corral_here, foreground_sigint
 from tests.support.flaky import FragileEnv
 from tests.support.llm_standin import standin_app
 from tests.support.peers import AppThread
@@ -161,7 +161,7 @@ def test_an_llm_policy_against_a_stand_in_endpoint(tmp_path: Path) -> None:
     app, seen = standin_app()
     with AppThread(app) as llm_url, running(WordleEnv, max_sessions=8) as srv:
         out = tmp_path / "run"
-        done = corral(
+        done = corral_here(
             "eval",
             srv.url,
             "--policy",
@@ -322,7 +322,7 @@ async def test_policies_from_files_and_modules(tmp_path: Path, fragile: InProces
             env=FragileEnv,
         )
     # A policy that cannot be loaded fails before any server is started.
-    bad = corral("eval", FRAGILE, "--policy", "nowhere:nothing", "--out", str(tmp_path / "x"))
+    bad = corral_here("eval", FRAGILE, "--policy", "nowhere:nothing", "--out", str(tmp_path / "x"))
     assert bad.returncode == 2 and "cannot load policy" in bad.stderr
     assert not (tmp_path / "x").exists()
 
@@ -366,7 +366,7 @@ def test_the_bandit_of_the_grpo_example_through_an_llm_policy(tmp_path: Path) ->
     app, seen = standin_app(LeverAction, bandit_player)
     with AppThread(app) as llm_url, running(BanditEnv, max_sessions=4) as srv:
         out = tmp_path / "run"
-        done = corral(
+        done = corral_here(
             "eval",
             srv.url,
             "--policy",

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.support.cli import corral
+from tests.support.cli import corral_here
 from tests.support.flaky import FragileEnv
 from tests.support.servers import running
 
@@ -38,7 +38,7 @@ async def test_resuming_a_file_of_a_newer_format_is_refused(tmp_path: Path, url:
     newer(out / "episodes.jsonl")
     with pytest.raises(EvalError, match=r"cannot resume .*newer corral.*upgrade corral"):
         await evaluate(url, out=out, episodes=3, seed=6, concurrency=2)
-    done = corral("eval", url, "--out", str(out), "--episodes", "3", "--seed", "6")
+    done = corral_here("eval", url, "--out", str(out), "--episodes", "3", "--seed", "6")
     assert done.returncode != 0
     assert "newer corral" in done.stderr + done.stdout
     assert "Traceback" not in done.stderr + done.stdout
