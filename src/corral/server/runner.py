@@ -993,22 +993,18 @@ class _BatchStep(collections.abc.Coroutine[Any, Any, None]):
         if suspended is not _RESUMED:
             self.suspended = _RESUMED
             return suspended
-        try:
-            return self.coro.send(value)
-        except StopIteration as stop:
-            self._end(stop.value, None)
-        except asyncio.CancelledError:
-            self._cancelled()
-            raise
-        except BaseException as exc:
-            self._end(None, exc)
-        raise StopIteration
+        return self._resume(self.coro.send, value)
 
     def throw(self, *exc: Any) -> Any:
         """Throw into the call (cancellation, mostly), where it waits."""
         self.suspended = _RESUMED
+        return self._resume(self.coro.throw, *exc)
+
+    def _resume(self, resume: Callable[..., Any], *args: Any) -> Any:
+        """Resume the environment's coroutine; when it ends, put its outcome on the call
+        and end this task's step (StopIteration), as a coroutine's end does."""
         try:
-            return self.coro.throw(*exc)
+            return resume(*args)
         except StopIteration as stop:
             self._end(stop.value, None)
         except asyncio.CancelledError:
