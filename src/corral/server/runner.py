@@ -928,10 +928,11 @@ class _Suspended:
     def count(self) -> None:
         """One waiting call is done (called from its task's last step)."""
         self.left -= 1
-        if self.left == 0 and not self.all_done.done():
-            self.all_done.set_result(None)
+        if self.left == 0:
+            self._wake()
 
-    def _expire(self) -> None:
+    def _wake(self) -> None:
+        """Wake the batch's waiter: its last call is done, or its deadline came."""
         if not self.all_done.done():
             self.all_done.set_result(None)
 
@@ -945,7 +946,7 @@ class _Suspended:
             await self.all_done
             return
         # The deadline wakes the same future the last call does: one hop either way.
-        timer = asyncio.get_running_loop().call_later(timeout, self._expire)
+        timer = asyncio.get_running_loop().call_later(timeout, self._wake)
         try:
             await self.all_done
         finally:
