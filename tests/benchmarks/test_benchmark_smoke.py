@@ -35,15 +35,20 @@ def _number(cell: str) -> float:
     return float(re.sub(r"[^0-9.]", "", cell))
 
 
-def test_smoke_run_writes_every_table(tmp_path):
-    output = tmp_path / "RESULTS.md"
-    run = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--smoke", "--output", str(output)],
+def _smoke(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``python -m benchmarks --smoke ARGS`` from the repository, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--smoke", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
     )
+
+
+def test_smoke_run_writes_every_table(tmp_path):
+    output = tmp_path / "RESULTS.md"
+    run = _smoke("--output", str(output), timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     report = output.read_text()
     assert "- Command: `python -m benchmarks --smoke --output" in report
@@ -138,36 +143,18 @@ def test_smoke_run_writes_every_table(tmp_path):
 
 
 def test_unknown_sections_are_refused():
-    run = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--smoke", "--only", "lockstep,warp"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    run = _smoke("--only", "lockstep,warp", timeout=60)
     assert run.returncode == 2
     assert "unknown sections ['warp']" in run.stderr
 
 
 def test_slow_cases_choose_section_8s_sizes(tmp_path):
-    bad = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--smoke", "--only", "slow", "--slow-cases", "10x"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    bad = _smoke("--only", "slow", "--slow-cases", "10x", timeout=60)
     assert bad.returncode == 2
     assert "--slow-cases takes NxD pairs" in bad.stderr
     report = tmp_path / "slow.md"
-    run = subprocess.run(
-        [
-            *(sys.executable, "-m", "benchmarks", "--smoke", "--only", "slow", "--no-openenv"),
-            *("--slow-cases", "12x0.05", "--output", str(report)),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    run = _smoke(
+        *("--only", "slow", "--no-openenv", "--slow-cases", "12x0.05", "--output", str(report)),
         timeout=300,
     )
     assert run.returncode == 0, run.stderr[-2000:]
