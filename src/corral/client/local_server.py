@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import ctypes
 import os
 import signal
 import socket
@@ -34,21 +33,21 @@ from pathlib import Path
 
 from corral.auth import TOKEN_ENV, bearer_header, resolve_token
 from corral.client.health import READY, answers, probe_client
+from corral.client.warm_start import (
+    TemplateError,
+    WarmProcess,
+    WarmTemplate,
+    die_with_parent,
+    enabled,
+    warm_template,
+)
 from corral.errors import ServerStartError
 
 _live: weakref.WeakSet[LocalServer] = weakref.WeakSet()
 _live_lock = threading.Lock()
 
-
-# Loaded in the parent: a child forked from a threaded process must not load libraries
-# (or allocate) before exec, only make system calls.
-_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent(signum: int) -> None:
-    if _LIBC is not None:
-        _LIBC.prctl(_PR_SET_PDEATHSIG, signum)
+ServerProcess = subprocess.Popen[bytes] | WarmProcess
+"""A local server's process: a fresh interpreter, or a fork of a warm template."""
 
 
 def socket_url(sock: socket.socket) -> str:
@@ -100,7 +99,7 @@ class LocalServer:
         listen_socket: socket.socket | None = None,
         wrap: Callable[[list[str]], list[str]] | None = None,
         preexec: Callable[[], None] | None = None,
-        on_spawn: Callable[[subprocess.Popen[bytes]], None] | None = None,
+        on_spawn: Callable[[ServerProcess], None] | None = None,
         stop_grace: float = 5.0,
         death_signal: int = signal.SIGTERM,
     ) -> None:
@@ -121,7 +120,7 @@ class LocalServer:
         self.stop_grace = stop_grace
         self.death_signal = death_signal
         self.url: str | None = None
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: ServerProcess | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._last_output = ""
 
@@ -143,28 +142,62 @@ class LocalServer:
         return "\n".join(text.splitlines()[-lines:])
 
     def _child_setup(self) -> None:
-        _die_with_parent(self.death_signal)
+        die_with_parent(self.death_signal)
         if self.preexec is not None:
             self.preexec()
 
-    def _spawn(self) -> Path:
+    def _child_env(self) -> dict[str, str]:
+        return {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+
+    async def _warm_template(self) -> WarmTemplate | None:
+        """The started template to fork this server from, or None for a fresh interpreter.
+
+        A server runs warm unless something must happen between fork and exec (``wrap``,
+        ``preexec``) or ``CORRAL_WARM_START=0``. A template that cannot start (an
+        interpreter without this corral, say) means a cold start, whose errors say why.
+        """
+        env = self._child_env()
+        if self.wrap is not None or self.preexec is not None or not enabled(env):
+            return None
+        template = warm_template(self.python, env)
+        try:
+            await asyncio.to_thread(template.start, self.startup_timeout)
+        except TemplateError:
+            return None
+        return template
+
+    def _spawn(self, template: WarmTemplate | None = None) -> Path:
         self._tmp = tempfile.TemporaryDirectory(prefix="corral-server-")
         port_file = Path(self._tmp.name) / "url"
         log = open(Path(self._tmp.name) / "server.log", "wb")  # noqa: SIM115 - handed to the child
-        child_env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+        child_env = self._child_env()
         inherited = (self.listen_socket.fileno(),) if self.listen_socket is not None else ()
+        argv = self.command(port_file)
+        self.process = None
         try:
-            self.process = subprocess.Popen(
-                self.command(port_file),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=child_env,
-                cwd=self.cwd,
-                start_new_session=True,
-                pass_fds=inherited,
-                preexec_fn=self._child_setup,
-            )
+            if template is not None:
+                with contextlib.suppress(TemplateError):
+                    self.process = template.spawn(
+                        argv[3:],  # after "python -m corral"
+                        env=child_env,
+                        cwd=os.fspath(self.cwd) if self.cwd is not None else None,
+                        stdout=log.fileno(),
+                        pass_fds=inherited,
+                        death_signal=self.death_signal,
+                        timeout=self.startup_timeout,
+                    )
+            if self.process is None:
+                self.process = subprocess.Popen(
+                    argv,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=child_env,
+                    cwd=self.cwd,
+                    start_new_session=True,
+                    pass_fds=inherited,
+                    preexec_fn=self._child_setup,
+                )
         finally:
             log.close()
         with _live_lock:
@@ -199,7 +232,7 @@ class LocalServer:
         if self.running and self.url is not None:
             return self.url
         try:
-            port_file = self._spawn()
+            port_file = self._spawn(await self._warm_template())
             return await self._wait_ready(port_file)
         except ServerStartError:
             raise

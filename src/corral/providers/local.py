@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Literal
 
 from corral.auth import TOKEN_ENV
-from corral.client.local_server import LocalServer
+from corral.client.local_server import LocalServer, ServerProcess
 from corral.errors import ServerStartError
 from corral.providers.base import Endpoint, Provider, ServerSpec, SpecLike
 from corral.providers.dockerfile import BuildError, Progress
@@ -435,7 +435,7 @@ class LocalProcessProvider(Provider):
         self,
         server: LocalServer,
         sandbox: _ServerSandbox | None,
-        process: subprocess.Popen[bytes],
+        process: ServerProcess,
     ) -> None:
         """Called by LocalServer as soon as the child exists: own it from then on."""
         # The server table is the finalizer's: a hook left on the server would keep the
