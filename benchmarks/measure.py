@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import multiprocessing
+import os
 import statistics
 import sys
 import time
@@ -26,6 +27,7 @@ from benchmarks import servers
 from benchmarks.envs import MESSAGE, AsyncEchoEnv, ImageEnv, TickAction
 from corral.client import AsyncEnvClient, EnvPool
 from corral.client.local_server import LocalServer
+from corral.client.warm_start import WARM_START_ENV, warm_template
 from corral.envs.echo import EchoAction, EchoEnv
 from corral.protocol.codecs import MsgpackCodec
 
@@ -585,9 +587,18 @@ async def payload(s: Settings, log: Log) -> dict[str, dict[str, float]]:
 # -- 5. start-up ------------------------------------------------------------------------
 
 
-async def _corral_startup() -> float:
+STARTUP_WARM = "corral, warm start"
+"""The start-up row of a server forked from a template (``corral.client.warm_start``)."""
+
+
+async def _corral_startup(*, warm: bool) -> float:
+    """Cold: a fresh interpreter. Warm: a fork of this interpreter's template, which is
+    started (untimed) first, as it is by the first server of a trainer's pool."""
+    env = {} if warm else {WARM_START_ENV: "0"}
+    if warm:
+        await asyncio.to_thread(warm_template(sys.executable, {**os.environ, **env}).start)
     start = time.perf_counter()
-    server = LocalServer("corral.envs.echo:EchoEnv", cwd=servers.ROOT, startup_timeout=120)
+    server = LocalServer("corral.envs.echo:EchoEnv", cwd=servers.ROOT, startup_timeout=120, env=env)
     try:
         url = await server.start()
         async with AsyncEnvClient(url, env=EchoEnv) as client:
@@ -663,14 +674,21 @@ async def _openenv_startup() -> float:
 async def startup(s: Settings, log: Log) -> dict[str, dict[str, float]]:
     """Seconds from launching a local server process to the first successful reset."""
     log("5. start-up")
-    times: dict[str, list[float]] = {"corral": [], "corral, fresh script": [], "openenv-core": []}
+    times: dict[str, list[float]] = {
+        "corral": [],
+        STARTUP_WARM: [],
+        "corral, fresh script": [],
+        "openenv-core": [],
+    }
     for repeat in range(s.startup_repeats):
-        times["corral"].append(await _corral_startup())
+        times["corral"].append(await _corral_startup(warm=False))
+        times[STARTUP_WARM].append(await _corral_startup(warm=True))
         times["corral, fresh script"].append(await _script_startup())
         if s.openenv:
             times["openenv-core"].append(await _openenv_startup())
         log(
             f"  repeat {repeat + 1}/{s.startup_repeats}: corral {times['corral'][-1]:.2f} s, "
+            f"warm {times[STARTUP_WARM][-1]:.2f} s, "
             f"fresh script {times['corral, fresh script'][-1]:.2f} s"
         )
     return {

@@ -337,7 +337,9 @@ def startup_section(
         rows,
         [
             "corral: a LocalServer process launched from the benchmark's own interpreter "
-            "(corral already imported), then a client's handshake and reset. corral, fresh "
+            "(corral already imported) as a fresh interpreter (CORRAL_WARM_START=0), then a "
+            "client's handshake and reset. corral, warm start: the same, the server a fork "
+            "of the interpreter's template (started before, untimed). corral, fresh "
             "script: a new interpreter runs `AsyncEnvClient.from_env(...)` and `reset()`, "
             "timed from spawning it (its own imports included) to the reset's answer.",
             f"openenv-core / corral = {_f(ratio, 2)}x (higher is better for corral).",

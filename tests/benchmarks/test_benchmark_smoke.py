@@ -92,6 +92,7 @@ def test_smoke_run_writes_every_table(tmp_path):
     assert _number(payload["corral msgpack"][1]) > 0
     startup = {row[0]: row for row in _rows(report, SECTIONS[5])}
     assert 0 < _number(startup["corral"][1]) < 120
+    assert 0 < _number(startup["corral, warm start"][1]) < 120
     assert 0 < _number(startup["corral, fresh script"][1]) < 120
     if importlib.util.find_spec("openenv") is not None:
         assert _number(lockstep["openenv-core"][3]) > 0

@@ -81,6 +81,11 @@ async def look(url: str) -> dict[str, object]:
     return seen
 
 
+@pytest.fixture(autouse=True)
+def warm_starts_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(WARM_START_ENV, raising=False)
+
+
 @pytest.fixture
 def env_dir(tmp_path: Path) -> Path:
     # Written after the worker's template may already run: a fork must still find it.
