@@ -27,6 +27,7 @@ from corral.client.warm_start import (
     WarmProcess,
     WarmTemplate,
     enabled,
+    reaped_cpu_seconds,
     startup_key,
     warm_template,
 )
@@ -154,8 +155,11 @@ async def test_stop_reports_the_exit_status_and_restart_forks_again(env_dir: Pat
     assert process.poll() is None
     with pytest.raises(subprocess.TimeoutExpired):
         process.wait(0.05)
+    before = reaped_cpu_seconds()
     await server.stop()
     assert process.returncode == -signal.SIGTERM
+    # Its CPU is counted where getrusage(RUSAGE_CHILDREN) cannot see it.
+    assert reaped_cpu_seconds() > before
     assert not alive(process.pid)
     process.kill()  # a signal to an exited server is a no-op, never another process's
     await server.start()

@@ -6,8 +6,11 @@ tests burn, in the worker and in the servers and interpreters they start, and py
 a test (setup, call, teardown) is measured as the worker's own CPU (``RUSAGE_SELF``) plus
 that of the children it reaped meanwhile (``RUSAGE_CHILDREN``: a child counts when it is
 waited for, so a server started by a module's fixture lands on the test whose teardown
-stops it). A worker's last teardown ends its module's fixtures and its session's, whose
-children may have lived the whole run (the web tests' Chromium: ~35 CPU-s of rendering,
+stops it; a warm server, forked by a template, counts when its template reports its exit:
+``corral.client.warm_start.reaped_cpu_seconds``). A template's own CPU (its imports, about
+a CPU-second per worker) is in no figure: it is never reaped before the worker exits.
+A worker's last teardown ends its module's fixtures and its session's, whose children may
+have lived the whole run (the web tests' Chromium: ~35 CPU-s of rendering,
 reaped when the session ends): that teardown is listed as ``SESSION``, not under the test
 it follows, and so is not in its file's figure either (the total has it; a run of one
 file puts that file's module fixtures there).
@@ -23,6 +26,8 @@ from collections.abc import Generator
 from typing import Any
 
 import pytest
+
+from corral.client.warm_start import reaped_cpu_seconds
 
 _KEY = "corral_cpu_s"
 _SESSION_KEY = "corral_session_cpu_s"
@@ -45,7 +50,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def _cpu() -> tuple[float, float]:
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+    reaped = children.ru_utime + children.ru_stime + reaped_cpu_seconds()
+    return own.ru_utime + own.ru_stime, reaped
 
 
 def _measured(item: pytest.Item, key: str = _KEY) -> Generator[None, Any, Any]:

@@ -355,6 +355,7 @@ class WarmTemplate:
                         self._ready.set()
                     elif "exited" in message:
                         self._exited[message["exited"]] = message["status"]
+                        _count_reaped(message["cpu_s"])
                     else:
                         self._replies.append(message)
                     self._news.notify_all()
@@ -382,6 +383,27 @@ class WarmTemplate:
                     raise TemplateError("the server template died while forking a server")
                 self._news.wait(left)
             return self._replies.pop(0)
+
+
+_reaped_cpu_s = 0.0
+_reaped_lock = threading.Lock()
+
+
+def _count_reaped(seconds: float) -> None:
+    global _reaped_cpu_s
+    with _reaped_lock:
+        _reaped_cpu_s += seconds
+
+
+def reaped_cpu_seconds() -> float:
+    """CPU-seconds of the warm servers reaped so far, in all of this process's templates.
+
+    A warm server is its template's child, so ``getrusage(RUSAGE_CHILDREN)`` of this
+    process never includes it; this is its counterpart (``tests/support/cpu_report.py``
+    adds the two).
+    """
+    with _reaped_lock:
+        return _reaped_cpu_s
 
 
 _templates: dict[tuple[str, tuple[tuple[str, str], ...]], WarmTemplate] = {}
@@ -474,12 +496,17 @@ def _serve_requests(sock: socket.socket) -> _Launch | None:
 def _report_exits(sock: socket.socket) -> None:
     while True:
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
-        sock.send(json.dumps({"exited": pid, "status": os.waitstatus_to_exitcode(status)}).encode())
+        report = {
+            "exited": pid,
+            "status": os.waitstatus_to_exitcode(status),
+            "cpu_s": usage.ru_utime + usage.ru_stime,
+        }
+        sock.send(json.dumps(report).encode())
 
 
 def _close_all(fds: Sequence[int]) -> None:
