@@ -6,6 +6,7 @@ Real processes throughout: a template, its forks, and owners that die.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import stat
@@ -23,6 +24,7 @@ from corral.client.local_server import LocalServer
 from corral.client.warm_start import (
     UNKNOWN_STATUS,
     WARM_START_ENV,
+    ChildSetup,
     TemplateError,
     WarmProcess,
     WarmTemplate,
@@ -35,7 +37,7 @@ from corral.providers.guardian import start_time
 
 WHERE_ENV = textwrap.dedent(
     """
-    import os, sys
+    import os, resource, sys
     from corral.contract import Action, Environment, Observation, State
 
     class Look(Action):
@@ -46,13 +48,16 @@ WHERE_ENV = textwrap.dedent(
         marker: str | None
         path0: str
         fds: list[str]
+        nofile: int
+        nice: int
 
     class WhereEnv(Environment[Look, Seen, State]):
         def reset(self, seed=None, **options):
             fds = sorted(os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
                          if os.path.exists(f"/proc/self/fd/{fd}"))
             return Seen(cwd=os.getcwd(), marker=os.environ.get("CORRAL_TEST_MARKER"),
-                        path0=sys.path[0], fds=fds)
+                        path0=sys.path[0], fds=fds,
+                        nofile=resource.getrlimit(resource.RLIMIT_NOFILE)[0], nice=os.nice(0))
 
         def step(self, action):
             return self.reset()
@@ -177,6 +182,22 @@ async def test_a_crash_at_startup_carries_the_output_as_a_cold_one_does(tmp_path
         await server.start()
     assert "exited with code" in str(caught.value)
     assert isinstance(server.process, WarmProcess)
+
+
+@pytest.mark.parametrize("warm", ["1", "0"])
+async def test_limits_and_niceness_hold_warm_and_cold(env_dir: Path, warm: str) -> None:
+    setup = ChildSetup(((resource.RLIMIT_NOFILE, (200, 200)),), nice=2)
+    server = LocalServer(
+        "where_env_for_tests:WhereEnv", cwd=env_dir, setup=setup, env={WARM_START_ENV: warm}
+    )
+    try:
+        seen = await look(await server.start())
+        kind = WarmProcess if warm == "1" else subprocess.Popen
+        assert isinstance(server.process, kind)
+        assert seen["nofile"] == 200
+        assert seen["nice"] == os.nice(0) + 2
+    finally:
+        await server.stop()
 
 
 def test_startup_variables_choose_the_template() -> None:

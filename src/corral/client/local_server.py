@@ -34,6 +34,7 @@ from pathlib import Path
 from corral.auth import TOKEN_ENV, bearer_header, resolve_token
 from corral.client.health import READY, answers, probe_client
 from corral.client.warm_start import (
+    ChildSetup,
     TemplateError,
     WarmProcess,
     WarmTemplate,
@@ -76,8 +77,10 @@ class LocalServer:
             copy once the child has it.
         wrap: turns the server's argv into the argv to run (e.g. inside a sandbox
             launcher); it receives the full command, interpreter first.
-        preexec: run in the child before exec, after the parent-death signal is set
-            (resource limits, niceness).
+        setup: resource limits and niceness the server applies to itself before it runs
+            (in a fresh interpreter before exec; in a warm one after the fork).
+        preexec: run in the child before exec, after the parent-death signal is set;
+            a server with one always starts as a fresh interpreter.
         on_spawn: called with the child process as soon as it exists (a watchdog
             registers it here).
         stop_grace: seconds between SIGTERM and SIGKILL when stopping; 0 kills at once
@@ -98,6 +101,7 @@ class LocalServer:
         token: str | None = None,
         listen_socket: socket.socket | None = None,
         wrap: Callable[[list[str]], list[str]] | None = None,
+        setup: ChildSetup | None = None,
         preexec: Callable[[], None] | None = None,
         on_spawn: Callable[[ServerProcess], None] | None = None,
         stop_grace: float = 5.0,
@@ -115,6 +119,7 @@ class LocalServer:
         self.startup_timeout = startup_timeout
         self.listen_socket = listen_socket
         self.wrap = wrap
+        self.setup = setup
         self.preexec = preexec
         self.on_spawn = on_spawn
         self.stop_grace = stop_grace
@@ -143,6 +148,8 @@ class LocalServer:
 
     def _child_setup(self) -> None:
         die_with_parent(self.death_signal)
+        if self.setup is not None:
+            self.setup.apply()
         if self.preexec is not None:
             self.preexec()
 
@@ -184,6 +191,7 @@ class LocalServer:
                         stdout=log.fileno(),
                         pass_fds=inherited,
                         death_signal=self.death_signal,
+                        setup=self.setup,
                         timeout=self.startup_timeout,
                     )
             if self.process is None:

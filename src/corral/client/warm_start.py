@@ -47,6 +47,7 @@ import functools
 import importlib
 import json
 import os
+import resource
 import runpy
 import select
 import signal
@@ -56,6 +57,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from corral.errors import ServerStartError
 
@@ -113,6 +115,28 @@ def startup_key(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
 def enabled(env: Mapping[str, str]) -> bool:
     """False when ``CORRAL_WARM_START=0`` is set in ``env``."""
     return env.get(WARM_START_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class ChildSetup:
+    """What a server's process applies to itself before it runs: resource limits and
+    niceness. Data, not a callable, so that a fork of a template can apply it as well as a
+    fresh interpreter's ``preexec_fn`` (both call :meth:`apply`).
+
+    Attributes:
+        rlimits: ``(RLIMIT_*, (soft, hard))`` pairs, computed in the parent.
+        nice: niceness added to the process's.
+    """
+
+    rlimits: tuple[tuple[int, tuple[int, int]], ...] = ()
+    nice: int = 0
+
+    def apply(self) -> None:
+        """Set the limits and the niceness (system calls only: safe between fork and exec)."""
+        for which, limit in self.rlimits:
+            resource.setrlimit(which, limit)
+        if self.nice:
+            os.nice(self.nice)
 
 
 class TemplateError(ServerStartError):
@@ -244,12 +268,14 @@ class WarmTemplate:
         stdout: int,
         pass_fds: Sequence[int] = (),
         death_signal: int = signal.SIGTERM,
+        setup: ChildSetup | None = None,
         timeout: float = 60.0,
     ) -> WarmProcess:
         """Fork a server running ``corral ARGS`` (the arguments after ``python -m corral``).
 
         ``stdout`` receives its output and errors; each of ``pass_fds`` stays open in it
-        under the same number; its stdin is ``/dev/null``.
+        under the same number; its stdin is ``/dev/null``. ``setup`` is applied in it
+        before the command runs.
 
         Raises:
             TemplateError: the template is not running and could not be started, or it
@@ -262,6 +288,8 @@ class WarmTemplate:
                 "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
                 "pass_fds": list(pass_fds),
                 "death_signal": int(death_signal),
+                "rlimits": list(setup.rlimits) if setup is not None else [],
+                "nice": setup.nice if setup is not None else 0,
             }
         ).encode()
         if len(request) > _MESSAGE_BYTES or len(pass_fds) + 1 > _MAX_FDS:
@@ -444,7 +472,7 @@ def run_template(fd: int) -> None:
         _become_server(*launch)
 
 
-_Launch = tuple[int, list[str], dict[str, str], str, list[int], list[int], int]
+_Launch = tuple[int, list[str], dict[str, str], str, list[int], list[int], int, ChildSetup]
 
 
 def _serve_requests(sock: socket.socket) -> _Launch | None:
@@ -486,6 +514,12 @@ def _serve_requests(sock: socket.socket) -> _Launch | None:
                     fds,
                     [int(n) for n in request["pass_fds"]],
                     int(request["death_signal"]),
+                    ChildSetup(
+                        tuple(
+                            (int(w), (int(lim[0]), int(lim[1]))) for w, lim in request["rlimits"]
+                        ),
+                        int(request["nice"]),
+                    ),
                 )
             _close_all(fds)
             sock.send(json.dumps({"pid": pid}).encode())
@@ -523,12 +557,14 @@ def _become_server(
     received: list[int],
     wanted: list[int],
     death_signal: int,
+    setup: ChildSetup,
 ) -> None:
     """In a fork: take the server's session, descriptors and environment; run the CLI."""
     os.setsid()
     die_with_parent(death_signal)
     if os.getppid() != template:
         os._exit(UNKNOWN_STATUS)  # the template died before the signal was armed
+    setup.apply()
     # Descriptors: first above every number wanted, so that placing one never overwrites
     # another, then each onto its number.
     floor = max([2, *wanted]) + 1

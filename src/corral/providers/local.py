@@ -66,6 +66,7 @@ from typing import Literal
 
 from corral.auth import TOKEN_ENV
 from corral.client.local_server import LocalServer, ServerProcess
+from corral.client.warm_start import ChildSetup
 from corral.errors import ServerStartError
 from corral.providers.base import Endpoint, Provider, ServerSpec, SpecLike
 from corral.providers.dockerfile import BuildError, Progress
@@ -131,8 +132,8 @@ class LocalLimits:
             limits[resource.RLIMIT_NOFILE] = self.max_open_files
         return limits
 
-    def preexec(self) -> Callable[[], None] | None:
-        """What the child runs before exec to apply these limits (None: nothing to do).
+    def setup(self) -> ChildSetup | None:
+        """What the server's process applies to itself for these limits (None: nothing).
 
         The values are computed here, in the parent: the child only makes system calls.
         """
@@ -147,17 +148,9 @@ class LocalLimits:
             if which == resource.RLIMIT_CPU:
                 value = value + 1 if hard == resource.RLIM_INFINITY else min(value + 1, hard)
             pairs.append((which, (soft, value)))
-        nice = self.nice
-        if not pairs and not nice:
+        if not pairs and not self.nice:
             return None
-
-        def apply() -> None:
-            for which, limit in pairs:
-                resource.setrlimit(which, limit)
-            if nice:
-                os.nice(nice)
-
-        return apply
+        return ChildSetup(tuple(pairs), self.nice)
 
 
 @dataclass(frozen=True)
@@ -394,7 +387,7 @@ class LocalProcessProvider(Provider):
                 token=self.token,
                 listen_socket=sock,
                 wrap=wrap,
-                preexec=limits.preexec(),
+                setup=limits.setup(),
                 # A sandbox's pid 1 ignores SIGTERM from outside (and util-linux unshare
                 # ignores it too): there is no graceful stop to wait for.
                 stop_grace=0.0 if profile is not None else 5.0,
