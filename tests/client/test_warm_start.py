@@ -234,7 +234,10 @@ async def test_an_interpreter_that_cannot_be_a_template_starts_cold(
     # This "interpreter" refuses to run a template (-c) but serves (-m): the server must
     # still start, cold.
     python = tmp_path / "python"
-    python.write_text(f'#!/bin/sh\n[ "$1" = "-c" ] && exit 3\nexec {sys.executable} "$@"\n')
+    tries = tmp_path / "tries"
+    python.write_text(
+        f'#!/bin/sh\n[ "$1" = "-c" ] && echo >> {tries} && exit 3\nexec {sys.executable} "$@"\n'
+    )
     python.chmod(python.stat().st_mode | stat.S_IXUSR)
     server = LocalServer("where_env_for_tests:WhereEnv", cwd=env_dir, python=str(python))
     try:
@@ -242,6 +245,14 @@ async def test_an_interpreter_that_cannot_be_a_template_starts_cold(
         assert isinstance(server.process, subprocess.Popen)
     finally:
         await server.stop()
+    # Once found broken, the template is not tried again by the next server.
+    again = LocalServer("where_env_for_tests:WhereEnv", cwd=env_dir, python=str(python))
+    try:
+        await again.start()
+        assert isinstance(again.process, subprocess.Popen)
+    finally:
+        await again.stop()
+    assert tries.read_text().count("\n") == 1
     with pytest.raises(TemplateError, match="did not start"):
         WarmTemplate(str(python), dict(os.environ)).start(timeout=60)
 

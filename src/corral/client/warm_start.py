@@ -232,6 +232,9 @@ class WarmTemplate:
         self._start_error: str | None = None
         self._start_lock = threading.Lock()
         self._owner: threading.Thread | None = None
+        self._broken: str | None = None
+        """Why a template of this interpreter cannot run (it exited before it was ready):
+        not tried again, each start would pay an interpreter for nothing."""
 
     # ------------------------------------------------------------------ owner side
 
@@ -241,6 +244,8 @@ class WarmTemplate:
         Raises:
             TemplateError: it did not start, or not within ``timeout`` seconds.
         """
+        if self._broken is not None:
+            raise TemplateError(f"the server template did not start: {self._broken}")
         with self._start_lock:
             with self._news:
                 running = self._owner is not None and self._owner.is_alive() and not self._dead
@@ -395,7 +400,7 @@ class WarmTemplate:
                 self._sock = None
                 self._news.notify_all()
             if not self._ready.is_set():
-                self._start_error = "it exited while importing"
+                self._start_error = self._broken = "it exited while importing"
                 self._ready.set()
             ours.close()
             if self._process is not None:
