@@ -13,11 +13,11 @@ import stat
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.servers import alive, wait_dead
 
 from corral.client import AsyncEnvClient
 from corral.client.local_server import LocalServer
@@ -33,7 +33,6 @@ from corral.client.warm_start import (
     startup_key,
     warm_template,
 )
-from corral.providers.guardian import start_time
 
 WHERE_ENV = textwrap.dedent(
     """
@@ -66,17 +65,6 @@ WHERE_ENV = textwrap.dedent(
             return State()
     """
 )
-
-
-def alive(pid: int) -> bool:
-    return start_time(pid) is not None
-
-
-def wait_dead(pid: int, timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return not alive(pid)
 
 
 async def look(url: str) -> dict[str, object]:

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from tests.support.servers import alive, wait_dead
 
 from corral.client import AsyncEnvClient
 from corral.envs.echo import EchoAction, EchoEnv
 from corral.errors import ConnectionLost, CorralError, EnvError, ServerStartError
 from corral.providers.base import ServerSpec
-from corral.providers.guardian import guardian, start_time
+from corral.providers.guardian import guardian
 from corral.providers.local import LocalEndpoint, LocalLimits, LocalProcessProvider
 from corral.sandbox import SandboxMode, available_modes
 
@@ -75,17 +76,6 @@ class HogEnv(Environment[HogAction, HogObservation, State]):
     def state(self):
         return State()
 """
-
-
-def alive(pid: int) -> bool:
-    return start_time(pid) is not None
-
-
-def wait_dead(pid: int, timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return not alive(pid)
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from corral.providers.guardian import start_time
 from corral.server import ServerConfig, create_app
 from corral.server.serve import bind_socket, build_server
 
@@ -75,6 +76,16 @@ def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.02) ->
             return True
         time.sleep(interval)
     return bool(predicate())
+
+
+def alive(pid: int) -> bool:
+    """True while process ``pid`` exists (a zombie does not count)."""
+    return start_time(pid) is not None
+
+
+def wait_dead(pid: int, timeout: float = 60.0) -> bool:
+    """Wait until process ``pid`` is gone, at most ``timeout`` seconds; True if it is."""
+    return wait_until(lambda: not alive(pid), timeout, interval=0.05)
 
 
 def port_of(url: str) -> int:
