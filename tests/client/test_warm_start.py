@@ -5,6 +5,8 @@ Real processes throughout: a template, its forks, and owners that die.
 
 from __future__ import annotations
 
+import asyncio
+import multiprocessing
 import os
 import resource
 import signal
@@ -300,3 +302,42 @@ def test_no_warm_server_or_template_outlives_its_owner(env_dir: Path, how: str) 
     assert kind == "WarmProcess", done.stderr
     assert wait_dead(int(template)), f"the template outlived its owner ({how})"
     assert wait_dead(int(server)), f"the warm server outlived its owner ({how})"
+
+
+def _template_of_a_server(env_dir: str, found: Any) -> None:
+    async def main() -> tuple[int, int]:
+        server = LocalServer("where_env_for_tests:WhereEnv", cwd=env_dir)
+        await server.start()
+        try:
+            assert server.process is not None
+            template = parent_of(server.process.pid)
+            return template, parent_of(template)
+        finally:
+            await server.stop()
+
+    found.put(asyncio.run(main()))
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+async def test_a_forked_process_starts_its_own_template(env_dir: Path) -> None:
+    # A fork of a process holding a template (multiprocessing's "fork", say) must not
+    # talk to the parent's template over the socket it inherited.
+    server = LocalServer("where_env_for_tests:WhereEnv", cwd=env_dir)
+    await server.start()
+    try:
+        assert server.process is not None
+        ours = parent_of(server.process.pid)
+        context = multiprocessing.get_context("fork")
+        found = context.Queue()
+        child = context.Process(target=_template_of_a_server, args=(str(env_dir), found))
+        child.start()
+        theirs, its_parent = await asyncio.to_thread(found.get, True, 120)
+        await asyncio.to_thread(child.join, 60)
+        assert child.exitcode == 0
+        assert theirs != ours
+        assert its_parent == child.pid  # the child's own template
+    finally:
+        await server.stop()

@@ -453,6 +453,19 @@ def warm_template(python: str, env: Mapping[str, str]) -> WarmTemplate:
         return template
 
 
+def _forget_templates() -> None:
+    """In a fork of this process: its templates are the parent's (their sockets, their
+    reader threads, which did not survive the fork); the child starts its own. The locks
+    are new ones: another thread may have held the old ones at the fork."""
+    global _templates_lock, _reaped_lock, _reaped_cpu_s
+    _templates_lock, _reaped_lock = threading.Lock(), threading.Lock()
+    _templates.clear()
+    _reaped_cpu_s = 0.0
+
+
+os.register_at_fork(after_in_child=_forget_templates)
+
+
 # ---------------------------------------------------------------------- template side
 
 
