@@ -156,14 +156,13 @@ class LocalServer:
     def _child_env(self) -> dict[str, str]:
         return {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
 
-    async def _warm_template(self) -> WarmTemplate | None:
+    async def _warm_template(self, env: dict[str, str]) -> WarmTemplate | None:
         """The started template to fork this server from, or None for a fresh interpreter.
 
         A server runs warm unless something must happen between fork and exec (``wrap``,
         ``preexec``) or ``CORRAL_WARM_START=0``. A template that cannot start (an
         interpreter without this corral, say) means a cold start, whose errors say why.
         """
-        env = self._child_env()
         if self.wrap is not None or self.preexec is not None or not enabled(env):
             return None
         template = warm_template(self.python, env)
@@ -173,11 +172,10 @@ class LocalServer:
             return None
         return template
 
-    def _spawn(self, template: WarmTemplate | None = None) -> Path:
+    def _spawn(self, env: dict[str, str], template: WarmTemplate | None = None) -> Path:
         self._tmp = tempfile.TemporaryDirectory(prefix="corral-server-")
         port_file = Path(self._tmp.name) / "url"
         log = open(Path(self._tmp.name) / "server.log", "wb")  # noqa: SIM115 - handed to the child
-        child_env = self._child_env()
         inherited = (self.listen_socket.fileno(),) if self.listen_socket is not None else ()
         argv = self.command(port_file)
         self.process = None
@@ -186,8 +184,8 @@ class LocalServer:
                 with contextlib.suppress(TemplateError):
                     self.process = template.spawn(
                         argv[3:],  # after "python -m corral"
-                        env=child_env,
-                        cwd=os.fspath(self.cwd) if self.cwd is not None else None,
+                        env=env,
+                        cwd=self.cwd,
                         stdout=log.fileno(),
                         pass_fds=inherited,
                         death_signal=self.death_signal,
@@ -200,7 +198,7 @@ class LocalServer:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
-                    env=child_env,
+                    env=env,
                     cwd=self.cwd,
                     start_new_session=True,
                     pass_fds=inherited,
@@ -240,7 +238,8 @@ class LocalServer:
         if self.running and self.url is not None:
             return self.url
         try:
-            port_file = self._spawn(await self._warm_template())
+            env = self._child_env()
+            port_file = self._spawn(env, await self._warm_template(env))
             return await self._wait_ready(port_file)
         except ServerStartError:
             raise

@@ -269,7 +269,7 @@ class WarmTemplate:
         args: Sequence[str],
         *,
         env: Mapping[str, str],
-        cwd: str | None,
+        cwd: str | os.PathLike[str] | None,
         stdout: int,
         pass_fds: Sequence[int] = (),
         death_signal: int = signal.SIGTERM,
@@ -333,8 +333,13 @@ class WarmTemplate:
     def wait_for_news(self, timeout: float | None) -> None:
         """Block until the template reports something (or dies), at most ``timeout`` s."""
         with self._news:
-            # Polled while the template is dead: nothing will notify then.
-            self._news.wait(0.05 if self._dead or timeout is None else min(timeout, 1.0))
+            # Polled while the template is dead: nothing will notify then. Alive, at most a
+            # second: a report that came between the caller's look and this wait notified
+            # nobody.
+            if self._dead:
+                self._news.wait(0.05)
+            else:
+                self._news.wait(1.0 if timeout is None else min(timeout, 1.0))
 
     def close(self) -> None:
         """Stop the template; servers it forked die of their parent-death signal."""
