@@ -35,6 +35,7 @@ from corral.client.warm_start import (
     startup_key,
     warm_template,
 )
+from corral.errors import ErrorCode, ServerStartError
 
 WHERE_ENV = textwrap.dedent(
     """
@@ -188,6 +189,16 @@ async def test_limits_and_niceness_hold_warm_and_cold(env_dir: Path, warm: str) 
         assert seen["nice"] == os.nice(0) + 2
     finally:
         await server.stop()
+
+
+def test_a_request_too_large_for_a_warm_start_is_refused_clearly() -> None:
+    # More descriptors than one message carries: a clear ServerStartError (its stable
+    # code); LocalServer then starts the server cold.
+    template = WarmTemplate(sys.executable, dict(os.environ))
+    with pytest.raises(TemplateError, match="too large for a warm start") as caught:
+        template.spawn(["--version"], env={}, cwd=None, stdout=1, pass_fds=list(range(3, 40)))
+    assert isinstance(caught.value, ServerStartError)
+    assert caught.value.code == ErrorCode.CONNECTION_LOST
 
 
 def test_startup_variables_choose_the_template() -> None:
