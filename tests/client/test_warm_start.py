@@ -9,12 +9,14 @@ import asyncio
 import multiprocessing
 import os
 import resource
+import select
 import signal
 import socket
 import stat
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -351,4 +353,31 @@ async def test_a_forked_process_starts_its_own_template(env_dir: Path) -> None:
         assert theirs != ours
         assert its_parent == child.pid  # the child's own template
     finally:
+        await server.stop()
+
+
+async def test_poll_says_exited_as_soon_as_the_kernel_does(env_dir: Path) -> None:
+    # As Popen.poll's waitpid does: a server the kernel has seen exit is not "running",
+    # even while its template's report is still on the way (held back here by stopping
+    # the template until the poll is under way).
+    server = LocalServer("where_env_for_tests:WhereEnv", cwd=env_dir)
+    await server.start()
+    process = server.process
+    assert isinstance(process, WarmProcess)
+    template = parent_of(process.pid)
+    os.kill(template, signal.SIGSTOP)
+    try:
+        os.kill(process.pid, signal.SIGKILL)
+        pidfd = os.pidfd_open(process.pid)
+        try:
+            assert select.select([pidfd], [], [], 60)[0]  # the kernel: it has exited
+        finally:
+            os.close(pidfd)
+        resume = threading.Timer(0.2, os.kill, (template, signal.SIGCONT))
+        resume.start()
+        assert process.poll() == -signal.SIGKILL
+        assert not server.running
+        resume.join()
+    finally:
+        os.kill(template, signal.SIGCONT)
         await server.stop()

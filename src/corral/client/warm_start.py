@@ -208,6 +208,9 @@ class WarmProcess:
 
 UNKNOWN_STATUS = 255
 """The exit status given to a server whose template died before it could report one."""
+_REPORT_WAIT_S = 5.0
+"""How long an exited server's status may take to be reported (the template reaps at
+once; the bound only keeps a lost report from blocking a poll)."""
 
 
 class WarmTemplate:
@@ -316,19 +319,30 @@ class WarmTemplate:
         return WarmProcess(self, pid)
 
     def exit_status(self, pid: int, pidfd: int | None) -> int | None:
-        """The reported exit status of ``pid``, or None while it runs."""
+        """The exit status of ``pid``, or None while it runs.
+
+        The kernel's word decides whether it runs (its pidfd turns readable at the exit),
+        as ``waitpid`` does for ``Popen.poll``; the template's report, which follows at
+        once (it reaps on ``SIGCHLD``), gives the status. A dead template reports nothing
+        more: its servers die of their parent-death signal, status unknown.
+        """
         with self._news:
             if pid in self._exited:
                 return self._exited.pop(pid)
-            if not self._dead:
-                return None
-        # The template died, so it reports nothing more; the server dies of its parent-death
-        # signal. The pidfd says when (without one, the pid's disappearance does).
         if pidfd is not None:
             gone = bool(select.select([pidfd], [], [], 0)[0])
         else:
             gone = not os.path.exists(f"/proc/{pid}")
-        return UNKNOWN_STATUS if gone else None
+        if not gone:
+            return None
+        deadline = time.monotonic() + _REPORT_WAIT_S
+        with self._news:
+            while pid not in self._exited and not self._dead:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._news.wait(left)
+            return self._exited.pop(pid, UNKNOWN_STATUS)
 
     def wait_for_news(self, timeout: float | None) -> None:
         """Block until the template reports something (or dies), at most ``timeout`` s."""
