@@ -2,7 +2,8 @@
 
 ``async def`` methods are awaited on the loop, in the caller's task (or, through
 :meth:`EnvRunner.start`, run in their own task only and answered from its callback: a
-server holding 100,000 waiting steps holds one task and one timer each); plain methods run in
+server holding 100,000 waiting steps holds one task each and no timer, their deadlines
+filed by :class:`~corral.server.deadlines.Deadlines`); plain methods run in
 a thread pool (a dedicated single thread when the environment asks for thread affinity),
 except **fast** ones: each runner keeps a moving average (EWMA) of each sync method's
 time, and while it stays under ``inline_s`` (``ServerConfig.inline_step_s``, ~100 µs)
@@ -60,6 +61,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar
 from corral import runtime
 from corral.contract import Environment
 from corral.errors import EnvError, FactoryError, SessionLost, StepTimeout
+from corral.server.deadlines import Deadlines
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -346,7 +348,7 @@ class EnvRunner:
             kwargs = _NO_KWARGS
         job: concurrent.futures.Future[Any] | None = None
         if self.is_async(method):
-            future: asyncio.Future[Any] = eager_start(_guarded_async(method, fn(*args, **kwargs)))
+            future: asyncio.Future[Any] = eager_start(fn(*args, **kwargs), method)
             if future.done():
                 return future.result()
         elif self.inline(method):
@@ -383,34 +385,36 @@ class EnvRunner:
         method: str,
         args: tuple[Any, ...],
         kwargs: Mapping[str, Any],
-        timeout: float | None,
-        then: Callable[[Any, BaseException | None], None],
+        deadlines: Deadlines,
+        then: Callable[[Any, Any, BaseException | None], None],
+        token: Any,
     ) -> Running | None:
         """Start ``async def env.<method>(*args, **kwargs)`` with no coroutine of ours
         around it.
 
-        ``then(value, error)`` is called exactly once: with the method's value, with what
-        it raised, with :class:`~corral.errors.StepTimeout` at ``timeout`` (the call is
-        then abandoned, as :meth:`call` does), or with ``CancelledError`` at once when
-        the returned handle is cancelled (its session closed), whether the method heeds
-        its cancellation or not. Returns that handle, or None when the method completed
-        without waiting (``then`` was called already).
+        ``then(token, value, error)`` is called exactly once: with the method's value,
+        with what it raised, with :class:`~corral.errors.StepTimeout` at the deadline
+        ``deadlines`` sets (the call is then abandoned, as :meth:`call` does), or with
+        ``CancelledError`` at once when the returned handle is cancelled (its session
+        closed), whether the method heeds its cancellation or not. Returns that handle,
+        or None when the method completed without waiting (``then`` was called already).
 
         What :meth:`call` gives a waiting call, for a server that holds 100,000 of them
-        (issue 34): one task (the environment's own), one timer, no waiter, no second
-        task and no coroutine of the caller's.
+        (issue 34): one task (the environment's own) and one handle, no timer, no
+        waiter, no second task, no coroutine of the caller's and no copied context;
+        ``then`` is shared by every call and ``token`` says which call it is.
         """
         fn = getattr(self.env, method)
         try:
             coro = fn(*args, **kwargs) if kwargs else fn(*args)  # no ``**{}`` dict per step
-            future = eager_start(_guarded_async(method, coro))
+            future = eager_start(coro, method)
         except Exception as exc:  # the call itself raised (a wrong signature)
-            then(None, exc)
+            then(token, None, exc)
             return None
         if future.done():
-            _settle(future, then)
+            _settle(future, then, token)
             return None
-        return Running(self, method, future, timeout, then)
+        return Running(self, method, future, deadlines, then, token)
 
     async def close(self) -> None:
         """Call ``env.close()`` once; after a timeout, once the stuck call has returned."""
@@ -439,27 +443,29 @@ class EnvRunner:
 
 
 class Running:
-    """An ``async def`` environment call in its task, watched by one timer (see
-    :meth:`EnvRunner.start`); ``done`` and ``cancel`` as the task's, for the session
-    that holds it."""
+    """An ``async def`` environment call in its task, watched by its server's
+    :class:`~corral.server.deadlines.Deadlines` (see :meth:`EnvRunner.start`); ``done``
+    and ``cancel`` as the task's, for the session that holds it. It is the task's done
+    callback itself (no bound method per call)."""
 
-    __slots__ = ("answered", "future", "method", "runner", "then", "timeout", "timer")
+    __slots__ = ("answered", "at", "deadlines", "future", "method", "runner", "then", "token")
 
     def __init__(
         self,
         runner: EnvRunner,
         method: str,
         future: asyncio.Future[Any],
-        timeout: float | None,
-        then: Callable[[Any, BaseException | None], None],
+        deadlines: Deadlines,
+        then: Callable[[Any, Any, BaseException | None], None],
+        token: Any,
     ) -> None:
-        self.runner, self.method, self.future, self.timeout = runner, method, future, timeout
-        self.then: Callable[[Any, BaseException | None], None] | None = then
+        self.runner, self.method, self.future, self.deadlines = runner, method, future, deadlines
+        self.then: Callable[[Any, Any, BaseException | None], None] | None = then
+        self.token = token
         self.answered: asyncio.Future[None] | None = None
         """Made by :meth:`wait` only: what a waiter for the answer waits on."""
-        loop = future.get_loop()
-        self.timer = None if timeout is None else loop.call_later(timeout, self._overran)
-        future.add_done_callback(self._done)
+        self.at = deadlines.watch(self)
+        future.add_done_callback(self, context=deadlines.context)
 
     def done(self) -> bool:
         """True once answered (or the call finished and its answer is on its way)."""
@@ -471,7 +477,7 @@ class Running:
         if then is None:
             return False
         self.future.cancel()
-        then(None, asyncio.CancelledError())
+        then(self.token, None, asyncio.CancelledError())
         return True
 
     async def wait(self) -> None:
@@ -483,39 +489,46 @@ class Running:
             self.answered = self.future.get_loop().create_future()
         await asyncio.shield(self.answered)
 
-    def _take(self) -> Callable[[Any, BaseException | None], None] | None:
+    def _take(self) -> Callable[[Any, Any, BaseException | None], None] | None:
         """The answer callback, once: later outcomes find None."""
         then, self.then = self.then, None
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+        if self.at is not None:
+            self.deadlines.drop(self, self.at)
+            self.at = None
         if self.answered is not None and not self.answered.done():
             self.answered.set_result(None)  # its waiter resumes after the answer, given now
         return then
 
-    def _done(self, future: asyncio.Future[Any]) -> None:
+    def __call__(self, future: asyncio.Future[Any]) -> None:
+        """The task ended: answer with its outcome (unless answered already)."""
         then = self._take()
         if then is not None:
-            _settle(future, then)
+            _settle(future, then, self.token)
 
-    def _overran(self) -> None:
-        self.timer = None
+    def overran(self) -> None:
+        """The deadline passed (:class:`~corral.server.deadlines.Deadlines`)."""
+        self.at = None  # its slot is gone
         if self.future.done():
             return  # its done callback is on its way
         then = self._take()
-        assert then is not None and self.timeout is not None
+        timeout = self.deadlines.timeout
+        assert then is not None and timeout is not None
         self.future.cancel()
         self.runner.abandon(self.future)
-        then(None, self.runner.timeout_error(self.method, self.timeout))
+        then(self.token, None, self.runner.timeout_error(self.method, timeout))
 
 
-def _settle(future: asyncio.Future[Any], then: Callable[[Any, BaseException | None], None]) -> None:
+def _settle(
+    future: asyncio.Future[Any],
+    then: Callable[[Any, Any, BaseException | None], None],
+    token: Any,
+) -> None:
     """Hand a finished call's outcome to ``then``."""
     if future.cancelled():
-        then(None, asyncio.CancelledError())
+        then(token, None, asyncio.CancelledError())
         return
     error = future.exception()
-    then(None if error is not None else future.result(), error)
+    then(token, None if error is not None else future.result(), error)
 
 
 _METHODS = ("reset", "step", "state", "close")
@@ -618,14 +631,18 @@ class _Started(collections.abc.Coroutine[Any, Any, Any]):
     The task's first step gets what the coroutine waits on, the later ones go straight
     to the coroutine: one small object per started call, where a wrapping coroutine and
     a generator cost two more tracked objects and a frame per resumption (a server
-    holding 100,000 waiting steps holds one of these each, issue 34).
+    holding 100,000 waiting steps holds one of these each, issue 34). Given a
+    ``method``, it is also :func:`_guarded_async` without a coroutine of its own: a
+    non-``Exception`` the environment's method raises (cancellation aside) becomes
+    ``EnvError`` in the task's step.
     """
 
-    __slots__ = ("coro", "suspended")
+    __slots__ = ("coro", "method", "suspended")
 
-    def __init__(self, coro: Coroutine[Any, Any, Any], suspended: Any) -> None:
+    def __init__(self, coro: Coroutine[Any, Any, Any], suspended: Any, method: str | None) -> None:
         self.coro = coro
         self.suspended: Any = suspended
+        self.method = method
 
     def send(self, value: Any) -> Any:
         """The task's step: the first hands over the wait, the rest resume the coroutine."""
@@ -633,12 +650,26 @@ class _Started(collections.abc.Coroutine[Any, Any, Any]):
         if suspended is not _RESUMED:
             self.suspended = _RESUMED
             return suspended
-        return self.coro.send(value)
+        if self.method is None:
+            return self.coro.send(value)
+        try:
+            return self.coro.send(value)
+        except (Exception, asyncio.CancelledError):
+            raise
+        except BaseException as exc:
+            raise _escaped(self.method, exc) from None
 
     def throw(self, *exc: Any) -> Any:
         """Throw into the coroutine (cancellation, mostly), where it waits."""
         self.suspended = _RESUMED
-        return self.coro.throw(*exc)
+        if self.method is None:
+            return self.coro.throw(*exc)
+        try:
+            return self.coro.throw(*exc)
+        except (Exception, asyncio.CancelledError):
+            raise
+        except BaseException as error:
+            raise _escaped(self.method, error) from None
 
     def close(self) -> None:
         """Close the coroutine."""
@@ -678,12 +709,14 @@ async def within(future: asyncio.Future[Any], timeout: float) -> bool:
     return future.done()
 
 
-def eager_start(coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
+def eager_start(coro: Coroutine[Any, Any, T], method: str | None = None) -> asyncio.Future[T]:
     """Run ``coro`` now, up to its first suspension, and return the future of its result.
 
     A coroutine that finishes without suspending (an environment with nothing to wait
     for) costs no task: its future is already done. One that suspends finishes in a task
-    of its own. (Python 3.12's eager tasks do the same; this works on 3.11 too.)
+    of its own. (Python 3.12's eager tasks do the same; this works on 3.11 too.) Given
+    the environment ``method`` it runs, what it raises is guarded as
+    :func:`_guarded_async` does, start and task alike.
     """
     try:
         suspended = coro.send(None)
@@ -695,7 +728,13 @@ def eager_start(coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
         future = asyncio.get_running_loop().create_future()
         future.set_exception(exc)
         return future
-    return asyncio.get_running_loop().create_task(_Started(coro, suspended))
+    except BaseException as exc:
+        if method is None or isinstance(exc, asyncio.CancelledError):
+            raise
+        future = asyncio.get_running_loop().create_future()
+        future.set_exception(_escaped(method, exc))
+        return future
+    return asyncio.get_running_loop().create_task(_Started(coro, suspended, method))
 
 
 # -- many calls at once (batches) -------------------------------------------------

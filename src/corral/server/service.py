@@ -28,7 +28,6 @@ server (:mod:`corral.server.draining`).
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 import re
@@ -78,6 +77,7 @@ from corral.protocol.snapshot import SnapshotSeal
 from corral.server.admission import Admission
 from corral.server.batching import BatchHandler
 from corral.server.config import ServerConfig
+from corral.server.deadlines import Deadlines
 from corral.server.draining import Drainer
 from corral.server.env_failures import as_data
 from corral.server.runner import EnvFactory, EnvRunner, eager_start
@@ -223,6 +223,10 @@ class EnvService:
             migrations=env_type.action_migrations,
         )
         self.batches = BatchHandler(self.manager, self.admission, config.step_timeout_s)
+        self.deadlines = Deadlines(config.step_timeout_s)
+        """The step timeout of the calls :meth:`EnvRunner.start` runs."""
+        self._answer_call = self._answer
+        """:meth:`_answer`, bound once: every such call's ``then``."""
         self._tasks: set[asyncio.Future[None]] = set()
         self.readiness_checks: list[Callable[[], str | None]] = [
             self.draining.unavailable,
@@ -493,7 +497,7 @@ class EnvService:
         with nothing to await) is answered from here, with no task and no loop iteration
         of its own (the lockstep path). An ``async def`` method that waits runs in its
         own task only, answered from its done callback (:meth:`EnvRunner.start`: a server
-        holding 100,000 waiting steps holds one task and one timer for each, issue 34);
+        holding 100,000 waiting steps holds one task for each and no timer, issue 34);
         any other call that waits finishes in a task of ours. Either is kept on the
         session, to cancel when it closes.
         """
@@ -509,8 +513,12 @@ class EnvService:
             return
         runner = session.runner
         if type(runner) is EnvRunner and runner.is_async(method):
-            answer = functools.partial(self._answer, peer, call, started)
-            session.task = runner.start(method, args, kwargs, self.config.step_timeout_s, answer)
+            # The token keeps what the answer needs, not the request and the admitted
+            # call: two objects fewer held while the step waits.
+            token = (peer, request.id, session, op, started)
+            session.task = runner.start(
+                method, args, kwargs, self.deadlines, self._answer_call, token
+            )
             return
         running = eager_start(self._run(peer, call, started, method, args, kwargs))
         session.task = None if running.done() else running
@@ -537,47 +545,47 @@ class EnvService:
                 if self._failed(session, request.id, call.op, exc):
                     await self.manager.close(session, "a call overran the step timeout")
                 return
-            self._answered(peer, call, started, value)
+            self._answered(peer, request.id, session, call.op, started, value)
 
     def _answer(
         self,
-        peer: Peer,
-        call: RunCall[Session],
-        started: float,
+        token: tuple[Peer, int, Session, Op, float],
         value: Any,
         error: BaseException | None,
     ) -> None:
-        """The outcome of a call :meth:`EnvRunner.start` ran: answer it."""
-        request, session = call.request, call.session
-        with ending((session,), request.id):
+        """The outcome of a call :meth:`EnvRunner.start` ran (``token``: the peer that
+        asked, the request's id, the session, the operation, when it started): answer it."""
+        peer, request_id, session, op, started = token
+        with ending((session,), request_id):
             if isinstance(error, asyncio.CancelledError) or session.machine.closed_reason:
-                self._lost(session, request.id)
+                self._lost(session, request_id)
             elif error is None:
-                self._answered(peer, call, started, value)
-            elif self._failed(session, request.id, call.op, error):
+                self._answered(peer, request_id, session, op, started, value)
+            elif self._failed(session, request_id, op, error):
                 self._spawn(self.manager.close(session, "a call overran the step timeout"))
 
-    def _answered(self, peer: Peer, call: RunCall[Session], started: float, value: Any) -> None:
+    def _answered(
+        self, peer: Peer, request_id: int, session: Session, op: Op, started: float, value: Any
+    ) -> None:
         """The environment returned ``value``: send the call's reply (a result that does
         not check out is the call's error)."""
-        request, session, op = call.request, call.session, call.op
         admission = self.admission
         reply: m.Reply
         try:
             if op is Op.STATE:
-                reply = m.StateReply(request.id, session.id, admission.state(peer, value))
+                reply = m.StateReply(request_id, session.id, admission.state(peer, value))
                 session.machine.finish(op)
             elif op is Op.SNAPSHOT:
                 envelope = self.seal.seal(session.machine.position(), value, time.time())
-                reply = m.SnapshotReply(request.id, session.id, envelope)
+                reply = m.SnapshotReply(request_id, session.id, envelope)
                 session.machine.finish(op)
                 self.manager.stats.snapshots += 1
             else:
                 payload, done = admission.result(peer, value, op)
-                reply = m.Result(request.id, session.id, payload)
+                reply = m.Result(request_id, session.id, payload)
                 session.machine.finish(op, done)
         except Exception as exc:
-            self._failed(session, request.id, op, exc)
+            self._failed(session, request_id, op, exc)
             return
         stats = self.manager.stats
         stats.observe(str(op), time.perf_counter() - started)
