@@ -35,7 +35,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from benchmarks import servers
 from benchmarks.capacity import tree_cpu_seconds
@@ -254,15 +254,23 @@ def _docker(runs: int, warmup: int, exec_runs: int) -> dict[str, dict[str, float
             time.sleep(0.05)
             container.reload()
 
+        lost = [0]
+
         def exec_step() -> bool:
-            # stdout alone: whatever the interpreter says on stderr is not the answer
-            code, (output, errors) = container.exec_run(
-                ["python3", "-I", "-S", "-c", script], demux=True
-            )
-            if code == 0 and passed(output or b""):
-                return True
-            # Seen once in a loaded smoke run and not reproduced in 150 runs beside two
-            # burners: say what came back, so the next one can be understood.
+            # stdout alone: whatever the interpreter says on stderr is not the answer.
+            # The engine sometimes loses a short exec's output (exit status 0, nothing
+            # on either stream: docker/docker-py#2042, moby/moby#27289; seen twice in
+            # loaded smoke runs here): such an exec is run again, its time counted in
+            # the step's (what a user of `docker exec` pays), and the losses reported.
+            for _ in range(3):
+                ran = container.exec_run(["python3", "-I", "-S", "-c", script], demux=True)
+                code: int | None = ran.exit_code
+                output, errors = cast(tuple[bytes | None, bytes | None], ran.output)
+                if code == 0 and passed(output or b""):
+                    return True
+                if code != 0 or output or errors:
+                    break
+                lost[0] += 1
             raise RuntimeError(
                 f"docker exec did not pass the hidden cases: exit status {code}, "
                 f"stdout {(output or b'')[-300:]!r}, stderr {(errors or b'')[-300:]!r}"
@@ -277,8 +285,9 @@ def _docker(runs: int, warmup: int, exec_runs: int) -> dict[str, dict[str, float
             )
             return passed(output)
 
+        timed = _timed(exec_step, exec_runs, warmup)
         return {
-            "exec": _timed(exec_step, exec_runs, warmup),
+            "exec": {**timed, "lost_outputs": float(lost[0])},
             "run": _timed(run_step, runs, min(1, warmup)),
         }
     finally:
@@ -435,6 +444,13 @@ def section(report: Report, result: dict[str, Any]) -> dict[str, Any]:
         "The other contenders run the same script (the code, then the cases' calls) as a "
         "fresh `python3 -I -S` each step, lockstep, one at a time.",
     ]
+    lost = int(result.get("docker exec", {}).get("lost_outputs", 0))
+    if lost:
+        notes.append(
+            f"`docker exec`: the engine lost {lost} exec's output (exit status 0, nothing "
+            "on either stream, a known race of short execs); each was run again, its time "
+            "counted in its step's."
+        )
     for key, why in missing.items():
         notes.append(f"{key}: not measured here — {why}.")
     report.add(
