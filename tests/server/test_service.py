@@ -289,6 +289,32 @@ async def test_a_waiting_async_step_holds_few_objects_for_the_collector(patient)
     assert all(replies[rid].observation["total"] == 1 for rid in rids)
 
 
+async def test_a_batch_of_waiting_steps_leaves_nothing_for_the_collector(patient):
+    """Once a batch of waiting async steps is answered, what it held is freed at once,
+    not left in reference cycles for the collector (at 100,000 steps a round, one young
+    pass took 1.5 s over 1.3 million such objects)."""
+    wire = Wire(patient)
+    sids = [await wire.hello_open() for _ in range(8)]
+    await wire.request(lambda i: b.ResetBatch(i, tuple(b.ResetItem(s) for s in sids)))
+    gc.collect()
+    gc.disable()
+    tasks = len(asyncio.all_tasks())
+    try:
+        rid = wire.send(lambda i: b.StepBatch(i, tuple(b.StepItem(s, {"amount": 1}) for s in sids)))
+        await eventually(lambda: WaitingEnv.waiting == 8)
+        WaitingEnv.gate.set()
+        while (reply := await wire.recv()).id != rid:
+            pass
+        assert [r.observation["total"] for r in reply.results] == [1] * 8
+        # The batch's task and its steps' tasks end (soon after the reply is sent).
+        await eventually(lambda: len(asyncio.all_tasks()) == tasks)
+        garbage = gc.collect()
+    finally:
+        gc.enable()
+    # 116 before the batch let go of its tasks (~14 per step); none after.
+    assert garbage < 8, garbage
+
+
 @pytest.mark.parametrize("kind", ["SystemExit", "KeyboardInterrupt"])
 async def test_an_async_step_raising_anything_after_a_wait_is_an_env_error(waiting, kind):
     """Raised in the step's task, after it waited, ``SystemExit`` and friends are the

@@ -978,7 +978,19 @@ class _Suspended:
     async def wait(self, timeout: float | None) -> None:
         """Wait for every call under one deadline; the calls still running at it fail
         with ``STEP_TIMEOUT`` (their runners are then closed by the batch, once the call
-        lets go of the env)."""
+        lets go of the env).
+
+        Then the batch lets go of its tasks: each task holds its step, which holds this
+        batch, and a batch still holding its tasks made all of them garbage only the
+        collector could free (a young pass found 1.3 million such objects after a
+        lockstep round of 100,000 steps, and took 1.5 s over them, issue 34).
+        """
+        try:
+            await self._wait(timeout)
+        finally:
+            self.steps = []
+
+    async def _wait(self, timeout: float | None) -> None:
         if self.left == 0:
             return
         if timeout is None:
