@@ -285,6 +285,31 @@ async def test_past_its_bound_the_young_generation_waits_for_quiet_not_its_share
     assert alive() is None
 
 
+async def test_the_frozen_heap_is_counted_at_freezes_not_at_ticks(clocks):
+    """CPython counts frozen objects by walking them (27 ms for 3 million): the pacer
+    asks once per freeze, never per tick, however long the young generation stays
+    past its bound (asked every 50 ms tick, it took half of a 100,000-session server's
+    CPU)."""
+    asked = []
+
+    def frozen() -> int:
+        asked.append(1)
+        return 10**9  # a heap larger than any young generation here: no forced pass
+
+    pacer = clocks.pacer(gen0=100, ceiling=200, share=0.05, frozen=frozen)
+    pacer._due[0] = 1e9  # the share rule holds every pass off
+    pacer.start()
+    kept = []
+    for _ in range(50):
+        kept.append([Node() for _ in range(100)])
+        clocks.idle(0.05)
+        pacer.tick()
+    young = gc.get_count()[0]
+    pacer.stop()
+    assert young > 200 and pacer.passes == [0, 0, 0]
+    assert len(asked) == 1 + pacer.freezes
+
+
 async def test_a_loop_never_quiet_collects_after_its_patience(clocks):
     """A server that is never idle does not wait for a quiet tick past ``patience``:
     its passes, escalations included, run as they come due."""
