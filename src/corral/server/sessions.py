@@ -304,9 +304,15 @@ class SessionManager:
             await session.runner.close()
 
     async def close_owned(self, owner: ReplySink, reason: str) -> None:
-        """Close every session of ``owner`` (a clean disconnect)."""
-        for session in self.registry.owned_by(owner):
-            await self.close(session, reason)
+        """Close every session of ``owner`` (a clean disconnect): all leave the registry
+        at once, freeing their slots and their client's share, then their environments
+        close one after the other. Retired one by one as each environment closed, a pool
+        of 1,024 sessions closed and a new one opened at once was refused
+        ``TOO_MANY_SESSIONS``: its client still held the old sessions awaiting their
+        turn."""
+        retired = [s for s in self.registry.owned_by(owner) if self.retire(s, reason)]
+        for session in retired:
+            await session.runner.close()
 
     def start(self) -> None:
         """Start the idle/detached reaper on the running loop."""
