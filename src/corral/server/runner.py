@@ -650,26 +650,23 @@ class _Started(collections.abc.Coroutine[Any, Any, Any]):
         if suspended is not _RESUMED:
             self.suspended = _RESUMED
             return suspended
-        if self.method is None:
-            return self.coro.send(value)
-        try:
-            return self.coro.send(value)
-        except (Exception, asyncio.CancelledError):
-            raise
-        except BaseException as exc:
-            raise _escaped(self.method, exc) from None
+        return self._resume(self.coro.send, value)
 
     def throw(self, *exc: Any) -> Any:
         """Throw into the coroutine (cancellation, mostly), where it waits."""
         self.suspended = _RESUMED
+        return self._resume(self.coro.throw, *exc)
+
+    def _resume(self, resume: Callable[..., Any], *args: Any) -> Any:
+        """``resume(*args)``, guarded when the coroutine is an environment method's."""
         if self.method is None:
-            return self.coro.throw(*exc)
+            return resume(*args)
         try:
-            return self.coro.throw(*exc)
+            return resume(*args)
         except (Exception, asyncio.CancelledError):
             raise
-        except BaseException as error:
-            raise _escaped(self.method, error) from None
+        except BaseException as exc:
+            raise _escaped(self.method, exc) from None
 
     def close(self) -> None:
         """Close the coroutine."""
